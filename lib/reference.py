@@ -1,0 +1,114 @@
+"""The reference attention and the FlashAttention-3 error rule.
+
+The reference upcasts q, k, v to float64 and computes softmax(q·kᵀ·scale)·v on the inputs'
+own device, with SDPA's causal rule (query i sees keys j <= i, aligned top-left, also when
+Sq != Sk). A stage's output passes when
+
+    max|out - ref|  <=  2 · max|sdpa(q, k, v) - ref|  +  noise
+
+where noise is the rounding of the output dtype at the output's magnitude (one unit in the
+last place of max|ref|). That is the rule FlashAttention-3's tests use: a kernel may be at most
+twice as wrong as PyTorch's own attention on the same inputs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def causal_mask(sq: int, sk: int, device) -> torch.Tensor:
+    """True where query i may see key j: j <= i (top-left aligned, SDPA's rule)."""
+    return torch.ones(sq, sk, dtype=torch.bool, device=device).tril()
+
+
+def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float64):
+    """softmax(q·kᵀ·scale)·v computed in `dtype` (float64 by default) on upcast inputs."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    if k.shape[1] != q.shape[1]:  # grouped-query attention: share each K/V head
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        scores = scores.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), -math.inf)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def sdpa(q, k, v, *, causal=False, scale=None):
+    """PyTorch's own attention (its default backend choice) on the same inputs."""
+    kw = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kw)
+
+
+def dtype_noise(dtype: torch.dtype, magnitude: float) -> float:
+    """One unit in the last place of `dtype` at `magnitude`: the rounding of the output."""
+    return torch.finfo(dtype).eps * max(magnitude, 2.0 ** -14)
+
+
+@dataclass
+class Check:
+    """The verdict on one output, with the numbers behind it."""
+
+    passed: bool
+    max_abs_err: float        # max |out - ref|
+    mean_abs_err: float       # mean |out - ref|
+    sdpa_max_abs_err: float   # max |sdpa - ref|: how wrong PyTorch itself is here
+    tolerance: float          # 2 * sdpa_max_abs_err + noise
+    max_abs_diff_sdpa: float  # max |out - sdpa|
+    mean_abs_diff_sdpa: float  # mean |out - sdpa|
+    nonfinite: int            # NaN/Inf count in out (poisoned, unwritten elements show up here)
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        extra = f", {self.nonfinite} non-finite" if self.nonfinite else ""
+        return (f"{verdict}: max|out-ref| {self.max_abs_err:.2e} <= {self.tolerance:.2e} "
+                f"(2·max|sdpa-ref| + noise){extra}; vs SDPA max {self.max_abs_diff_sdpa:.2e}, "
+                f"mean {self.mean_abs_diff_sdpa:.2e}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_output(out, q, k, v, *, causal=False, scale=None, sdpa_out=None) -> Check:
+    """Judge `out` against the float64 reference by the FlashAttention-3 rule."""
+    if out.shape != q.shape[:-1] + (v.shape[-1],):
+        raise ValueError(f"output has shape {tuple(out.shape)}, expected "
+                         f"{tuple(q.shape[:-1] + (v.shape[-1],))}")
+    ref = reference_attention(q, k, v, causal=causal, scale=scale)
+    if sdpa_out is None:
+        sdpa_out = sdpa(q, k, v, causal=causal, scale=scale)
+    out64, sdpa64 = out.to(torch.float64), sdpa_out.to(torch.float64)
+    finite = torch.isfinite(out64)
+    nonfinite = int((~finite).sum())
+    err = (out64 - ref).abs()
+    diff = (out64 - sdpa64).abs()
+    sdpa_err = float((sdpa64 - ref).abs().max())
+    tolerance = 2.0 * sdpa_err + dtype_noise(out.dtype, float(ref.abs().max()))
+    max_err = float(err.max()) if nonfinite == 0 else math.inf
+    return Check(
+        passed=nonfinite == 0 and max_err <= tolerance,
+        max_abs_err=max_err,
+        mean_abs_err=float(err[finite].mean()) if nonfinite < err.numel() else math.inf,
+        sdpa_max_abs_err=sdpa_err,
+        tolerance=tolerance,
+        max_abs_diff_sdpa=float(diff.max()) if nonfinite == 0 else math.inf,
+        mean_abs_diff_sdpa=float(diff[finite].mean()) if nonfinite < diff.numel() else math.inf,
+        nonfinite=nonfinite,
+    )
+
+
+def attention_flops(B, H, Sq, Sk, D, causal=False) -> float:
+    """FLOPs of one forward: two matmuls of 2·Sq·Sk·D each per head, halved for causal
+    (the FlashAttention convention, also for Sq != Sk)."""
+    flops = 4.0 * B * H * Sq * Sk * D
+    return flops / 2 if causal else flops
+
+
+def attention_min_bytes(B, H, Sq, Sk, D, itemsize, Hkv=None) -> float:
+    """The fewest bytes a forward must move through device memory: read q, k, v once,
+    write o once."""
+    Hkv = H if Hkv is None else Hkv
+    return float(itemsize) * (2 * B * H * Sq * D + 2 * B * Hkv * Sk * D)

@@ -1,0 +1,20 @@
+"""The stages in order. `import stages.stageN` gives stage N's module; every module has
+`attention(q, k, v, *, causal=False, scale=None)` and `INFO` (a lib.inputs.StageInfo)."""
+from __future__ import annotations
+
+import importlib
+
+import lib  # noqa: F401  (decides GPU or simulator before any stage imports numba)
+
+NUMBERS = (0,)  # registered stages, in order; a new stage adds its number here
+
+
+def get(n: int):
+    """The module of stage n."""
+    if n not in NUMBERS:
+        raise ValueError(f"no stage {n}; registered stages are {list(NUMBERS)}")
+    return importlib.import_module(f"stages.stage{n}")
+
+
+def all_stages():
+    return [get(n) for n in NUMBERS]

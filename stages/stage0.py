@@ -1,0 +1,107 @@
+"""Stage 0 — the scalar baseline, in numba.cuda.
+
+One GPU thread computes one query row of attention with plain loops and float32 math:
+
+    out[i, :] = sum_j  softmax_j(q[i]·k[j] · scale) · v[j, :]
+
+softmax done the obvious, numerically stable way in two passes over the keys: first the row's
+largest score (so that exp() never overflows), then each score again, its exponential, their
+sum and the weighted sum of the value rows. Nothing is shared between threads, no tile is
+kept on chip and no tensor core is used: every later stage is measured against this.
+
+Causal attention follows SDPA's rule (query i sees keys j <= i), so a causal row simply stops
+its loops early; any Sq and Sk work because every thread owns whole rows.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from lib import simulator
+from lib.inputs import StageInfo, new_output, validate
+
+cuda = simulator.numba_cuda()
+float32 = np.float32
+
+INFO = StageInfo(
+    number=0,
+    slug="scalar",
+    title="Scalar baseline (numba.cuda)",
+    adds="One thread per query row, plain loops, float32 math, a two-pass softmax: "
+         "correct and slow, the yardstick for every later stage.",
+    backend="numba",
+    min_cc=(7, 5),  # the oldest GPU the CUDA 13 toolkit under numba-cuda still targets
+    dtypes=(torch.float16, torch.bfloat16, torch.float32),
+    head_dims=range(1, 257),
+    sources=("stages/stage0.py",),
+)
+
+MAX_HEAD_DIM = 256     # size of each thread's output accumulator
+THREADS_PER_BLOCK = 128
+
+
+@cuda.jit(device=True)
+def score(q, k, bh, i, j):
+    """q[bh, i] · k[bh, j], accumulated in float32."""
+    s = float32(0)
+    for c in range(q.shape[2]):
+        s += float32(q[bh, i, c]) * float32(k[bh, j, c])
+    return s
+
+
+@cuda.jit
+def attention_rows(q, k, v, out, scale, causal):
+    """q, out: [B*H, Sq, D]; k, v: [B*H, Sk, D]. Thread r computes row r of the flattened
+    [B*H*Sq] rows."""
+    r = cuda.grid(1)
+    if r >= q.shape[0] * q.shape[1]:
+        return
+    bh = r // q.shape[1]
+    i = r % q.shape[1]
+    n_keys = k.shape[1]
+    if causal:
+        n_keys = min(i + 1, n_keys)
+
+    # Pass 1: the row's largest scaled score.
+    row_max = float32(-math.inf)
+    for j in range(n_keys):
+        row_max = max(row_max, score(q, k, bh, i, j) * scale)
+
+    # Pass 2: every score again, exp(score - max), their sum and the weighted value rows.
+    acc = cuda.local.array(MAX_HEAD_DIM, float32)
+    for c in range(q.shape[2]):
+        acc[c] = float32(0)
+    row_sum = float32(0)
+    for j in range(n_keys):
+        p = math.exp(score(q, k, bh, i, j) * scale - row_max)
+        row_sum += p
+        for c in range(q.shape[2]):
+            acc[c] += p * float32(v[bh, j, c])
+
+    for c in range(q.shape[2]):
+        out[bh, i, c] = acc[c] / row_sum
+
+
+def attention(q, k, v, *, causal=False, scale=None):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype."""
+    scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    out_dtype = q.dtype
+    if q.dtype == torch.bfloat16:  # numpy and numba have no bfloat16: read float32 copies
+        q, k, v = q.float(), k.float(), v.float()
+    out = new_output(q)
+    views = (q.view(B * H, Sq, D), k.view(B * H, Sk, D), v.view(B * H, Sk, D),
+             out.view(B * H, Sq, D))
+    blocks = (B * H * Sq + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    if simulator.SIMULATOR:  # numpy views of the CPU tensors: the simulator writes into out
+        attention_rows[blocks, THREADS_PER_BLOCK](*(t.numpy() for t in views),
+                                                  float32(scale), causal)
+    else:
+        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+        arrays = [cuda.as_cuda_array(t, sync=False) for t in views]
+        attention_rows[blocks, THREADS_PER_BLOCK, stream](*arrays, float32(scale), causal)
+    return out.to(out_dtype)  # no copy unless the input was bfloat16
