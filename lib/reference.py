@@ -31,11 +31,19 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     if k.shape[1] != q.shape[1]:  # grouped-query attention: share each K/V head
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    scores = (q @ k.transpose(-1, -2)) * scale
-    if causal:
-        scores = scores.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), -math.inf)
-    return torch.softmax(scores, dim=-1) @ v
-
+    # In slices of heads so the float64 score matrix stays near 1 GiB at long sequences.
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    q, k, v = (t.reshape(B * H, t.shape[2], t.shape[3]) for t in (q, k, v))
+    mask = causal_mask(Sq, Sk, q.device) if causal else None
+    out = torch.empty(B * H, Sq, v.shape[-1], dtype=dtype, device=q.device)
+    step = max(1, (1 << 27) // (Sq * Sk))
+    for a in range(0, B * H, step):
+        scores = (q[a:a + step] @ k[a:a + step].transpose(-1, -2)) * scale
+        if causal:
+            scores.masked_fill_(~mask, -math.inf)
+        out[a:a + step] = torch.softmax(scores, dim=-1) @ v[a:a + step]
+    return out.reshape(B, H, Sq, -1)
 
 def sdpa(q, k, v, *, causal=False, scale=None):
     """PyTorch's own attention (its default backend choice) on the same inputs."""

@@ -59,6 +59,8 @@ def check_numba_mode() -> None:
     """numba decides simulator-or-not when numba.cuda is first imported; make sure that
     happened after this module set the switch."""
     from numba import config
+    if os.environ.get("FA_NUMBA_COMPILE_ONLY") == "1":  # lib.sass compiling without a GPU
+        return
     if bool(config.ENABLE_CUDASIM) != SIMULATOR:
         raise RuntimeError(
             f"numba.cuda was imported before lib decided the mode (simulator={SIMULATOR}, "
@@ -187,6 +189,11 @@ def numba_cuda():
     """numba.cuda, imported in the mode this machine needs (with the shim on the simulator)."""
     from numba import cuda
     check_numba_mode()
-    if SIMULATOR:
+    if config_simulator():
         install_warp_shim()
     return cuda
+
+
+def config_simulator() -> bool:
+    from numba import config
+    return bool(config.ENABLE_CUDASIM)

@@ -36,19 +36,13 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16, torch.float32),
     head_dims=range(1, 257),
     sources=("stages/stage0.py",),
+    # for offline inspection (lib.sass): the kernel and the signature a float16 call compiles
+    extra={"numba_kernels": {"attention_rows": "void(float16[:, :, ::1], float16[:, :, ::1], "
+                             "float16[:, :, ::1], float16[:, :, ::1], float32, boolean)"}},
 )
 
 MAX_HEAD_DIM = 256     # size of each thread's output accumulator
 THREADS_PER_BLOCK = 128
-
-
-@cuda.jit(device=True)
-def score(q, k, bh, i, j):
-    """q[bh, i] · k[bh, j], accumulated in float32."""
-    s = float32(0)
-    for c in range(q.shape[2]):
-        s += float32(q[bh, i, c]) * float32(k[bh, j, c])
-    return s
 
 
 @cuda.jit
@@ -64,21 +58,27 @@ def attention_rows(q, k, v, out, scale, causal):
     if causal:
         n_keys = min(i + 1, n_keys)
 
-    # Pass 1: the row's largest scaled score.
+    # Two passes over the keys, each computing every score q[i]·k[j]·scale afresh:
+    # pass 0 finds the row's largest score, so that exp() below never overflows;
+    # pass 1 sums exp(score - max) and the value rows weighted by it.
     row_max = float32(-math.inf)
-    for j in range(n_keys):
-        row_max = max(row_max, score(q, k, bh, i, j) * scale)
-
-    # Pass 2: every score again, exp(score - max), their sum and the weighted value rows.
+    row_sum = float32(0)
     acc = cuda.local.array(MAX_HEAD_DIM, float32)
     for c in range(q.shape[2]):
         acc[c] = float32(0)
-    row_sum = float32(0)
-    for j in range(n_keys):
-        p = math.exp(score(q, k, bh, i, j) * scale - row_max)
-        row_sum += p
-        for c in range(q.shape[2]):
-            acc[c] += p * float32(v[bh, j, c])
+    for pass_ in range(2):
+        for j in range(n_keys):
+            s = float32(0)
+            for c in range(q.shape[2]):
+                s += float32(q[bh, i, c]) * float32(k[bh, j, c])
+            s *= scale
+            if pass_ == 0:
+                row_max = max(row_max, s)
+            else:
+                p = math.exp(s - row_max)
+                row_sum += p
+                for c in range(q.shape[2]):
+                    acc[c] += p * float32(v[bh, j, c])
 
     for c in range(q.shape[2]):
         out[bh, i, c] = acc[c] / row_sum

@@ -1,0 +1,197 @@
+"""CUDA C++ at run time: NVRTC through NVIDIA's cuda.core, an on-disk cubin cache, and
+launches on torch's current stream.
+
+Compiling needs no GPU (cubin output needs no driver), so CPU machines compile every CUDA
+C++ stage for its target arch and inspect it (lib.sass). Pitfalls this module handles:
+- scalars must be numpy scalars (np.int32 / np.float32): a Python float would be a double;
+- NVRTC needs include paths for mma.h (CUDA's include dir) and CCCL;
+- we compile to cubin, not PTX, so what runs is exactly what lib.sass shows.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lib.simulator import require_gpu
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER_DIRS = (ROOT / "stages",)  # where stages' shared headers (*.cuh) live
+
+
+@lru_cache(maxsize=None)
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+    err, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}"
+
+
+@lru_cache(maxsize=None)
+def include_dirs() -> tuple[str, ...]:
+    """CUDA's headers (mma.h, cuda_fp16.h) and CCCL's: from the pip wheels, else CUDA_HOME."""
+    dirs = []
+    try:
+        import cuda.pathfinder as pf
+        for lib in ("cudart", "cccl"):
+            d = pf.find_nvidia_header_directory(lib)
+            if d:
+                dirs.append(d)
+    except Exception:  # pathfinder missing or too old: fall back to the toolkit
+        pass
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    for d in (Path(home) / "include", Path(home) / "include" / "cccl"):
+        if d.is_dir():
+            dirs.append(str(d))
+    dirs = [d for d in dict.fromkeys(dirs) if d]
+    if not any((Path(d) / "mma.h").exists() for d in dirs):
+        raise RuntimeError("CUDA headers (mma.h) not found: install the nvidia-cuda-runtime "
+                           "and nvidia-cuda-crt wheels (pip install -e .) or set CUDA_HOME")
+    return tuple(dirs) + tuple(str(d) for d in HEADER_DIRS)
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("FA_CACHE_DIR", Path.home() / ".cache" / "fa-stages"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def gpu_arch(device=0, arch_specific=False) -> str:
+    """The current GPU's arch, e.g. 'sm_90' (or 'sm_90a' with arch_specific)."""
+    require_gpu("choosing the GPU's arch")
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}" + ("a" if arch_specific else "")
+
+
+@dataclass
+class Compiled:
+    """A cubin and what ptxas said about it."""
+
+    cubin: bytes
+    log: str
+    arch: str
+    key: str
+    path: Path
+
+    def resource_usage(self) -> dict:
+        """Per-kernel registers, stack, spills and shared memory, from ptxas -v."""
+        return parse_ptxas_log(self.log)
+
+
+def _headers_digest(source: str) -> str:
+    """Hash the local headers the source includes, so editing one recompiles."""
+    h = hashlib.sha256()
+    for name in sorted(set(re.findall(r'#include\s+"([^"]+)"', source))):
+        for d in HEADER_DIRS:
+            p = d / name
+            if p.exists():
+                h.update(name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="kernel.cu",
+                 options: tuple[str, ...] = ()) -> Compiled:
+    """Compile CUDA C++ to a cubin for `arch` ('sm_80', 'sm_90a', ...), with an on-disk cache
+    keyed by source, local headers, defines, options, arch and NVRTC version."""
+    from cuda.core import Program, ProgramOptions
+
+    defines = dict(sorted((defines or {}).items()))
+    key = hashlib.sha256(repr((source, _headers_digest(source), defines, options, arch,
+                               nvrtc_version())).encode()).hexdigest()[:24]
+    cubin_path = cache_dir() / f"{key}.cubin"
+    log_path = cubin_path.with_suffix(".log")
+    if cubin_path.exists() and log_path.exists():
+        return Compiled(cubin_path.read_bytes(), log_path.read_text(), arch, key, cubin_path)
+    opts = ProgramOptions(
+        name=name, arch=arch, std="c++17", include_path=list(include_dirs()),
+        define_macro=[(k, str(v)) for k, v in defines.items()] or None,
+        ptxas_options=["-v", *options], lineinfo=True)
+    log = io.StringIO()
+    try:
+        obj = Program(source, "c++", opts).compile("cubin", logs=log)
+    except Exception as e:
+        raise RuntimeError(f"NVRTC failed to compile {name} for {arch}:\n{log.getvalue()}\n{e}")
+    text = log.getvalue().replace("\x00", "")
+    tmp = cubin_path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(obj.code)
+    log_path.write_text(text)
+    tmp.replace(cubin_path)  # atomic: a concurrent reader never sees half a cubin
+    return Compiled(obj.code, text, arch, key, cubin_path)
+
+
+_PTXAS_FUNC = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                          r"(\d+) bytes spill loads")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas_log(log: str) -> dict:
+    """{kernel: {registers, stack_bytes, spill_stores, spill_loads, static_smem_bytes}}."""
+    out, current = {}, None
+    for line in log.splitlines():
+        if m := _PTXAS_FUNC.search(line):
+            current = out.setdefault(m.group(1), {"registers": 0, "stack_bytes": 0,
+                                                  "spill_stores": 0, "spill_loads": 0,
+                                                  "static_smem_bytes": 0})
+        elif current is not None:
+            if m := _PTXAS_STACK.search(line):
+                current.update(stack_bytes=int(m.group(1)), spill_stores=int(m.group(2)),
+                               spill_loads=int(m.group(3)))
+            if m := _PTXAS_REGS.search(line):
+                current["registers"] = int(m.group(1))
+            if m := _PTXAS_SMEM.search(line):
+                current["static_smem_bytes"] = int(m.group(1))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# running (GPU only)
+
+@lru_cache(maxsize=None)
+def _device():
+    from cuda.core import Device
+    dev = Device(torch.cuda.current_device())
+    dev.set_current()  # the primary context, the one torch uses
+    return dev
+
+
+def load_kernel(compiled: Compiled, name: str, *, max_dynamic_smem: int = 0):
+    """The kernel `name` (an extern "C" symbol) from a cubin, ready to launch. Kernels that
+    use more than 48 KB of dynamic shared memory must ask for it here."""
+    require_gpu("loading a kernel")
+    from cuda.core import ObjectCode
+    _device()
+    kernel = ObjectCode.from_cubin(compiled.cubin).get_kernel(name)
+    if max_dynamic_smem > 48 * 1024:
+        from cuda.bindings import driver
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        (err,) = driver.cuKernelSetAttribute(attr, max_dynamic_smem, kernel.handle,
+                                             _device().device_id)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cannot give {name} {max_dynamic_smem} B of shared memory: {err}")
+    return kernel
+
+
+def launch(kernel, grid, block, *args, smem: int = 0):
+    """Launch on torch's current stream. Tensors are passed as their device pointers; ints
+    and floats must already be numpy scalars of the kernel parameter's type."""
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as cc_launch
+    params = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            params.append(np.intp(a.data_ptr()))
+        elif isinstance(a, (bool, int, float)):
+            raise TypeError(f"pass {a!r} as a numpy scalar (np.int32, np.float32): a Python "
+                            "number has no C type")
+        else:
+            params.append(a)
+    stream = _device().create_stream(torch.cuda.current_stream())
+    cc_launch(stream, LaunchConfig(grid=grid, block=block, shmem_size=smem), kernel, *params)

@@ -1,0 +1,71 @@
+"""Plots of recorded or live results (matplotlib, no display needed)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+import matplotlib.pyplot as plt
+
+from lib.results import shape_text, standard_runs
+
+
+def plot_stages(data: dict, path: Path | None = None):
+    """TFLOPS of every stage at each standard shape, next to SDPA's two backends (log scale)."""
+    runs = [r for r in standard_runs(data) if not r.get("skipped")]
+    keys = list(dict.fromkeys((shape_text(r), r["causal"]) for r in runs))
+    stages = sorted({r["stage"] for r in runs})
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(keys)), 4))
+    width = 0.8 / (len(stages) + 2)
+    for si, st in enumerate(stages):
+        ys = [next((r["tflops"] for r in runs if r["stage"] == st and
+                    (shape_text(r), r["causal"]) == k), 0) for k in keys]
+        ax.bar([i + si * width for i in range(len(keys))], ys, width, label=f"stage {st}")
+    for j, (field, label) in enumerate((("sdpa_tflops", "SDPA default"),
+                                        ("sdpa_flash_tflops", "SDPA flash"))):
+        ys = [max((r.get(field) or 0) for r in runs if (shape_text(r), r["causal"]) == k)
+              for k in keys]
+        ax.bar([i + (len(stages) + j) * width for i in range(len(keys))], ys, width,
+               label=label, hatch="//" if j else None, alpha=0.6)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(keys))])
+    ax.set_xticklabels([f"{s}\n{'causal' if c else 'full'}" for s, c in keys], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("TFLOPS (log scale)")
+    ax.set_title(f"Attention forward on {data['env']['gpu']} ({runs[0]['dtype'] if runs else ''})")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(axis="y", alpha=0.3, which="both")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return Path(path) if path else fig
+
+
+def plot_sweep(data: dict, path: Path | None = None):
+    """TFLOPS against sequence length (B·S fixed), one panel per head dim, non-causal."""
+    runs = [r for r in data["runs"] if r.get("suite") == "sweep" and not r.get("skipped")
+            and not r["causal"]]
+    dims = sorted({r["D"] for r in runs})
+    fig, axes = plt.subplots(1, max(1, len(dims)), figsize=(5 * max(1, len(dims)), 3.6),
+                             squeeze=False)
+    for ax, D in zip(axes[0], dims):
+        rd = [r for r in runs if r["D"] == D]
+        for st in sorted({r["stage"] for r in rd}):
+            pts = sorted((r["Sq"], r["tflops"]) for r in rd if r["stage"] == st)
+            ax.plot(*zip(*pts), marker="o", label=f"stage {st}")
+        for field, label, style in (("sdpa_tflops", "SDPA default", "k--"),
+                                    ("sdpa_flash_tflops", "SDPA flash", "k:")):
+            pts = sorted({r["Sq"]: r[field] for r in rd if r.get(field)}.items())
+            if pts:
+                ax.plot(*zip(*pts), style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length S")
+        ax.set_ylabel("TFLOPS")
+        ax.set_title(f"D={D}, H16, B·S fixed")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return Path(path) if path else fig

@@ -1,0 +1,170 @@
+"""What the hardware runs, read without a GPU: SASS from cuobjdump, its instruction mix,
+and each kernel's registers, stack, local and shared memory.
+
+CUDA C++ stages compile with NVRTC (lib.nvrtc). numba stages compile to PTX with numba's own
+compiler (in a subprocess, since this process may hold numba's simulator instead) and PTX to
+a cubin with cuda.core; both paths end in the same cubin tools.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tool(name: str) -> str:
+    """Path of a CUDA binary utility (cuobjdump, nvdisasm): pip wheel, CUDA_HOME or PATH."""
+    try:
+        import cuda.pathfinder as pf
+        p = pf.find_nvidia_binary_utility(name)
+        if p:
+            return p
+    except Exception:
+        pass
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    for p in (Path(home) / "bin" / name, shutil.which(name)):
+        if p and Path(p).exists():
+            return str(p)
+    raise RuntimeError(f"{name} not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "
+                       "(both are project dependencies) or set CUDA_HOME")
+
+
+def _cuobjdump(cubin: bytes, *flags) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        env = dict(os.environ)
+        env["PATH"] = str(Path(tool("nvdisasm")).parent) + os.pathsep + env.get("PATH", "")
+        r = subprocess.run([tool("cuobjdump"), *flags, f.name], capture_output=True, text=True,
+                           env=env)
+    if r.returncode:
+        raise RuntimeError(f"cuobjdump {' '.join(flags)} failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+def sass_text(cubin: bytes) -> str:
+    return _cuobjdump(cubin, "-sass")
+
+
+_INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)",
+                    re.M)
+
+
+def instruction_mix(sass: str, full: bool = False) -> collections.Counter:
+    """Opcode counts of a SASS listing: 'HMMA', 'FFMA', 'LDG', ... (full=True keeps the
+    modifiers: 'HMMA.16816.F32')."""
+    return collections.Counter(m.group(1) + (m.group(2) if full else "")
+                               for m in _INSTR.finditer(sass))
+
+
+_RES = re.compile(r"Function ([^\s:]+):\s*\n\s*(.*)")
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """{kernel: {'REG': n, 'STACK': bytes, 'SHARED': bytes, 'LOCAL': bytes, ...}}."""
+    out = {}
+    for name, fields in _RES.findall(_cuobjdump(cubin, "--dump-resource-usage")):
+        out[name] = {k: int(v) for k, v in re.findall(r"([A-Z_\[\]0-9]+):(\d+)", fields)}
+    return out
+
+
+@dataclass
+class Inspection:
+    """One compiled kernel module as the hardware sees it."""
+
+    arch: str
+    resources: dict                   # per kernel, from cuobjdump
+    mix: collections.Counter          # opcode counts over the whole cubin
+    sass: str = field(repr=False)
+    ptxas: dict = field(default_factory=dict)  # per kernel, from ptxas -v when available
+
+    def table(self, top: int = 12) -> str:
+        lines = [f"arch {self.arch}"]
+        for k, r in self.resources.items():
+            p = self.ptxas.get(k, {})
+            spill = (f", spills {p['spill_stores']} B stored / {p['spill_loads']} B loaded"
+                     if p else "")
+            lines.append(f"{k}: {r.get('REG', 0)} registers, {r.get('SHARED', 0)} B static shared, "
+                         f"{r.get('STACK', 0)} B stack, {r.get('LOCAL', 0)} B local{spill}")
+        total = sum(self.mix.values())
+        lines.append(f"instruction mix ({total} SASS instructions):")
+        for op, n in self.mix.most_common(top):
+            lines.append(f"  {op:<8} {n:5d}  {100 * n / total:5.1f}%")
+        return "\n".join(lines)
+
+
+def inspect_cubin(cubin: bytes, arch: str, ptxas: dict | None = None) -> Inspection:
+    sass = sass_text(cubin)
+    return Inspection(arch, resource_usage(cubin), instruction_mix(sass), sass, ptxas or {})
+
+
+# --------------------------------------------------------------------------------------------
+# numba kernels
+
+def numba_cubin(module: str, kernel: str, signature: str, cc=(9, 0)) -> bytes:
+    """Compile `module.kernel` (a @cuda.jit kernel) for compute capability cc to a cubin,
+    without a GPU. Runs numba's real compiler in a subprocess, since this process may have
+    the simulator in place of numba.cuda."""
+    code = (
+        "import sys, json, importlib;"
+        "from numba import cuda;"
+        f"m = importlib.import_module({module!r});"
+        f"ptx, _ = cuda.compile_ptx(getattr(m, {kernel!r}).py_func, {signature!r}, cc={tuple(cc)!r});"
+        "sys.stdout.write(ptx)")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", FA_NUMBA_COMPILE_ONLY="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT)
+    if r.returncode:
+        raise RuntimeError(f"numba could not compile {module}.{kernel}:\n{r.stderr[-3000:]}")
+    from cuda.core import Program, ProgramOptions
+    arch = f"sm_{cc[0]}{cc[1]}"
+    return Program(r.stdout, "ptx", ProgramOptions(arch=arch)).compile("cubin").code
+
+
+def inspect_stage(n: int, arch: str = "sm_90a") -> dict[str, Inspection]:
+    """Compile stage n for `arch` without a GPU and inspect every kernel module it has:
+    {module name: Inspection}. numba stages list (kernel, signature) in
+    INFO.extra['numba_kernels']; CUDA C++ stages provide compile_for(arch)."""
+    import stages
+    mod = stages.get(n)
+    out = {}
+    if mod.INFO.backend == "numba":
+        cc = tuple(int(c) for c in re.match(r"sm_(\d)(\d+)", arch).groups())
+        numba_arch = f"sm_{cc[0]}{cc[1]}"  # numba emits no arch-specific ('a') code
+        for kernel, sig in mod.INFO.extra["numba_kernels"].items():
+            cubin = numba_cubin(mod.__name__, kernel, sig, cc)
+            out[kernel] = inspect_cubin(cubin, numba_arch)
+    else:
+        for name, compiled in mod.compile_for(arch).items():
+            out[name] = inspect_cubin(compiled.cubin, arch, compiled.resource_usage())
+    return out
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description="Compile a stage offline and show what the "
+                                             "hardware runs.")
+    ap.add_argument("stage", type=int)
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    result = inspect_stage(a.stage, a.arch)
+    if a.json:
+        print(json.dumps({k: {"arch": v.arch, "resources": v.resources, "mix": dict(v.mix)}
+                          for k, v in result.items()}, indent=1))
+    else:
+        for name, ins in result.items():
+            print(f"== {name}\n{ins.table()}")
+
+
+if __name__ == "__main__":
+    main()

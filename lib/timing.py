@@ -1,0 +1,122 @@
+"""Timing on the GPU: CUDA events on the current stream, warm-up after compilation, L2
+flushed before every timed run, median of many runs. Also SDPA's backends timed the same way,
+and the machine's own ceilings (copy bandwidth, matmul rate) that the roofline uses."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from lib.reference import attention_flops
+from lib.simulator import require_gpu
+
+
+@dataclass
+class Timing:
+    median_us: float
+    min_us: float
+    p20_us: float
+    p80_us: float
+    runs: int
+
+    def as_dict(self):
+        return asdict(self)
+
+
+_flush_buffer = None
+
+
+def flush_l2():
+    """Write a buffer twice the size of L2, so the next kernel reads its inputs from HBM."""
+    global _flush_buffer
+    if _flush_buffer is None:
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        _flush_buffer = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
+    _flush_buffer.zero_()
+
+
+def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=True) -> Timing:
+    """Median device time of fn() in microseconds. Runs as many times as fit in budget_s,
+    between min_runs and max_runs; the first `warmup` calls (compilation, caches) are not
+    counted."""
+    require_gpu("timing")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # one probe run sizes the loop
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if flush:
+        flush_l2()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    probe_s = start.elapsed_time(end) / 1e3
+    runs = int(min(max_runs, max(min_runs, budget_s / max(probe_s, 1e-6))))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(runs)]
+    for s, e in events:
+        if flush:
+            flush_l2()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    us = sorted(s.elapsed_time(e) * 1e3 for s, e in events)
+    q = statistics.quantiles(us, n=5) if len(us) > 1 else [us[0]] * 4
+    return Timing(median_us=statistics.median(us), min_us=us[0], p20_us=q[0], p80_us=q[3],
+                  runs=runs)
+
+
+def tflops(B, H, Sq, Sk, D, causal, us) -> float:
+    return attention_flops(B, H, Sq, Sk, D, causal) / (us * 1e-6) / 1e12
+
+
+SDPA_BACKENDS = {"default": None, "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+
+
+def sdpa_call(q, k, v, *, causal=False, scale=None, backend="default"):
+    """A zero-argument callable running SDPA with one backend forced (or its default choice);
+    None when that backend cannot take these inputs (say FLASH with float32)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    name = SDPA_BACKENDS[backend]
+
+    def call():
+        if name is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        with sdpa_kernel(getattr(SDPBackend, name)):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    try:
+        call()
+    except RuntimeError:  # "No available kernel" for these inputs
+        return None
+    return call
+
+
+def time_sdpa(q, k, v, *, causal=False, scale=None, backend="default", **kw):
+    fn = sdpa_call(q, k, v, causal=causal, scale=scale, backend=backend)
+    return None if fn is None else time_cuda(fn, **kw)
+
+
+def measure_ceilings(dtype=torch.bfloat16) -> dict:
+    """This GPU's two ceilings, measured: device-to-device copy bandwidth (bytes read plus
+    written) and the rate of a large matrix product on random data."""
+    require_gpu("measuring the ceilings")
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    t_copy = time_cuda(lambda: dst.copy_(src), flush=False, min_runs=10, budget_s=0.5)
+    m = 8192
+    a = torch.randn(m, m, device="cuda", dtype=dtype)
+    b = torch.randn(m, m, device="cuda", dtype=dtype)
+    t_mm = time_cuda(lambda: a @ b, flush=False, min_runs=10, budget_s=0.5)
+    del src, dst, a, b
+    return {"copy_GBps": 2 * n / (t_copy.median_us * 1e-6) / 1e9,
+            "matmul_TFLOPS": 2 * m ** 3 / (t_mm.median_us * 1e-6) / 1e12,
+            "matmul_dtype": str(dtype).replace("torch.", ""),
+            "matmul_shape": f"{m}x{m}x{m}"}
