@@ -30,6 +30,7 @@ STANDARD_SHAPES = [("latency", 1, 8, 512, 64), ("throughput", 16, 16, 2048, 64),
 SWEEP_TOKENS = 16384  # sweeps over S keep B·S fixed
 SWEEP_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 SIM_SHAPES = [(1, 2, 17, 17, 16), (1, 1, 33, 20, 8)]  # (B, H, Sq, Sk, D) for the simulator
+CHECK_SHAPES = [(1, 2, 64, 64, 64), (1, 2, 67, 45, 64), (2, 1, 45, 67, 64)]  # a small, odd ones
 
 
 def log(msg: str) -> None:
@@ -131,27 +132,38 @@ def run_gpu(mods, suites, dtype, max_call_s):
     return runs
 
 
-def run_cpu(mods):
-    """No GPU: the simulator for numba stages, the offline compile for CUDA C++ stages."""
-    from lib.sass import inspect_stage
+def check_all(mods, shapes, dtypes=None) -> bool:
+    """Correctness only (no timing): every stage that can run here, on each shape, causal and
+    not, each dtype. The simulator path without a GPU; what compute-sanitizer runs on one."""
     ok = True
     for mod in mods:
         info = mod.INFO
-        if info.backend == "numba":
-            for B, H, Sq, Sk, D in SIM_SHAPES:
-                for causal in (False, True):
-                    for dtype in info.dtypes:
-                        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
-                        with poisoned_outputs():
-                            out = mod.attention(q, k, v, causal=causal)
-                        c = check_output(out, q, k, v, causal=causal)
-                        ok &= c.passed
-                        print(f"stage {info.number} (simulator) B{B} H{H} S{Sq}/{Sk} D{D} "
-                              f"{DTYPE_NAMES[dtype]} {'causal' if causal else 'full'}: "
-                              f"{c.summary()}")
-        else:
-            for name, ins in inspect_stage(info.number).items():
-                print(f"stage {info.number} (offline compile) {name}:\n{ins.table(top=6)}")
+        if not HAS_GPU and info.backend != "numba":
+            continue
+        for B, H, Sq, Sk, D in shapes:
+            if D not in info.head_dims:
+                continue
+            for causal in (False, True):
+                for dtype in dtypes or info.dtypes:
+                    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
+                    with poisoned_outputs():
+                        out = mod.attention(q, k, v, causal=causal)
+                    c = check_output(out, q, k, v, causal=causal)
+                    ok &= c.passed
+                    print(f"stage {info.number} ({'GPU' if HAS_GPU else 'simulator'}) "
+                          f"B{B} H{H} S{Sq}/{Sk} D{D} {DTYPE_NAMES[dtype]} "
+                          f"{'causal' if causal else 'full'}: {c.summary()}", flush=True)
+    return ok
+
+
+def run_cpu(mods):
+    """No GPU: the simulator for numba stages, the offline compile for CUDA C++ stages."""
+    from lib.sass import inspect_stage
+    ok = check_all(mods, SIM_SHAPES)
+    for mod in mods:
+        if mod.INFO.backend != "numba":
+            for name, ins in inspect_stage(mod.INFO.number).items():
+                print(f"stage {mod.INFO.number} (offline compile) {name}:\n{ins.table(top=6)}")
     return ok
 
 
@@ -165,6 +177,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     ap.add_argument("--max-call-s", type=float, default=10.0,
                     help="skip a shape whose predicted time per call exceeds this")
+    ap.add_argument("--check", action="store_true",
+                    help="correctness only, at a small and odd shapes (for compute-sanitizer)")
     ap.add_argument("--record", action="store_true",
                     help="write results/<gpu>.json, the plots and the README table")
     a = ap.parse_args(argv)
@@ -173,6 +187,9 @@ def main(argv=None) -> int:
     numbers = stages.NUMBERS if a.stages is None else a.stages
     mods = [stages.get(n) for n in numbers]
     print(banner(), flush=True)
+    if a.check:
+        return 0 if check_all(mods, CHECK_SHAPES if HAS_GPU else SIM_SHAPES,
+                              [getattr(torch, a.dtype)]) else 1
     if not HAS_GPU:
         if a.record:
             log("--record needs a GPU: nothing recorded")

@@ -140,6 +140,8 @@ def validate(q, k, v, *, causal, scale, info: StageInfo) -> float:
 def check_device(info: StageInfo, *tensors) -> None:
     """The tensors' device and this machine's GPU must suit the stage."""
     on_simulator = simulator.SIMULATOR and info.backend == "numba"
+    if not on_simulator:
+        simulator.require_gpu(f"stage {info.number} ({info.title})")
     want = "cpu" if on_simulator else "cuda"
     for name, t in zip("qkv", tensors):
         if t.device.type != want:
@@ -152,7 +154,6 @@ def check_device(info: StageInfo, *tensors) -> None:
         raise ValueError(f"q, k and v must be on one device, got {sorted(map(str, devices))}")
     if on_simulator:
         return
-    simulator.require_gpu(f"stage {info.number} ({info.title})")
     cc = torch.cuda.get_device_capability(tensors[0].device)
     if cc < info.min_cc:
         raise GPUTooOldError(

@@ -114,7 +114,8 @@ def load(path: str | Path | None = None) -> dict | None:
         if path is None:
             return None
     data = json.loads(Path(path).read_text())
-    data["_path"] = str(Path(path).relative_to(ROOT) if Path(path).is_absolute() else path)
+    path = Path(path).resolve()
+    data["_path"] = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
     return data
 
 

@@ -141,8 +141,11 @@ def inspect_stage(n: int, arch: str = "sm_90a") -> dict[str, Inspection]:
         cc = tuple(int(c) for c in re.match(r"sm_(\d)(\d+)", arch).groups())
         numba_arch = f"sm_{cc[0]}{cc[1]}"  # numba emits no arch-specific ('a') code
         for kernel, sig in mod.INFO.extra["numba_kernels"].items():
-            cubin = numba_cubin(mod.__name__, kernel, sig, cc)
-            out[kernel] = inspect_cubin(cubin, numba_arch)
+            ins = inspect_cubin(numba_cubin(mod.__name__, kernel, sig, cc), numba_arch)
+            # keep the kernel (under its Python name), not numba's mangled name or the
+            # runtime's helper routines
+            ins.resources = {kernel: r for name, r in ins.resources.items() if kernel in name}
+            out[kernel] = ins
     else:
         for name, compiled in mod.compile_for(arch).items():
             out[name] = inspect_cubin(compiled.cubin, arch, compiled.resource_usage())

@@ -1,0 +1,231 @@
+"""Helpers the notebooks share: the mode banner, a stage's source and its diff against the
+previous stage, checks on several shapes, live timings, and recorded tables."""
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+
+import torch
+
+from lib import results as R
+from lib.inputs import DTYPE_NAMES, make_qkv, poisoned_outputs
+from lib.reference import check_output
+from lib.simulator import HAS_GPU, banner
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _md(text: str):
+    from IPython.display import Markdown, display
+    display(Markdown(text))
+
+
+def show_banner() -> None:
+    """First cell of every notebook: which mode this is, and where recorded numbers come from."""
+    lines = [f"**{banner()}**"]
+    data = R.load()
+    if data:
+        lines.append(f"Recorded results: {R.provenance(data)}")
+    _md("\n\n".join(lines))
+
+
+def show_source(path: str, start: str | None = None, end: str | None = None) -> None:
+    """Show a file (or the part from the line containing `start` up to, not including, the
+    line containing `end`), read from the repository, so the notebook never drifts from it."""
+    text = (ROOT / path).read_text()
+    lines = text.splitlines()
+    a = next((i for i, ln in enumerate(lines) if start in ln), 0) if start else 0
+    b = next((i for i, ln in enumerate(lines[a + 1:], a + 1) if end in ln), len(lines)) \
+        if end else len(lines)
+    lang = "cuda" if path.endswith((".cu", ".cuh")) else "python"
+    _md(f"`{path}` (lines {a + 1}–{b})\n```{lang}\n" + "\n".join(lines[a:b]) + "\n```")
+
+
+def show_diff(old: str, new: str) -> None:
+    """Unified diff of two source files of the repository."""
+    d = difflib.unified_diff((ROOT / old).read_text().splitlines(),
+                             (ROOT / new).read_text().splitlines(), old, new, lineterm="", n=2)
+    _md("```diff\n" + "\n".join(d) + "\n```")
+
+
+def check_shapes(attention, shapes, dtypes=(torch.float16,)):
+    """Run `attention` on fresh random inputs for each (B, H, Sq, Sk, D, causal) and dtype;
+    print one line per case; return the list of lib.reference.Check."""
+    checks = []
+    for B, H, Sq, Sk, D, causal in shapes:
+        for dtype in dtypes:
+            q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
+            with poisoned_outputs():
+                out = attention(q, k, v, causal=causal)
+            c = check_output(out, q, k, v, causal=causal)
+            checks.append(c)
+            print(f"B{B} H{H} Sq{Sq} Sk{Sk} D{D} {DTYPE_NAMES[dtype]:8s} "
+                  f"{'causal' if causal else 'full  '}  {c.summary()}")
+    return checks
+
+
+def verdict(checks) -> None:
+    """The line nbval checks: identical in every mode, so it can be compared."""
+    bad = sum(not c.passed for c in checks)
+    print("verdict: PASS — every case within the FlashAttention-3 bound" if not bad
+          else f"verdict: FAIL — {bad} case(s) outside the bound")
+
+
+def recorded_runs(stage: int | None = None, suite: str = "standard") -> list[dict]:
+    data = R.load()
+    if not data:
+        return []
+    return [r for r in data["runs"] if r.get("suite", "standard") == suite
+            and (stage is None or r["stage"] == stage)]
+
+
+def show_recorded(stage: int | None = None, suite: str = "standard") -> None:
+    """The recorded table (from results/), labelled with its device, date and commit."""
+    data = R.load()
+    if not data:
+        print("no recorded results yet: run `python -m lib.bench --record` on a GPU")
+        return
+    peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
+    _md(f"*Recorded, not measured in this session.* {R.provenance(data)}\n\n"
+        + R.markdown_table(recorded_runs(stage, suite), peak))
+
+
+def gpu_only(what: str) -> bool:
+    """True when a GPU is here; otherwise say that this cell is skipped and why."""
+    if not HAS_GPU:
+        print(f"(no GPU in this session: {what} skipped; recorded figures are shown below)")
+    return HAS_GPU
+
+
+def show_recorded_plot(suffix: str = "") -> None:
+    """The recorded plot results/<gpu><suffix>.png (written by `python -m lib.bench --record`),
+    labelled as recorded; a note when there is none."""
+    data = R.load()
+    path = R.RESULTS_DIR / f"{R.gpu_slug(data['env']['gpu'])}{suffix}.png" if data else None
+    if path is None or not path.exists():
+        print(f"no recorded plot results/<gpu>{suffix}.png yet: run "
+              "`python -m lib.bench --record` on a GPU")
+        return
+    from IPython.display import Image, display
+    _md(f"*Recorded, not measured in this session:* `{path.relative_to(ROOT)}` "
+        f"({data['env']['gpu']}, commit {data['env']['commit'][:10]}, {data['env']['date']})")
+    display(Image(filename=str(path)))
+
+
+def _fp32_tflops(m: int = 4096) -> float:
+    """The CUDA cores' FP32 rate, measured: an FP32 matrix product with TF32 off (cuBLAS then
+    uses FFMA, not tensor cores)."""
+    from lib.timing import time_cuda
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        a, b = (torch.randn(m, m, device="cuda") for _ in range(2))
+        t = time_cuda(lambda: a @ b, flush=False, min_runs=10, budget_s=0.3)
+    finally:
+        torch.set_float32_matmul_precision(old)
+    return 2 * m ** 3 / (t.median_us * 1e-6) / 1e12
+
+
+def ceilings() -> dict | None:
+    """The GPU's ceilings a prediction divides by: measured now on a GPU
+    (lib.timing.measure_ceilings, plus 'fp32_TFLOPS', the CUDA cores' FP32 rate), else the
+    recorded ones (results/), else None. 'source' says which."""
+    if HAS_GPU:
+        from lib.timing import measure_ceilings
+        c = measure_ceilings()
+        c.setdefault("fp32_TFLOPS", _fp32_tflops())
+        return {**c, "source": f"measured now on {torch.cuda.get_device_name(0)}"}
+    data = R.load()
+    if not data or not data.get("ceilings"):
+        return None
+    return {**data["ceilings"], "source": f"recorded, not measured here: {R.provenance(data)}"}
+
+
+# Opcode families of the SASS instruction mix, for a learner's first look at what runs.
+INSTRUCTION_CLASSES = {
+    "tensor core": ("HMMA", "HGMMA", "IMMA", "QGMMA", "IGMMA", "BGMMA"),
+    "FP32 math": ("FFMA", "FADD", "FMUL", "FMNMX", "FSETP", "FSEL", "FCHK", "FSWZADD"),
+    "FP16 math / conversion": ("HADD2", "HFMA2", "HMUL2", "HMNMX2", "HSETP2", "F2FP", "F2F",
+                               "I2F", "F2I", "I2FP", "F2IP"),
+    "special function (MUFU)": ("MUFU",),
+    "global memory": ("LDG", "STG", "LD", "ST", "ATOMG", "RED", "LDGSTS", "LDGDEPBAR"),
+    "local memory": ("LDL", "STL"),
+    "shared memory": ("LDS", "STS", "LDSM", "STSM", "ATOMS"),
+    "TMA / async barriers": ("UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF", "SYNCS"),
+    "integer / address": ("IMAD", "IADD3", "IADD", "VIADD", "ISETP", "SEL", "LOP3", "LEA", "SHF",
+                          "IABS", "IMNMX", "VIMNMX", "IMUL", "POPC", "FLO", "BREV", "PRMT"),
+    "warp shuffle / vote": ("SHFL", "VOTE", "VOTEU", "MATCH", "REDUX"),
+    "control flow": ("BRA", "BRX", "JMP", "BSSY", "BSYNC", "CALL", "RET", "EXIT", "BAR",
+                     "WARPSYNC", "YIELD", "BREAK", "ELECT", "NANOSLEEP"),
+}
+
+
+def instruction_classes(mix) -> list[tuple[str, int, float]]:
+    """Group an opcode Counter (lib.sass.instruction_mix) into INSTRUCTION_CLASSES:
+    [(class, count, percent of all)], largest first. Opcodes of the uniform datapath (U*,
+    R2UR, S2UR) form their own class; everything else (MOV, NOP, S2R, ...) is 'other'."""
+    family = {op: cls for cls, ops in INSTRUCTION_CLASSES.items() for op in ops}
+    counts = {}
+    for op, n in mix.items():
+        cls = family.get(op) or ("uniform datapath" if op.startswith("U") or op in
+                                 ("R2UR", "S2UR") else "other")
+        counts[cls] = counts.get(cls, 0) + n
+    total = sum(counts.values()) or 1
+    return sorted(((c, n, 100 * n / total) for c, n in counts.items()), key=lambda t: -t[1])
+
+
+def innermost_loops(sass: str, kernel: str) -> list[dict]:
+    """The innermost loops of `kernel` (a substring of its name) in a SASS listing: for each
+    backward branch that jumps over no other loop, {'start', 'end' (addresses), 'sass' (its
+    lines), 'mix' (opcode Counter)}. A loop body runs once per iteration, so its mix is close to
+    what the hardware executes; the whole-kernel mix counts each instruction once."""
+    from lib.sass import instruction_mix
+    parts = sass.split("Function : ")
+    body = next((p for p in parts[1:] if kernel in p.split("\n", 1)[0]), None)
+    if body is None:
+        raise ValueError(f"no function named like {kernel!r} in the listing")
+    lines = [ln for ln in body.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+    addr = [int(re.match(r"\s+/\*([0-9a-f]+)\*/", ln).group(1), 16) for ln in lines]
+    loops = []
+    for i, ln in enumerate(lines):
+        m = re.search(r"\bBRA\b[^;]*?0x([0-9a-f]+)\s*;", ln)
+        if m and int(m.group(1), 16) < addr[i]:
+            loops.append((int(m.group(1), 16), addr[i]))
+    inner = [(a, b) for a, b in loops
+             if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
+    out = []
+    for a, b in sorted(inner):
+        text = "\n".join(ln for ln, x in zip(lines, addr) if a <= x <= b)
+        out.append({"start": a, "end": b, "sass": text, "mix": instruction_mix(text)})
+    return out
+
+
+def execute(paths, timeout=1200) -> int:
+    """Execute notebooks in place (outputs kept), as on the GPU before committing them."""
+    import time
+
+    import nbformat
+    from nbclient import NotebookClient
+    failed = 0
+    for p in map(Path, paths):
+        t0 = time.time()
+        nb = nbformat.read(p, as_version=4)
+        try:
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(p.parent)}}).execute()
+            status = "ok"
+        except Exception as e:  # keep going: write what ran, report the failure
+            failed += 1
+            status = f"FAILED: {type(e).__name__}: {str(e)[-2000:]}"
+        nbformat.write(nb, p)
+        print(f"{p}: {status} ({time.time() - t0:.0f} s)", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(description="Execute notebooks in place, keeping outputs.")
+    ap.add_argument("--execute", nargs="+", required=True, metavar="NOTEBOOK")
+    sys.exit(execute(ap.parse_args().execute))

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Every GPU step of a session in one go, on a machine with a CUDA GPU:
+#   1. the benchmark in record mode (results/<gpu>.json, plots, README table),
+#   2. the notebooks executed in place, so they are committed with GPU outputs,
+#   3. the whole pytest suite with nbval (stages running for real),
+#   4. compute-sanitizer memcheck and racecheck on every stage at a small and an odd shape.
+# Logs and the changed files end up in $OUT (default ./gpu-out) as gpu-run.tgz.
+#
+# Usage (repo root):  bash scripts/gpu_session.sh
+# On the curriculum's H100 machine (no package registry, numpy 2.5), first fetch wheels on a
+# CPU machine with `bash ../shared/h100/fetch-wheels.sh` and carry .whl/ along: they are
+# installed here before anything else. Set FA_GIT_COMMIT to the commit being measured when
+# the tree has no .git.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT/logs"
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1 NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 FA_CACHE_DIR=/tmp/fa-cache
+
+nvidia-smi > "$OUT/logs/nvidia-smi.txt" 2>&1
+python3 -c "import torch, numpy, numba, numba_cuda; print('torch', torch.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/logs/versions.txt"
+
+: > "$OUT/summary.txt"
+step() {  # step NAME CMD...: run, log to $OUT/logs/NAME.log, record the exit code
+  local name=$1; shift
+  local t0=$(date +%s)
+  echo "== $name: $*"
+  "$@" > "$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT/logs/$name.log"
+  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+}
+
+step bench python3 -m lib.bench --record --sweep ${FA_BENCH_ARGS:-}
+step notebooks python3 -m lib.notebook --execute notebooks/*.ipynb
+step pytest python3 -m pytest -p no:cacheprovider -q
+for tool in memcheck racecheck; do
+  step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    python3 -m lib.bench --check
+done
+
+tar czf "$OUT/gpu-run.tgz" results README.md notebooks -C "$OUT" logs summary.txt
+cat "$OUT/summary.txt"

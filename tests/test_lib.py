@@ -1,0 +1,294 @@
+"""Unit tests of the shared harness (lib/)."""
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import cpu_only, gpu
+from lib import inputs, nvrtc, reference, results, sass
+from lib.simulator import HAS_GPU, SIMULATOR, GPURequiredError, numba_cuda
+
+HERE = Path(__file__).resolve().parent
+
+
+# ---------------------------------------------------------------------------------------------
+# reference and the error rule
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("Sq,Sk", [(7, 7), (5, 11), (11, 5)])
+def test_reference_matches_sdpa_math(Sq, Sk, causal, seed):
+    q, k, v = inputs.make_qkv(2, 3, Sq, 16, Sk=Sk, dtype=torch.float64, device="cpu", seed=seed)
+    ref = reference.reference_attention(q, k, v, causal=causal)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(ref, want, rtol=1e-10, atol=1e-12)
+
+
+def test_reference_slices_heads_like_whole(seed):
+    q, k, v = inputs.make_qkv(2, 3, 9, 8, dtype=torch.float32, device="cpu", seed=seed)
+    whole = reference.reference_attention(q, k, v, causal=True)
+    sliced = reference.reference_attention(q, k, v, causal=True, max_scores=81)  # a head a slice
+    torch.testing.assert_close(whole, sliced, rtol=0, atol=0)
+
+
+def test_error_rule_passes_sdpa_and_fails_perturbed(seed):
+    q, k, v = inputs.make_qkv(1, 2, 33, 16, dtype=torch.float16, device="cpu", seed=seed)
+    good = reference.reference_attention(q, k, v).to(torch.float16)
+    assert reference.check_output(good, q, k, v).passed
+    bad = good.clone()
+    bad[0, 1, 7, 3] += 0.05  # one element off by far more than fp16 rounding
+    c = reference.check_output(bad, q, k, v)
+    assert not c.passed and c.max_abs_err >= 0.04
+
+
+def test_error_rule_fails_unwritten_output(seed):
+    q, k, v = inputs.make_qkv(1, 1, 5, 8, dtype=torch.bfloat16, device="cpu", seed=seed)
+    out = reference.reference_attention(q, k, v).to(torch.bfloat16)
+    out[0, 0, 4, 7] = math.nan
+    c = reference.check_output(out, q, k, v)
+    assert not c.passed and c.nonfinite == 1
+
+
+def test_flops_and_bytes():
+    assert reference.attention_flops(2, 3, 5, 7, 11) == 4 * 2 * 3 * 5 * 7 * 11
+    assert reference.attention_flops(2, 3, 5, 7, 11, causal=True) == 2 * 2 * 3 * 5 * 7 * 11
+    assert reference.attention_min_bytes(1, 2, 3, 4, 8, 2) == 2 * (2 * 2 * 3 * 8 + 2 * 2 * 4 * 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+def test_make_qkv_is_fresh_random_and_seedable():
+    a = inputs.make_qkv(1, 2, 5, 8, Sk=7, Hkv=1, device="cpu")
+    b = inputs.make_qkv(1, 2, 5, 8, Sk=7, Hkv=1, device="cpu")
+    assert [t.shape for t in a] == [(1, 2, 5, 8), (1, 1, 7, 8), (1, 1, 7, 8)]
+    assert not torch.equal(a[0], b[0])
+    assert all(t.abs().sum() > 0 for t in a)
+    c, d = (inputs.make_qkv(1, 2, 5, 8, device="cpu", seed=3) for _ in range(2))
+    assert all(torch.equal(x, y) for x, y in zip(c, d))
+
+
+def test_poisoned_outputs():
+    q = torch.ones(1, 1, 2, 4)
+    with inputs.poisoned_outputs():
+        assert torch.isnan(inputs.new_output(q)).all()
+    out = inputs.new_output(q, D=3, dtype=torch.float16)
+    assert out.shape == (1, 1, 2, 3) and out.dtype == torch.float16
+
+
+def test_validate_returns_default_scale():
+    info = dataclasses.replace(__import__("stages").get(0).INFO)
+    q, k, v = inputs.make_qkv(1, 1, 3, 16, dtype=torch.float32)
+    assert inputs.validate(q, k, v, causal=False, scale=None, info=info) == pytest.approx(0.25)
+    assert inputs.validate(q, k, v, causal=False, scale=2, info=info) == 2.0
+
+
+@cpu_only
+def test_cuda_stage_without_gpu_says_so():
+    info = dataclasses.replace(__import__("stages").get(0).INFO, backend="nvrtc")
+    q, k, v = inputs.make_qkv(1, 1, 3, 16, dtype=torch.float16, device="cpu")
+    with pytest.raises(GPURequiredError, match="lib.sass"):
+        inputs.validate(q, k, v, causal=False, scale=None, info=info)
+
+
+# ---------------------------------------------------------------------------------------------
+# the warp shim (simulator) / real warp functions (GPU): the same kernel, checked with numpy
+
+cuda = numba_cuda()
+
+
+@cuda.jit
+def _warp_ops(x, out):
+    t = cuda.threadIdx.x
+    lane = t % 32
+    mask = cuda.activemask()
+    v = x[t]
+    out[0, t] = cuda.shfl_sync(mask, v, 0)
+    out[1, t] = cuda.shfl_up_sync(mask, v, 3)
+    out[2, t] = cuda.shfl_down_sync(mask, v, 2)
+    s = v
+    for m in (1, 2, 4, 8):  # butterfly sum within groups of 16 lanes
+        s += cuda.shfl_xor_sync(mask, s, m)
+    out[3, t] = s
+    out[4, t] = cuda.ballot_sync(mask, v > 0)
+    out[5, t] = cuda.all_sync(mask, v > -100)
+    out[6, t] = cuda.any_sync(mask, v > 2.5)
+    cuda.syncwarp(mask)
+    out[7, t] = mask
+    out[8, t] = lane
+
+
+@pytest.mark.parametrize("threads", [64, 48])  # 48: the second warp is partial (16 lanes)
+def test_warp_functions_match_numpy(threads):
+    rng = np.random.default_rng()
+    x = rng.standard_normal(threads).astype(np.float32)
+    out = np.zeros((9, threads), dtype=np.float32)
+    _warp_ops[1, threads](x, out)
+    for w in range(0, threads, 32):
+        xs = x[w:w + 32]
+        n = len(xs)
+        lanes = np.arange(n)
+        np.testing.assert_array_equal(out[0, w:w + n], np.full(n, xs[0]))
+        np.testing.assert_array_equal(out[1, w:w + n], np.where(lanes >= 3, xs[lanes - 3], xs))
+        ok = lanes + 2 < n  # beyond the warp's last lane the value is undefined on hardware
+        np.testing.assert_array_equal(out[2, w:w + n][ok], xs[lanes[ok] + 2])
+        sums = xs.reshape(-1, 16).sum(axis=1).repeat(16)
+        np.testing.assert_allclose(out[3, w:w + n], sums, rtol=1e-5, atol=1e-5)
+        ballot = sum(1 << int(i) for i in lanes if xs[i] > 0)
+        assert (out[4, w:w + n].astype(np.float64) == float(np.float32(ballot))).all()
+        assert (out[5, w:w + n] == 1).all()
+        assert (out[6, w:w + n] == float(bool((xs > 2.5).any()))).all()
+        assert (out[7, w:w + n] == float(np.float32((1 << n) - 1))).all()
+        np.testing.assert_array_equal(out[8, w:w + n], lanes)
+
+
+# ---------------------------------------------------------------------------------------------
+# NVRTC: offline compile, cache, resource report, SASS; launch on a GPU
+
+WMMA_SOURCE = (HERE / "kernels" / "wmma_tile.cu").read_text()
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_wmma_compiles_offline_with_hmma(arch, tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_CACHE_DIR", str(tmp_path))
+    c = nvrtc.compile_cuda(WMMA_SOURCE, arch=arch, name="wmma_tile.cu")
+    assert c.cubin[:4] == b"\x7fELF" and c.path.exists()
+    usage = c.resource_usage()["wmma_tile"]
+    assert usage["registers"] > 0 and usage["spill_stores"] == 0
+    mix = sass.instruction_mix(sass.sass_text(c.cubin))
+    assert mix["HMMA"] >= 2  # a 16x16x16 WMMA is two HMMA.16816 on sm_80+
+    assert sass.resource_usage(c.cubin)["wmma_tile"]["REG"] == usage["registers"]
+    again = nvrtc.compile_cuda(WMMA_SOURCE, arch=arch, name="wmma_tile.cu")
+    assert again.key == c.key and again.cubin == c.cubin  # served from the disk cache
+    other = nvrtc.compile_cuda(WMMA_SOURCE, arch=arch, name="wmma_tile.cu", defines={"X": 1})
+    assert other.key != c.key
+
+
+def test_compile_error_shows_the_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_CACHE_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match="undefined_thing"):
+        nvrtc.compile_cuda('extern "C" __global__ void f() { undefined_thing(); }', arch="sm_80")
+
+
+def test_ptxas_log_parser():
+    log = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+           "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+           "ptxas info    : Used 168 registers, used 1 barriers, 32768 bytes smem\n")
+    assert nvrtc.parse_ptxas_log(log) == {"k": {"registers": 168, "stack_bytes": 16,
+                                                "spill_stores": 8, "spill_loads": 4,
+                                                "static_smem_bytes": 32768}}
+
+
+@gpu
+def test_wmma_launch_on_torch_tensors(seed):
+    torch.manual_seed(seed)
+    a = torch.randn(16, 16, device="cuda", dtype=torch.float16)
+    b = torch.randn(16, 16, device="cuda", dtype=torch.float16)
+    c = torch.full((16, 16), math.nan, device="cuda")
+    kernel = nvrtc.load_kernel(nvrtc.compile_cuda(WMMA_SOURCE, arch=nvrtc.gpu_arch()), "wmma_tile")
+    nvrtc.launch(kernel, (1, 1, 1), (32, 1, 1), a, b, c, np.float32(0.5))
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c, 0.5 * (a.float() @ b.float()), rtol=1e-3, atol=1e-3)
+    with pytest.raises(TypeError, match="numpy scalar"):
+        nvrtc.launch(kernel, (1, 1, 1), (32, 1, 1), a, b, c, 0.5)
+
+
+def test_stage0_inspects_offline():
+    ins = sass.inspect_stage(0)["attention_rows"]
+    assert ins.mix["FFMA"] > 0 and ins.mix["MUFU"] > 0  # the dot products and exp()
+    assert ins.mix["STL"] > 0 and ins.mix["HMMA"] == 0  # a local-memory accumulator, no tensor cores
+    assert "attention_rows" in next(iter(ins.resources))
+
+
+# ---------------------------------------------------------------------------------------------
+# timing
+
+@gpu
+def test_time_cuda_median_and_sdpa_backends():
+    from lib.timing import sdpa_call, time_cuda
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    t = time_cuda(lambda: a @ a, min_runs=5, max_runs=20, budget_s=0.2)
+    assert 5 <= t.runs <= 20 and 0 < t.min_us <= t.median_us <= t.p80_us
+    q, k, v = inputs.make_qkv(1, 2, 64, 64, dtype=torch.float32)
+    assert sdpa_call(q, k, v, backend="flash") is None  # FLASH has no float32 kernel
+    assert sdpa_call(q, k, v) is not None
+
+
+@cpu_only
+def test_timing_needs_a_gpu():
+    from lib.timing import time_cuda
+    with pytest.raises(GPURequiredError):
+        time_cuda(lambda: None)
+
+
+# ---------------------------------------------------------------------------------------------
+# results, freshness machinery, plots
+
+def _fake_results(tmp_path, monkeypatch, info):
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    env = {"gpu": "Test GPU 1", "sm_count": 2, "driver": "1", "cuda": "13.0", "torch": "x",
+           "numba_cuda": "y", "nvrtc": "13.0", "commit": "abc", "date": "today"}
+    runs = [{"stage": info.number, "suite": "standard", "B": 1, "H": 2, "Sq": 3, "Sk": 3, "D": 4,
+             "dtype": "float16", "causal": c, "us": 10.0 + c, "tflops": 1.5, "sdpa_us": 5.0,
+             "sdpa_flash_us": None, "sdpa_tflops": 3.0, "max_abs_err": 1e-3, "passed": True}
+            for c in (False, True)]
+    return results.save(env, [info], runs, extra={"ceilings": {"matmul_TFLOPS": 100.0,
+                                                               "matmul_dtype": "bf16",
+                                                               "matmul_shape": "n"}})
+
+
+def test_results_roundtrip_table_and_staleness(tmp_path, monkeypatch):
+    src = tmp_path / "stage_fake.py"
+    src.write_text("print('kernel v1')\n")
+    info = dataclasses.replace(__import__("stages").get(0).INFO, number=7, sources=(str(src),))
+    path = _fake_results(tmp_path, monkeypatch, info)
+    assert path.name == "test-gpu-1.json"
+    data = results.load(path)
+    assert data["stages"]["7"]["sha256"] == results.stage_sha256(info)
+    table = results.markdown_table(results.standard_runs(data), 100.0)
+    assert table.count("\n") == 3 and "0.5×" in table and "1.5" in table
+
+    class Mod:
+        INFO = info
+    assert results.stale_stages(data, [Mod]) == []
+    src.write_text("print('kernel v2')\n")  # edit the kernel without re-recording
+    assert "changed" in results.stale_stages(data, [Mod])[0]
+
+
+def test_readme_table_between_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{results.TABLE_BEGIN}\nold\n{results.TABLE_END}\noutro\n")
+    results.update_readme("NEW TABLE", readme)
+    text = readme.read_text()
+    assert "NEW TABLE" in text and "old" not in text and text.endswith("outro\n")
+
+
+def test_plot_writes_png(tmp_path, monkeypatch):
+    from lib.plots import plot_stages
+    info = __import__("stages").get(0).INFO
+    data = results.load(_fake_results(tmp_path, monkeypatch, info))
+    png = plot_stages(data, tmp_path / "p.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_capture_env_has_provenance():
+    env = results.capture_env()
+    for key in ("gpu", "sm_count", "driver", "cuda", "torch", "numba_cuda", "nvrtc", "commit",
+                "date"):
+        assert key in env
+    json.dumps(env)
+    if HAS_GPU:
+        assert env["sm_count"] > 0
+
+
+@cpu_only
+def test_bench_cpu_mode_runs_simulator_and_prints_recorded(capsys):
+    from lib import bench
+    assert bench.main(["--stages", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "CPU mode" in out and "(simulator)" in out and "FAIL" not in out
+    assert "Recorded results" in out or "No recorded results" in out
+    assert SIMULATOR

@@ -1,0 +1,166 @@
+"""One suite for every registered stage: random shapes (odd lengths, Sq != Sk, causal), every
+supported dtype and head dim, poisoned outputs, and the whole bad-input list."""
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import stages
+from conftest import gpu
+from lib.inputs import GPUTooOldError, make_qkv, poisoned_outputs, validate
+from lib.reference import check_output
+from lib.simulator import HAS_GPU, SIMULATOR, GPURequiredError
+
+MODULES = {n: stages.get(n) for n in stages.NUMBERS}
+
+
+def runs_here(mod):
+    """numba stages run everywhere (simulator without a GPU); CUDA C++ stages need a GPU."""
+    if mod.INFO.backend == "numba":
+        return True
+    return HAS_GPU and torch.cuda.get_device_capability() >= mod.INFO.min_cc
+
+
+def head_dims_to_test(info):
+    want = (64, 128, 256, 40, 8) if HAS_GPU else (16, 64, 8)
+    dims = [d for d in want if d in info.head_dims]
+    if isinstance(info.head_dims, range):  # its edges too
+        dims += [info.head_dims.start, info.head_dims.stop - 1]
+    return sorted(set(dims))
+
+
+# (B, H, Sq, Sk): odd lengths, a single token, Sq != Sk both ways
+SHAPES_GPU = [(1, 1, 1, 1), (2, 3, 17, 17), (1, 2, 127, 127), (1, 2, 1000, 1000),
+              (2, 1, 127, 1000), (1, 2, 1000, 127), (1, 1, 65, 1)]
+SHAPES_SIM = [(1, 1, 1, 1), (1, 2, 17, 17), (2, 1, 5, 9), (1, 1, 9, 5), (1, 1, 33, 3)]
+
+
+def cases():
+    for n, mod in MODULES.items():
+        shapes = SHAPES_GPU if HAS_GPU else SHAPES_SIM
+        for D in head_dims_to_test(mod.INFO):
+            for dtype in mod.INFO.dtypes:
+                for i, shape in enumerate(shapes):
+                    # every shape with the main head dims; the rest on two shapes
+                    if D not in (64, 16) and i not in (1, len(shapes) - 2):
+                        continue
+                    for causal in (False, True):
+                        yield pytest.param(n, shape, D, dtype, causal,
+                                           id=f"stage{n}-{'x'.join(map(str, shape))}-D{D}-"
+                                              f"{str(dtype)[6:]}-{'causal' if causal else 'full'}")
+
+
+@pytest.mark.parametrize("n,shape,D,dtype,causal", list(cases()))
+def test_matches_reference(n, shape, D, dtype, causal, seed):
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("CUDA C++ stages need a GPU of their compute capability here")
+    B, H, Sq, Sk = shape
+    if SIMULATOR and D > 64:
+        Sq, Sk = min(Sq, 3), min(Sk, 3)  # the simulator is one Python thread per CUDA thread
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype, seed=seed)
+    with poisoned_outputs():  # unwritten elements stay NaN and fail
+        out = mod.attention(q, k, v, causal=causal)
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+    c = check_output(out, q, k, v, causal=causal)
+    assert c.passed, f"seed {seed}: {c.summary()}"
+
+
+@pytest.mark.parametrize("n", MODULES)
+def test_custom_scale(n, seed):
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("needs a GPU")
+    q, k, v = make_qkv(1, 2, 17, 16 if 16 in mod.INFO.head_dims else 64, Sk=20, seed=seed)
+    for scale in (0.5, -0.3, 0.0):
+        out = mod.attention(q, k, v, scale=scale)
+        c = check_output(out, q, k, v, scale=scale)
+        assert c.passed, f"scale {scale}, seed {seed}: {c.summary()}"
+
+
+@pytest.mark.parametrize("n", MODULES)
+def test_metadata(n):
+    info = MODULES[n].INFO
+    assert info.number == n and info.title and info.adds and info.backend in ("numba", "nvrtc")
+    assert all(p.exists() for p in info.source_paths())
+    assert info.dtypes and len(info.head_dims) > 0 and len(info.min_cc) == 2
+    assert (MODULES[n].__file__.endswith(f"stage{n}.py"))
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: a clear error naming the argument, never a crash, never garbage
+
+def _good(info, device):
+    D = 64 if 64 in info.head_dims else info.head_dims[0]
+    return make_qkv(1, 2, 8, D, dtype=info.dtypes[0], device=device)
+
+
+def _unsupported_dim(info):
+    return next(d for d in (96, 257, 512, 3) if d not in info.head_dims)
+
+
+def _unsupported_dtype(info):
+    return next(d for d in (torch.float64, torch.float32, torch.bfloat16) if d not in info.dtypes)
+
+
+BAD = {  # name: (make (q, k, v, kwargs) from good inputs, exception, message fragment)
+    "q not a tensor": (lambda q, k, v, i: (q.tolist(), k, v, {}), TypeError, "q must be a torch.Tensor"),
+    "rank 3": (lambda q, k, v, i: (q[0], k, v, {}), ValueError, "rank 4"),
+    "integer dtype": (lambda q, k, v, i: (q.to(torch.int32), k, v, {}), TypeError, "floating-point"),
+    "mixed dtypes": (lambda q, k, v, i: (q, k.to(_unsupported_dtype(i)), v, {}), TypeError, "one dtype"),
+    "batch mismatch": (lambda q, k, v, i: (q, k.repeat(2, 1, 1, 1), v.repeat(2, 1, 1, 1), {}), ValueError, "batch"),
+    "heads mismatch": (lambda q, k, v, i: (q, k[:, :1].repeat(1, 3, 1, 1).contiguous(),
+                                           v[:, :1].repeat(1, 3, 1, 1).contiguous(), {}), ValueError, "heads"),
+    "k/v length mismatch": (lambda q, k, v, i: (q, k, v[:, :, :5].contiguous(), {}), ValueError, "same sequence length"),
+    "head dim mismatch": (lambda q, k, v, i: (q, k, v[..., :-1].contiguous(), {}), ValueError, "head dims differ"),
+    "empty": (lambda q, k, v, i: (q[:, :, :0], k, v, {}), ValueError, "empty"),
+    "nan scale": (lambda q, k, v, i: (q, k, v, {"scale": math.nan}), ValueError, "finite"),
+    "inf scale": (lambda q, k, v, i: (q, k, v, {"scale": math.inf}), ValueError, "finite"),
+    "string scale": (lambda q, k, v, i: (q, k, v, {"scale": "0.1"}), TypeError, "scale"),
+    "non-bool causal": (lambda q, k, v, i: (q, k, v, {"causal": "yes"}), TypeError, "causal"),
+    "non-contiguous": (lambda q, k, v, i: (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, {}),
+                       ValueError, "contiguous"),
+    "unsupported head dim": (lambda q, k, v, i: (*(t.new_ones(1, 2, 8, _unsupported_dim(i)).normal_()
+                                                   for t in (q, k, v)), {}), NotImplementedError, "head dims"),
+    "unsupported dtype": (lambda q, k, v, i: (*(t.to(_unsupported_dtype(i)) for t in (q, k, v)), {}),
+                          NotImplementedError, "dtypes"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+@pytest.mark.parametrize("n", MODULES)
+def test_bad_input(n, case):
+    mod = MODULES[n]
+    make, exc, fragment = BAD[case]
+    device = "cpu" if (SIMULATOR and mod.INFO.backend == "numba") or not HAS_GPU else "cuda"
+    q, k, v, kw = make(*_good(mod.INFO, device), mod.INFO)
+    with pytest.raises(exc, match=fragment):
+        mod.attention(q, k, v, **kw)
+
+
+@pytest.mark.parametrize("n", MODULES)
+def test_wrong_device(n):
+    mod = MODULES[n]
+    if SIMULATOR and mod.INFO.backend == "numba":
+        q, k, v = _good(mod.INFO, "meta")
+        with pytest.raises(ValueError, match="CPU tensor"):
+            mod.attention(q, k, v)
+    elif not HAS_GPU:
+        with pytest.raises(GPURequiredError, match="needs a CUDA GPU"):
+            mod.attention(*_good(mod.INFO, "cpu"))
+    else:
+        with pytest.raises(ValueError, match="CUDA tensor"):
+            mod.attention(*_good(mod.INFO, "cpu"))
+        q, k, v = _good(mod.INFO, "cuda")
+        with pytest.raises(ValueError, match="device"):
+            mod.attention(q, k.cpu(), v)
+
+
+@gpu
+@pytest.mark.parametrize("n", MODULES)
+def test_gpu_too_old(n):
+    info = dataclasses.replace(MODULES[n].INFO, min_cc=(99, 0))
+    q, k, v = _good(info, "cuda")
+    with pytest.raises(GPUTooOldError, match="compute capability 99.0"):
+        validate(q, k, v, causal=False, scale=None, info=info)
