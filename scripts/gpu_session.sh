@@ -39,9 +39,12 @@ step() {  # step NAME CMD...: run, log to $OUT/logs/NAME.log, record the exit co
 step bench python3 -m lib.bench --record --sweep ${FA_BENCH_ARGS:-}
 step notebooks python3 -m lib.notebook --execute notebooks/*.ipynb
 step pytest python3 -m pytest -p no:cacheprovider -q
+# Only the curriculum's kernels are checked (every stage's kernel names contain "attention");
+# the reference and SDPA's kernels (cuDNN, cuBLAS) are PyTorch's, not ours to fix. Host API
+# errors are left out: cuda-bindings probes driver entry points that may not exist.
 for tool in memcheck racecheck; do
   step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-    python3 -m lib.bench --check
+    --kernel-name kns=attention --report-api-errors no python3 -m lib.bench --check
 done
 
 tar czf "$OUT/gpu-run.tgz" results README.md notebooks -C "$OUT" logs summary.txt
