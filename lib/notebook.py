@@ -113,28 +113,13 @@ def show_recorded_plot(suffix: str = "") -> None:
     display(Image(filename=str(path)))
 
 
-def _fp32_tflops(m: int = 4096) -> float:
-    """The CUDA cores' FP32 rate, measured: an FP32 matrix product with TF32 off (cuBLAS then
-    uses FFMA, not tensor cores)."""
-    from lib.timing import time_cuda
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        a, b = (torch.randn(m, m, device="cuda") for _ in range(2))
-        t = time_cuda(lambda: a @ b, flush=False, min_runs=10, budget_s=0.3)
-    finally:
-        torch.set_float32_matmul_precision(old)
-    return 2 * m ** 3 / (t.median_us * 1e-6) / 1e12
-
-
 def ceilings() -> dict | None:
     """The GPU's ceilings a prediction divides by: measured now on a GPU
-    (lib.timing.measure_ceilings, plus 'fp32_TFLOPS', the CUDA cores' FP32 rate), else the
+    (lib.timing.measure_ceilings), else the
     recorded ones (results/), else None. 'source' says which."""
     if HAS_GPU:
         from lib.timing import measure_ceilings
         c = measure_ceilings()
-        c.setdefault("fp32_TFLOPS", _fp32_tflops())
         return {**c, "source": f"measured now on {torch.cuda.get_device_name(0)}"}
     data = R.load()
     if not data or not data.get("ceilings"):

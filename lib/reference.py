@@ -80,7 +80,8 @@ class Check:
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         extra = f", {self.nonfinite} non-finite" if self.nonfinite else ""
-        return (f"{verdict}: max|out-ref| {self.max_abs_err:.2e} <= {self.tolerance:.2e} "
+        rel = "<=" if self.max_abs_err <= self.tolerance else ">"
+        return (f"{verdict}: max|out-ref| {self.max_abs_err:.2e} {rel} {self.tolerance:.2e} "
                 f"(2·max|sdpa-ref| + noise){extra}; vs SDPA max {self.max_abs_diff_sdpa:.2e}, "
                 f"mean {self.mean_abs_diff_sdpa:.2e}")
 

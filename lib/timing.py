@@ -104,8 +104,9 @@ def time_sdpa(q, k, v, *, causal=False, scale=None, backend="default", **kw):
 
 
 def measure_ceilings(dtype=torch.bfloat16) -> dict:
-    """This GPU's two ceilings, measured: device-to-device copy bandwidth (bytes read plus
-    written) and the rate of a large matrix product on random data."""
+    """This GPU's ceilings, measured: device-to-device copy bandwidth (bytes read plus
+    written), the rate of a large matrix product on random data (tensor cores), and the
+    float32 rate of the CUDA cores."""
     require_gpu("measuring the ceilings")
     n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
@@ -115,8 +116,18 @@ def measure_ceilings(dtype=torch.bfloat16) -> dict:
     a = torch.randn(m, m, device="cuda", dtype=dtype)
     b = torch.randn(m, m, device="cuda", dtype=dtype)
     t_mm = time_cuda(lambda: a @ b, flush=False, min_runs=10, budget_s=0.5)
-    del src, dst, a, b
+    # the CUDA cores' float32 rate: a float32 product with TF32 off runs on FFMA, not tensor cores
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        f = 4096
+        a32, b32 = (torch.randn(f, f, device="cuda") for _ in range(2))
+        t_f32 = time_cuda(lambda: a32 @ b32, flush=False, min_runs=10, budget_s=0.3)
+    finally:
+        torch.set_float32_matmul_precision(old)
+    del src, dst, a, b, a32, b32
     return {"copy_GBps": 2 * n / (t_copy.median_us * 1e-6) / 1e9,
             "matmul_TFLOPS": 2 * m ** 3 / (t_mm.median_us * 1e-6) / 1e12,
             "matmul_dtype": str(dtype).replace("torch.", ""),
-            "matmul_shape": f"{m}x{m}x{m}"}
+            "matmul_shape": f"{m}x{m}x{m}",
+            "fp32_TFLOPS": 2 * f ** 3 / (t_f32.median_us * 1e-6) / 1e12}
