@@ -20,8 +20,8 @@ import torch
 
 import lib  # noqa: F401  (mode first)
 from lib import results as R
-from lib.inputs import DTYPE_NAMES, make_qkv, poisoned_outputs
-from lib.reference import attention_flops, check_output
+from lib.inputs import DTYPE_NAMES, make_qkv
+from lib.reference import attention_flops, check_attention
 from lib.simulator import HAS_GPU, banner
 
 # (name, B, H, S, D): the seeds' latency and throughput shapes and a long-sequence shape.
@@ -47,15 +47,9 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
         row["skipped"] = (f"predicted {predicted_s:.1f} s per call > {max_call_s:g} s "
                           "(from the stage's TFLOPS on the last shape)")
         return row
-    checks = []
-
-    def check():
-        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
-        with poisoned_outputs():
-            out = mod.attention(q, k, v, causal=causal)
-        checks.append(check_output(out, q, k, v, causal=causal))
-
-    check()
+    check = lambda: check_attention(mod.attention, B, H, Sq, Sk, D,  # noqa: E731
+                                    dtype=dtype, causal=causal)
+    checks = [check()]
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
     slow = predicted_s is not None and predicted_s > 0.2
     kw = dict(warmup=1, min_runs=3, budget_s=max(3 * (predicted_s or 0), 1.0)) if slow else {}
@@ -65,7 +59,7 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     ts = time_cuda(sd) if sd else None
     tf = time_cuda(sf) if sf else None
     del q, k, v
-    check()  # again after the timing loop, on fresh inputs
+    checks.append(check())  # again after the timing loop, on fresh inputs
     flops = attention_flops(B, H, Sq, Sk, D, causal)
     row.update(us=t.median_us, tflops=flops / t.median_us / 1e6, runs=t.runs,
                p20_us=t.p20_us, p80_us=t.p80_us,
@@ -146,10 +140,8 @@ def check_all(mods, shapes, dtypes=None) -> bool:
                 continue
             for causal in (False, True):
                 for dtype in dtypes or info.dtypes:
-                    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
-                    with poisoned_outputs():
-                        out = mod.attention(q, k, v, causal=causal)
-                    c = check_output(out, q, k, v, causal=causal)
+                    c = check_attention(mod.attention, B, H, Sq, Sk, D, dtype=dtype,
+                                        causal=causal)
                     ok &= c.passed
                     print(f"stage {info.number} ({'GPU' if HAS_GPU else 'simulator'}) "
                           f"B{B} H{H} S{Sq}/{Sk} D{D} {DTYPE_NAMES[dtype]} "

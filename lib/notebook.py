@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from lib import results as R
-from lib.inputs import DTYPE_NAMES, make_qkv, poisoned_outputs
-from lib.reference import check_output
+from lib.inputs import DTYPE_NAMES
+from lib.reference import check_attention
 from lib.simulator import HAS_GPU, banner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,10 +55,7 @@ def check_shapes(attention, shapes, dtypes=(torch.float16,)):
     checks = []
     for B, H, Sq, Sk, D, causal in shapes:
         for dtype in dtypes:
-            q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
-            with poisoned_outputs():
-                out = attention(q, k, v, causal=causal)
-            c = check_output(out, q, k, v, causal=causal)
+            c = check_attention(attention, B, H, Sq, Sk, D, dtype=dtype, causal=causal)
             checks.append(c)
             print(f"B{B} H{H} Sq{Sq} Sk{Sk} D{D} {DTYPE_NAMES[dtype]:8s} "
                   f"{'causal' if causal else 'full  '}  {c.summary()}")

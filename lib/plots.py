@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 import matplotlib.pyplot as plt
 
 from lib.results import shape_text, standard_runs

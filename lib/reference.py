@@ -124,6 +124,16 @@ def check_output(out, q, k, v, *, causal=False, scale=None, sdpa_out=None) -> Ch
     )
 
 
+def check_attention(attention, B, H, Sq, Sk, D, *, dtype, causal=False) -> Check:
+    """Run `attention` once on fresh random inputs with a NaN-poisoned output and judge it:
+    the one correctness check the benchmark, the notebooks and --check share."""
+    from lib.inputs import make_qkv, poisoned_outputs
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
+    with poisoned_outputs():
+        out = attention(q, k, v, causal=causal)
+    return check_output(out, q, k, v, causal=causal)
+
+
 def attention_flops(B, H, Sq, Sk, D, causal=False) -> float:
     """FLOPs of one forward: two matmuls of 2·Sq·Sk·D each per head, halved for causal
     (the FlashAttention convention, also for Sq != Sk)."""
