@@ -195,3 +195,37 @@ def launch(kernel, grid, block, *args, smem: int = 0):
             params.append(a)
     stream = _device().create_stream(torch.cuda.current_stream())
     cc_launch(stream, LaunchConfig(grid=grid, block=block, shmem_size=smem), kernel, *params)
+
+
+# --------------------------------------------------------------------------------------------
+# what every CUDA C++ stage does: one source file, compiled per (element type, head dim)
+
+ELEMENT_DEFINES = {torch.float16: {}, torch.bfloat16: {"ELEM_BF16": 1}}  # see stages/attention.cuh
+MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
+
+
+def compile_stage(source: Path, *, arch: str, dtype=torch.float16, head_dim: int = 64,
+                  defines: dict | None = None) -> Compiled:
+    """Compile a stage's .cu file for one element type and head dim (both compile-time
+    constants of the kernels: HEAD_DIM, and ELEM_BF16 for bfloat16)."""
+    return compile_cuda(Path(source).read_text(), arch=arch, name=Path(source).name,
+                        defines={**ELEMENT_DEFINES[dtype], "HEAD_DIM": head_dim,
+                                 **(defines or {})})
+
+
+@lru_cache(maxsize=None)
+def stage_kernels(source: Path, names: tuple[str, ...], dtype, head_dim: int,
+                  max_dynamic_smem: int = 0, defines: tuple = ()) -> dict:
+    """The named kernels of a stage's source, compiled for this GPU and loaded (once per
+    process for each element type and head dim)."""
+    compiled = compile_stage(source, arch=gpu_arch(), dtype=dtype, head_dim=head_dim,
+                             defines=dict(defines))
+    return {n: load_kernel(compiled, n, max_dynamic_smem=max_dynamic_smem) for n in names}
+
+
+def check_grid(what: str, **dims: int) -> None:
+    """Grid dimensions y and z are limited to 65535 blocks: say so instead of failing to launch."""
+    for name, n in dims.items():
+        if n > MAX_GRID_YZ:
+            raise NotImplementedError(f"{what}: {name} = {n} exceeds CUDA's grid limit of "
+                                      f"{MAX_GRID_YZ} blocks in that dimension")

@@ -164,3 +164,34 @@ def test_gpu_too_old(n):
     q, k, v = _good(info, "cuda")
     with pytest.raises(GPUTooOldError, match="compute capability 99.0"):
         validate(q, k, v, causal=False, scale=None, info=info)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA C++ stages without a GPU: every variant compiles for its oldest and newest target, the
+# matrix products run on tensor cores, nothing spills, and the kernels follow the naming rule
+# the sanitizer filter relies on.
+
+NVRTC_STAGES = [n for n, m in MODULES.items() if m.INFO.backend == "nvrtc"]
+
+
+def compile_cases():
+    for n in NVRTC_STAGES:
+        info = MODULES[n].INFO
+        for dtype in info.dtypes:
+            for D in info.head_dims:
+                for arch in (f"sm_{info.min_cc[0]}{info.min_cc[1]}", "sm_90a"):
+                    yield pytest.param(n, dtype, D, arch,
+                                       id=f"stage{n}-{str(dtype)[6:]}-D{D}-{arch}")
+
+
+@pytest.mark.parametrize("n,dtype,D,arch", list(compile_cases()))
+def test_offline_compile(n, dtype, D, arch):
+    from lib.sass import inspect_cubin
+    for name, compiled in MODULES[n].compile_for(arch, dtype, D).items():
+        ins = inspect_cubin(compiled.cubin, arch, compiled.resource_usage())
+        assert ins.mix["HMMA"] > 0, f"{name}: no tensor-core instruction in the SASS"
+        assert ins.ptxas, f"{name}: no ptxas report"
+        for kernel, r in ins.ptxas.items():
+            assert "attention" in kernel, f"{kernel}: kernel names must contain 'attention'"
+            assert r["spill_stores"] == 0 and r["spill_loads"] == 0, f"{kernel} spills: {r}"
+            assert r["static_smem_bytes"] <= 48 * 1024, f"{kernel}: static shared memory > 48 KB"

@@ -1,0 +1,58 @@
+// Shared by the CUDA C++ stages (1 and up): the element type, conversions, and the one
+// bounds-checked copy of a tile from global to shared memory. Kernel logic stays in each
+// stage's own .cu file.
+//
+// Compile-time constants, set by lib.nvrtc.compile_stage:
+//   HEAD_DIM   the head dimension D (64 or 128)
+//   ELEM_BF16  defined for bfloat16 inputs; otherwise float16
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#ifndef HEAD_DIM
+#error "HEAD_DIM must be defined (lib.nvrtc.compile_stage does it)"
+#endif
+
+#ifdef ELEM_BF16
+typedef __nv_bfloat16 elem_t;
+#else
+typedef __half elem_t;
+#endif
+
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ elem_t to_elem(float x) {
+#ifdef ELEM_BF16
+    return __float2bfloat16(x);
+#else
+    return __float2half(x);
+#endif
+}
+
+// exp(x) = 2^(x·log2 e): the kernels fold log2(e) into the scale once and call exp2f, which
+// is a single MUFU.EX2 instruction.
+#define LOG2E 1.4426950408889634f
+// NVRTC has no <cmath>: the masked score, −∞, from the bit pattern.
+#define NEG_INF __int_as_float(0xff800000)
+
+// Copy the ROWS × COLS tile whose top-left element is (row0, col0) of a row-major matrix with
+// n_rows rows and row stride ld into dst[ROWS][COLS] (shared memory, row-major). Rows at or
+// past n_rows are filled with zeros: that is how every stage masks the tail of a sequence
+// that is not a multiple of its tile. All threads of the block take part, one element each
+// per step, so consecutive threads read consecutive addresses (coalesced).
+template <int ROWS, int COLS>
+__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, int row0, int n_rows,
+                                          int ld, int col0) {
+    const elem_t zero = to_elem(0.0f);
+    for (int i = threadIdx.x; i < ROWS * COLS; i += blockDim.x) {
+        const int r = i / COLS, c = i % COLS;
+        dst[i] = row0 + r < n_rows ? src[(size_t)(row0 + r) * ld + col0 + c] : zero;
+    }
+}
+
+// Causal attention follows SDPA's rule: query i sees key j when j <= i (the top-left
+// alignment also when Sq != Sk).
+__device__ __forceinline__ bool key_visible(int key, int query, int n_keys, bool causal) {
+    return key < n_keys && (!causal || key <= query);
+}

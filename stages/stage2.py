@@ -1,0 +1,56 @@
+"""Stage 2 — fused attention with the online softmax (WMMA), CUDA C++ through NVRTC.
+
+One kernel (stages/stage2.cu) per (batch·head, 32-query tile) streams K and V through shared
+memory in 32-key tiles, computes both matrix products on tensor cores and keeps a running
+max and sum per query row (the online softmax), rescaling the partial output whenever the
+max grows. The score matrix never leaves the chip; fully masked causal tiles are skipped.
+The softmax is done simply: one thread per row, with a block-wide barrier between steps.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lib import nvrtc
+from lib.inputs import StageInfo, new_output, validate
+
+SOURCE = Path(__file__).with_suffix(".cu")
+KERNELS = ("attention_fused",)
+BLOCK_Q, THREADS = 32, 64  # as in the .cu file
+
+INFO = StageInfo(
+    number=2,
+    slug="fused",
+    title="Fused, online softmax",
+    adds="One kernel: K/V tiles streamed through shared memory, the online softmax (running "
+         "max and sum, O rescaled), so S and P never reach global memory.",
+    backend="nvrtc",
+    min_cc=(8, 0),
+    dtypes=(torch.float16, torch.bfloat16),
+    head_dims=(64, 128),
+    sources=("stages/stage2.py", "stages/stage2.cu", "stages/attention.cuh"),
+)
+
+
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64) -> dict:
+    """The stage's kernel compiled for `arch` without a GPU, for lib.sass."""
+    return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
+            nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim)}
+
+
+def attention(q, k, v, *, causal=False, scale=None):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype."""
+    scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    nvrtc.check_grid(f"stage {INFO.number}", **{"batch·heads": B * H})
+    out = new_output(q)
+    kern = nvrtc.stage_kernels(SOURCE, KERNELS, q.dtype, D)["attention_fused"]
+    nvrtc.launch(kern, ((Sq + BLOCK_Q - 1) // BLOCK_Q, B * H), THREADS, q, k, v, out,
+                 np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)),
+                 np.int32(causal))
+    return out

@@ -1,0 +1,56 @@
+"""Stage 3 — fused attention with a warp-level softmax (WMMA), CUDA C++ through NVRTC.
+
+Stage 2's kernel (stages/stage3.cu) with the softmax moved from one thread per row to the
+warps: the warp that computed 16 rows of S runs their softmax too, two lanes per row, and
+combines the halves' max and sum with warp shuffles. Rescaling O is spread over the lanes,
+and since every warp now touches only its own rows, the block-wide barriers between the
+steps become warp-level ones; the block meets only around the shared K/V tile.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lib import nvrtc
+from lib.inputs import StageInfo, new_output, validate
+
+SOURCE = Path(__file__).with_suffix(".cu")
+KERNELS = ("attention_fused",)
+BLOCK_Q, THREADS = 32, 64  # as in the .cu file
+
+INFO = StageInfo(
+    number=3,
+    slug="warp_softmax",
+    title="Fused, warp-level softmax",
+    adds="The softmax runs on every warp (each owns its rows; max and sum by warp shuffles, "
+         "rescaling spread over lanes), so the block-wide barriers between steps go.",
+    backend="nvrtc",
+    min_cc=(8, 0),
+    dtypes=(torch.float16, torch.bfloat16),
+    head_dims=(64, 128),
+    sources=("stages/stage3.py", "stages/stage3.cu", "stages/attention.cuh"),
+)
+
+
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64) -> dict:
+    """The stage's kernel compiled for `arch` without a GPU, for lib.sass."""
+    return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
+            nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim)}
+
+
+def attention(q, k, v, *, causal=False, scale=None):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype."""
+    scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    nvrtc.check_grid(f"stage {INFO.number}", **{"batch·heads": B * H})
+    out = new_output(q)
+    kern = nvrtc.stage_kernels(SOURCE, KERNELS, q.dtype, D)["attention_fused"]
+    nvrtc.launch(kern, ((Sq + BLOCK_Q - 1) // BLOCK_Q, B * H), THREADS, q, k, v, out,
+                 np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)),
+                 np.int32(causal))
+    return out
