@@ -39,15 +39,27 @@ __device__ __forceinline__ elem_t to_elem(float x) {
 // Copy the ROWS × COLS tile whose top-left element is (row0, col0) of a row-major matrix with
 // n_rows rows and row stride ld into dst[ROWS][COLS] (shared memory, row-major). Rows at or
 // past n_rows are filled with zeros: that is how every stage masks the tail of a sequence
-// that is not a multiple of its tile. All threads of the block take part, one element each
-// per step, so consecutive threads read consecutive addresses (coalesced).
-template <int ROWS, int COLS>
-__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, int row0, int n_rows,
-                                          int ld, int col0) {
+// that is not a multiple of its tile. The block's THREADS threads take one element each per
+// step, so consecutive threads read consecutive addresses (coalesced). Each thread first
+// issues up to 8 loads, then stores them: 8 loads in flight per thread, not 1, hide the
+// few hundred cycles a load from L2 takes.
+template <int ROWS, int COLS, int THREADS>
+__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict__ src, int row0,
+                                          int n_rows, int ld, int col0) {
+    constexpr int PER_THREAD = ROWS * COLS / THREADS;
+    constexpr int BATCH = PER_THREAD < 8 ? PER_THREAD : 8;
+    static_assert(ROWS * COLS % THREADS == 0 && PER_THREAD % BATCH == 0, "tile and block sizes");
     const elem_t zero = to_elem(0.0f);
-    for (int i = threadIdx.x; i < ROWS * COLS; i += blockDim.x) {
-        const int r = i / COLS, c = i % COLS;
-        dst[i] = row0 + r < n_rows ? src[(size_t)(row0 + r) * ld + col0 + c] : zero;
+#pragma unroll 1
+    for (int b = 0; b < PER_THREAD; b += BATCH) {
+        elem_t x[BATCH];
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int i = threadIdx.x + (b + j) * THREADS, r = i / COLS, c = i % COLS;
+            x[j] = row0 + r < n_rows ? src[(size_t)(row0 + r) * ld + col0 + c] : zero;
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) dst[threadIdx.x + (b + j) * THREADS] = x[j];
     }
 }
 

@@ -36,8 +36,8 @@ attention_scores(const elem_t* q, const elem_t* k, float* s, int Sq, int Sk) {
     acc_frag acc;
     wmma::fill_fragment(acc, 0.0f);
     for (int d0 = 0; d0 < HEAD_DIM; d0 += K_STEP) {
-        load_tile<TILE, K_STEP>(&q_tile[0][0], q, row0, Sq, HEAD_DIM, d0);
-        load_tile<TILE, K_STEP>(&k_tile[0][0], k, col0, Sk, HEAD_DIM, d0);
+        load_tile<TILE, K_STEP, THREADS>(&q_tile[0][0], q, row0, Sq, HEAD_DIM, d0);
+        load_tile<TILE, K_STEP, THREADS>(&k_tile[0][0], k, col0, Sk, HEAD_DIM, d0);
         __syncthreads();
         wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> a;
         // Kᵀ read column-major is K read row-major: no transpose is ever materialised.
@@ -117,8 +117,8 @@ attention_pv(const elem_t* p, const elem_t* v, elem_t* out, int Sq, int Sk, int 
     acc_frag acc;
     wmma::fill_fragment(acc, 0.0f);
     for (int j0 = 0; j0 < n_keys; j0 += K_STEP) {
-        load_tile<TILE, K_STEP>(&p_tile[0][0], p, row0, rows_pad, ld_p, j0);
-        load_tile<K_STEP, TILE>(&v_tile[0][0], v, j0, Sk, HEAD_DIM, col0);  // zeros past Sk
+        load_tile<TILE, K_STEP, THREADS>(&p_tile[0][0], p, row0, rows_pad, ld_p, j0);
+        load_tile<K_STEP, TILE, THREADS>(&v_tile[0][0], v, j0, Sk, HEAD_DIM, col0);  // zeros past Sk
         __syncthreads();
         wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> b;

@@ -6,15 +6,15 @@
 //   the online softmax: each row's running max m and sum l are updated, the tile's
 //     probabilities P = exp(scale·S − m) are written, and the row of O computed so far is
 //     rescaled by exp(m_old − m_new), because it was summed against the old max;
-//   O += P·V on tensor cores.
+//   O += P·V on tensor cores, O staying in registers (WMMA accumulator fragments).
 // At the end O / l is written out. q, k, v are read once per block and the output is written
 // once: global traffic is linear in the sequence length, not quadratic.
 //
 // Done simply: one thread per query row runs the softmax (the first BLOCK_Q threads; the
 // others wait at a barrier), and every step is separated from the next by __syncthreads().
-// S, P and O live in shared memory in column-major order ([column][row]): when the 32
-// threads of a warp each walk along their own row, at each step they touch 32 consecutive
-// words, one per bank.
+// S and P live in shared memory in column-major order ([column][row]): when the 32 threads
+// of a warp each walk along their own row, at each step they touch 32 consecutive words,
+// one per bank.
 #include "attention.cuh"
 using namespace nvcuda;
 
@@ -24,16 +24,24 @@ constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w
 constexpr int THREADS = 32 * WARPS;
 constexpr int D = HEAD_DIM;
 
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
+
+// The big tiles are needed one after the other, so they share one piece of shared memory:
+// Q until it is in registers, then the K/V tile of each step, then O on its way out.
+union Tiles {
+    elem_t q[BLOCK_Q][D];
+    struct { elem_t k[BLOCK_K][D]; elem_t v[BLOCK_K][D]; } kv;
+    float o[BLOCK_Q][D];
+};
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
                 float scale_log2, int causal) {
-    __shared__ __align__(32) elem_t q_tile[BLOCK_Q][D];
-    __shared__ __align__(32) elem_t k_tile[BLOCK_K][D];
-    __shared__ __align__(32) elem_t v_tile[BLOCK_K][D];
+    __shared__ __align__(32) Tiles tiles;
     __shared__ __align__(32) float s_t[BLOCK_K][BLOCK_Q];   // S, column-major
     __shared__ __align__(32) elem_t p_t[BLOCK_K][BLOCK_Q];  // P, column-major
-    __shared__ __align__(32) float o_t[D][BLOCK_Q];         // O (not yet divided by l)
-    __shared__ float inv_l[BLOCK_Q];
+    __shared__ __align__(32) float row_ids[16][16];         // row_ids[r][c] = r, see below
+    __shared__ float rescale_of[BLOCK_Q];                   // this step's exp(m_old − m_new)
 
     const int tid = threadIdx.x, warp = tid / 32;
     const int q0 = blockIdx.x * BLOCK_Q, bh = blockIdx.y;
@@ -42,12 +50,19 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     v += (size_t)bh * Sk * D;
     out += (size_t)bh * Sq * D;
 
-    load_tile<BLOCK_Q, D>(&q_tile[0][0], q, q0, Sq, D, 0);  // zeros past Sq
-    for (int i = tid; i < D * BLOCK_Q; i += THREADS) (&o_t[0][0])[i] = 0.0f;
+    load_tile<BLOCK_Q, D, THREADS>(&tiles.q[0][0], q, q0, Sq, D, 0);  // zeros past Sq
+    for (int i = tid; i < 16 * 16; i += THREADS) row_ids[i / 16][i % 16] = float(i / 16);
     __syncthreads();
     // Each warp keeps its 16 rows of Q in registers, as WMMA fragments, for the whole loop.
     wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> q_frag[D / 16];
-    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &q_tile[warp * 16][d * 16], D);
+    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &tiles.q[warp * 16][d * 16], D);
+    // O (16 rows × D per warp) stays in accumulator fragments. To rescale a row we must know
+    // which row each of a fragment's elements belongs to, and WMMA does not say. Loading a
+    // matrix whose every element is its row number into a fragment of the same kind tells us:
+    // element i of every such fragment sits in row my_rows.x[i].
+    acc_frag o_frag[D / 16], my_rows;
+    for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o_frag[n], 0.0f);
+    wmma::load_matrix_sync(my_rows, &row_ids[0][0], 16, wmma::mem_row_major);
 
     // Thread r < BLOCK_Q owns query row q0 + r: its running max (in log2 units) and sum.
     const int row = q0 + tid;
@@ -56,18 +71,18 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
-        __syncthreads();  // every warp is done with the previous K/V tile
-        load_tile<BLOCK_K, D>(&k_tile[0][0], k, k0, Sk, D, 0);  // zeros past Sk
-        load_tile<BLOCK_K, D>(&v_tile[0][0], v, k0, Sk, D, 0);
+        __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
+        load_tile<BLOCK_K, D, THREADS>(&tiles.kv.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
+        load_tile<BLOCK_K, D, THREADS>(&tiles.kv.v[0][0], v, k0, Sk, D, 0);
         __syncthreads();
 
         // S = Q·Kᵀ: warp w computes rows [16w, 16w + 16) of the tile's scores.
         for (int n = 0; n < BLOCK_K / 16; ++n) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_frag;
+            acc_frag s_frag;
             wmma::fill_fragment(s_frag, 0.0f);
             for (int d = 0; d < D / 16; ++d) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> k_frag;
-                wmma::load_matrix_sync(k_frag, &k_tile[n * 16][d * 16], D);
+                wmma::load_matrix_sync(k_frag, &tiles.kv.k[n * 16][d * 16], D);
                 wmma::mma_sync(s_frag, q_frag[d], k_frag, s_frag);
             }
             wmma::store_matrix_sync(&s_t[n * 16][warp * 16], s_frag, BLOCK_Q, wmma::mem_col_major);
@@ -82,37 +97,43 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             const float new_max = fmaxf(row_max, tile_max);
             const float base = new_max == NEG_INF ? 0.0f : new_max;  // no key seen yet: no NaN
             const float rescale = exp2f(row_max - base);  // O and l were summed against row_max
-            row_sum *= rescale;
+            float tile_sum = 0.0f;
             for (int c = 0; c < BLOCK_K; ++c) {
                 const float p = key_visible(k0 + c, row, Sk, causal) ? exp2f(s_t[c][tid] * scale_log2 - base) : 0.0f;
-                row_sum += p;
+                tile_sum += p;
                 p_t[c][tid] = to_elem(p);
             }
-            for (int d = 0; d < D; ++d) o_t[d][tid] *= rescale;
+            row_sum = row_sum * rescale + tile_sum;
+            rescale_of[tid] = rescale;
             row_max = new_max;
         }
         __syncthreads();
 
-        // O += P·V: warp w updates its 16 rows of O, D/16 column tiles.
+        // O = O·rescale + P·V: warp w updates its 16 rows of O, D/16 column tiles.
+        float rescale[acc_frag::num_elements];
+        for (int i = 0; i < acc_frag::num_elements; ++i) rescale[i] = rescale_of[warp * 16 + int(my_rows.x[i])];
         for (int n = 0; n < D / 16; ++n) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> o_frag;
-            wmma::load_matrix_sync(o_frag, &o_t[n * 16][warp * 16], BLOCK_Q, wmma::mem_col_major);
+            for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= rescale[i];
             for (int c = 0; c < BLOCK_K / 16; ++c) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::col_major> p_frag;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> v_frag;
                 wmma::load_matrix_sync(p_frag, &p_t[c * 16][warp * 16], BLOCK_Q);
-                wmma::load_matrix_sync(v_frag, &v_tile[c * 16][n * 16], D);
-                wmma::mma_sync(o_frag, p_frag, v_frag, o_frag);
+                wmma::load_matrix_sync(v_frag, &tiles.kv.v[c * 16][n * 16], D);
+                wmma::mma_sync(o_frag[n], p_frag, v_frag, o_frag[n]);
             }
-            wmma::store_matrix_sync(&o_t[n * 16][warp * 16], o_frag, BLOCK_Q, wmma::mem_col_major);
         }
     }
 
-    if (tid < BLOCK_Q) inv_l[tid] = 1.0f / row_sum;
+    if (tid < BLOCK_Q) rescale_of[tid] = 1.0f / row_sum;  // now the final 1 / l
+    __syncthreads();  // also: every warp is done with the last K/V tile, which tiles.o reuses
+    for (int n = 0; n < D / 16; ++n) {
+        for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= rescale_of[warp * 16 + int(my_rows.x[i])];
+        wmma::store_matrix_sync(&tiles.o[warp * 16][n * 16], o_frag[n], D, wmma::mem_row_major);
+    }
     __syncthreads();
     // Write O / l; consecutive threads write consecutive elements of a row (coalesced).
     for (int i = tid; i < BLOCK_Q * D; i += THREADS) {
         const int r = i / D, d = i % D;
-        if (q0 + r < Sq) out[(size_t)(q0 + r) * D + d] = to_elem(o_t[d][r] * inv_l[r]);
+        if (q0 + r < Sq) out[(size_t)(q0 + r) * D + d] = to_elem(tiles.o[r][d]);
     }
 }

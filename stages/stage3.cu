@@ -6,16 +6,16 @@
 //   the online softmax: each row's running max m and sum l are updated, the tile's
 //     probabilities P = exp(scale·S − m) are written, and the row of O computed so far is
 //     rescaled by exp(m_old − m_new), because it was summed against the old max;
-//   O += P·V on tensor cores.
+//   O += P·V on tensor cores, O staying in registers (WMMA accumulator fragments).
 // At the end O / l is written out. q, k, v are read once per block and the output is written
 // once: global traffic is linear in the sequence length, not quadratic.
 //
-// What changes from stage 2: the warp that computed 16 rows of S also runs their softmax
-// and owns their rows of P and O. Two lanes share a row: lane l takes row l % 16 and half of
-// the tile's columns (and half of O's), and the two halves combine their max and their sum
-// with one warp shuffle each. All 32 lanes of every warp work, and the rows a warp touches
-// are its own, so the barriers between the steps become __syncwarp(); the block meets only
-// around the K/V tile that all warps share. The shared-memory layouts are stage 2's.
+// What changes from stage 2: the warp that computed 16 rows of S also runs their softmax,
+// as it already owns their rows of O. Two lanes share a row: lane l takes row l % 16 and half
+// of the tile's columns, and the two halves combine their max and their sum with one warp
+// shuffle each. All 32 lanes of every warp work, and the rows a warp touches are its own, so
+// the barriers between the steps become __syncwarp(); the block meets only around the K/V
+// tile that all warps share. The shared-memory layouts are stage 2's.
 #include "attention.cuh"
 using namespace nvcuda;
 
@@ -25,16 +25,24 @@ constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w
 constexpr int THREADS = 32 * WARPS;
 constexpr int D = HEAD_DIM;
 
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
+
+// The big tiles are needed one after the other, so they share one piece of shared memory:
+// Q until it is in registers, then the K/V tile of each step, then O on its way out.
+union Tiles {
+    elem_t q[BLOCK_Q][D];
+    struct { elem_t k[BLOCK_K][D]; elem_t v[BLOCK_K][D]; } kv;
+    float o[BLOCK_Q][D];
+};
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
                 float scale_log2, int causal) {
-    __shared__ __align__(32) elem_t q_tile[BLOCK_Q][D];
-    __shared__ __align__(32) elem_t k_tile[BLOCK_K][D];
-    __shared__ __align__(32) elem_t v_tile[BLOCK_K][D];
+    __shared__ __align__(32) Tiles tiles;
     __shared__ __align__(32) float s_t[BLOCK_K][BLOCK_Q];   // S, column-major
     __shared__ __align__(32) elem_t p_t[BLOCK_K][BLOCK_Q];  // P, column-major
-    __shared__ __align__(32) float o_t[D][BLOCK_Q];         // O (not yet divided by l)
-    __shared__ float inv_l[BLOCK_Q];
+    __shared__ __align__(32) float row_ids[16][16];         // row_ids[r][c] = r, see below
+    __shared__ float rescale_of[BLOCK_Q];                   // this step's exp(m_old − m_new)
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int q0 = blockIdx.x * BLOCK_Q, bh = blockIdx.y;
@@ -43,41 +51,47 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     v += (size_t)bh * Sk * D;
     out += (size_t)bh * Sq * D;
 
-    load_tile<BLOCK_Q, D>(&q_tile[0][0], q, q0, Sq, D, 0);  // zeros past Sq
-    for (int i = tid; i < D * BLOCK_Q; i += THREADS) (&o_t[0][0])[i] = 0.0f;
+    load_tile<BLOCK_Q, D, THREADS>(&tiles.q[0][0], q, q0, Sq, D, 0);  // zeros past Sq
+    for (int i = tid; i < 16 * 16; i += THREADS) row_ids[i / 16][i % 16] = float(i / 16);
     __syncthreads();
     // Each warp keeps its 16 rows of Q in registers, as WMMA fragments, for the whole loop.
     wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> q_frag[D / 16];
-    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &q_tile[warp * 16][d * 16], D);
+    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &tiles.q[warp * 16][d * 16], D);
+    // O (16 rows × D per warp) stays in accumulator fragments. To rescale a row we must know
+    // which row each of a fragment's elements belongs to, and WMMA does not say. Loading a
+    // matrix whose every element is its row number into a fragment of the same kind tells us:
+    // element i of every such fragment sits in row my_rows.x[i].
+    acc_frag o_frag[D / 16], my_rows;
+    for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o_frag[n], 0.0f);
+    wmma::load_matrix_sync(my_rows, &row_ids[0][0], 16, wmma::mem_row_major);
 
     // Lanes l and l + 16 of warp w own query row q0 + r, r = 16w + l % 16: its running max (in
-    // log2 units) and sum. Each takes half of the columns: c0 is where its half starts.
-    const int r = warp * 16 + lane % 16, row = q0 + r, half = lane / 16;
-    const int c0 = half * (BLOCK_K / 2), d0 = half * (D / 2);
+    // log2 units) and sum. Each takes half of the tile's columns, starting at c0.
+    const int r = warp * 16 + lane % 16, row = q0 + r, c0 = (lane / 16) * (BLOCK_K / 2);
     float row_max = NEG_INF, row_sum = 0.0f;
     // Causal: keys past the tile's last query are masked for every row; skip those tiles.
     const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
-        __syncthreads();  // every warp is done with the previous K/V tile
-        load_tile<BLOCK_K, D>(&k_tile[0][0], k, k0, Sk, D, 0);  // zeros past Sk
-        load_tile<BLOCK_K, D>(&v_tile[0][0], v, k0, Sk, D, 0);
+        __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
+        load_tile<BLOCK_K, D, THREADS>(&tiles.kv.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
+        load_tile<BLOCK_K, D, THREADS>(&tiles.kv.v[0][0], v, k0, Sk, D, 0);
         __syncthreads();
 
         // S = Q·Kᵀ: warp w computes rows [16w, 16w + 16) of the tile's scores.
         for (int n = 0; n < BLOCK_K / 16; ++n) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_frag;
+            acc_frag s_frag;
             wmma::fill_fragment(s_frag, 0.0f);
             for (int d = 0; d < D / 16; ++d) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> k_frag;
-                wmma::load_matrix_sync(k_frag, &k_tile[n * 16][d * 16], D);
+                wmma::load_matrix_sync(k_frag, &tiles.kv.k[n * 16][d * 16], D);
                 wmma::mma_sync(s_frag, q_frag[d], k_frag, s_frag);
             }
             wmma::store_matrix_sync(&s_t[n * 16][warp * 16], s_frag, BLOCK_Q, wmma::mem_col_major);
         }
         __syncwarp();  // the warp's own rows of S are in shared memory
 
-        // The online softmax, two lanes per row; the warp's other rows are no business of ours.
+        // The online softmax, two lanes per row; the other warps' rows are not our business.
         {
             float tile_max = NEG_INF;
             for (int c = c0; c < c0 + BLOCK_K / 2; ++c)
@@ -92,32 +106,38 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
                 tile_sum += p;
                 p_t[c][r] = to_elem(p);
             }
-            row_sum = row_sum * rescale + tile_sum + __shfl_xor_sync(0xffffffff, tile_sum, 16);
-            for (int d = d0; d < d0 + D / 2; ++d) o_t[d][r] *= rescale;
+            tile_sum += __shfl_xor_sync(0xffffffff, tile_sum, 16);
+            row_sum = row_sum * rescale + tile_sum;
+            if (lane < 16) rescale_of[r] = rescale;
             row_max = new_max;
         }
-        __syncwarp();  // the warp's rows of P and O are ready for its P·V
+        __syncwarp();  // the warp's rows of P and their rescale factors are ready
 
-        // O += P·V: warp w updates its 16 rows of O, D/16 column tiles.
+        // O = O·rescale + P·V: warp w updates its 16 rows of O, D/16 column tiles.
+        float rescale[acc_frag::num_elements];
+        for (int i = 0; i < acc_frag::num_elements; ++i) rescale[i] = rescale_of[warp * 16 + int(my_rows.x[i])];
         for (int n = 0; n < D / 16; ++n) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> o_frag;
-            wmma::load_matrix_sync(o_frag, &o_t[n * 16][warp * 16], BLOCK_Q, wmma::mem_col_major);
+            for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= rescale[i];
             for (int c = 0; c < BLOCK_K / 16; ++c) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::col_major> p_frag;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> v_frag;
                 wmma::load_matrix_sync(p_frag, &p_t[c * 16][warp * 16], BLOCK_Q);
-                wmma::load_matrix_sync(v_frag, &v_tile[c * 16][n * 16], D);
-                wmma::mma_sync(o_frag, p_frag, v_frag, o_frag);
+                wmma::load_matrix_sync(v_frag, &tiles.kv.v[c * 16][n * 16], D);
+                wmma::mma_sync(o_frag[n], p_frag, v_frag, o_frag[n]);
             }
-            wmma::store_matrix_sync(&o_t[n * 16][warp * 16], o_frag, BLOCK_Q, wmma::mem_col_major);
         }
     }
 
-    if (half == 0) inv_l[r] = 1.0f / row_sum;
+    if (lane < 16) rescale_of[r] = 1.0f / row_sum;  // now the final 1 / l
+    __syncthreads();  // also: every warp is done with the last K/V tile, which tiles.o reuses
+    for (int n = 0; n < D / 16; ++n) {
+        for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= rescale_of[warp * 16 + int(my_rows.x[i])];
+        wmma::store_matrix_sync(&tiles.o[warp * 16][n * 16], o_frag[n], D, wmma::mem_row_major);
+    }
     __syncwarp();
     // Each warp writes O / l for its own 16 rows; consecutive lanes write consecutive elements.
     for (int i = lane; i < 16 * D; i += 32) {
         const int rr = warp * 16 + i / D, d = i % D;
-        if (q0 + rr < Sq) out[(size_t)(q0 + rr) * D + d] = to_elem(o_t[d][rr] * inv_l[rr]);
+        if (q0 + rr < Sq) out[(size_t)(q0 + rr) * D + d] = to_elem(tiles.o[rr][d]);
     }
 }

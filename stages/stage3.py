@@ -1,10 +1,11 @@
 """Stage 3 — fused attention with a warp-level softmax (WMMA), CUDA C++ through NVRTC.
 
 Stage 2's kernel (stages/stage3.cu) with the softmax moved from one thread per row to the
-warps: the warp that computed 16 rows of S runs their softmax too, two lanes per row, and
-combines the halves' max and sum with warp shuffles. Rescaling O is spread over the lanes,
-and since every warp now touches only its own rows, the block-wide barriers between the
-steps become warp-level ones; the block meets only around the shared K/V tile.
+warps: the warp that computed 16 rows of S (and owns their rows of O) runs their softmax too,
+two lanes per row, each lane over half of the tile's columns, the halves' max and sum
+combined by a warp shuffle. Every lane of every warp works, and since a warp now touches
+only its own rows, the block-wide barriers between the steps become warp-level ones; the
+block meets only around the K/V tile all warps share.
 """
 from __future__ import annotations
 

@@ -1,0 +1,24 @@
+"""One call of a stage at a standard shape, for a profiler to look at:
+
+    ncu --section SpeedOfLight -k regex:attention python scripts/one_call.py 2 throughput
+"""
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+
+import stages  # noqa: E402
+from lib.bench import STANDARD_SHAPES  # noqa: E402
+from lib.inputs import make_qkv  # noqa: E402
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+ap.add_argument("stage", type=int)
+ap.add_argument("shape", choices=[s[0] for s in STANDARD_SHAPES])
+ap.add_argument("--causal", action="store_true")
+a = ap.parse_args()
+_, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == a.shape)
+q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
+stages.get(a.stage).attention(q, k, v, causal=a.causal)
+torch.cuda.synchronize()
