@@ -124,6 +124,78 @@ def ceilings() -> dict | None:
     return {**data["ceilings"], "source": f"recorded, not measured here: {R.provenance(data)}"}
 
 
+# --------------------------------------------------------------------------------------------
+# profiles: scripts/gpu_session.sh runs Nsight Compute (ncu) on one call of stages 1 and up at
+# the throughput shape and keeps its report in results/profiles/
+
+PROFILE_DIR = R.RESULTS_DIR / "profiles"
+NCU_METRICS = ("Duration", "SM Frequency", "Compute (SM) Throughput", "Memory Throughput",
+               "L1/TEX Cache Throughput", "L2 Cache Throughput", "DRAM Throughput",
+               "Achieved Occupancy", "Theoretical Occupancy", "Warp Cycles Per Issued Instruction")
+
+
+def ncu_report(stage: int, shape: str = "throughput") -> dict | None:
+    """The recorded ncu report of one call of `stage`: {'header': first line (where and when),
+    'kernels': [{'name', 'launch', 'metrics': {metric: (value, unit)}, 'bank_conflicts':
+    {'loads'|'stores': average ways}}]}, or None when there is none."""
+    path = PROFILE_DIR / f"stage{stage}-{shape}.ncu.txt"
+    if not path.exists():
+        return None
+    text = path.read_text()
+    header = text.splitlines()[0].lstrip("# ") if text.startswith("#") else ""
+    kernels = []
+    blocks = re.split(r"\n  (?=\w+ \(\d+, \d+, \d+\)x\()", text)
+    for block in blocks[1:]:
+        first = block.splitlines()[0]
+        m = re.match(r"(\w+) (\(.*?\)x\(.*?\))", first)
+        metrics = {}
+        for name in NCU_METRICS:
+            mm = re.search(rf"^\s+{re.escape(name)}\s+(\S+)?\s+([\d,.]+)\s*$", block, re.M)
+            if mm:
+                metrics[name] = (float(mm.group(2).replace(",", "")), mm.group(1) or "")
+        conflicts = {}
+        for kind in ("loads", "stores"):
+            mm = re.search(rf"on average a ([\d.]+) - way bank\s+conflict across all (\d+) shared {kind[:-1]}", block)
+            conflicts[kind] = float(mm.group(1)) if mm else 1.0
+        kernels.append({"name": m.group(1), "launch": m.group(2), "metrics": metrics,
+                        "bank_conflicts": conflicts})
+    return {"header": header, "path": str(path.relative_to(ROOT)), "kernels": kernels}
+
+
+def show_ncu(stage: int, shape: str = "throughput") -> dict | None:
+    """A table of the recorded ncu report of `stage` (see ncu_report), labelled as recorded."""
+    rep = ncu_report(stage, shape)
+    if rep is None:
+        print(f"no recorded profile of stage {stage} (results/profiles/stage{stage}-{shape}.ncu.txt)"
+              ": scripts/gpu_session.sh writes it on a GPU with ncu")
+        return None
+    cols = ["Duration", "Compute (SM) Throughput", "L1/TEX Cache Throughput",
+            "L2 Cache Throughput", "DRAM Throughput", "Achieved Occupancy",
+            "Warp Cycles Per Issued Instruction"]
+    head = ["kernel (grid)x(block)"] + [f"{c} ({rep['kernels'][0]['metrics'].get(c, (0, ''))[1]})"
+                                        for c in cols] + ["shared-load conflict (ways)",
+                                                          "shared-store conflict (ways)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k in rep["kernels"]:
+        cells = [f"{k['name']} {k['launch']}"]
+        cells += [f"{k['metrics'][c][0]:,.4g}" if c in k["metrics"] else "—" for c in cols]
+        cells += [f"{k['bank_conflicts']['loads']:.1f}", f"{k['bank_conflicts']['stores']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    _md(f"*Recorded by Nsight Compute, not measured in this session* (`{rep['path']}`; "
+        f"{rep['header']}). ncu fixes the SM clock while it profiles, so its durations are "
+        "longer than the benchmark's.\n\n" + "\n".join(lines))
+    return rep
+
+
+def recorded_verdicts(stage: int) -> list:
+    """Without a GPU, a CUDA C++ stage cannot run here: its verdict comes from the recorded
+    benchmark rows instead (each was checked twice on fresh inputs when it was timed)."""
+    from types import SimpleNamespace
+    rows = [r for r in (R.load() or {}).get("runs", []) if r["stage"] == stage
+            and not r.get("skipped")]
+    return [SimpleNamespace(passed=bool(r["passed"])) for r in rows]
+
+
 # Opcode families of the SASS instruction mix, for a learner's first look at what runs.
 INSTRUCTION_CLASSES = {
     "tensor core": ("HMMA", "HGMMA", "IMMA", "QGMMA", "IGMMA", "BGMMA"),

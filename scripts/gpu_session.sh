@@ -37,6 +37,19 @@ step() {  # step NAME CMD...: run, log to $OUT/logs/NAME.log, record the exit co
 }
 
 step bench python3 -m lib.bench --record --sweep ${FA_BENCH_ARGS:-}
+# Nsight Compute on one call of every CUDA C++ stage at the throughput shape: where the time
+# goes (the notebooks read these reports; results/profiles/stageN-throughput.ncu.txt).
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if [ -x "$NCU" ]; then
+  mkdir -p results/profiles
+  for n in $(python3 -c "import stages; print(*[m.INFO.number for m in stages.all_stages() if m.INFO.backend == 'nvrtc'])"); do
+    f=results/profiles/stage$n-throughput.ncu.txt
+    echo "# ncu --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py $n throughput; commit ${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')" > "$f"
+    step "profile-stage$n" "$NCU" --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py "$n" throughput
+    cat "$OUT/logs/profile-stage$n.log" >> "$f"
+  done
+fi
 step notebooks python3 -m lib.notebook --execute notebooks/*.ipynb
 step pytest python3 -m pytest -p no:cacheprovider -q
 # Only the curriculum's kernels are checked (every stage's kernel names contain "attention");

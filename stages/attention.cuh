@@ -37,13 +37,14 @@ __device__ __forceinline__ elem_t to_elem(float x) {
 #define NEG_INF __int_as_float(0xff800000)
 
 // Copy the ROWS × COLS tile whose top-left element is (row0, col0) of a row-major matrix with
-// n_rows rows and row stride ld into dst[ROWS][COLS] (shared memory, row-major). Rows at or
+// n_rows rows and row stride ld into dst[ROWS][LD_DST] (shared memory, row-major; LD_DST >
+// COLS pads each row, see stage 2). Rows at or
 // past n_rows are filled with zeros: that is how every stage masks the tail of a sequence
 // that is not a multiple of its tile. The block's THREADS threads take one element each per
 // step, so consecutive threads read consecutive addresses (coalesced). Each thread first
 // issues up to 8 loads, then stores them: 8 loads in flight per thread, not 1, hide the
 // few hundred cycles a load from L2 takes.
-template <int ROWS, int COLS, int THREADS>
+template <int ROWS, int COLS, int THREADS, int LD_DST = COLS>
 __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict__ src, int row0,
                                           int n_rows, int ld, int col0) {
     constexpr int PER_THREAD = ROWS * COLS / THREADS;
@@ -59,7 +60,10 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict_
             x[j] = row0 + r < n_rows ? src[(size_t)(row0 + r) * ld + col0 + c] : zero;
         }
 #pragma unroll
-        for (int j = 0; j < BATCH; ++j) dst[threadIdx.x + (b + j) * THREADS] = x[j];
+        for (int j = 0; j < BATCH; ++j) {
+            const int i = threadIdx.x + (b + j) * THREADS;
+            dst[i / COLS * LD_DST + i % COLS] = x[j];
+        }
     }
 }
 

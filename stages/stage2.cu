@@ -15,6 +15,12 @@
 // S and P live in shared memory in column-major order ([column][row]): when the 32 threads
 // of a warp each walk along their own row, at each step they touch 32 consecutive words,
 // one per bank.
+//
+// Shared memory has 32 banks of 4 bytes; a warp's access takes one pass per distinct address
+// in the busiest bank. A WMMA load reads 16-byte pieces of 8 rows at once: with rows of 128
+// bytes (D = 64 fp16) all 8 start in the same 4 banks, an 8-way conflict. Each row of the
+// shared tiles is therefore padded by 16 bytes (LD = D + 8), which staggers the 8 rows over
+// all 32 banks.
 #include "attention.cuh"
 using namespace nvcuda;
 
@@ -23,23 +29,27 @@ constexpr int BLOCK_K = 32;              // keys per K/V tile
 constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w + 16)
 constexpr int THREADS = 32 * WARPS;
 constexpr int D = HEAD_DIM;
+constexpr int LD = D + 8;                // row stride of the Q, K and V tiles (elements)
+constexpr int LD_O = D + 4;              // ... of the O tile (floats)
+constexpr int LD_S = BLOCK_Q + 16;       // column stride of S (floats)
+constexpr int LD_P = BLOCK_Q + 8;        // column stride of P (elements)
 
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
 
 // The big tiles are needed one after the other, so they share one piece of shared memory:
 // Q until it is in registers, then the K/V tile of each step, then O on its way out.
 union Tiles {
-    elem_t q[BLOCK_Q][D];
-    struct { elem_t k[BLOCK_K][D]; elem_t v[BLOCK_K][D]; } kv;
-    float o[BLOCK_Q][D];
+    elem_t q[BLOCK_Q][LD];
+    struct { elem_t k[BLOCK_K][LD]; elem_t v[BLOCK_K][LD]; } kv;
+    float o[BLOCK_Q][LD_O];
 };
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
                 float scale_log2, int causal) {
     __shared__ __align__(32) Tiles tiles;
-    __shared__ __align__(32) float s_t[BLOCK_K][BLOCK_Q];   // S, column-major
-    __shared__ __align__(32) elem_t p_t[BLOCK_K][BLOCK_Q];  // P, column-major
+    __shared__ __align__(32) float s_t[BLOCK_K][LD_S];      // S, column-major
+    __shared__ __align__(32) elem_t p_t[BLOCK_K][LD_P];     // P, column-major
     __shared__ __align__(32) float row_ids[16][16];         // row_ids[r][c] = r, see below
     __shared__ float rescale_of[BLOCK_Q];                   // this step's exp(m_old − m_new)
 
@@ -50,12 +60,12 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     v += (size_t)bh * Sk * D;
     out += (size_t)bh * Sq * D;
 
-    load_tile<BLOCK_Q, D, THREADS>(&tiles.q[0][0], q, q0, Sq, D, 0);  // zeros past Sq
+    load_tile<BLOCK_Q, D, THREADS, LD>(&tiles.q[0][0], q, q0, Sq, D, 0);  // zeros past Sq
     for (int i = tid; i < 16 * 16; i += THREADS) row_ids[i / 16][i % 16] = float(i / 16);
     __syncthreads();
     // Each warp keeps its 16 rows of Q in registers, as WMMA fragments, for the whole loop.
     wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> q_frag[D / 16];
-    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &tiles.q[warp * 16][d * 16], D);
+    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &tiles.q[warp * 16][d * 16], LD);
     // O (16 rows × D per warp) stays in accumulator fragments. To rescale a row we must know
     // which row each of a fragment's elements belongs to, and WMMA does not say. Loading a
     // matrix whose every element is its row number into a fragment of the same kind tells us:
@@ -72,8 +82,8 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
         __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
-        load_tile<BLOCK_K, D, THREADS>(&tiles.kv.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
-        load_tile<BLOCK_K, D, THREADS>(&tiles.kv.v[0][0], v, k0, Sk, D, 0);
+        load_tile<BLOCK_K, D, THREADS, LD>(&tiles.kv.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
+        load_tile<BLOCK_K, D, THREADS, LD>(&tiles.kv.v[0][0], v, k0, Sk, D, 0);
         __syncthreads();
 
         // S = Q·Kᵀ: warp w computes rows [16w, 16w + 16) of the tile's scores.
@@ -82,10 +92,10 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             wmma::fill_fragment(s_frag, 0.0f);
             for (int d = 0; d < D / 16; ++d) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> k_frag;
-                wmma::load_matrix_sync(k_frag, &tiles.kv.k[n * 16][d * 16], D);
+                wmma::load_matrix_sync(k_frag, &tiles.kv.k[n * 16][d * 16], LD);
                 wmma::mma_sync(s_frag, q_frag[d], k_frag, s_frag);
             }
-            wmma::store_matrix_sync(&s_t[n * 16][warp * 16], s_frag, BLOCK_Q, wmma::mem_col_major);
+            wmma::store_matrix_sync(&s_t[n * 16][warp * 16], s_frag, LD_S, wmma::mem_col_major);
         }
         __syncthreads();
 
@@ -117,8 +127,8 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             for (int c = 0; c < BLOCK_K / 16; ++c) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::col_major> p_frag;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> v_frag;
-                wmma::load_matrix_sync(p_frag, &p_t[c * 16][warp * 16], BLOCK_Q);
-                wmma::load_matrix_sync(v_frag, &tiles.kv.v[c * 16][n * 16], D);
+                wmma::load_matrix_sync(p_frag, &p_t[c * 16][warp * 16], LD_P);
+                wmma::load_matrix_sync(v_frag, &tiles.kv.v[c * 16][n * 16], LD);
                 wmma::mma_sync(o_frag[n], p_frag, v_frag, o_frag[n]);
             }
         }
@@ -128,7 +138,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     __syncthreads();  // also: every warp is done with the last K/V tile, which tiles.o reuses
     for (int n = 0; n < D / 16; ++n) {
         for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= rescale_of[warp * 16 + int(my_rows.x[i])];
-        wmma::store_matrix_sync(&tiles.o[warp * 16][n * 16], o_frag[n], D, wmma::mem_row_major);
+        wmma::store_matrix_sync(&tiles.o[warp * 16][n * 16], o_frag[n], LD_O, wmma::mem_row_major);
     }
     __syncthreads();
     // Write O / l; consecutive threads write consecutive elements of a row (coalesced).

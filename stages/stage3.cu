@@ -11,11 +11,19 @@
 // once: global traffic is linear in the sequence length, not quadratic.
 //
 // What changes from stage 2: the warp that computed 16 rows of S also runs their softmax,
-// as it already owns their rows of O. Two lanes share a row: lane l takes row l % 16 and half
-// of the tile's columns, and the two halves combine their max and their sum with one warp
-// shuffle each. All 32 lanes of every warp work, and the rows a warp touches are its own, so
-// the barriers between the steps become __syncwarp(); the block meets only around the K/V
-// tile that all warps share. The shared-memory layouts are stage 2's.
+// as it already owns their rows of O. Two neighbouring lanes share a row: lane l takes row
+// l / 2 and every other column (the even ones or the odd ones), and the two combine their max
+// and their sum with one warp shuffle each. All 32 lanes of every warp work, and the rows a
+// warp touches are its own, so the barriers between the steps become __syncwarp(); the block
+// meets only around the K/V tile that all warps share. The shared-memory layouts are stage
+// 2's: S and P column-major, with LD_S chosen so that the two lanes of a row, one column
+// apart, land 16 banks apart.
+//
+// Shared memory has 32 banks of 4 bytes; a warp's access takes one pass per distinct address
+// in the busiest bank. A WMMA load reads 16-byte pieces of 8 rows at once: with rows of 128
+// bytes (D = 64 fp16) all 8 start in the same 4 banks, an 8-way conflict. Each row of the
+// shared tiles is therefore padded by 16 bytes (LD = D + 8), which staggers the 8 rows over
+// all 32 banks.
 #include "attention.cuh"
 using namespace nvcuda;
 
@@ -24,23 +32,27 @@ constexpr int BLOCK_K = 32;              // keys per K/V tile
 constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w + 16)
 constexpr int THREADS = 32 * WARPS;
 constexpr int D = HEAD_DIM;
+constexpr int LD = D + 8;                // row stride of the Q, K and V tiles (elements)
+constexpr int LD_O = D + 4;              // ... of the O tile (floats)
+constexpr int LD_S = BLOCK_Q + 16;       // column stride of S (floats)
+constexpr int LD_P = BLOCK_Q + 8;        // column stride of P (elements)
 
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
 
 // The big tiles are needed one after the other, so they share one piece of shared memory:
 // Q until it is in registers, then the K/V tile of each step, then O on its way out.
 union Tiles {
-    elem_t q[BLOCK_Q][D];
-    struct { elem_t k[BLOCK_K][D]; elem_t v[BLOCK_K][D]; } kv;
-    float o[BLOCK_Q][D];
+    elem_t q[BLOCK_Q][LD];
+    struct { elem_t k[BLOCK_K][LD]; elem_t v[BLOCK_K][LD]; } kv;
+    float o[BLOCK_Q][LD_O];
 };
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
                 float scale_log2, int causal) {
     __shared__ __align__(32) Tiles tiles;
-    __shared__ __align__(32) float s_t[BLOCK_K][BLOCK_Q];   // S, column-major
-    __shared__ __align__(32) elem_t p_t[BLOCK_K][BLOCK_Q];  // P, column-major
+    __shared__ __align__(32) float s_t[BLOCK_K][LD_S];      // S, column-major
+    __shared__ __align__(32) elem_t p_t[BLOCK_K][LD_P];     // P, column-major
     __shared__ __align__(32) float row_ids[16][16];         // row_ids[r][c] = r, see below
     __shared__ float rescale_of[BLOCK_Q];                   // this step's exp(m_old − m_new)
 
@@ -51,12 +63,12 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     v += (size_t)bh * Sk * D;
     out += (size_t)bh * Sq * D;
 
-    load_tile<BLOCK_Q, D, THREADS>(&tiles.q[0][0], q, q0, Sq, D, 0);  // zeros past Sq
+    load_tile<BLOCK_Q, D, THREADS, LD>(&tiles.q[0][0], q, q0, Sq, D, 0);  // zeros past Sq
     for (int i = tid; i < 16 * 16; i += THREADS) row_ids[i / 16][i % 16] = float(i / 16);
     __syncthreads();
     // Each warp keeps its 16 rows of Q in registers, as WMMA fragments, for the whole loop.
     wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> q_frag[D / 16];
-    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &tiles.q[warp * 16][d * 16], D);
+    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &tiles.q[warp * 16][d * 16], LD);
     // O (16 rows × D per warp) stays in accumulator fragments. To rescale a row we must know
     // which row each of a fragment's elements belongs to, and WMMA does not say. Loading a
     // matrix whose every element is its row number into a fragment of the same kind tells us:
@@ -65,17 +77,17 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o_frag[n], 0.0f);
     wmma::load_matrix_sync(my_rows, &row_ids[0][0], 16, wmma::mem_row_major);
 
-    // Lanes l and l + 16 of warp w own query row q0 + r, r = 16w + l % 16: its running max (in
-    // log2 units) and sum. Each takes half of the tile's columns, starting at c0.
-    const int r = warp * 16 + lane % 16, row = q0 + r, c0 = (lane / 16) * (BLOCK_K / 2);
+    // Lanes 2i and 2i + 1 of warp w own query row q0 + r, r = 16w + i: its running max (in
+    // log2 units) and sum. Lane l takes the columns c with c % 2 == l % 2.
+    const int r = warp * 16 + lane / 2, row = q0 + r, c0 = lane % 2;
     float row_max = NEG_INF, row_sum = 0.0f;
     // Causal: keys past the tile's last query are masked for every row; skip those tiles.
     const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
         __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
-        load_tile<BLOCK_K, D, THREADS>(&tiles.kv.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
-        load_tile<BLOCK_K, D, THREADS>(&tiles.kv.v[0][0], v, k0, Sk, D, 0);
+        load_tile<BLOCK_K, D, THREADS, LD>(&tiles.kv.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
+        load_tile<BLOCK_K, D, THREADS, LD>(&tiles.kv.v[0][0], v, k0, Sk, D, 0);
         __syncthreads();
 
         // S = Q·Kᵀ: warp w computes rows [16w, 16w + 16) of the tile's scores.
@@ -84,31 +96,31 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             wmma::fill_fragment(s_frag, 0.0f);
             for (int d = 0; d < D / 16; ++d) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> k_frag;
-                wmma::load_matrix_sync(k_frag, &tiles.kv.k[n * 16][d * 16], D);
+                wmma::load_matrix_sync(k_frag, &tiles.kv.k[n * 16][d * 16], LD);
                 wmma::mma_sync(s_frag, q_frag[d], k_frag, s_frag);
             }
-            wmma::store_matrix_sync(&s_t[n * 16][warp * 16], s_frag, BLOCK_Q, wmma::mem_col_major);
+            wmma::store_matrix_sync(&s_t[n * 16][warp * 16], s_frag, LD_S, wmma::mem_col_major);
         }
         __syncwarp();  // the warp's own rows of S are in shared memory
 
         // The online softmax, two lanes per row; the other warps' rows are not our business.
         {
             float tile_max = NEG_INF;
-            for (int c = c0; c < c0 + BLOCK_K / 2; ++c)
+            for (int c = c0; c < BLOCK_K; c += 2)
                 if (key_visible(k0 + c, row, Sk, causal)) tile_max = fmaxf(tile_max, s_t[c][r] * scale_log2);
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 16));  // other half
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));  // the other lane
             const float new_max = fmaxf(row_max, tile_max);
             const float base = new_max == NEG_INF ? 0.0f : new_max;  // no key seen yet: no NaN
             const float rescale = exp2f(row_max - base);  // O and l were summed against row_max
             float tile_sum = 0.0f;
-            for (int c = c0; c < c0 + BLOCK_K / 2; ++c) {
+            for (int c = c0; c < BLOCK_K; c += 2) {
                 const float p = key_visible(k0 + c, row, Sk, causal) ? exp2f(s_t[c][r] * scale_log2 - base) : 0.0f;
                 tile_sum += p;
                 p_t[c][r] = to_elem(p);
             }
-            tile_sum += __shfl_xor_sync(0xffffffff, tile_sum, 16);
+            tile_sum += __shfl_xor_sync(0xffffffff, tile_sum, 1);
             row_sum = row_sum * rescale + tile_sum;
-            if (lane < 16) rescale_of[r] = rescale;
+            if (c0 == 0) rescale_of[r] = rescale;
             row_max = new_max;
         }
         __syncwarp();  // the warp's rows of P and their rescale factors are ready
@@ -121,18 +133,18 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             for (int c = 0; c < BLOCK_K / 16; ++c) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::col_major> p_frag;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> v_frag;
-                wmma::load_matrix_sync(p_frag, &p_t[c * 16][warp * 16], BLOCK_Q);
-                wmma::load_matrix_sync(v_frag, &tiles.kv.v[c * 16][n * 16], D);
+                wmma::load_matrix_sync(p_frag, &p_t[c * 16][warp * 16], LD_P);
+                wmma::load_matrix_sync(v_frag, &tiles.kv.v[c * 16][n * 16], LD);
                 wmma::mma_sync(o_frag[n], p_frag, v_frag, o_frag[n]);
             }
         }
     }
 
-    if (lane < 16) rescale_of[r] = 1.0f / row_sum;  // now the final 1 / l
+    if (c0 == 0) rescale_of[r] = 1.0f / row_sum;  // now the final 1 / l
     __syncthreads();  // also: every warp is done with the last K/V tile, which tiles.o reuses
     for (int n = 0; n < D / 16; ++n) {
         for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= rescale_of[warp * 16 + int(my_rows.x[i])];
-        wmma::store_matrix_sync(&tiles.o[warp * 16][n * 16], o_frag[n], D, wmma::mem_row_major);
+        wmma::store_matrix_sync(&tiles.o[warp * 16][n * 16], o_frag[n], LD_O, wmma::mem_row_major);
     }
     __syncwarp();
     // Each warp writes O / l for its own 16 rows; consecutive lanes write consecutive elements.

@@ -2,8 +2,8 @@
 
 Stage 2's kernel (stages/stage3.cu) with the softmax moved from one thread per row to the
 warps: the warp that computed 16 rows of S (and owns their rows of O) runs their softmax too,
-two lanes per row, each lane over half of the tile's columns, the halves' max and sum
-combined by a warp shuffle. Every lane of every warp works, and since a warp now touches
+two neighbouring lanes per row, each over every other column, their max and sum combined
+by a warp shuffle. Every lane of every warp works, and since a warp now touches
 only its own rows, the block-wide barriers between the steps become warp-level ones; the
 block meets only around the K/V tile all warps share.
 """
