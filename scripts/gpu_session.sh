@@ -7,6 +7,8 @@
 # Logs and the changed files end up in $OUT (default ./gpu-out) as gpu-run.tgz.
 #
 # Usage (repo root):  bash scripts/gpu_session.sh
+# FA_STEPS picks a subset, in this order: "bench profile notebooks pytest sanitize" (the
+# default, all of them); e.g. FA_STEPS="pytest sanitize" when one call has a time limit.
 # On the curriculum's H100 machine (no package registry, numpy 2.5), first fetch wheels on a
 # CPU machine with `bash ../shared/h100/fetch-wheels.sh` and carry .whl/ along: they are
 # installed here before anything else. Set FA_GIT_COMMIT to the commit being measured when
@@ -36,11 +38,14 @@ step() {  # step NAME CMD...: run, log to $OUT/logs/NAME.log, record the exit co
   echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
 }
 
-step bench python3 -m lib.bench --record --sweep ${FA_BENCH_ARGS:-}
+STEPS=" ${FA_STEPS:-bench profile notebooks pytest sanitize} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+
+want bench && step bench python3 -m lib.bench --record --sweep ${FA_BENCH_ARGS:-}
 # Nsight Compute on one call of every CUDA C++ stage at the throughput shape: where the time
 # goes (the notebooks read these reports; results/profiles/stageN-throughput.ncu.txt).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-if [ -x "$NCU" ]; then
+if want profile && [ -x "$NCU" ]; then
   mkdir -p results/profiles
   for n in $(python3 -c "import stages; print(*[m.INFO.number for m in stages.all_stages() if m.INFO.backend == 'nvrtc'])"); do
     f=results/profiles/stage$n-throughput.ncu.txt
@@ -50,12 +55,13 @@ if [ -x "$NCU" ]; then
     cat "$OUT/logs/profile-stage$n.log" >> "$f"
   done
 fi
-step notebooks python3 -m lib.notebook --execute notebooks/*.ipynb
-step pytest python3 -m pytest -p no:cacheprovider -q
+want notebooks && step notebooks python3 -m lib.notebook --execute notebooks/*.ipynb
+want pytest && step pytest python3 -m pytest -p no:cacheprovider -q
 # Only the curriculum's kernels are checked (every stage's kernel names contain "attention");
 # the reference and SDPA's kernels (cuDNN, cuBLAS) are PyTorch's, not ours to fix. Host API
 # errors are left out: cuda-bindings probes driver entry points that may not exist.
 for tool in memcheck racecheck; do
+  want sanitize || break
   step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
     --kernel-name kns=attention --report-api-errors no python3 -m lib.bench --check
 done
