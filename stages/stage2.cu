@@ -52,6 +52,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     __shared__ __align__(32) elem_t p_t[BLOCK_K][LD_P];     // P, column-major
     __shared__ __align__(32) float row_ids[16][16];         // row_ids[r][c] = r, see below
     __shared__ float rescale_of[BLOCK_Q];                   // this step's exp(m_old − m_new)
+    __shared__ float inv_l[BLOCK_Q];                        // at the end, 1 / l
 
     const int tid = threadIdx.x, warp = tid / 32;
     const int q0 = blockIdx.x * BLOCK_Q, bh = blockIdx.y;
@@ -134,10 +135,10 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         }
     }
 
-    if (tid < BLOCK_Q) rescale_of[tid] = 1.0f / row_sum;  // now the final 1 / l
+    if (tid < BLOCK_Q) inv_l[tid] = 1.0f / row_sum;  // (not rescale_of: a warp may still read it)
     __syncthreads();  // also: every warp is done with the last K/V tile, which tiles.o reuses
     for (int n = 0; n < D / 16; ++n) {
-        for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= rescale_of[warp * 16 + int(my_rows.x[i])];
+        for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= inv_l[warp * 16 + int(my_rows.x[i])];
         wmma::store_matrix_sync(&tiles.o[warp * 16][n * 16], o_frag[n], LD_O, wmma::mem_row_major);
     }
     __syncthreads();
