@@ -38,31 +38,41 @@ __device__ __forceinline__ elem_t to_elem(float x) {
 
 // Copy the ROWS × COLS tile whose top-left element is (row0, col0) of a row-major matrix with
 // n_rows rows and row stride ld into dst[ROWS][LD_DST] (shared memory, row-major; LD_DST >
-// COLS pads each row, see stage 2). Rows at or
-// past n_rows are filled with zeros: that is how every stage masks the tail of a sequence
-// that is not a multiple of its tile. The block's THREADS threads take one element each per
-// step, so consecutive threads read consecutive addresses (coalesced). Each thread first
-// issues up to 8 loads, then stores them: 8 loads in flight per thread, not 1, hide the
-// few hundred cycles a load from L2 takes.
+// COLS pads each row, see stage 2). Rows at or past n_rows are filled with zeros: that is how
+// every stage masks the tail of a sequence that is not a multiple of its tile.
+//
+// The block's THREADS threads take one element each per step, so consecutive threads read
+// consecutive addresses (coalesced). Step j moves element tid + j·THREADS: its row and
+// column are the thread's own (computed once) plus offsets known at compile time, so a step
+// costs an add, a compare, a load and a store rather than a division and a 64-bit multiply.
+// Each thread first issues up to 8 loads, then stores them: 8 loads in flight per thread, not
+// 1, hide the few hundred cycles a load from L2 takes.
 template <int ROWS, int COLS, int THREADS, int LD_DST = COLS>
 __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict__ src, int row0,
                                           int n_rows, int ld, int col0) {
     constexpr int PER_THREAD = ROWS * COLS / THREADS;
     constexpr int BATCH = PER_THREAD < 8 ? PER_THREAD : 8;
     static_assert(ROWS * COLS % THREADS == 0 && PER_THREAD % BATCH == 0, "tile and block sizes");
+    static_assert(THREADS % COLS == 0 || COLS % THREADS == 0, "powers of two");
+    // Where this thread starts; step j adds j·THREADS elements = (dr rows, dc columns).
+    const int r_t = THREADS >= COLS ? threadIdx.x / COLS : 0;
+    const int c_t = THREADS >= COLS ? threadIdx.x % COLS : threadIdx.x;
+    const elem_t* from = src + (size_t)(row0 + r_t) * ld + col0 + c_t;
+    elem_t* to = dst + r_t * LD_DST + c_t;
+    const int rows_left = n_rows - row0 - r_t;  // rows r_t + dr with dr >= rows_left are past the end
     const elem_t zero = to_elem(0.0f);
-#pragma unroll 1
+#pragma unroll
     for (int b = 0; b < PER_THREAD; b += BATCH) {
         elem_t x[BATCH];
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {
-            const int i = threadIdx.x + (b + j) * THREADS, r = i / COLS, c = i % COLS;
-            x[j] = row0 + r < n_rows ? src[(size_t)(row0 + r) * ld + col0 + c] : zero;
+            const int step = (b + j) * THREADS, dr = step / COLS, dc = step % COLS;
+            x[j] = dr < rows_left ? from[(size_t)dr * ld + dc] : zero;
         }
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {
-            const int i = threadIdx.x + (b + j) * THREADS;
-            dst[i / COLS * LD_DST + i % COLS] = x[j];
+            const int step = (b + j) * THREADS, dr = step / COLS, dc = step % COLS;
+            to[dr * LD_DST + dc] = x[j];
         }
     }
 }
