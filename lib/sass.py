@@ -93,7 +93,8 @@ class Inspection:
             p = self.ptxas.get(k, {})
             spill = (f", spills {p['spill_stores']} B stored / {p['spill_loads']} B loaded"
                      if p else "")
-            lines.append(f"{k}: {r.get('REG', 0)} registers, {r.get('SHARED', 0)} B static shared, "
+            lines.append(f"{k}: {r.get('REG', 0)} registers, {r.get('SHARED', 0)} B shared "
+                         "(static, plus what the system reserves per block), "
                          f"{r.get('STACK', 0)} B stack, {r.get('LOCAL', 0)} B local{spill}")
         total = sum(self.mix.values())
         lines.append(f"instruction mix ({total} SASS instructions):")

@@ -49,8 +49,8 @@ if want profile && [ -x "$NCU" ]; then
   mkdir -p results/profiles
   for n in $(python3 -c "import stages; print(*[m.INFO.number for m in stages.all_stages() if m.INFO.backend == 'nvrtc'])"); do
     f=results/profiles/stage$n-throughput.ncu.txt
-    echo "# ncu --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py $n throughput; commit ${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')" > "$f"
-    step "profile-stage$n" "$NCU" --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    echo "# ncu -k regex:attention --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py $n throughput; commit ${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')" > "$f"
+    step "profile-stage$n" "$NCU" -k regex:attention --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py "$n" throughput
     cat "$OUT/logs/profile-stage$n.log" >> "$f"
   done
