@@ -107,14 +107,19 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         // The online softmax, two lanes per row; the other warps' rows are not our business.
         {
             float tile_max = NEG_INF;
-            for (int c = c0; c < BLOCK_K; c += 2)
+#pragma unroll
+            for (int j = 0; j < BLOCK_K / 2; ++j) {
+                const int c = 2 * j + c0;
                 if (key_visible(k0 + c, row, Sk, causal)) tile_max = fmaxf(tile_max, s_t[c][r] * scale_log2);
+            }
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));  // the other lane
             const float new_max = fmaxf(row_max, tile_max);
             const float base = new_max == NEG_INF ? 0.0f : new_max;  // no key seen yet: no NaN
             const float rescale = exp2f(row_max - base);  // O and l were summed against row_max
             float tile_sum = 0.0f;
-            for (int c = c0; c < BLOCK_K; c += 2) {
+#pragma unroll
+            for (int j = 0; j < BLOCK_K / 2; ++j) {
+                const int c = 2 * j + c0;
                 const float p = key_visible(k0 + c, row, Sk, causal) ? exp2f(s_t[c][r] * scale_log2 - base) : 0.0f;
                 tile_sum += p;
                 p_t[c][r] = to_elem(p);
