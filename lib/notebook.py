@@ -191,6 +191,27 @@ def show_ncu(stage: int, shape: str = "throughput") -> dict | None:
     return rep
 
 
+def show_target(stage: int, factor: float, shape: str = "throughput") -> None:
+    """The curriculum's speed target for `stage`: at the named standard shape (fp16, full),
+    at least `factor` times the previous stage's speed, both from one recorded benchmark run."""
+    from lib.bench import STANDARD_SHAPES
+    _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
+    data = R.load()
+    rows = {r["stage"]: r for r in (data or {}).get("runs", [])
+            if r.get("suite", "standard") == "standard" and not r.get("skipped")
+            and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
+            == (B, H, S, S, D, "float16", False)}
+    if stage not in rows or stage - 1 not in rows:
+        print(f"target: stage {stage} ≥ {factor:g}× stage {stage - 1} at B{B} H{H} S{S} D{D} "
+              "fp16 — not recorded yet")
+        return
+    ratio = rows[stage - 1]["us"] / rows[stage]["us"]
+    _md(f"**Target**: stage {stage} ≥ {factor:g}× stage {stage - 1} at B{B} H{H} S{S} D{D} fp16 "
+        f"(full). *Recorded* ({R.provenance(data)}): stage {stage - 1} "
+        f"{rows[stage - 1]['us']:,.1f} µs, stage {stage} {rows[stage]['us']:,.1f} µs → "
+        f"**{ratio:.2f}×, target {'met' if ratio >= factor else 'missed'}**.")
+
+
 def recorded_verdicts(stage: int) -> list:
     """Without a GPU, a CUDA C++ stage cannot run here: its verdict comes from the recorded
     benchmark rows instead (each was checked twice on fresh inputs when it was timed)."""
