@@ -107,7 +107,9 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         // The online softmax, two lanes per row; the other warps' rows are not our business.
         {
             float tile_max = NEG_INF;
-#pragma unroll
+            // Fully unrolled at D = 64; at D = 128 by half, since unrolled all the way the
+            // kernel needs so many registers that fewer blocks fit on an SM.
+#pragma unroll(D == 64 ? BLOCK_K / 2 : BLOCK_K / 4)
             for (int j = 0; j < BLOCK_K / 2; ++j) {
                 const int c = 2 * j + c0;
                 if (key_visible(k0 + c, row, Sk, causal)) tile_max = fmaxf(tile_max, s_t[c][r] * scale_log2);
@@ -117,7 +119,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             const float base = new_max == NEG_INF ? 0.0f : new_max;  // no key seen yet: no NaN
             const float rescale = exp2f(row_max - base);  // O and l were summed against row_max
             float tile_sum = 0.0f;
-#pragma unroll
+#pragma unroll(D == 64 ? BLOCK_K / 2 : BLOCK_K / 4)
             for (int j = 0; j < BLOCK_K / 2; ++j) {
                 const int c = 2 * j + c0;
                 const float p = key_visible(k0 + c, row, Sk, causal) ? exp2f(s_t[c][r] * scale_log2 - base) : 0.0f;
