@@ -72,11 +72,12 @@ def verdict(checks) -> None:
           else f"verdict: FAIL — {bad} case(s) outside the bound")
 
 
-def recorded_runs(stage: int | None = None, suite: str = "standard") -> list[dict]:
+def recorded_runs(stage: int | None = None, suite: str | None = "standard") -> list[dict]:
+    """The recorded rows of `stage` (every stage: None) in `suite` (every suite: None)."""
     data = R.load()
     if not data:
         return []
-    return [r for r in data["runs"] if r.get("suite", "standard") == suite
+    return [r for r in data["runs"] if suite in (None, r.get("suite", "standard"))
             and (stage is None or r["stage"] == stage)]
 
 
@@ -197,8 +198,7 @@ def show_target(stage: int, factor: float, shape: str = "throughput") -> None:
     from lib.bench import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
     data = R.load()
-    rows = {r["stage"]: r for r in (data or {}).get("runs", [])
-            if r.get("suite", "standard") == "standard" and not r.get("skipped")
+    rows = {r["stage"]: r for r in recorded_runs() if not r.get("skipped")
             and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
             == (B, H, S, S, D, "float16", False)}
     if stage not in rows or stage - 1 not in rows:
@@ -216,9 +216,8 @@ def recorded_verdicts(stage: int) -> list:
     """Without a GPU, a CUDA C++ stage cannot run here: its verdict comes from the recorded
     benchmark rows instead (each was checked twice on fresh inputs when it was timed)."""
     from types import SimpleNamespace
-    rows = [r for r in (R.load() or {}).get("runs", []) if r["stage"] == stage
-            and not r.get("skipped")]
-    return [SimpleNamespace(passed=bool(r["passed"])) for r in rows]
+    return [SimpleNamespace(passed=bool(r["passed"])) for r in recorded_runs(stage, suite=None)
+            if not r.get("skipped")]
 
 
 # Opcode families of the SASS instruction mix, for a learner's first look at what runs.
