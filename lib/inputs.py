@@ -41,6 +41,11 @@ class StageInfo:
     head_dims: tuple[int, ...] | range
     sources: tuple[str, ...]       # paths relative to the repository root
     gqa: bool = False              # accepts fewer K/V heads than Q heads
+    # What the stage's notebook (section 2) predicts at B16 H16 S2048 D64 fp16, full mask,
+    # from counting bytes, FLOPs or instructions against the measured ceilings: "tflops" or
+    # "speedup" (over the previous stage) as a (low, high) range, and "basis", one line on how.
+    # The journey notebook puts it next to the recorded measurement.
+    prediction: dict = field(default_factory=dict)
     notes: str = ""
     extra: dict = field(default_factory=dict)
 

@@ -36,6 +36,9 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16, torch.float32),
     head_dims=range(1, 257),
     sources=("stages/stage0.py",),
+    prediction={"tflops": (0.668, 34.5),
+                "basis": "no reuse (every load from HBM) to the FP32 roofline (4/6 of the FP32 "
+                         "rate counts)"},
     # for offline inspection (lib.sass): the kernel and the signature a float16 call compiles
     extra={"numba_kernels": {"attention_rows": "void(float16[:, :, ::1], float16[:, :, ::1], "
                              "float16[:, :, ::1], float16[:, :, ::1], float32, boolean)"}},

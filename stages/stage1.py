@@ -32,6 +32,9 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage1.py", "stages/stage1.cu", "stages/attention.cuh"),
+    prediction={"tflops": (62.8, 62.8),
+                "basis": "the three kernels' HBM bytes (S and P round trips) at the copy "
+                         "bandwidth, or their FLOPs at the matmul rate, whichever is larger"},
 )
 
 

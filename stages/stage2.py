@@ -32,6 +32,9 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage2.py", "stages/stage2.cu", "stages/attention.cuh"),
+    prediction={"tflops": (118.6, 740.0),
+                "basis": "issue slots per K/V tile counted from the SASS (low) to the "
+                         "tensor-core roofline (high)"},
 )
 
 

@@ -33,6 +33,9 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage3.py", "stages/stage3.cu", "stages/attention.cuh"),
+    prediction={"speedup": (1.22, 1.80),
+                "basis": "instructions per tile from the SASS: issue-bound (low) to "
+                         "latency-bound, the serial chain (high)"},
 )
 
 
