@@ -31,6 +31,7 @@ SWEEP_TOKENS = 16384  # sweeps over S keep B·S fixed
 SWEEP_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 SIM_SHAPES = [(1, 2, 17, 17, 16), (1, 1, 33, 20, 8)]  # (B, H, Sq, Sk, D) for the simulator
 CHECK_SHAPES = [(1, 2, 64, 64, 64), (1, 2, 67, 45, 64), (2, 1, 45, 67, 64)]  # a small, odd ones
+GQA_CHECK_SHAPES = [(1, 4, 2, 67, 45, 64)]  # (B, H, H_kv, Sq, Sk, D), for stages with INFO.gqa
 
 
 def log(msg: str) -> None:
@@ -139,16 +140,18 @@ def check_all(mods, shapes, dtypes=None) -> bool:
         info = mod.INFO
         if not HAS_GPU and info.backend != "numba":
             continue
-        for B, H, Sq, Sk, D in shapes:
+        gqa = GQA_CHECK_SHAPES if info.gqa and shapes is CHECK_SHAPES else []
+        for B, H, Hkv, Sq, Sk, D in [(B, H, H, Sq, Sk, D) for B, H, Sq, Sk, D in shapes] + gqa:
             if D not in info.head_dims:
                 continue
             for causal in (False, True):
                 for dtype in dtypes or info.dtypes:
                     c = check_attention(mod.attention, B, H, Sq, Sk, D, dtype=dtype,
-                                        causal=causal)
+                                        causal=causal, Hkv=Hkv)
                     ok &= c.passed
+                    heads = f"H{H}" if Hkv == H else f"H{H}/{Hkv}"
                     print(f"stage {info.number} ({'GPU' if HAS_GPU else 'simulator'}) "
-                          f"B{B} H{H} S{Sq}/{Sk} D{D} {DTYPE_NAMES[dtype]} "
+                          f"B{B} {heads} S{Sq}/{Sk} D{D} {DTYPE_NAMES[dtype]} "
                           f"{'causal' if causal else 'full'}: {c.summary()}", flush=True)
     return ok
 

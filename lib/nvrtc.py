@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -221,6 +222,30 @@ def stage_kernels(source: Path, names: tuple[str, ...], dtype, head_dim: int,
     compiled = compile_stage(source, arch=gpu_arch(), dtype=dtype, head_dim=head_dim,
                              defines=dict(defines))
     return {n: load_kernel(compiled, n, max_dynamic_smem=max_dynamic_smem) for n in names}
+
+
+def launch_fused(info, source: Path, q, k, v, *, causal, scale, block_q: int, threads: int,
+                 smem: int = 0, defines: tuple = ()):
+    """What the launcher of every fused stage (2 and up) does: validate the inputs, then run
+    the stage's kernel `attention_fused` on a grid of (query tiles of block_q rows, batch·heads)
+    with `threads` threads and `smem` bytes of dynamic shared memory. The kernel's parameters
+    are (q, k, v, out, Sq, Sk, scale·log2(e), causal), and for a stage that takes grouped-query
+    inputs (info.gqa) also the number of query heads per K/V head."""
+    from lib.inputs import new_output, validate
+
+    scale = validate(q, k, v, causal=causal, scale=scale, info=info)
+    B, H, Sq, D = q.shape
+    Hk, Sk = k.shape[1], k.shape[2]
+    check_grid(f"stage {info.number}", **{"batch·heads": B * H})
+    out = new_output(q)
+    kern = stage_kernels(source, ("attention_fused",), q.dtype, D, max_dynamic_smem=smem,
+                         defines=tuple(defines))["attention_fused"]
+    args = [q, k, v, out, np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)),
+            np.int32(causal)]
+    if info.gqa:
+        args.append(np.int32(H // Hk))
+    launch(kern, ((Sq + block_q - 1) // block_q, B * H), threads, *args, smem=smem)
+    return out
 
 
 def check_grid(what: str, **dims: int) -> None:

@@ -68,3 +68,49 @@ def plot_sweep(data: dict, path: Path | None = None):
         fig.savefig(path, dpi=110)
         plt.close(fig)
     return Path(path) if path else fig
+
+
+# --------------------------------------------------------------------------------------------
+# the roofline: what a kernel of a given arithmetic intensity can reach on the measured GPU
+
+# compute ceilings that lib.timing.measure_ceilings records: (key, what runs at that rate)
+COMPUTE_ROOFS = (("matmul_TFLOPS", "tensor cores (matmul)"),
+                 ("fp32_TFLOPS", "FP32 on the CUDA cores"))
+
+
+def attainable_tflops(ceilings: dict, intensity: float, rate: str = "matmul_TFLOPS") -> float:
+    """The roofline at `intensity` FLOPs per byte: min(copy bandwidth × intensity, the compute
+    rate `rate`), in TFLOPS, from a ceilings dict as lib.timing.measure_ceilings returns it."""
+    return min(ceilings["copy_GBps"] * 1e9 * intensity / 1e12, ceilings[rate])
+
+
+def plot_roofline(ceilings: dict, x_range=(1.0, 1e4), ax=None):
+    """Draw the rooflines of `ceilings` on log-log axes (x: FLOPs per byte, y: TFLOPS): the
+    memory roof (copy bandwidth × intensity) and a flat roof for each compute rate present
+    (COMPUTE_ROOFS), each labelled with its rate and ridge point. Returns the axes; the caller
+    places its kernels on them."""
+    import numpy as np
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.8))
+    lo, hi = x_range
+    slope = ceilings["copy_GBps"] * 1e9 / 1e12  # TFLOPS per FLOP/byte of intensity
+    rates = [(k, what, ceilings[k]) for k, what in COMPUTE_ROOFS if ceilings.get(k)]
+    top = max((r for _, _, r in rates), default=slope * hi)
+    x_mem = np.geomspace(lo, min(hi, top / slope), 100)
+    ax.plot(x_mem, slope * x_mem, "k-", lw=1.5)
+    x_text = x_mem[len(x_mem) // 2]  # the label sits above the line, left of its middle
+    ax.text(x_text / 1.5, slope * x_text * 1.5,
+            f"memory roof: copy bandwidth\n{ceilings['copy_GBps']:,.0f} GB/s × intensity",
+            fontsize=8, ha="right", va="bottom")
+    for style, (key, what, rate) in zip(("-", "--", ":"), rates):
+        ridge = rate / slope
+        ax.plot([max(lo, ridge), hi], [rate, rate], "k" + style, lw=1.5)
+        ax.text(hi / 1.1, rate / 1.08, f"{what}: {rate:,.0f} TFLOPS (ridge {ridge:,.0f} FLOP/B)",
+                fontsize=8, ha="right", va="top")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte of device memory)")
+    ax.set_ylabel("TFLOPS")
+    ax.grid(alpha=0.3, which="both")
+    return ax

@@ -124,11 +124,12 @@ def check_output(out, q, k, v, *, causal=False, scale=None, sdpa_out=None) -> Ch
     )
 
 
-def check_attention(attention, B, H, Sq, Sk, D, *, dtype, causal=False) -> Check:
+def check_attention(attention, B, H, Sq, Sk, D, *, dtype, causal=False, Hkv=None) -> Check:
     """Run `attention` once on fresh random inputs with a NaN-poisoned output and judge it:
-    the one correctness check the benchmark, the notebooks and --check share."""
+    the one correctness check the benchmark, the notebooks and --check share. Hkv < H makes
+    grouped-query inputs."""
     from lib.inputs import make_qkv, poisoned_outputs
-    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype)
     with poisoned_outputs():
         out = attention(q, k, v, causal=causal)
     return check_output(out, q, k, v, causal=causal)

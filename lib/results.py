@@ -145,6 +145,18 @@ def save(env: dict, stage_infos, runs: list[dict], extra: dict | None = None,
     return path
 
 
+def save_extra(gpu_name: str, key: str, value) -> Path:
+    """Store `value` under `key` in results/<gpu>.json, next to the benchmark's rows (for
+    measurements other than the table's, such as scripts/tile_sweep.py's)."""
+    path = results_path(gpu_name)
+    data = load(path) if path.exists() else {"env": {"gpu": gpu_name}, "stages": {}, "runs": []}
+    data.pop("_path", None)
+    data[key] = value
+    RESULTS_DIR.mkdir(exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
 def stale_stages(data: dict, stage_modules) -> list[str]:
     """Why each registered stage's recorded results do not match its current sources."""
     problems = []

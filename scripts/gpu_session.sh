@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Every GPU step of a session in one go, on a machine with a CUDA GPU:
-#   1. the benchmark in record mode (results/<gpu>.json, plots, README table),
+#   1. the benchmark in record mode (results/<gpu>.json, plots, README table), and the tile
+#      choices of stages 4 and 5 (scripts/tile_sweep.py),
 #   2. the notebooks executed in place, so they are committed with GPU outputs,
 #   3. the whole pytest suite with nbval (stages running for real),
 #   4. compute-sanitizer memcheck and racecheck on every stage at a small and an odd shape.
 # Logs and the changed files end up in $OUT (default ./gpu-out) as gpu-run.tgz.
 #
 # Usage (repo root):  bash scripts/gpu_session.sh
-# FA_STEPS picks a subset, in this order: "bench profile notebooks pytest sanitize" (the
+# FA_STEPS picks a subset, in this order: "bench tiles profile notebooks pytest sanitize" (the
 # default, all of them); e.g. FA_STEPS="pytest sanitize" when one call has a time limit.
 # On the curriculum's H100 machine (no package registry, numpy 2.5), first fetch wheels on a
 # CPU machine with `bash ../shared/h100/fetch-wheels.sh` and carry .whl/ along: they are
@@ -38,10 +39,12 @@ step() {  # step NAME CMD...: run, log to $OUT/logs/NAME.log, record the exit co
   echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
 }
 
-STEPS=" ${FA_STEPS:-bench profile notebooks pytest sanitize} "
+STEPS=" ${FA_STEPS:-bench tiles profile notebooks pytest sanitize} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 want bench && step bench python3 -m lib.bench --record --sweep ${FA_BENCH_ARGS:-}
+# Every tile choice of stages 4 and 5 (and stage 5 unswizzled), stored next to the table.
+want tiles && step tiles python3 scripts/tile_sweep.py --record
 # Nsight Compute on one call of every CUDA C++ stage at the throughput shape: where the time
 # goes (the notebooks read these reports; results/profiles/stageN-throughput.ncu.txt).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -54,6 +57,12 @@ if want profile && [ -x "$NCU" ]; then
       --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py "$n" throughput
     cat "$OUT/logs/profile-stage$n.log" >> "$f"
   done
+  # Stage 5's swizzle, before and after: the same call with plain rows, for the bank conflicts.
+  f=results/profiles/stage5-noswizzle-throughput.ncu.txt
+  echo "# ncu -k regex:attention --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py 5 throughput --no-swizzle; commit ${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')" > "$f"
+  step profile-stage5-noswizzle "$NCU" -k regex:attention --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
+    python3 scripts/one_call.py 5 throughput --no-swizzle
+  cat "$OUT/logs/profile-stage5-noswizzle.log" >> "$f"
 fi
 want notebooks && step notebooks python3 -m lib.notebook --execute notebooks/*.ipynb
 want pytest && step pytest python3 -m pytest -p no:cacheprovider -q

@@ -17,8 +17,10 @@ ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTe
 ap.add_argument("stage", type=int)
 ap.add_argument("shape", choices=[s[0] for s in STANDARD_SHAPES])
 ap.add_argument("--causal", action="store_true")
+ap.add_argument("--no-swizzle", action="store_true", help="stage 5 with plain shared-memory rows")
 a = ap.parse_args()
 _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == a.shape)
 q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
-stages.get(a.stage).attention(q, k, v, causal=a.causal)
+kw = {"swizzle": False} if a.no_swizzle else {}
+stages.get(a.stage).attention(q, k, v, causal=a.causal, **kw)
 torch.cuda.synchronize()

@@ -8,17 +8,14 @@ The softmax is done simply: one thread per row, with a block-wide barrier betwee
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from lib import nvrtc
-from lib.inputs import StageInfo, new_output, validate
+from lib.inputs import StageInfo
 
 SOURCE = Path(__file__).with_suffix(".cu")
-KERNELS = ("attention_fused",)
 BLOCK_Q, THREADS = 32, 64  # as in the .cu file
 
 INFO = StageInfo(
@@ -47,13 +44,5 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64) -> dict:
 def attention(q, k, v, *, causal=False, scale=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
     for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype."""
-    scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
-    B, H, Sq, D = q.shape
-    Sk = k.shape[2]
-    nvrtc.check_grid(f"stage {INFO.number}", **{"batch·heads": B * H})
-    out = new_output(q)
-    kern = nvrtc.stage_kernels(SOURCE, KERNELS, q.dtype, D)["attention_fused"]
-    nvrtc.launch(kern, ((Sq + BLOCK_Q - 1) // BLOCK_Q, B * H), THREADS, q, k, v, out,
-                 np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)),
-                 np.int32(causal))
-    return out
+    return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale,
+                              block_q=BLOCK_Q, threads=THREADS)

@@ -79,6 +79,53 @@ def test_custom_scale(n, seed):
         assert c.passed, f"scale {scale}, seed {seed}: {c.summary()}"
 
 
+# (B, H, H_kv, Sq, Sk): grouped-query attention, k and v with fewer heads than q
+GQA_SHAPES = [(2, 8, 2, 129, 77), (1, 6, 3, 1000, 1000), (1, 4, 1, 33, 200)]
+GQA_STAGES = [n for n, m in MODULES.items() if m.INFO.gqa]
+
+
+def gqa_cases():
+    for n in GQA_STAGES:
+        info = MODULES[n].INFO
+        for D in info.head_dims:
+            for dtype in info.dtypes:
+                for shape in GQA_SHAPES:
+                    for causal in (False, True):
+                        yield pytest.param(n, shape, D, dtype, causal,
+                                           id=f"stage{n}-{'x'.join(map(str, shape))}-D{D}-"
+                                              f"{str(dtype)[6:]}-{'causal' if causal else 'full'}")
+
+
+@pytest.mark.parametrize("n,shape,D,dtype,causal", list(gqa_cases()))
+def test_gqa_matches_reference(n, shape, D, dtype, causal, seed):
+    """Query head h must read K/V head h // (H // H_kv), as SDPA with enable_gqa=True."""
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("CUDA C++ stages need a GPU of their compute capability here")
+    B, H, Hkv, Sq, Sk = shape
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
+    with poisoned_outputs():
+        out = mod.attention(q, k, v, causal=causal)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    c = check_output(out, q, k, v, causal=causal)
+    assert c.passed, f"seed {seed}: {c.summary()}"
+
+
+@pytest.mark.parametrize("n", MODULES)
+def test_gqa_declared(n):
+    """A stage without grouped-query support says so; one with it rejects a head count that
+    is not a multiple of K/V's."""
+    mod = MODULES[n]
+    device = "cpu" if (SIMULATOR and mod.INFO.backend == "numba") or not HAS_GPU else "cuda"
+    D = 64 if 64 in mod.INFO.head_dims else mod.INFO.head_dims[0]
+    if not mod.INFO.gqa:
+        with pytest.raises(ValueError, match="same number of heads"):
+            mod.attention(*make_qkv(1, 4, 8, D, Hkv=2, dtype=mod.INFO.dtypes[0], device=device))
+    else:
+        with pytest.raises(ValueError, match="multiple"):
+            mod.attention(*make_qkv(1, 4, 8, D, Hkv=3, dtype=mod.INFO.dtypes[0], device=device))
+
+
 @pytest.mark.parametrize("n", MODULES)
 def test_metadata(n):
     info = MODULES[n].INFO

@@ -1,0 +1,83 @@
+"""Measure every tile choice of the stages that offer them (stage 4: BLOCK_Q × BLOCK_K; stage
+5: also STAGES, and its swizzle off), at the standard shapes of each head dim, fp16, full and
+causal. Each choice is checked for correctness on an odd shape before it is timed.
+
+    python scripts/tile_sweep.py                # print the table
+    python scripts/tile_sweep.py --record       # and store it under "tiles" in results/<gpu>.json
+
+The stage modules' TILES (the choice per head dim) should be the fastest rows here.
+"""
+import argparse
+import functools
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+
+import stages  # noqa: E402
+from lib import results as R  # noqa: E402
+from lib.bench import STANDARD_SHAPES  # noqa: E402
+from lib.inputs import make_qkv  # noqa: E402
+from lib.reference import attention_flops, check_attention  # noqa: E402
+from lib.timing import time_cuda  # noqa: E402
+
+SHAPE_OF_D = {64: "throughput", 128: "long"}  # the standard shape each head dim is tuned at
+
+
+def variants(mod):
+    """(label, keyword arguments) of every alternative a stage offers."""
+    out = [(str(t), {"tiles": t}) for t in mod.CHOICES]
+    if "swizzle" in mod.attention.__code__.co_varnames:
+        for D, t in mod.TILES.items():
+            out.append((f"{t} no swizzle (D{D})", {"tiles": t, "swizzle": False, "only_D": D}))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--stages", type=int, nargs="*", default=[4, 5])
+    ap.add_argument("--record", action="store_true")
+    a = ap.parse_args()
+    rows, ok = [], True
+    for n in a.stages:
+        mod = stages.get(n)
+        for name, B, H, S, D in STANDARD_SHAPES:
+            if name != SHAPE_OF_D.get(D):
+                continue
+            for label, kw in variants(mod):
+                kw = dict(kw)
+                if kw.pop("only_D", D) != D:
+                    continue
+                fn = functools.partial(mod.attention, **kw)
+                t0 = time.time()
+                checks = [check_attention(fn, 1, 2, 67, 45, D, dtype=torch.float16, causal=c)
+                          for c in (False, True)]
+                q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
+                for causal in (False, True):
+                    t = time_cuda(lambda: fn(q, k, v, causal=causal))
+                    flops = attention_flops(B, H, S, S, D, causal)
+                    row = {"stage": n, "variant": label, "default": kw.get("swizzle", True)
+                           and tuple(kw["tiles"]) == tuple(mod.TILES[D]),
+                           "B": B, "H": H, "S": S, "D": D, "causal": causal, "us": t.median_us,
+                           "tflops": flops / t.median_us / 1e6,
+                           "passed": all(c.passed for c in checks)}
+                    ok &= row["passed"]
+                    rows.append(row)
+                    print(f"stage {n} {label:28s} B{B} H{H} S{S} D{D} "
+                          f"{'causal' if causal else 'full  '}: {t.median_us:10,.1f} µs "
+                          f"{row['tflops']:6.1f} TFLOPS {'pass' if row['passed'] else 'FAIL'}"
+                          f"{' (chosen)' if row['default'] else ''} ({time.time() - t0:.1f} s)",
+                          flush=True)
+                del q, k, v
+    if a.record:
+        env = R.capture_env()
+        shas = {str(n): R.stage_sha256(stages.get(n).INFO) for n in a.stages}
+        path = R.save_extra(env["gpu"], "tiles", {"env": env, "sha256": shas, "rows": rows})
+        print(f"recorded in {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+// Stage 4 — fused attention, larger tiles.
+//
+// One kernel. A block owns BLOCK_Q query rows of one (batch, head) and streams the keys and
+// values through shared memory, BLOCK_K rows at a time. For each K/V tile:
+//   S = Q·Kᵀ on tensor cores (WMMA), into shared memory — never to global memory;
+//   the online softmax: each row's running max m and sum l are updated, the tile's
+//     probabilities P = exp(scale·S − m) are written, and the row of O computed so far is
+//     rescaled by exp(m_old − m_new), because it was summed against the old max;
+//   O += P·V on tensor cores, O staying in registers (WMMA accumulator fragments).
+// At the end O / l is written out. q, k, v are read once per block and the output is written
+// once: global traffic is linear in the sequence length, not quadratic.
+//
+// What changes from stage 3: the tiles grow. BLOCK_Q and BLOCK_K are compile-time constants
+// chosen per head dim by stages/stage4.py (64 or 128 query rows, 32 or 64 keys: measured, see
+// its notebook), so a block has BLOCK_Q / 16 warps (4 or 8) instead of 2. Each K/V tile that
+// the block copies now serves 2–4× more query rows, and each barrier 2× more keys. The tiles no
+// longer fit in the 48 KB of static shared memory, so they live in *dynamic* shared memory,
+// which the launcher opts in to beyond 48 KB. And the softmax state stays in registers: the
+// per-row rescale factor and 1/l go from the lane that owns a row to the lanes that hold its
+// elements of O by a warp shuffle, not through shared memory.
+//
+// Shared memory has 32 banks of 4 bytes; a warp's access takes one pass per distinct address
+// in the busiest bank. A WMMA load reads 16-byte pieces of 8 rows at once: with rows of 128
+// bytes (D = 64 fp16) all 8 start in the same 4 banks, an 8-way conflict. Each row of the
+// shared tiles is therefore padded by 16 bytes (LD = D + 8), which staggers the 8 rows over
+// all 32 banks.
+#include "attention.cuh"
+using namespace nvcuda;
+
+#if !defined(BLOCK_Q) || !defined(BLOCK_K) || !defined(SMEM_BYTES)
+#error "BLOCK_Q, BLOCK_K and SMEM_BYTES are set by stages/stage4.py"
+#endif
+constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w + 16)
+constexpr int THREADS = 32 * WARPS;
+constexpr int D = HEAD_DIM;
+constexpr int LD = D + 8;                // row stride of the Q, K and V tiles (elements)
+constexpr int LD_O = D + 4;              // ... of the O tile (floats)
+constexpr int LD_S = BLOCK_Q + 16;       // column stride of S (floats)
+constexpr int LD_P = BLOCK_Q + 8;        // column stride of P (elements)
+
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
+
+// The big tiles are needed one after the other, so they share one piece of shared memory:
+// Q until it is in registers, then the K/V tile and S and P of each step, then O on its way
+// out. The launcher passes SMEM_BYTES, the size it allocates: checked here at compile time.
+union Tiles {
+    elem_t q[BLOCK_Q][LD];
+    struct {
+        elem_t k[BLOCK_K][LD];
+        elem_t v[BLOCK_K][LD];
+        float s_t[BLOCK_K][LD_S];        // S, column-major
+        elem_t p_t[BLOCK_K][LD_P];       // P, column-major
+    } step;
+    float o[BLOCK_Q][LD_O];
+};
+static_assert(sizeof(Tiles) <= SMEM_BYTES, "the launcher allocates too little shared memory");
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
+                float scale_log2, int causal) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    Tiles& tiles = *reinterpret_cast<Tiles*>(smem);
+    __shared__ __align__(32) float row_ids[16][16];         // row_ids[r][c] = r, see below
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int q0 = blockIdx.x * BLOCK_Q, bh = blockIdx.y;
+    q += (size_t)bh * Sq * D;
+    k += (size_t)bh * Sk * D;
+    v += (size_t)bh * Sk * D;
+    out += (size_t)bh * Sq * D;
+
+    load_tile<BLOCK_Q, D, THREADS, LD>(&tiles.q[0][0], q, q0, Sq, D, 0);  // zeros past Sq
+    for (int i = tid; i < 16 * 16; i += THREADS) row_ids[i / 16][i % 16] = float(i / 16);
+    __syncthreads();
+    // Each warp keeps its 16 rows of Q in registers, as WMMA fragments, for the whole loop.
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> q_frag[D / 16];
+#pragma unroll
+    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &tiles.q[warp * 16][d * 16], LD);
+    // O (16 rows × D per warp) stays in accumulator fragments. To rescale a row we must know
+    // which row each of a fragment's elements belongs to, and WMMA does not say. Loading a
+    // matrix whose every element is its row number into a fragment of the same kind tells us:
+    // element i of every such fragment sits in row my_rows.x[i] of the warp's 16. The lane
+    // that owns that row's softmax state is 2·my_rows.x[i]: that is where its factors come from.
+    acc_frag o_frag[D / 16], my_rows;
+#pragma unroll
+    for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o_frag[n], 0.0f);
+    wmma::load_matrix_sync(my_rows, &row_ids[0][0], 16, wmma::mem_row_major);
+    int owner_of[acc_frag::num_elements];
+#pragma unroll
+    for (int i = 0; i < acc_frag::num_elements; ++i) owner_of[i] = 2 * int(my_rows.x[i]);
+
+    // Lanes 2i and 2i + 1 of warp w own query row q0 + r, r = 16w + i: its running max (in
+    // log2 units) and sum. Lane l takes the columns c with c % 2 == l % 2.
+    const int r = warp * 16 + lane / 2, row = q0 + r, c0 = lane % 2;
+    float row_max = NEG_INF, row_sum = 0.0f;
+    // Causal: keys past the tile's last query are masked for every row; skip those tiles.
+    const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;
+
+    for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
+        __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
+        load_tile<BLOCK_K, D, THREADS, LD>(&tiles.step.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
+        load_tile<BLOCK_K, D, THREADS, LD>(&tiles.step.v[0][0], v, k0, Sk, D, 0);
+        __syncthreads();
+
+        // S = Q·Kᵀ: warp w computes rows [16w, 16w + 16) of the tile's scores.
+#pragma unroll
+        for (int n = 0; n < BLOCK_K / 16; ++n) {
+            acc_frag s_frag;
+            wmma::fill_fragment(s_frag, 0.0f);
+#pragma unroll
+            for (int d = 0; d < D / 16; ++d) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> k_frag;
+                wmma::load_matrix_sync(k_frag, &tiles.step.k[n * 16][d * 16], LD);
+                wmma::mma_sync(s_frag, q_frag[d], k_frag, s_frag);
+            }
+            wmma::store_matrix_sync(&tiles.step.s_t[n * 16][warp * 16], s_frag, LD_S, wmma::mem_col_major);
+        }
+        __syncwarp();  // the warp's own rows of S are in shared memory
+
+        // The online softmax, two lanes per row; the other warps' rows are not our business.
+        float rescale;
+        {
+            float tile_max = NEG_INF;
+#pragma unroll 16
+            for (int j = 0; j < BLOCK_K / 2; ++j) {
+                const int c = 2 * j + c0;
+                if (key_visible(k0 + c, row, Sk, causal)) tile_max = fmaxf(tile_max, tiles.step.s_t[c][r] * scale_log2);
+            }
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));  // the other lane
+            const float new_max = fmaxf(row_max, tile_max);
+            const float base = new_max == NEG_INF ? 0.0f : new_max;  // no key seen yet: no NaN
+            rescale = exp2f(row_max - base);  // O and l were summed against row_max
+            float tile_sum = 0.0f;
+#pragma unroll 16
+            for (int j = 0; j < BLOCK_K / 2; ++j) {
+                const int c = 2 * j + c0;
+                const float p = key_visible(k0 + c, row, Sk, causal) ? exp2f(tiles.step.s_t[c][r] * scale_log2 - base) : 0.0f;
+                tile_sum += p;
+                tiles.step.p_t[c][r] = to_elem(p);
+            }
+            tile_sum += __shfl_xor_sync(0xffffffff, tile_sum, 1);
+            row_sum = row_sum * rescale + tile_sum;
+            row_max = new_max;
+        }
+        __syncwarp();  // the warp's rows of P are ready
+
+        // O = O·rescale + P·V: warp w updates its 16 rows of O, D/16 column tiles. Each element
+        // of O takes the rescale factor of its row from the lane that owns the row.
+        float rescale_el[acc_frag::num_elements];
+#pragma unroll
+        for (int i = 0; i < acc_frag::num_elements; ++i) rescale_el[i] = __shfl_sync(0xffffffff, rescale, owner_of[i]);
+#pragma unroll
+        for (int n = 0; n < D / 16; ++n) {
+#pragma unroll
+            for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= rescale_el[i];
+#pragma unroll
+            for (int c = 0; c < BLOCK_K / 16; ++c) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::col_major> p_frag;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> v_frag;
+                wmma::load_matrix_sync(p_frag, &tiles.step.p_t[c * 16][warp * 16], LD_P);
+                wmma::load_matrix_sync(v_frag, &tiles.step.v[c * 16][n * 16], LD);
+                wmma::mma_sync(o_frag[n], p_frag, v_frag, o_frag[n]);
+            }
+        }
+    }
+
+    const float inv_l = 1.0f / row_sum;
+    float inv_l_el[acc_frag::num_elements];
+#pragma unroll
+    for (int i = 0; i < acc_frag::num_elements; ++i) inv_l_el[i] = __shfl_sync(0xffffffff, inv_l, owner_of[i]);
+    __syncthreads();  // every warp is done with the last K/V tile, which tiles.o reuses
+#pragma unroll
+    for (int n = 0; n < D / 16; ++n) {
+#pragma unroll
+        for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= inv_l_el[i];
+        wmma::store_matrix_sync(&tiles.o[warp * 16][n * 16], o_frag[n], LD_O, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // Each warp writes O / l for its own 16 rows; consecutive lanes write consecutive elements.
+    for (int i = lane; i < 16 * D; i += 32) {
+        const int rr = warp * 16 + i / D, d = i % D;
+        if (q0 + rr < Sq) out[(size_t)(q0 + rr) * D + d] = to_elem(tiles.o[rr][d]);
+    }
+}

@@ -1,0 +1,71 @@
+"""Stage 4 — fused attention with larger tiles (WMMA), CUDA C++ through NVRTC.
+
+Stage 3's kernel (stages/stage4.cu) with bigger blocks: BLOCK_Q query rows (4 or 8 warps of
+16 rows) against BLOCK_K-key tiles, both chosen per head dim from measurements (TILES below;
+`scripts/tile_sweep.py` measures every choice, the notebook shows them). The tiles outgrow
+the 48 KB of static shared memory, so they live in dynamic shared memory, opted in beyond
+48 KB. The per-row softmax state (max, sum, rescale factor, 1/l) never leaves registers:
+warp shuffles carry it to the lanes that hold the row's output.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from lib import nvrtc
+from lib.inputs import StageInfo
+
+SOURCE = Path(__file__).with_suffix(".cu")
+# The (BLOCK_Q, BLOCK_K) the kernel is built with, per head dim: the fastest of CHOICES at
+# B16 H16 S2048 D64 and B4 H16 S8192 D128 on the H100 (scripts/tile_sweep.py).
+TILES = {64: (64, 64), 128: (64, 64)}
+CHOICES = [(bq, bk) for bq in (64, 128) for bk in (32, 64)]
+
+INFO = StageInfo(
+    number=4,
+    slug="large_tiles",
+    title="Fused, larger tiles",
+    adds="Blocks of 64–128 query rows (4–8 warps) and 32–64-key tiles chosen per head dim, in "
+         "dynamic shared memory beyond 48 KB, with the softmax state kept in registers.",
+    backend="nvrtc",
+    min_cc=(8, 0),
+    dtypes=(torch.float16, torch.bfloat16),
+    head_dims=(64, 128),
+    sources=("stages/stage4.py", "stages/stage4.cu", "stages/attention.cuh"),
+)
+
+
+def smem_bytes(head_dim: int, block_q: int, block_k: int, item: int = 2) -> int:
+    """Dynamic shared memory of one block: the largest member of the .cu file's `Tiles` (Q; or
+    K, V, S and P of a step; or O), with the same padding. The kernel checks it at compile time."""
+    ld, ld_o, ld_s, ld_p = head_dim + 8, head_dim + 4, block_q + 16, block_q + 8
+    step = 2 * block_k * ld * item + block_k * ld_s * 4 + block_k * ld_p * item
+    return max(block_q * ld * item, step, block_q * ld_o * 4)
+
+
+def config(head_dim: int, tiles: tuple[int, int] | None = None) -> dict:
+    """Launch settings for one tile choice: block_q, threads, shared memory and defines."""
+    bq, bk = tiles or TILES[head_dim]
+    smem = smem_bytes(head_dim, bq, bk)
+    return {"block_q": bq, "threads": 32 * bq // 16, "smem": smem,
+            "defines": (("BLOCK_Q", bq), ("BLOCK_K", bk), ("SMEM_BYTES", smem))}
+
+
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None) -> dict:
+    """The stage's kernel compiled for `arch` without a GPU, for lib.sass."""
+    cfg = config(head_dim, tiles)
+    return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
+            nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
+                                defines=dict(cfg["defines"]))}
+
+
+def attention(q, k, v, *, causal=False, scale=None, tiles=None):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype. `tiles` = (BLOCK_Q, BLOCK_K)
+    overrides the per-head-dim choice (one of CHOICES), for measuring the alternatives."""
+    if tiles is not None and tuple(tiles) not in CHOICES:
+        raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
+    D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None
+    cfg = config(D if D in TILES else 64, tiles)
+    return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale, **cfg)

@@ -1,0 +1,301 @@
+// Stage 5 — vectorized, asynchronous, P in registers: the FlashAttention-2 formulation.
+//
+// One kernel. A block owns BLOCK_Q query rows of one (batch, head) — warp w the 16 rows
+// [16w, 16w + 16) — and streams the keys and values through shared memory, BLOCK_K rows at a
+// time. For each K/V tile, all in registers except the tiles themselves:
+//   S = Q·Kᵀ with mma.sync (m16n8k16), Q's fragments kept in registers, K's read by ldmatrix;
+//   the online softmax on S where it lies: each thread holds two rows' worth of scores, and
+//     the four threads of a row combine their max with two warp shuffles;
+//   P, converted to 16 bits in registers, is already laid out as the A operand of the next
+//     product (an m16n8k16 accumulator pair is an A fragment): O += P·V, V read by
+//     ldmatrix.trans. P never touches shared memory.
+// At the end O / l goes out through shared memory in 16-byte stores.
+//
+// What changes from stage 4, four things:
+//   1. 128-bit global accesses: every copy moves 16 bytes (8 elements) per thread, where
+//      stage 4 moved 2.
+//   2. cp.async: the copies go from global to shared memory without passing through registers,
+//      and without waiting. The K/V tiles form a ring of STAGES buffers: while the warps
+//      compute on tile j, the copy of tile j + STAGES − 1 is in flight. One barrier per tile.
+//   3. A swizzled shared-memory layout instead of padding: the 16-byte chunk c of row r is
+//      stored at chunk c ^ (r % 8) of that row. The 8 rows that one ldmatrix phase reads (and
+//      the 8 chunks that 8 threads of a cp.async phase write) then fall in 8 different groups
+//      of 4 banks: no conflicts, and no wasted bytes. (NO_SWIZZLE, for the comparison, stores
+//      rows plainly: 8 rows of one chunk then share 4 banks, an 8-way conflict.)
+//   4. mma.sync with explicit fragments instead of WMMA: the PTX documents which thread holds
+//      which element, so the softmax can work on S in the accumulator registers, and P can
+//      feed the second product directly. S and P no longer go through shared memory, and the
+//      rescale needs no row map: thread t holds rows t/4 and t/4 + 8 of its warp's 16.
+// And grouped-query attention: query head h reads K/V head h / group (group = H / H_kv).
+#include "attention.cuh"
+
+#if !defined(BLOCK_Q) || !defined(BLOCK_K) || !defined(STAGES)
+#error "BLOCK_Q, BLOCK_K and STAGES are set by stages/stage5.py"
+#endif
+constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w + 16)
+constexpr int THREADS = 32 * WARPS;
+constexpr int D = HEAD_DIM;
+constexpr int CHUNKS = D / 8;            // 16-byte chunks per row of a tile
+constexpr int KT = D / 16;               // k-steps of S = Q·Kᵀ (16 of D each)
+constexpr int NT_S = BLOCK_K / 8;        // n-tiles of S (8 keys each)
+constexpr int NT_O = D / 8;              // n-tiles of O (8 of D each)
+// Shared memory: Q, then STAGES K tiles and STAGES V tiles; O reuses Q's place at the end.
+constexpr int SMEM_ELEMS = (BLOCK_Q + 2 * STAGES * BLOCK_K) * D;
+
+// ---- the PTX instructions this stage adds ---------------------------------------------------
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// Copy 16 bytes global → shared without stopping; src_bytes = 0 writes 16 zero bytes instead.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+// Four 8×8 matrices of 16-bit elements from shared memory: lanes 8i … 8i + 7 give the row
+// addresses of matrix i; lane t receives row t / 4, elements 2(t % 4) and 2(t % 4) + 1, of
+// each (x.trans: of each transposed).
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const elem_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const elem_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// c[4] += a[4] · b[2]: one m16n8k16 tensor-core product, 16-bit inputs, fp32 accumulators.
+// Thread t = 4g + i holds c rows g and g + 8, columns 2i and 2i + 1: c[0], c[1] in row g,
+// c[2], c[3] in row g + 8.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#ifdef ELEM_BF16
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#endif
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats → two 16-bit elements in one register (the low half is the first).
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+#ifdef ELEM_BF16
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+#else
+    __half2 h = __floats2half2_rn(lo, hi);
+#endif
+    return *reinterpret_cast<unsigned*>(&h);
+}
+
+// ---- the layout ------------------------------------------------------------------------------
+// Where element (row, col) of a tile with D columns sits: its 16-byte chunk is XOR-ed with
+// row % 8 (col must be a multiple of 8 for the address of a whole chunk).
+__device__ __forceinline__ int at(int row, int col) {
+#ifdef NO_SWIZZLE
+    return row * D + col;
+#else
+    return row * D + (((col / 8) ^ (row % 8)) * 8) + col % 8;
+#endif
+}
+
+// Copy rows [row0, row0 + ROWS) of a row-major [n_rows, D] matrix into a tile, 16 bytes per
+// thread and step, asynchronously; rows past n_rows are filled with zeros.
+template <int ROWS>
+__device__ __forceinline__ void copy_tile_async(elem_t* tile, const elem_t* src, int row0, int n_rows) {
+    static_assert(ROWS * CHUNKS % THREADS == 0, "tile and block sizes");
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+        const bool inside = row0 + r < n_rows;
+        cp_async_16(tile + at(r, c), src + (inside ? (size_t)(row0 + r) * D + c : 0), inside ? 16 : 0);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
+                float scale_log2, int causal, int group) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    elem_t* const q_tile = reinterpret_cast<elem_t*>(smem_raw);
+    elem_t* const k_tiles = q_tile + BLOCK_Q * D;              // STAGES tiles of BLOCK_K × D
+    elem_t* const v_tiles = k_tiles + STAGES * BLOCK_K * D;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, i4 = lane % 4;  // this thread's rows g, g + 8 and columns 2·i4, 2·i4 + 1
+    // Causal blocks near the end of the sequence have the most tiles: start those first.
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_Q, bh = blockIdx.y;
+    q += (size_t)bh * Sq * D;
+    out += (size_t)bh * Sq * D;
+    k += (size_t)(bh / group) * Sk * D;  // grouped-query: H / group K/V heads
+    v += (size_t)(bh / group) * Sk * D;
+
+    const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;  // causal: skip tiles past the diagonal
+    const int n_tiles = (n_keys + BLOCK_K - 1) / BLOCK_K;
+
+    // The pipeline's start: Q, then the first STAGES − 1 K/V tiles, one commit group each.
+    copy_tile_async<BLOCK_Q>(q_tile, q, q0, Sq);
+    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < n_tiles) {
+            copy_tile_async<BLOCK_K>(k_tiles + s * BLOCK_K * D, k, s * BLOCK_K, Sk);
+            copy_tile_async<BLOCK_K>(v_tiles + s * BLOCK_K * D, v, s * BLOCK_K, Sk);
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 1>();  // Q has landed (the K/V groups may still be in flight)
+    __syncthreads();
+
+    // Q's fragments, in registers for the whole loop: A operands of 16 rows × 16 of D.
+    // ldmatrix x4 reads the four 8×8 quarters; lane t gives the address of row t % 16, at
+    // column 8·(t / 16) of the k-step.
+    unsigned q_frag[KT][4];
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt)
+        ldmatrix_x4(q_frag[kt], q_tile + at(warp * 16 + lane % 16, kt * 16 + (lane / 16) * 8));
+
+    // The ldmatrix addresses of the loop, hoisted. at() moves by a constant when the row moves
+    // by a multiple of 8 and the column by a multiple of 64, so each lane needs only the
+    // offsets of its row within the first 16 and of its chunk pair within the first 8 chunks:
+    // four offsets for K and four for V, not one per (k-step, n-tile) pair.
+    int k_off[4], v_off[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        k_off[t] = at((lane / 16) * 8 + lane % 8, (2 * t + (lane / 8) % 2) * 8);
+        v_off[t] = at(lane % 16, (2 * t + lane / 16) * 8);
+    }
+
+    float o[NT_O][4];  // O: 16 rows × D per warp, as m16n8 accumulators
+#pragma unroll
+    for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float row_max[2] = {NEG_INF, NEG_INF};  // rows g and g + 8, in log2 units
+    float row_sum[2] = {0.0f, 0.0f};        // this thread's share of l (its 2 columns per n-tile)
+    const int row0 = q0 + warp * 16 + g;    // this thread's first query row (the other is + 8)
+
+    for (int j = 0; j < n_tiles; ++j) {
+        // Tile j has landed for this thread; the barrier makes it so for all, and makes sure
+        // that every warp is done with tile j − 1, whose buffer the next copy overwrites.
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = j + STAGES - 1;
+        if (next < n_tiles) {
+            copy_tile_async<BLOCK_K>(k_tiles + (next % STAGES) * BLOCK_K * D, k, next * BLOCK_K, Sk);
+            copy_tile_async<BLOCK_K>(v_tiles + (next % STAGES) * BLOCK_K * D, v, next * BLOCK_K, Sk);
+        }
+        cp_async_commit();  // possibly empty: keeps one group per tile, so the wait above counts right
+        const elem_t* k_tile = k_tiles + (j % STAGES) * BLOCK_K * D;
+        const elem_t* v_tile = v_tiles + (j % STAGES) * BLOCK_K * D;
+        const int k0 = j * BLOCK_K;
+
+        // S = Q·Kᵀ. K's B operand (16 of D × 8 keys) is K's rows as they are: ldmatrix x4 reads
+        // two n-tiles at once, lane t giving key n·8 + 8·(t / 16) + t % 8 at column
+        // kt·16 + 8·((t / 8) % 2).
+        float s[NT_S][4];
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt) {
+#pragma unroll
+            for (int n = 0; n < NT_S; n += 2) {
+                unsigned b[4];
+                ldmatrix_x4(b, k_tile + n * 8 * D + (kt / 4) * 64 + k_off[kt % 4]);  // = at(key, col)
+                mma_16816(s[n], q_frag[kt], b[0], b[1]);
+                mma_16816(s[n + 1], q_frag[kt], b[2], b[3]);
+            }
+        }
+
+        // Scores in log2 units, scale folded in (exp(x·scale) = 2^(x·scale·log2 e)); −∞ where a key
+        // is masked. Only the tiles that need it are checked: the last one (keys past Sk) and,
+        // when causal, those that reach past this warp's first row.
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[n][e] *= scale_log2;
+        if (k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * 16)) {
+#pragma unroll
+            for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (!key_visible(k0 + n * 8 + 2 * i4 + e % 2, row0 + 8 * (e / 2), Sk, causal)) s[n][e] = NEG_INF;
+        }
+
+        // The online softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3). A row's 8·NT_S scores are
+        // spread over the 4 threads 4g … 4g + 3: shuffles with lane masks 1 and 2 combine them.
+        float rescale[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float m = row_max[h];
+#pragma unroll
+            for (int n = 0; n < NT_S; ++n) m = fmaxf(m, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+            // A row with no visible key yet keeps m = −∞: subtract 0 instead (no NaN).
+            const float base = m == NEG_INF ? 0.0f : m;
+            rescale[h] = exp2f(row_max[h] - base);  // O and l were summed against row_max
+            row_max[h] = m;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NT_S; ++n) {
+                s[n][2 * h] = exp2f(s[n][2 * h] - base);
+                s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - base);
+                sum += s[n][2 * h] + s[n][2 * h + 1];
+            }
+            row_sum[h] = row_sum[h] * rescale[h] + sum;  // reduced over the 4 threads at the end
+        }
+#pragma unroll
+        for (int n = 0; n < NT_O; ++n) {
+            o[n][0] *= rescale[0]; o[n][1] *= rescale[0];
+            o[n][2] *= rescale[1]; o[n][3] *= rescale[1];
+        }
+
+        // O += P·V. The accumulators of S's n-tiles 2kt and 2kt + 1, packed to 16 bits, are
+        // exactly the A fragment of P's k-step kt (16 rows × 16 keys). V's B operand (16 keys ×
+        // 8 of D) needs V transposed: ldmatrix.trans, lane t giving key 16·kt + t % 16 at
+        // column n·8 + 8·(t / 16).
+#pragma unroll
+        for (int kt = 0; kt < BLOCK_K / 16; ++kt) {
+            const unsigned p[4] = {pack2(s[2 * kt][0], s[2 * kt][1]), pack2(s[2 * kt][2], s[2 * kt][3]),
+                                   pack2(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                                   pack2(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+#pragma unroll
+            for (int n = 0; n < NT_O; n += 2) {
+                unsigned b[4];
+                ldmatrix_x4_trans(b, v_tile + kt * 16 * D + (n / 8) * 64 + v_off[(n / 2) % 4]);
+                mma_16816(o[n], p, b[0], b[1]);
+                mma_16816(o[n + 1], p, b[2], b[3]);
+            }
+        }
+    }
+
+    // l: the sum of the 4 threads' shares of each row; then O / l, through shared memory (Q's
+    // place: this warp's own 16 rows, which only this warp read) for 16-byte stores.
+    float inv_l[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        inv_l[h] = 1.0f / l;
+    }
+    cp_async_wait<0>();  // no copy may still be writing to shared memory (the last groups are empty)
+    elem_t* const o_tile = q_tile;
+#pragma unroll
+    for (int n = 0; n < NT_O; ++n) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned pair = pack2(o[n][2 * h] * inv_l[h], o[n][2 * h + 1] * inv_l[h]);
+            *reinterpret_cast<unsigned*>(o_tile + at(warp * 16 + g + 8 * h, n * 8) + 2 * i4) = pair;
+        }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = lane; i < 16 * CHUNKS; i += 32) {
+        const int r = warp * 16 + i / CHUNKS, c = (i % CHUNKS) * 8;
+        if (q0 + r < Sq)
+            *reinterpret_cast<uint4*>(out + (size_t)(q0 + r) * D + c) = *reinterpret_cast<const uint4*>(o_tile + at(r, c));
+    }
+}

@@ -1,0 +1,70 @@
+"""Stage 5 — vectorized, asynchronous, P in registers (mma.sync), CUDA C++ through NVRTC.
+
+The FlashAttention-2 formulation (stages/stage5.cu): 16-byte cp.async copies of Q, K and V
+into a ring of STAGES K/V buffers in a swizzled (bank-conflict-free) shared-memory layout;
+ldmatrix and mma.sync m16n8k16, so the softmax runs on S in the accumulator registers and P
+goes from registers straight into the second product; output through shared memory in
+16-byte stores. Takes grouped-query inputs: k and v may have fewer heads than q (SDPA's
+enable_gqa=True), query head h reading K/V head h // (H // H_kv).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from lib import nvrtc
+from lib.inputs import StageInfo
+
+SOURCE = Path(__file__).with_suffix(".cu")
+# (BLOCK_Q, BLOCK_K, STAGES) per head dim: the fastest of CHOICES on the H100 at
+# B16 H16 S2048 D64 and B4 H16 S8192 D128 (scripts/tile_sweep.py).
+TILES = {64: (128, 64, 2), 128: (128, 64, 2)}
+CHOICES = [(bq, bk, st) for bq in (64, 128) for bk in (32, 64) for st in (2, 3)]
+
+INFO = StageInfo(
+    number=5,
+    slug="vectorized",
+    title="Vectorized, asynchronous, P in registers",
+    adds="16-byte cp.async copies into a multi-stage K/V ring with a swizzled, conflict-free "
+         "layout; ldmatrix + mma.sync, so the softmax works in registers and P feeds P·V "
+         "without shared memory; grouped-query attention.",
+    backend="nvrtc",
+    min_cc=(8, 0),
+    dtypes=(torch.float16, torch.bfloat16),
+    head_dims=(64, 128),
+    sources=("stages/stage5.py", "stages/stage5.cu", "stages/attention.cuh"),
+    gqa=True,
+)
+
+
+def config(head_dim: int, tiles: tuple[int, int, int] | None = None, swizzle: bool = True) -> dict:
+    """Launch settings for one choice of (BLOCK_Q, BLOCK_K, STAGES): block_q, threads, dynamic
+    shared memory (Q plus STAGES tiles of K and of V), and the kernel's defines."""
+    bq, bk, stages = tiles or TILES[head_dim]
+    defines = (("BLOCK_Q", bq), ("BLOCK_K", bk), ("STAGES", stages))
+    if not swizzle:
+        defines += (("NO_SWIZZLE", 1),)
+    return {"block_q": bq, "threads": 32 * bq // 16, "smem": (bq + 2 * stages * bk) * head_dim * 2,
+            "defines": defines}
+
+
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
+                swizzle: bool = True) -> dict:
+    """The stage's kernel compiled for `arch` without a GPU, for lib.sass."""
+    cfg = config(head_dim, tiles, swizzle)
+    return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
+            nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
+                                defines=dict(cfg["defines"]))}
+
+
+def attention(q, k, v, *, causal=False, scale=None, tiles=None, swizzle=True):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv; output
+    in q's dtype. `tiles` = (BLOCK_Q, BLOCK_K, STAGES), one of CHOICES, and swizzle=False (plain
+    rows, bank conflicts) are for measuring the alternatives."""
+    if tiles is not None and tuple(tiles) not in CHOICES:
+        raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
+    D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None
+    cfg = config(D if D in TILES else 64, tiles, swizzle)
+    return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale, **cfg)
