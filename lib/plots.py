@@ -87,8 +87,9 @@ def attainable_tflops(ceilings: dict, intensity: float, rate: str = "matmul_TFLO
 def plot_roofline(ceilings: dict, x_range=(1.0, 1e4), ax=None):
     """Draw the rooflines of `ceilings` on log-log axes (x: FLOPs per byte, y: TFLOPS): the
     memory roof (copy bandwidth × intensity) and a flat roof for each compute rate present
-    (COMPUTE_ROOFS), each labelled with its rate and ridge point. Returns the axes; the caller
-    places its kernels on them."""
+    (COMPUTE_ROOFS), named with their rates and ridge points in a legend at the upper left.
+    Returns the axes; the caller places its kernels on them (to keep this legend next to one
+    of its own: ax.add_artist(ax.get_legend()) first)."""
     import numpy as np
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 4.8))
@@ -97,20 +98,19 @@ def plot_roofline(ceilings: dict, x_range=(1.0, 1e4), ax=None):
     rates = [(k, what, ceilings[k]) for k, what in COMPUTE_ROOFS if ceilings.get(k)]
     top = max((r for _, _, r in rates), default=slope * hi)
     x_mem = np.geomspace(lo, min(hi, top / slope), 100)
-    ax.plot(x_mem, slope * x_mem, "k-", lw=1.5)
-    x_text = x_mem[len(x_mem) // 2]  # the label sits above the line, left of its middle
-    ax.text(x_text / 1.5, slope * x_text * 1.5,
-            f"memory roof: copy bandwidth\n{ceilings['copy_GBps']:,.0f} GB/s × intensity",
-            fontsize=8, ha="right", va="bottom")
+    ax.plot(x_mem, slope * x_mem, "-", color="0.45", lw=2,
+            label=f"memory roof: copy bandwidth {ceilings['copy_GBps']:,.0f} GB/s × intensity")
     for style, (key, what, rate) in zip(("-", "--", ":"), rates):
         ridge = rate / slope
-        ax.plot([max(lo, ridge), hi], [rate, rate], "k" + style, lw=1.5)
-        ax.text(hi / 1.1, rate / 1.08, f"{what}: {rate:,.0f} TFLOPS (ridge {ridge:,.0f} FLOP/B)",
-                fontsize=8, ha="right", va="top")
+        ax.plot([max(lo, ridge), hi], [rate, rate], "k" + style, lw=1.5 if style == "-" else 1,
+                label=f"{what}: {rate:,.0f} TFLOPS (ridge {ridge:,.0f} FLOP/byte)")
+    ax.update_datalim([(lo, top * 2.5)])  # room above the highest roof
+    ax.autoscale_view()
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOPs per byte of device memory)")
     ax.set_ylabel("TFLOPS")
     ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left")
     return ax
