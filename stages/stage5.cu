@@ -1,9 +1,11 @@
 // Stage 5 — vectorized, asynchronous, P in registers: the FlashAttention-2 formulation.
 //
-// One kernel. A block owns BLOCK_Q query rows of one (batch, head) — warp w the 16 rows
-// [16w, 16w + 16) — and streams the keys and values through shared memory, BLOCK_K rows at a
-// time. For each K/V tile, all in registers except the tiles themselves:
-//   S = Q·Kᵀ with mma.sync (m16n8k16), Q's fragments kept in registers, K's read by ldmatrix;
+// One kernel. A block owns BLOCK_Q query rows of one (batch, head) — warp w the WARP_Q rows
+// [WARP_Q·w, WARP_Q·(w + 1)), in M_TILES = WARP_Q / 16 slices of 16 — and streams the keys and
+// values through shared memory, BLOCK_K rows at a time. For each K/V tile, all in registers
+// except the tiles themselves:
+//   S = Q·Kᵀ with mma.sync (m16n8k16), Q and K read by ldmatrix; each K fragment serves the
+//     warp's M_TILES slices, so a warp of 32 rows reads K (and V) half as often per product;
 //   the online softmax on S where it lies: each thread holds two rows' worth of scores, and
 //     the four threads of a row combine their max with two warp shuffles;
 //   P, converted to 16 bits in registers, is already laid out as the A operand of the next
@@ -29,10 +31,11 @@
 // And grouped-query attention: query head h reads K/V head h / group (group = H / H_kv).
 #include "attention.cuh"
 
-#if !defined(BLOCK_Q) || !defined(BLOCK_K) || !defined(STAGES)
-#error "BLOCK_Q, BLOCK_K and STAGES are set by stages/stage5.py"
+#if !defined(BLOCK_Q) || !defined(BLOCK_K) || !defined(STAGES) || !defined(WARP_Q)
+#error "BLOCK_Q, BLOCK_K, STAGES and WARP_Q are set by stages/stage5.py"
 #endif
-constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w + 16)
+constexpr int M_TILES = WARP_Q / 16;     // 16-row slices per warp
+constexpr int WARPS = BLOCK_Q / WARP_Q;  // warp w computes query rows [WARP_Q·w, WARP_Q·(w + 1))
 constexpr int THREADS = 32 * WARPS;
 constexpr int D = HEAD_DIM;
 constexpr int CHUNKS = D / 8;            // 16-byte chunks per row of a tile
@@ -116,7 +119,7 @@ __device__ __forceinline__ void copy_tile_async(elem_t* tile, const elem_t* src,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
                 float scale_log2, int causal, int group) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -147,34 +150,33 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         }
         cp_async_commit();
     }
-    cp_async_wait<STAGES - 1>();  // Q has landed (the K/V groups may still be in flight)
-    __syncthreads();
-
-    // Q's fragments, in registers for the whole loop: A operands of 16 rows × 16 of D.
-    // ldmatrix x4 reads the four 8×8 quarters; lane t gives the address of row t % 16, at
-    // column 8·(t / 16) of the k-step.
-    unsigned q_frag[KT][4];
-#pragma unroll
-    for (int kt = 0; kt < KT; ++kt)
-        ldmatrix_x4(q_frag[kt], q_tile + at(warp * 16 + lane % 16, kt * 16 + (lane / 16) * 8));
-
     // The ldmatrix addresses of the loop, hoisted. at() moves by a constant when the row moves
     // by a multiple of 8 and the column by a multiple of 64, so each lane needs only the
     // offsets of its row within the first 16 and of its chunk pair within the first 8 chunks:
-    // four offsets for K and four for V, not one per (k-step, n-tile) pair.
-    int k_off[4], v_off[4];
+    // four offsets for K and four for Q and V, not one per (k-step, n-tile) pair.
+    //   Q (A operand, 16 rows × 16 of D) and V (ldmatrix.trans): lane t gives row t % 16 at
+    //   column 8·(t / 16) of the pair of 8-column chunks;
+    //   K (B operand, 16 of D × 8 keys, two n-tiles at once): lane t gives key 8·(t / 16) + t % 8
+    //   at column 8·((t / 8) % 2).
+    int k_off[4], qv_off[4];
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
         k_off[t] = at((lane / 16) * 8 + lane % 8, (2 * t + (lane / 8) % 2) * 8);
-        v_off[t] = at(lane % 16, (2 * t + lane / 16) * 8);
+        qv_off[t] = at(lane % 16, (2 * t + lane / 16) * 8);
     }
+    const elem_t* const q_warp = q_tile + warp * WARP_Q * D;  // this warp's rows of Q
 
-    float o[NT_O][4];  // O: 16 rows × D per warp, as m16n8 accumulators
+    float o[M_TILES][NT_O][4];  // O: WARP_Q rows × D per warp, as m16n8 accumulators
 #pragma unroll
-    for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float row_max[2] = {NEG_INF, NEG_INF};  // rows g and g + 8, in log2 units
-    float row_sum[2] = {0.0f, 0.0f};        // this thread's share of l (its 2 columns per n-tile)
-    const int row0 = q0 + warp * 16 + g;    // this thread's first query row (the other is + 8)
+    for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+        for (int n = 0; n < NT_O; ++n) o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.0f;
+    // Per slice m, rows g (h = 0) and g + 8 (h = 1): the running max, in log2 units, and this
+    // thread's share of the running sum l (its 2 columns of each n-tile).
+    float row_max[M_TILES][2], row_sum[M_TILES][2];
+#pragma unroll
+    for (int m = 0; m < M_TILES; ++m) row_max[m][0] = row_max[m][1] = NEG_INF, row_sum[m][0] = row_sum[m][1] = 0.0f;
+    const int row0 = q0 + warp * WARP_Q + g;  // this thread's first query row; the others + 8, + 16, …
 
     for (int j = 0; j < n_tiles; ++j) {
         // Tile j has landed for this thread; the barrier makes it so for all, and makes sure
@@ -191,110 +193,127 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         const elem_t* v_tile = v_tiles + (j % STAGES) * BLOCK_K * D;
         const int k0 = j * BLOCK_K;
 
-        // S = Q·Kᵀ. K's B operand (16 of D × 8 keys) is K's rows as they are: ldmatrix x4 reads
-        // two n-tiles at once, lane t giving key n·8 + 8·(t / 16) + t % 8 at column
-        // kt·16 + 8·((t / 8) % 2).
-        float s[NT_S][4];
+        // S = Q·Kᵀ, slice by slice of 16 rows: s[m][n] is the m16n8 tile of rows 16m … and keys
+        // 8n … . Every K fragment read goes to all M_TILES slices.
+        float s[M_TILES][NT_S][4];
 #pragma unroll
-        for (int n = 0; n < NT_S; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+            for (int n = 0; n < NT_S; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
 #pragma unroll
         for (int kt = 0; kt < KT; ++kt) {
+            unsigned a[M_TILES][4];
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) ldmatrix_x4(a[m], q_warp + m * 16 * D + (kt / 4) * 64 + qv_off[kt % 4]);
 #pragma unroll
             for (int n = 0; n < NT_S; n += 2) {
                 unsigned b[4];
                 ldmatrix_x4(b, k_tile + n * 8 * D + (kt / 4) * 64 + k_off[kt % 4]);  // = at(key, col)
-                mma_16816(s[n], q_frag[kt], b[0], b[1]);
-                mma_16816(s[n + 1], q_frag[kt], b[2], b[3]);
+#pragma unroll
+                for (int m = 0; m < M_TILES; ++m) {
+                    mma_16816(s[m][n], a[m], b[0], b[1]);
+                    mma_16816(s[m][n + 1], a[m], b[2], b[3]);
+                }
             }
         }
 
         // Scores in log2 units, scale folded in (exp(x·scale) = 2^(x·scale·log2 e)); −∞ where a key
         // is masked. Only the tiles that need it are checked: the last one (keys past Sk) and,
         // when causal, those that reach past this warp's first row.
+        const bool mask = k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * WARP_Q);
 #pragma unroll
-        for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][e] *= scale_log2;
-        if (k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * 16)) {
+        for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
             for (int n = 0; n < NT_S; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (!key_visible(k0 + n * 8 + 2 * i4 + e % 2, row0 + 8 * (e / 2), Sk, causal)) s[n][e] = NEG_INF;
-        }
+                for (int e = 0; e < 4; ++e) {
+                    s[m][n][e] *= scale_log2;
+                    if (mask && !key_visible(k0 + n * 8 + 2 * i4 + e % 2, row0 + 16 * m + 8 * (e / 2), Sk, causal))
+                        s[m][n][e] = NEG_INF;
+                }
 
-        // The online softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3). A row's 8·NT_S scores are
-        // spread over the 4 threads 4g … 4g + 3: shuffles with lane masks 1 and 2 combine them.
-        float rescale[2];
+        // The online softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3) of each slice. A row's
+        // 8·NT_S scores are spread over the 4 threads 4g … 4g + 3: shuffles with lane masks 1
+        // and 2 combine them.
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float m = row_max[h];
+        for (int m = 0; m < M_TILES; ++m) {
 #pragma unroll
-            for (int n = 0; n < NT_S; ++n) m = fmaxf(m, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-            // A row with no visible key yet keeps m = −∞: subtract 0 instead (no NaN).
-            const float base = m == NEG_INF ? 0.0f : m;
-            rescale[h] = exp2f(row_max[h] - base);  // O and l were summed against row_max
-            row_max[h] = m;
-            float sum = 0.0f;
+            for (int h = 0; h < 2; ++h) {
+                float mx = row_max[m][h];
 #pragma unroll
-            for (int n = 0; n < NT_S; ++n) {
-                s[n][2 * h] = exp2f(s[n][2 * h] - base);
-                s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - base);
-                sum += s[n][2 * h] + s[n][2 * h + 1];
+                for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s[m][n][2 * h], s[m][n][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+                // A row with no visible key yet keeps max −∞: subtract 0 instead (no NaN).
+                const float base = mx == NEG_INF ? 0.0f : mx;
+                const float rescale = exp2f(row_max[m][h] - base);  // O and l were summed against the old max
+                row_max[m][h] = mx;
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NT_S; ++n) {
+                    s[m][n][2 * h] = exp2f(s[m][n][2 * h] - base);
+                    s[m][n][2 * h + 1] = exp2f(s[m][n][2 * h + 1] - base);
+                    sum += s[m][n][2 * h] + s[m][n][2 * h + 1];
+                }
+                row_sum[m][h] = row_sum[m][h] * rescale + sum;  // reduced over the 4 threads at the end
+#pragma unroll
+                for (int n = 0; n < NT_O; ++n) {
+                    o[m][n][2 * h] *= rescale;
+                    o[m][n][2 * h + 1] *= rescale;
+                }
             }
-            row_sum[h] = row_sum[h] * rescale[h] + sum;  // reduced over the 4 threads at the end
-        }
-#pragma unroll
-        for (int n = 0; n < NT_O; ++n) {
-            o[n][0] *= rescale[0]; o[n][1] *= rescale[0];
-            o[n][2] *= rescale[1]; o[n][3] *= rescale[1];
         }
 
         // O += P·V. The accumulators of S's n-tiles 2kt and 2kt + 1, packed to 16 bits, are
         // exactly the A fragment of P's k-step kt (16 rows × 16 keys). V's B operand (16 keys ×
         // 8 of D) needs V transposed: ldmatrix.trans, lane t giving key 16·kt + t % 16 at
-        // column n·8 + 8·(t / 16).
+        // column n·8 + 8·(t / 16). Every V fragment read goes to all M_TILES slices.
 #pragma unroll
         for (int kt = 0; kt < BLOCK_K / 16; ++kt) {
-            const unsigned p[4] = {pack2(s[2 * kt][0], s[2 * kt][1]), pack2(s[2 * kt][2], s[2 * kt][3]),
-                                   pack2(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-                                   pack2(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+            unsigned p[M_TILES][4];
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) {
+                p[m][0] = pack2(s[m][2 * kt][0], s[m][2 * kt][1]);
+                p[m][1] = pack2(s[m][2 * kt][2], s[m][2 * kt][3]);
+                p[m][2] = pack2(s[m][2 * kt + 1][0], s[m][2 * kt + 1][1]);
+                p[m][3] = pack2(s[m][2 * kt + 1][2], s[m][2 * kt + 1][3]);
+            }
 #pragma unroll
             for (int n = 0; n < NT_O; n += 2) {
                 unsigned b[4];
-                ldmatrix_x4_trans(b, v_tile + kt * 16 * D + (n / 8) * 64 + v_off[(n / 2) % 4]);
-                mma_16816(o[n], p, b[0], b[1]);
-                mma_16816(o[n + 1], p, b[2], b[3]);
+                ldmatrix_x4_trans(b, v_tile + kt * 16 * D + (n / 8) * 64 + qv_off[(n / 2) % 4]);
+#pragma unroll
+                for (int m = 0; m < M_TILES; ++m) {
+                    mma_16816(o[m][n], p[m], b[0], b[1]);
+                    mma_16816(o[m][n + 1], p[m], b[2], b[3]);
+                }
             }
         }
     }
 
     // l: the sum of the 4 threads' shares of each row; then O / l, through shared memory (Q's
-    // place: this warp's own 16 rows, which only this warp read) for 16-byte stores.
-    float inv_l[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float l = row_sum[h];
-        l += __shfl_xor_sync(0xffffffff, l, 1);
-        l += __shfl_xor_sync(0xffffffff, l, 2);
-        inv_l[h] = 1.0f / l;
-    }
+    // place: this warp's own rows, which only this warp read) for 16-byte stores.
     cp_async_wait<0>();  // no copy may still be writing to shared memory (the last groups are empty)
     elem_t* const o_tile = q_tile;
 #pragma unroll
-    for (int n = 0; n < NT_O; ++n) {
+    for (int m = 0; m < M_TILES; ++m) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const unsigned pair = pack2(o[n][2 * h] * inv_l[h], o[n][2 * h + 1] * inv_l[h]);
-            *reinterpret_cast<unsigned*>(o_tile + at(warp * 16 + g + 8 * h, n * 8) + 2 * i4) = pair;
+            float l = row_sum[m][h];
+            l += __shfl_xor_sync(0xffffffff, l, 1);
+            l += __shfl_xor_sync(0xffffffff, l, 2);
+            const float inv_l = 1.0f / l;
+            const int r = warp * WARP_Q + 16 * m + g + 8 * h;
+#pragma unroll
+            for (int n = 0; n < NT_O; ++n)
+                *reinterpret_cast<unsigned*>(o_tile + at(r, n * 8) + 2 * i4) =
+                    pack2(o[m][n][2 * h] * inv_l, o[m][n][2 * h + 1] * inv_l);
         }
     }
     __syncwarp();
 #pragma unroll
-    for (int i = lane; i < 16 * CHUNKS; i += 32) {
-        const int r = warp * 16 + i / CHUNKS, c = (i % CHUNKS) * 8;
+    for (int i = lane; i < WARP_Q * CHUNKS; i += 32) {
+        const int r = warp * WARP_Q + i / CHUNKS, c = (i % CHUNKS) * 8;
         if (q0 + r < Sq)
             *reinterpret_cast<uint4*>(out + (size_t)(q0 + r) * D + c) = *reinterpret_cast<const uint4*>(o_tile + at(r, c));
     }

@@ -17,10 +17,11 @@ from lib import nvrtc
 from lib.inputs import StageInfo
 
 SOURCE = Path(__file__).with_suffix(".cu")
-# (BLOCK_Q, BLOCK_K, STAGES) per head dim: the fastest of CHOICES on the H100 at
+# (BLOCK_Q, BLOCK_K, STAGES, WARP_Q) per head dim: the fastest of CHOICES on the H100 at
 # B16 H16 S2048 D64 and B4 H16 S8192 D128 (scripts/tile_sweep.py).
-TILES = {64: (128, 64, 2), 128: (128, 64, 2)}
-CHOICES = [(bq, bk, st) for bq in (64, 128) for bk in (32, 64) for st in (2, 3)]
+TILES = {64: (128, 64, 3, 16), 128: (128, 64, 2, 32)}
+CHOICES = [(64, 64, 2, 16), (128, 64, 2, 16), (128, 64, 3, 16), (128, 32, 2, 16),
+           (128, 64, 2, 32), (128, 32, 2, 32), (128, 32, 3, 32), (64, 64, 2, 32)]
 
 INFO = StageInfo(
     number=5,
@@ -38,15 +39,17 @@ INFO = StageInfo(
 )
 
 
-def config(head_dim: int, tiles: tuple[int, int, int] | None = None, swizzle: bool = True) -> dict:
-    """Launch settings for one choice of (BLOCK_Q, BLOCK_K, STAGES): block_q, threads, dynamic
-    shared memory (Q plus STAGES tiles of K and of V), and the kernel's defines."""
-    bq, bk, stages = tiles or TILES[head_dim]
-    defines = (("BLOCK_Q", bq), ("BLOCK_K", bk), ("STAGES", stages))
+def config(head_dim: int, tiles: tuple[int, int, int, int] | None = None,
+           swizzle: bool = True) -> dict:
+    """Launch settings for one choice of (BLOCK_Q, BLOCK_K, STAGES, WARP_Q): block_q, threads
+    (a warp per WARP_Q rows), dynamic shared memory (Q plus STAGES tiles of K and of V), and
+    the kernel's defines."""
+    bq, bk, stages, warp_q = tiles or TILES[head_dim]
+    defines = (("BLOCK_Q", bq), ("BLOCK_K", bk), ("STAGES", stages), ("WARP_Q", warp_q))
     if not swizzle:
         defines += (("NO_SWIZZLE", 1),)
-    return {"block_q": bq, "threads": 32 * bq // 16, "smem": (bq + 2 * stages * bk) * head_dim * 2,
-            "defines": defines}
+    return {"block_q": bq, "threads": 32 * bq // warp_q,
+            "smem": (bq + 2 * stages * bk) * head_dim * 2, "defines": defines}
 
 
 def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
@@ -61,7 +64,7 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
 def attention(q, k, v, *, causal=False, scale=None, tiles=None, swizzle=True):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv; output
-    in q's dtype. `tiles` = (BLOCK_Q, BLOCK_K, STAGES), one of CHOICES, and swizzle=False (plain
+    in q's dtype. `tiles` = (BLOCK_Q, BLOCK_K, STAGES, WARP_Q), one of CHOICES, and swizzle=False (plain
     rows, bank conflicts) are for measuring the alternatives."""
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
