@@ -45,14 +45,14 @@ __device__ __forceinline__ elem_t to_elem(float x) {
 // consecutive addresses (coalesced). Step j moves element tid + j·THREADS: its row and
 // column are the thread's own (computed once) plus offsets known at compile time, so a step
 // costs an add, a compare, a load and a store rather than a division and a 64-bit multiply.
-// Each thread first issues up to IN_FLIGHT loads (4 unless the stage asks for more), then
+// Each thread first issues up to MAX_IN_FLIGHT loads (4 unless the stage asks for more), then
 // stores them: several loads in flight per thread, not 1, hide the few hundred cycles a load
 // from L2 takes.
-template <int ROWS, int COLS, int THREADS, int LD_DST = COLS, int IN_FLIGHT = 4>
+template <int ROWS, int COLS, int THREADS, int LD_DST = COLS, int MAX_IN_FLIGHT = 4>
 __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict__ src, int row0,
                                           int n_rows, int ld, int col0) {
     constexpr int PER_THREAD = ROWS * COLS / THREADS;
-    constexpr int BATCH = PER_THREAD < IN_FLIGHT ? PER_THREAD : IN_FLIGHT;
+    constexpr int BATCH = PER_THREAD < MAX_IN_FLIGHT ? PER_THREAD : MAX_IN_FLIGHT;
     static_assert(ROWS * COLS % THREADS == 0 && PER_THREAD % BATCH == 0, "tile and block sizes");
     static_assert(THREADS % COLS == 0 || COLS % THREADS == 0, "powers of two");
     // Where this thread starts; step j adds j·THREADS elements = (dr rows, dc columns).

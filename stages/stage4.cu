@@ -30,8 +30,8 @@ using namespace nvcuda;
 #if !defined(BLOCK_Q) || !defined(BLOCK_K) || !defined(SMEM_BYTES)
 #error "BLOCK_Q, BLOCK_K and SMEM_BYTES are set by stages/stage4.py"
 #endif
-#ifndef IN_FLIGHT
-#define IN_FLIGHT 4   // loads in flight per thread in the K/V copy
+#ifndef LOADS_IN_FLIGHT
+#define LOADS_IN_FLIGHT 4   // loads in flight per thread in the K/V copy
 #endif
 constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w + 16)
 constexpr int THREADS = 32 * WARPS;
@@ -101,8 +101,8 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
         __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
-        load_tile<BLOCK_K, D, THREADS, LD, IN_FLIGHT>(&tiles.step.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
-        load_tile<BLOCK_K, D, THREADS, LD, IN_FLIGHT>(&tiles.step.v[0][0], v, k0, Sk, D, 0);
+        load_tile<BLOCK_K, D, THREADS, LD, LOADS_IN_FLIGHT>(&tiles.step.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
+        load_tile<BLOCK_K, D, THREADS, LD, LOADS_IN_FLIGHT>(&tiles.step.v[0][0], v, k0, Sk, D, 0);
         __syncthreads();
 
         // S = Q·Kᵀ: warp w computes rows [16w, 16w + 16) of the tile's scores.

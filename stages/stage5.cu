@@ -107,15 +107,34 @@ __device__ __forceinline__ int at(int row, int col) {
 }
 
 // Copy rows [row0, row0 + ROWS) of a row-major [n_rows, D] matrix into a tile, 16 bytes per
-// thread and step, asynchronously; rows past n_rows are filled with zeros.
+// thread and step, asynchronously; rows past n_rows are filled with zeros. A step of the block
+// covers STEP_ROWS whole rows; thread t always takes chunk t % CHUNKS of row t / CHUNKS of the
+// step, so its addresses are computed once and each step adds a constant (STEP_ROWS is a
+// multiple of 8, which leaves the swizzle pattern unchanged).
 template <int ROWS>
 __device__ __forceinline__ void copy_tile_async(elem_t* tile, const elem_t* src, int row0, int n_rows) {
-    static_assert(ROWS * CHUNKS % THREADS == 0, "tile and block sizes");
+    constexpr int STEP_ROWS = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0 && STEP_ROWS % 8 == 0 && ROWS % STEP_ROWS == 0, "tile and block sizes");
+    const int r = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
+    elem_t* const to = tile + at(r, c);
+    const elem_t* const from = src + (size_t)(row0 + r) * D + c;
+    const int rows_left = n_rows - row0 - r;
 #pragma unroll
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
-        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
-        const bool inside = row0 + r < n_rows;
-        cp_async_16(tile + at(r, c), src + (inside ? (size_t)(row0 + r) * D + c : 0), inside ? 16 : 0);
+    for (int i = 0; i < ROWS / STEP_ROWS; ++i) {
+        const bool inside = i * STEP_ROWS < rows_left;
+        cp_async_16(to + i * STEP_ROWS * D, inside ? from + i * STEP_ROWS * D : src, inside ? 16 : 0);
+    }
+}
+
+// Flip the sign of the Q chunks this thread copied (copy_tile_async's mapping), in place.
+__device__ __forceinline__ void negate_own_chunks(elem_t* tile) {
+    constexpr int STEP_ROWS = THREADS / CHUNKS;
+    elem_t* const mine = tile + at(threadIdx.x / CHUNKS, (threadIdx.x % CHUNKS) * 8);
+#pragma unroll
+    for (int i = 0; i < BLOCK_Q / STEP_ROWS; ++i) {
+        uint4* const chunk = reinterpret_cast<uint4*>(mine + i * STEP_ROWS * D);
+        const uint4 x = *chunk;
+        *chunk = make_uint4(x.x ^ 0x80008000u, x.y ^ 0x80008000u, x.z ^ 0x80008000u, x.w ^ 0x80008000u);
     }
 }
 
@@ -165,13 +184,21 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         qv_off[t] = at(lane % 16, (2 * t + lane / 16) * 8);
     }
     const elem_t* const q_warp = q_tile + warp * WARP_Q * D;  // this warp's rows of Q
+    // The softmax below takes each row's max of the raw scores and applies the scale in one
+    // FFMA per score, which needs scale > 0. For a negative scale, s·scale = (−s)·|scale|:
+    // negate Q once (the sign bit of each 16-bit element) and use |scale|.
+    if (scale_log2 < 0.0f) {
+        cp_async_wait<STAGES - 1>();  // this thread's own Q chunks have landed
+        negate_own_chunks(q_tile);    // the loop's first barrier publishes them
+        scale_log2 = -scale_log2;
+    }
 
     float o[M_TILES][NT_O][4];  // O: WARP_Q rows × D per warp, as m16n8 accumulators
 #pragma unroll
     for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
         for (int n = 0; n < NT_O; ++n) o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.0f;
-    // Per slice m, rows g (h = 0) and g + 8 (h = 1): the running max, in log2 units, and this
+    // Per slice m, rows g (h = 0) and g + 8 (h = 1): the running max of the raw scores, and this
     // thread's share of the running sum l (its 2 columns of each n-tile).
     float row_max[M_TILES][2], row_sum[M_TILES][2];
 #pragma unroll
@@ -217,20 +244,18 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             }
         }
 
-        // Scores in log2 units, scale folded in (exp(x·scale) = 2^(x·scale·log2 e)); −∞ where a key
-        // is masked. Only the tiles that need it are checked: the last one (keys past Sk) and,
-        // when causal, those that reach past this warp's first row.
-        const bool mask = k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * WARP_Q);
+        // −∞ where a key is masked. Only the tiles that need it are checked: the last one (keys
+        // past Sk) and, when causal, those that reach past this warp's first row.
+        if (k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * WARP_Q)) {
 #pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
+            for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
-            for (int n = 0; n < NT_S; ++n)
+                for (int n = 0; n < NT_S; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[m][n][e] *= scale_log2;
-                    if (mask && !key_visible(k0 + n * 8 + 2 * i4 + e % 2, row0 + 16 * m + 8 * (e / 2), Sk, causal))
-                        s[m][n][e] = NEG_INF;
-                }
+                    for (int e = 0; e < 4; ++e)
+                        if (!key_visible(k0 + n * 8 + 2 * i4 + e % 2, row0 + 16 * m + 8 * (e / 2), Sk, causal))
+                            s[m][n][e] = NEG_INF;
+        }
 
         // The online softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3) of each slice. A row's
         // 8·NT_S scores are spread over the 4 threads 4g … 4g + 3: shuffles with lane masks 1
@@ -244,15 +269,17 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
                 for (int n = 0; n < NT_S; ++n) mx = fmaxf(mx, fmaxf(s[m][n][2 * h], s[m][n][2 * h + 1]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-                // A row with no visible key yet keeps max −∞: subtract 0 instead (no NaN).
-                const float base = mx == NEG_INF ? 0.0f : mx;
-                const float rescale = exp2f(row_max[m][h] - base);  // O and l were summed against the old max
+                // In log2 units, scale folded in: p = 2^(s·scale_log2 − max·scale_log2), one FFMA
+                // and one MUFU.EX2 per score. A row with no visible key yet keeps max −∞: subtract
+                // 0 instead (no NaN).
+                const float base = mx == NEG_INF ? 0.0f : mx * scale_log2;
+                const float rescale = exp2f(row_max[m][h] * scale_log2 - base);  // O and l were summed against the old max
                 row_max[m][h] = mx;
                 float sum = 0.0f;
 #pragma unroll
                 for (int n = 0; n < NT_S; ++n) {
-                    s[m][n][2 * h] = exp2f(s[m][n][2 * h] - base);
-                    s[m][n][2 * h + 1] = exp2f(s[m][n][2 * h + 1] - base);
+                    s[m][n][2 * h] = exp2f(fmaf(s[m][n][2 * h], scale_log2, -base));
+                    s[m][n][2 * h + 1] = exp2f(fmaf(s[m][n][2 * h + 1], scale_log2, -base));
                     sum += s[m][n][2 * h] + s[m][n][2 * h + 1];
                 }
                 row_sum[m][h] = row_sum[m][h] * rescale + sum;  // reduced over the 4 threads at the end
