@@ -212,6 +212,44 @@ def show_target(stage: int, factor: float, shape: str = "throughput") -> None:
         f"**{ratio:.2f}×, target {'met' if ratio >= factor else 'missed'}**.")
 
 
+def show_target_sdpa(stage: int, factor: float, shape: str = "long", causal: bool = False,
+                     backend: str = "flash") -> None:
+    """A speed target against SDPA: at the named standard shape (fp16), at least `factor` times
+    the speed of SDPA's `backend` ("flash": FLASH_ATTENTION, "default"), timed in the same
+    recorded benchmark row as the stage."""
+    from lib.bench import STANDARD_SHAPES
+    _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
+    key, name = {"flash": ("sdpa_flash_us", "SDPA FLASH_ATTENTION"),
+                 "default": ("sdpa_us", "SDPA default")}[backend]
+    what = f"stage {stage} ≥ {factor:g}× {name} at B{B} H{H} S{S} D{D} fp16 " \
+           f"({'causal' if causal else 'full'})"
+    row = next((r for r in recorded_runs(stage) if not r.get("skipped") and r.get(key)
+                and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
+                == (B, H, S, S, D, "float16", causal)), None)
+    if row is None:
+        print(f"target: {what} — not recorded yet")
+        return
+    ratio = row[key] / row["us"]
+    _md(f"**Target**: {what}. *Recorded* ({R.provenance(R.load())}): {name} "
+        f"{row[key]:,.1f} µs, stage {stage} {row['us']:,.1f} µs → "
+        f"**{ratio:.2f}×, target {'met' if ratio >= factor else 'missed'}**.")
+
+
+def tile_sweep(stage: int) -> dict | None:
+    """scripts/tile_sweep.py's recorded measurements of `stage`'s tile choices: {"env", "rows",
+    "stale"} (stale: the stage's sources changed since), or None if none were recorded."""
+    data = R.load()
+    rec = (data or {}).get("tiles")
+    if not rec:
+        return None
+    import stages
+    rows = [r for r in rec["rows"] if r["stage"] == stage]
+    if not rows:
+        return None
+    stale = rec.get("sha256", {}).get(str(stage)) != R.stage_sha256(stages.get(stage).INFO)
+    return {"env": rec["env"], "rows": rows, "stale": stale}
+
+
 def recorded_verdicts(stage: int) -> list:
     """Without a GPU, a CUDA C++ stage cannot run here: its verdict comes from the recorded
     benchmark rows instead (each was checked twice on fresh inputs when it was timed)."""

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import stages  # noqa: E402
+from lib import nvrtc  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.bench import STANDARD_SHAPES  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
@@ -51,6 +52,9 @@ def main() -> int:
                 if kw.pop("only_D", D) != D:
                     continue
                 fn = functools.partial(mod.attention, **kw)
+                compiled = next(iter(mod.compile_for(nvrtc.gpu_arch(), torch.float16, D,
+                                                     **kw).values()))
+                ptxas = next(iter(nvrtc.parse_ptxas_log(compiled.log).values()))
                 t0 = time.time()
                 checks = [check_attention(fn, 1, 2, 67, 45, D, dtype=torch.float16, causal=c)
                           for c in (False, True)]
@@ -62,12 +66,16 @@ def main() -> int:
                            and tuple(kw["tiles"]) == tuple(mod.TILES[D]),
                            "B": B, "H": H, "S": S, "D": D, "causal": causal, "us": t.median_us,
                            "tflops": flops / t.median_us / 1e6,
-                           "passed": all(c.passed for c in checks)}
+                           "passed": all(c.passed for c in checks),
+                           "registers": ptxas["registers"], "spill_bytes": ptxas["spill_stores"],
+                           "threads": mod.config(D, kw["tiles"])["threads"],
+                           "smem_bytes": mod.config(D, kw["tiles"])["smem"]}
                     ok &= row["passed"]
                     rows.append(row)
                     print(f"stage {n} {label:28s} B{B} H{H} S{S} D{D} "
                           f"{'causal' if causal else 'full  '}: {t.median_us:10,.1f} µs "
-                          f"{row['tflops']:6.1f} TFLOPS {'pass' if row['passed'] else 'FAIL'}"
+                          f"{row['tflops']:6.1f} TFLOPS {row['registers']} regs, {row['spill_bytes']} B spilled "
+                          f"{'pass' if row['passed'] else 'FAIL'}"
                           f"{' (chosen)' if row['default'] else ''} ({time.time() - t0:.1f} s)",
                           flush=True)
                 del q, k, v

@@ -30,8 +30,10 @@ using namespace nvcuda;
 #if !defined(BLOCK_Q) || !defined(BLOCK_K) || !defined(SMEM_BYTES)
 #error "BLOCK_Q, BLOCK_K and SMEM_BYTES are set by stages/stage4.py"
 #endif
+// A thread now copies BLOCK_K·D / THREADS elements of each K/V tile, up to 32: it issues up
+// to LOADS_IN_FLIGHT of them before it waits for the first (stage 3: 4).
 #ifndef LOADS_IN_FLIGHT
-#define LOADS_IN_FLIGHT 4   // loads in flight per thread in the K/V copy
+#error "LOADS_IN_FLIGHT (loads in flight per thread in the K/V copy) is set by stages/stage4.py"
 #endif
 constexpr int WARPS = BLOCK_Q / 16;      // warp w computes query rows [16w, 16w + 16)
 constexpr int THREADS = 32 * WARPS;
@@ -121,13 +123,16 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         __syncwarp();  // the warp's own rows of S are in shared memory
 
         // The online softmax, two lanes per row; the other warps' rows are not our business.
+        // Only the tiles that need it check each key: the last one (keys past Sk) and, when
+        // causal, those that reach past this warp's first row.
+        const bool mask = k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * 16);
         float rescale;
         {
             float tile_max = NEG_INF;
 #pragma unroll 16
             for (int j = 0; j < BLOCK_K / 2; ++j) {
                 const int c = 2 * j + c0;
-                if (key_visible(k0 + c, row, Sk, causal)) tile_max = fmaxf(tile_max, tiles.step.s_t[c][r] * scale_log2);
+                if (!mask || key_visible(k0 + c, row, Sk, causal)) tile_max = fmaxf(tile_max, tiles.step.s_t[c][r] * scale_log2);
             }
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));  // the other lane
             const float new_max = fmaxf(row_max, tile_max);
@@ -137,7 +142,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 #pragma unroll 16
             for (int j = 0; j < BLOCK_K / 2; ++j) {
                 const int c = 2 * j + c0;
-                const float p = key_visible(k0 + c, row, Sk, causal) ? exp2f(tiles.step.s_t[c][r] * scale_log2 - base) : 0.0f;
+                const float p = !mask || key_visible(k0 + c, row, Sk, causal) ? exp2f(tiles.step.s_t[c][r] * scale_log2 - base) : 0.0f;
                 tile_sum += p;
                 tiles.step.p_t[c][r] = to_elem(p);
             }

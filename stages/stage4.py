@@ -1,8 +1,10 @@
 """Stage 4 — fused attention with larger tiles (WMMA), CUDA C++ through NVRTC.
 
 Stage 3's kernel (stages/stage4.cu) with bigger blocks: BLOCK_Q query rows (4 or 8 warps of
-16 rows) against BLOCK_K-key tiles, both chosen per head dim from measurements (TILES below;
-`scripts/tile_sweep.py` measures every choice, the notebook shows them). The tiles outgrow
+16 rows) against BLOCK_K-key tiles, and up to LOADS_IN_FLIGHT loads in flight per thread in
+the (now larger) K/V copy, all chosen per head dim from measurements (TILES below;
+`scripts/tile_sweep.py` measures every choice, the notebook shows them). Only the tiles that
+need a mask (the last; the diagonal when causal) check each key. The tiles outgrow
 the 48 KB of static shared memory, so they live in dynamic shared memory, opted in beyond
 48 KB. The per-row softmax state (max, sum, rescale factor, 1/l) never leaves registers:
 warp shuffles carry it to the lanes that hold the row's output.
@@ -17,10 +19,11 @@ from lib import nvrtc
 from lib.inputs import StageInfo
 
 SOURCE = Path(__file__).with_suffix(".cu")
-# The (BLOCK_Q, BLOCK_K) the kernel is built with, per head dim: the fastest of CHOICES at
-# B16 H16 S2048 D64 and B4 H16 S8192 D128 on the H100 (scripts/tile_sweep.py).
-TILES = {64: (64, 64), 128: (64, 64)}
-CHOICES = [(bq, bk) for bq in (64, 128) for bk in (32, 64)]
+# The (BLOCK_Q, BLOCK_K, LOADS_IN_FLIGHT) the kernel is built with, per head dim: the fastest of
+# CHOICES at B16 H16 S2048 D64 and B4 H16 S8192 D128 on the H100 (scripts/tile_sweep.py).
+TILES = {64: (64, 64, 16), 128: (64, 32, 32)}
+CHOICES = [(bq, bk, f) for bq in (64, 128) for bk in (32, 64) for f in (4, 32)] + \
+    [(64, 64, 16)]
 
 INFO = StageInfo(
     number=4,
@@ -44,12 +47,14 @@ def smem_bytes(head_dim: int, block_q: int, block_k: int, item: int = 2) -> int:
     return max(block_q * ld * item, step, block_q * ld_o * 4)
 
 
-def config(head_dim: int, tiles: tuple[int, int] | None = None) -> dict:
-    """Launch settings for one tile choice: block_q, threads, shared memory and defines."""
-    bq, bk = tiles or TILES[head_dim]
+def config(head_dim: int, tiles: tuple[int, int, int] | None = None) -> dict:
+    """Launch settings for one choice of (BLOCK_Q, BLOCK_K, LOADS_IN_FLIGHT): block_q,
+    threads, shared memory and defines."""
+    bq, bk, in_flight = tiles or TILES[head_dim]
     smem = smem_bytes(head_dim, bq, bk)
     return {"block_q": bq, "threads": 32 * bq // 16, "smem": smem,
-            "defines": (("BLOCK_Q", bq), ("BLOCK_K", bk), ("SMEM_BYTES", smem))}
+            "defines": (("BLOCK_Q", bq), ("BLOCK_K", bk), ("SMEM_BYTES", smem),
+                        ("LOADS_IN_FLIGHT", in_flight))}
 
 
 def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None) -> dict:
@@ -62,8 +67,9 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None) 
 
 def attention(q, k, v, *, causal=False, scale=None, tiles=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype. `tiles` = (BLOCK_Q, BLOCK_K)
-    overrides the per-head-dim choice (one of CHOICES), for measuring the alternatives."""
+    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype. `tiles` = (BLOCK_Q, BLOCK_K,
+    LOADS_IN_FLIGHT) overrides the per-head-dim choice (one of CHOICES), for measuring the
+    alternatives."""
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None

@@ -216,9 +216,12 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             copy_tile_async<BLOCK_K>(v_tiles + (next % STAGES) * BLOCK_K * D, v, next * BLOCK_K, Sk);
         }
         cp_async_commit();  // possibly empty: keeps one group per tile, so the wait above counts right
+        const int k0 = j * BLOCK_K;
+        // Causal: a tile whose first key is past this warp's last row is all masked for it
+        // (the warp still takes part in the copies and barriers).
+        if (causal && k0 > q0 + warp * WARP_Q + WARP_Q - 1) continue;
         const elem_t* k_tile = k_tiles + (j % STAGES) * BLOCK_K * D;
         const elem_t* v_tile = v_tiles + (j % STAGES) * BLOCK_K * D;
-        const int k0 = j * BLOCK_K;
 
         // S = Q·Kᵀ, slice by slice of 16 rows: s[m][n] is the m16n8 tile of rows 16m … and keys
         // 8n … . Every K fragment read goes to all M_TILES slices.
