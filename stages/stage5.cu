@@ -263,7 +263,6 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         // The online softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3) of each slice. A row's
         // 8·NT_S scores are spread over the 4 threads 4g … 4g + 3: shuffles with lane masks 1
         // and 2 combine them.
-        float rescale[M_TILES][2];
 #pragma unroll
         for (int m = 0; m < M_TILES; ++m) {
 #pragma unroll
@@ -277,7 +276,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
                 // and one MUFU.EX2 per score. A row with no visible key yet keeps max −∞: subtract
                 // 0 instead (no NaN).
                 const float base = mx == NEG_INF ? 0.0f : mx * scale_log2;
-                rescale[m][h] = exp2f(row_max[m][h] * scale_log2 - base);  // O and l were summed against the old max
+                const float rescale = exp2f(row_max[m][h] * scale_log2 - base);  // O and l were summed against the old max
                 row_max[m][h] = mx;
                 float sum = 0.0f;
 #pragma unroll
@@ -286,23 +285,13 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
                     s[m][n][2 * h + 1] = exp2f(fmaf(s[m][n][2 * h + 1], scale_log2, -base));
                     sum += s[m][n][2 * h] + s[m][n][2 * h + 1];
                 }
-                row_sum[m][h] = row_sum[m][h] * rescale[m][h] + sum;  // reduced over the 4 threads at the end
-            }
-        }
-        // Rescaling O costs M_TILES·D/2 multiplies per thread and tile, about as many as the rest
-        // of the softmax. Once a row's max has settled (after a few tiles, for most rows) its
-        // factor is exactly 1: the warp skips the multiplies when that holds for all its rows.
-        bool grew = false;
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m) grew |= rescale[m][0] != 1.0f || rescale[m][1] != 1.0f;
-        if (__any_sync(0xffffffff, grew)) {
-#pragma unroll
-            for (int m = 0; m < M_TILES; ++m)
+                row_sum[m][h] = row_sum[m][h] * rescale + sum;  // reduced over the 4 threads at the end
 #pragma unroll
                 for (int n = 0; n < NT_O; ++n) {
-                    o[m][n][0] *= rescale[m][0]; o[m][n][1] *= rescale[m][0];
-                    o[m][n][2] *= rescale[m][1]; o[m][n][3] *= rescale[m][1];
+                    o[m][n][2 * h] *= rescale;
+                    o[m][n][2 * h + 1] *= rescale;
                 }
+            }
         }
 
         // O += P·V. The accumulators of S's n-tiles 2kt and 2kt + 1, packed to 16 bits, are
@@ -335,6 +324,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     // l: the sum of the 4 threads' shares of each row; then O / l, through shared memory (Q's
     // place: this warp's own rows, which only this warp read) for 16-byte stores.
     cp_async_wait<0>();  // no copy may still be writing to shared memory (the last groups are empty)
+    __syncwarp();        // every lane of the warp is done reading its rows of Q
     elem_t* const o_tile = q_tile;
 #pragma unroll
     for (int m = 0; m < M_TILES; ++m) {
