@@ -64,7 +64,7 @@ if want profile && [ -x "$NCU" ]; then
     python3 scripts/one_call.py 5 throughput --no-swizzle
   cat "$OUT/logs/profile-stage5-noswizzle.log" >> "$f"
 fi
-want notebooks && step notebooks python3 -m lib.notebook --execute notebooks/*.ipynb
+want notebooks && step notebooks python3 -m lib.notebook --execute ${FA_NOTEBOOKS:-notebooks/*.ipynb}
 want pytest && step pytest python3 -m pytest -p no:cacheprovider -q
 # Only the curriculum's kernels are checked (every stage's kernel names contain "attention");
 # the reference and SDPA's kernels (cuDNN, cuBLAS) are PyTorch's, not ours to fix. Host API

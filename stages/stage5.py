@@ -19,7 +19,7 @@ from lib.inputs import StageInfo
 SOURCE = Path(__file__).with_suffix(".cu")
 # (BLOCK_Q, BLOCK_K, STAGES, WARP_Q) per head dim: the fastest of CHOICES on the H100 at
 # B16 H16 S2048 D64 and B4 H16 S8192 D128 (scripts/tile_sweep.py).
-TILES = {64: (128, 64, 2, 32), 128: (128, 32, 2, 32)}
+TILES = {64: (128, 64, 2, 32), 128: (128, 64, 2, 32)}
 CHOICES = [(64, 64, 2, 16), (128, 64, 2, 16), (128, 64, 3, 16), (128, 32, 2, 16),
            (128, 64, 2, 32), (128, 32, 2, 32), (128, 32, 3, 32), (128, 128, 2, 32)]
 
@@ -36,6 +36,10 @@ INFO = StageInfo(
     head_dims=(64, 128),
     sources=("stages/stage5.py", "stages/stage5.cu", "stages/attention.cuh"),
     gqa=True,
+    # At D128 the 32-row warps with 64-key tiles need more than 255 registers, and ptxas spills
+    # a few bytes (20 with NVRTC 13.0, up to 88 with 13.4). Measured on the H100 they are still
+    # the fastest choice (the tile sweep), so they stay: the offline test allows this many.
+    extra={"spill_bytes_allowed": {128: 128}},
 )
 
 
