@@ -201,6 +201,10 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         negate_own_chunks(q_tile);    // the loop's first barrier publishes them
         scale_log2 = -scale_log2;
     }
+    // Scale 0: every visible key weighs the same, but 0 × a masked −∞ would be NaN. The smallest
+    // normal float instead keeps −∞ for masked keys and makes every other product 0 to float
+    // precision.
+    if (scale_log2 == 0.0f) scale_log2 = 1.17549435e-38f;
 
     float o[M_TILES][NT_O][4];  // O: WARP_Q rows × D per warp, as m16n8 accumulators
 #pragma unroll
