@@ -59,7 +59,12 @@ def test_matches_reference(n, shape, D, dtype, causal, seed):
     B, H, Sq, Sk = shape
     if SIMULATOR and D > 64:
         Sq, Sk = min(Sq, 3), min(Sk, 3)  # the simulator is one Python thread per CUDA thread
-    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype, seed=seed)
+    assert_matches_reference(mod, *make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype, seed=seed),
+                             causal=causal, seed=seed)
+
+
+def assert_matches_reference(mod, q, k, v, *, causal, seed):
+    """Run the stage on (q, k, v) with a NaN-poisoned output and judge it against the reference."""
     with poisoned_outputs():  # unwritten elements stay NaN and fail
         out = mod.attention(q, k, v, causal=causal)
     assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
@@ -103,12 +108,8 @@ def test_gqa_matches_reference(n, shape, D, dtype, causal, seed):
     if not runs_here(mod):
         pytest.skip("CUDA C++ stages need a GPU of their compute capability here")
     B, H, Hkv, Sq, Sk = shape
-    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
-    with poisoned_outputs():
-        out = mod.attention(q, k, v, causal=causal)
-    assert out.shape == q.shape and out.dtype == q.dtype
-    c = check_output(out, q, k, v, causal=causal)
-    assert c.passed, f"seed {seed}: {c.summary()}"
+    assert_matches_reference(mod, *make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed),
+                             causal=causal, seed=seed)
 
 
 @pytest.mark.parametrize("n", MODULES)
