@@ -6,7 +6,7 @@ import importlib
 
 import lib  # noqa: F401  (decides GPU or simulator before any stage imports numba)
 
-NUMBERS = (0, 1, 2, 3, 4, 5)  # registered stages, in order; a new stage adds its number here
+NUMBERS = (0, 1, 2, 3, 4, 5, 6)  # registered stages, in order; a new stage adds its number here
 
 
 def get(n: int):

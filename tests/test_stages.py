@@ -19,7 +19,11 @@ def runs_here(mod):
     """numba stages run everywhere (simulator without a GPU); CUDA C++ stages need a GPU."""
     if mod.INFO.backend == "numba":
         return True
-    return HAS_GPU and torch.cuda.get_device_capability() >= mod.INFO.min_cc
+    if not HAS_GPU:
+        return False
+    cc = torch.cuda.get_device_capability()
+    # an arch-specific stage (sm_90a) runs on that compute capability only
+    return cc == mod.INFO.min_cc if mod.INFO.extra.get("arch", "").endswith("a") else cc >= mod.INFO.min_cc
 
 
 def head_dims_to_test(info):
@@ -227,7 +231,9 @@ def compile_cases():
         info = MODULES[n].INFO
         for dtype in info.dtypes:
             for D in info.head_dims:
-                for arch in (f"sm_{info.min_cc[0]}{info.min_cc[1]}", "sm_90a"):
+                arches = ([info.extra["arch"]] if "arch" in info.extra
+                          else [f"sm_{info.min_cc[0]}{info.min_cc[1]}", "sm_90a"])
+                for arch in arches:
                     yield pytest.param(n, dtype, D, arch,
                                        id=f"stage{n}-{str(dtype)[6:]}-D{D}-{arch}")
 
@@ -237,7 +243,8 @@ def test_offline_compile(n, dtype, D, arch):
     from lib.sass import inspect_cubin
     for name, compiled in MODULES[n].compile_for(arch, dtype, D).items():
         ins = inspect_cubin(compiled.cubin, arch, compiled.resource_usage())
-        assert ins.mix["HMMA"] > 0, f"{name}: no tensor-core instruction in the SASS"
+        op = MODULES[n].INFO.extra.get("tensor_core_op", "HMMA")  # HGMMA for wgmma
+        assert ins.mix[op] > 0, f"{name}: no {op} (tensor-core instruction) in the SASS"
         assert ins.ptxas, f"{name}: no ptxas report"
         for kernel, r in ins.ptxas.items():
             assert "attention" in kernel, f"{kernel}: kernel names must contain 'attention'"

@@ -1,0 +1,98 @@
+"""Stage 6 on the GPU, idea by idea: every schedule of stages/stage6.py (the FlashAttention-3
+ablation: no warp specialization → + producer warpgroup → + setmaxnreg → + ping-pong →
++ intra-warpgroup overlap) and every tile choice, at the standard shape of each head dim,
+next to SDPA's default and FLASH backends on the same inputs; then one block's timeline
+(clock64 stamps per warpgroup) for the notebook's Gantt chart. Each variant is checked
+against the reference on an odd shape before it is timed.
+
+    python scripts/stage6_schedules.py             # print
+    python scripts/stage6_schedules.py --record    # and store under "stage6" in results/<gpu>.json
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+
+import stages.stage6 as s6  # noqa: E402
+from lib import results as R  # noqa: E402
+from lib.inputs import make_qkv  # noqa: E402
+from lib.reference import attention_flops, check_attention  # noqa: E402
+from lib.timing import sdpa_call, time_cuda  # noqa: E402
+
+SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]  # (B, H, S, D): the throughput and long shapes
+
+
+def variants():
+    for name in s6.SCHEDULES:
+        yield "schedule", name, {"schedule": name}
+    for t in s6.CHOICES:
+        yield "tiles", str(t), {"tiles": t}
+
+
+def timeline(D: int = 128, tiles_k: int = 16) -> dict:
+    """clock64 stamps of block (0, 0) at B4 H16 S8192 (a full grid, so the block shares its SM's
+    neighbours' memory traffic as in the benchmark): per warpgroup and tile, when its operands
+    were there (0), S was ready (1), the softmax done (2) and P·V done (3); the producer's
+    stamp 0 is when it issued the tile's copies."""
+    cons = s6.TILES[D][2]
+    n = (1 + cons) * s6.TIMELINE_TILES * s6.TIMELINE_EVENTS
+    out = {}
+    q, k, v = make_qkv(4, 16, 8192, D, dtype=torch.float16)
+    for name in s6.SCHEDULES:
+        tl = torch.zeros(n, dtype=torch.int64, device="cuda")
+        for _ in range(3):  # warm: the last run's stamps are kept
+            tl.zero_()
+            s6.attention(q, k, v, schedule=name, timeline=tl)
+        torch.cuda.synchronize()
+        out[name] = tl.view(1 + cons, s6.TIMELINE_TILES, s6.TIMELINE_EVENTS).tolist()
+    return {"D": D, "B": 4, "H": 16, "S": 8192, "consumers": cons, "stamps": out,
+            "events": ["operands in (producer: copies issued)", "S ready", "softmax done", "P·V done"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--record", action="store_true", help="store the rows in results/<gpu>.json")
+    ap.add_argument("--quick", action="store_true", help="schedules only, full mask only")
+    a = ap.parse_args()
+    rows, ok = [], True
+    for B, H, S, D in SHAPES:
+        q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
+        for causal in ((False,) if a.quick else (False, True)):
+            flops = attention_flops(B, H, S, S, D, causal)
+            sd, sf = sdpa_call(q, k, v, causal=causal), sdpa_call(q, k, v, causal=causal, backend="flash")
+            t_sd, t_sf = time_cuda(sd).median_us, time_cuda(sf).median_us
+            print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs "
+                  f"({flops / t_sd / 1e6:.0f} TFLOPS), FLASH {t_sf:,.1f} µs ({flops / t_sf / 1e6:.0f})", flush=True)
+            for kind, label, kw in variants():
+                if a.quick and kind == "tiles":
+                    continue
+                fn = lambda q, k, v, causal=False, kw=kw: s6.attention(q, k, v, causal=causal, **kw)  # noqa: E731
+                t0 = time.time()
+                passed = all(check_attention(fn, 2, 3, 300, 517, D, dtype=torch.float16, causal=c).passed
+                             for c in (False, True))
+                t = time_cuda(lambda: fn(q, k, v, causal=causal))
+                row = {"kind": kind, "variant": label, "B": B, "H": H, "S": S, "D": D, "causal": causal,
+                       "us": t.median_us, "tflops": flops / t.median_us / 1e6, "sdpa_us": t_sd,
+                       "sdpa_flash_us": t_sf, "passed": passed,
+                       "default": (kind == "schedule" and label == s6.DEFAULT_SCHEDULE)}
+                ok &= passed
+                rows.append(row)
+                print(f"  {kind:8s} {label:28s} {t.median_us:10,.1f} µs {row['tflops']:6.1f} TFLOPS "
+                      f"{t_sd / t.median_us:5.2f}× SDPA {t_sf / t.median_us:5.2f}× FLASH "
+                      f"{'pass' if passed else 'FAIL'} ({time.time() - t0:.1f} s)", flush=True)
+        del q, k, v
+    tl = timeline()
+    print("timeline recorded for", list(tl["stamps"]))
+    if a.record:
+        env = R.capture_env()
+        path = R.save_extra(env["gpu"], "stage6", {"env": env, "sha256": R.stage_sha256(s6.INFO),
+                                                   "rows": rows, "timeline": tl})
+        print(f"recorded in {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

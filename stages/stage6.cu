@@ -1,0 +1,430 @@
+// Stage 6 — Hopper: TMA + WGMMA, warp-specialized (sm_90a). The FlashAttention-3 design.
+//
+// A block owns BLOCK_M = 64·CONSUMERS query rows of one (batch, head) and is made of
+// warpgroups (4 warps, 128 threads each), each with one job:
+//   - the producer (warpgroup 0; one thread does the work) copies tiles with the copy engine
+//     (TMA): Q once, then K and V tiles of BLOCK_N keys into a ring of STAGES buffers. Each
+//     buffer has a "full" mbarrier that completes when its bytes have landed and an "empty"
+//     one that completes when every consumer warp is done with it;
+//   - the consumers (warpgroups 1 … CONSUMERS), 64 query rows each, run
+//       S = Q·Kᵀ    wgmma, both operands read from shared memory by descriptor,
+//       the online softmax on S in the accumulator registers (as in stage 5),
+//       O += P·V    wgmma, P from registers (the accumulator layout is the A-operand layout),
+//                   V from shared memory, transposed by the tensor core on the fly.
+// wgmma is asynchronous: a warpgroup issues it, goes on, and waits for it later, so the
+// tensor cores and the softmax's exp2/FMA units can work at the same time.
+//
+// What changes from stage 5:
+//   1. wgmma instead of mma.sync: 64×N×16 per instruction per warpgroup instead of 16×8×16
+//      per warp, operands straight from shared memory: no ldmatrix, no operand registers for
+//      Q, K, V.
+//   2. TMA instead of cp.async: one thread issues a whole tile's copy; the hardware computes
+//      the addresses, zero-fills rows past the sequence end, applies the 128-byte swizzle that
+//      wgmma reads, and counts the bytes on an mbarrier.
+//   3. Warp specialization: producer and consumers are different warps that meet only at
+//      the mbarriers, instead of every warp copying and then computing. With SETMAXNREG the
+//      producer hands most of its registers to the consumers (setmaxnreg).
+//   4. The FlashAttention-3 schedule, each piece a compile-time switch the notebook measures:
+//        PINGPONG       consumer warpgroups take turns issuing their products (named
+//                       barriers), so one warpgroup's softmax runs while the other's
+//                       products occupy the tensor cores;
+//        INTRA_OVERLAP  within a warpgroup, the next tile's S = Q·Kᵀ and this tile's O += P·V
+//                       are issued together, and the softmax of the new S runs while P·V is
+//                       still in the tensor cores.
+//      WARP_SPECIALIZED=0 builds the baseline without a producer: consumer 0's first thread
+//      issues the copies itself, between its own products.
+// Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
+// are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
+// stamps of one block's warpgroups for the notebook's Gantt chart.
+#include "hopper.cuh"
+
+#if !defined(BLOCK_N) || !defined(STAGES) || !defined(CONSUMERS)
+#error "BLOCK_N, STAGES and CONSUMERS are set by stages/stage6.py"
+#endif
+#ifndef WARP_SPECIALIZED
+#define WARP_SPECIALIZED 1
+#endif
+#ifndef SETMAXNREG
+#define SETMAXNREG 1
+#endif
+#ifndef PINGPONG
+#define PINGPONG 1
+#endif
+#ifndef INTRA_OVERLAP
+#define INTRA_OVERLAP 1
+#endif
+#ifndef TIMELINE
+#define TIMELINE 0
+#endif
+static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
+              "the baseline without a producer warpgroup runs without the FA3 schedule");
+static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
+
+constexpr int D = HEAD_DIM;
+constexpr int BLOCK_M = 64 * CONSUMERS;           // query rows per block, 64 per consumer
+constexpr int ATOMS = D / 64;                      // 128-byte-wide column blocks of a row
+constexpr int Q_BYTES = BLOCK_M * D * 2;
+constexpr int KV_BYTES = BLOCK_N * D * 2;
+constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
+// Registers per thread after setmaxnreg: the producer keeps few, the consumers take the rest
+// of the 64K-register file (2 consumers: 128·24 + 256·240 = 64,512 ≤ 65,536).
+constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 24 : 32;
+constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
+static_assert(D == 64 || D == 128, "head dims 64 and 128");
+static_assert(BLOCK_N == 64 || BLOCK_N == 128, "key tiles of 64 or 128");
+
+// Shared memory. A tile is stored as ATOMS blocks of [rows][64] elements: each row of a block
+// is 128 bytes, the width of one 128-byte swizzle pattern (TMA box width ≤ 128 B with that
+// swizzle), and each block starts on a 1024-byte boundary (8 rows × 128 B, where the pattern
+// repeats). That is the layout wgmma's descriptors describe.
+struct Smem {
+    elem_t q[ATOMS][BLOCK_M][64];
+    elem_t k[STAGES][ATOMS][BLOCK_N][64];
+    elem_t v[STAGES][ATOMS][BLOCK_N][64];
+    unsigned long long q_full, k_full[STAGES], v_full[STAGES], empty[STAGES];
+};
+
+__device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {  // two floats → two 16-bit elements
+#ifdef ELEM_BF16
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+#else
+    __half2 h = __floats2half2_rn(lo, hi);
+#endif
+    return *reinterpret_cast<unsigned*>(&h);
+}
+
+// ---- timeline (TIMELINE=1): clock64 stamps of block (0, 0), thread 0 of each warpgroup ---------
+constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
+#if TIMELINE
+#define STAMP(role, tile, ev)                                                                    \
+    do {                                                                                         \
+        if (timeline && (threadIdx.x % 128) == 0 && (tile) < TL_TILES)                           \
+            timeline[((role) * TL_TILES + (tile)) * TL_EVENTS + (ev)] = clock64();               \
+    } while (0)
+#else
+#define STAMP(role, tile, ev) do {} while (0)
+#endif
+
+// ---- the producer's copies -------------------------------------------------------------------
+__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int q0, int h, int b) {
+    mbar_arrive_expect_bytes(&sm.q_full, Q_BYTES);
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a) tma_load_4d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, h, b);
+}
+__device__ __forceinline__ void load_kv(Smem& sm, const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                        int tile, int hk, int b) {
+    const int st = tile % STAGES;
+    mbar_arrive_expect_bytes(&sm.k_full[st], KV_BYTES);
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a)
+        tma_load_4d(&sm.k[st][a][0][0], k_map, &sm.k_full[st], 64 * a, tile * BLOCK_N, hk, b);
+    mbar_arrive_expect_bytes(&sm.v_full[st], KV_BYTES);
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a)
+        tma_load_4d(&sm.v[st][a][0][0], v_map, &sm.v_full[st], 64 * a, tile * BLOCK_N, hk, b);
+}
+// Buffer tile % STAGES is free again when its previous use, tile − STAGES, was released:
+// the ((tile / STAGES) − 1)-th phase of its empty barrier. For the first STAGES tiles the
+// parity asked for is that of the phase "before the first", which counts as completed.
+__device__ __forceinline__ void wait_free(Smem& sm, int tile) {
+    mbar_wait(&sm.empty[tile % STAGES], ((tile / STAGES) & 1) ^ 1);
+}
+
+// ---- the consumers' products ----------------------------------------------------------------
+// Descriptor offsets (in the 16-byte units of the start-address field) of k-step kk (16 of D):
+// within a 128-byte row, +32 bytes per step; past 64 columns, the next column block.
+template <int ROWS>
+__device__ __forceinline__ unsigned long long k_step(int kk) {
+    return (unsigned long long)(((kk / 4) * ROWS * 128 + (kk % 4) * 32) >> 4);
+}
+// S = Q·Kᵀ: D/16 wgmma of 64 × BLOCK_N × 16.
+__device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], unsigned long long q_desc,
+                                         unsigned long long k_desc) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        Wgmma<BLOCK_N>::ss(s, q_desc + k_step<BLOCK_M>(kk), k_desc + k_step<BLOCK_N>(kk), kk > 0);
+    wgmma_commit();
+}
+// O += P·V: BLOCK_N/16 wgmma of 64 × D × 16; step t reads V rows 16t … 16t + 15 (2048 bytes on).
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[BLOCK_N / 16][4],
+                                         unsigned long long v_desc) {
+    wgmma_fence();
+#pragma unroll
+    for (int t = 0; t < BLOCK_N / 16; ++t) Wgmma<D>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), 1);
+    wgmma_commit();
+}
+
+// ---- the softmax, on S where wgmma left it ------------------------------------------------------
+// Thread t of warp w holds rows r0 = 16w + t/4 and r0 + 8 of its warpgroup's 64, columns
+// 8n + 2(t%4) and +1 of each 8-column slice n: s[4n], s[4n+1] in row r0, s[4n+2], s[4n+3] in
+// row r0 + 8. The four threads of a row combine with two shuffles. m holds each row's max of
+// the raw scores, l this thread's share of its row sum; `scale_log2` > 0.
+template <bool MASK>
+__device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], int key0, int row0, int Sk, bool causal,
+                                             float scale_log2) {
+    const int lane = threadIdx.x % 32;
+    if (MASK) {
+#pragma unroll
+        for (int n = 0; n < BLOCK_N / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = key0 + 8 * n + 2 * (lane % 4) + (e & 1), row = row0 + (e >> 1) * 8;
+                if (!key_visible(key, row, Sk, causal)) s[4 * n + e] = NEG_INF;
+            }
+    }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < BLOCK_N / 8; ++n) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
+    }
+    float base[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        base[r] = mx[r] == NEG_INF ? 0.0f : mx[r] * scale_log2;  // a row with nothing visible yet
+        alpha[r] = fast_exp2(m[r] * scale_log2 - base[r]);       // 0 on the first tile (m = −∞)
+        m[r] = mx[r];
+    }
+#pragma unroll
+    for (int n = 0; n < BLOCK_N / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[4 * n + e] = fast_exp2(fmaf(s[4 * n + e], scale_log2, -base[e >> 1]));
+            sum[e >> 1] += s[4 * n + e];
+        }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+}
+__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+        o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];
+        o[4 * n + 2] *= alpha[1]; o[4 * n + 3] *= alpha[1];
+    }
+}
+// P in 16 bits: the accumulator slices 2t and 2t + 1 are exactly the A fragment of k-step t.
+__device__ __forceinline__ void to_operand(const float (&s)[BLOCK_N / 2], unsigned (&p)[BLOCK_N / 16][4]) {
+#pragma unroll
+    for (int t = 0; t < BLOCK_N / 16; ++t)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) p[t][r] = pack2(s[8 * t + 2 * r], s[8 * t + 2 * r + 1]);
+}
+
+// ---- ping-pong: consumer c issues its products only on its turn, then passes the turn on ---------
+__device__ __forceinline__ void turn_begin(int c) {
+    if (PINGPONG) named_bar_sync(TURN_BAR + c, 256);
+}
+__device__ __forceinline__ void turn_end(int c, bool last) {
+    // The last consumer's final turn is passed to nobody: every turn barrier then sees as
+    // many arrivals as waits, and nothing is left pending when the block ends.
+    if (PINGPONG && !(last && c == CONSUMERS - 1)) named_bar_arrive(TURN_BAR + (c + 1) % CONSUMERS, 256);
+}
+// A warp tells the producer it is done with buffer st (count: 4 warps × CONSUMERS).
+__device__ __forceinline__ void release(Smem& sm, int st) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbar_arrive(&sm.empty[st]);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                const __grid_constant__ CUtensorMap v_map, elem_t* __restrict__ out, int Sq, int Sk,
+                int H, int group, float scale_log2, int causal, int n_bh, long long* timeline) {
+    // Batch·heads may exceed the 65,535 limit of grid dimension y: y and z together count them.
+    const int bh = blockIdx.z * gridDim.y + blockIdx.y;
+    if (bh >= n_bh) return;
+    const int b = bh / H, h = bh % H, hk = h / group;
+    // Causal blocks near the end of the sequence have the most tiles: start those first.
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+    const int n_keys = causal ? min(Sk, q0 + BLOCK_M) : Sk;  // causal: no tile past the diagonal
+    const int n_tiles = (n_keys + BLOCK_N - 1) / BLOCK_N;
+#if TIMELINE
+    if (!(blockIdx.x == 0 && bh == 0)) timeline = nullptr;
+#endif
+
+    extern __shared__ unsigned char smem_raw[];
+    // wgmma's swizzled layout repeats every 1024 bytes: align the tiles to that.
+    Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        mbar_init(&sm.q_full, 1);
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(&sm.k_full[st], 1);
+            mbar_init(&sm.v_full[st], 1);
+            mbar_init(&sm.empty[st], 4 * CONSUMERS);
+        }
+        mbar_init_fence();
+        tma_prefetch_map(&q_map); tma_prefetch_map(&k_map); tma_prefetch_map(&v_map);
+    }
+    __syncthreads();
+
+#if WARP_SPECIALIZED
+    if (wg == 0) {  // ---- producer ----
+        if (SETMAXNREG) regs_release<PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            load_q(sm, &q_map, q0, h, b);
+            for (int j = 0; j < n_tiles; ++j) {
+                wait_free(sm, j);
+                STAMP(0, j, 0);
+                load_kv(sm, &k_map, &v_map, j, hk, b);
+            }
+        }
+        return;
+    }
+    if (SETMAXNREG) regs_claim<CONSUMER_REGS>();
+#else
+    if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
+        load_q(sm, &q_map, q0, h, b);
+        for (int j = 0; j < min(STAGES, n_tiles); ++j) load_kv(sm, &k_map, &v_map, j, hk, b);
+    }
+#endif
+    // ---- consumer c: query rows q0 + 64c … q0 + 64c + 63 ----
+    const int c = wg - WARP_SPECIALIZED, lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const int row0 = q0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
+    const int role = c + 1;                                // timeline row
+    (void)role;
+
+    mbar_wait(&sm.q_full, 0);
+    // The softmax takes each row's max of the raw scores, so it needs scale > 0. For a
+    // negative scale, s·scale = (−s)·|scale|: flip the sign bit of this warpgroup's Q rows once.
+    if (scale_log2 < 0.0f) {
+#pragma unroll
+        for (int a = 0; a < ATOMS; ++a) {
+            uint4* rows = reinterpret_cast<uint4*>(&sm.q[a][64 * c][0]);  // 64 rows × 8 chunks
+            for (int i = threadIdx.x % 128; i < 64 * 8; i += 128)
+                rows[i] = make_uint4(rows[i].x ^ 0x80008000u, rows[i].y ^ 0x80008000u,
+                                     rows[i].z ^ 0x80008000u, rows[i].w ^ 0x80008000u);
+        }
+        fence_proxy_async();          // generic-proxy writes, read next by wgmma
+        named_bar_sync(1 + c, 128);   // the whole warpgroup's rows are flipped
+        scale_log2 = -scale_log2;
+    }
+    // Scale 0 gives every visible key the same weight; a tiny positive scale does exactly that
+    // in fp32 and keeps masked keys at −∞·scale = −∞ rather than 0·(−∞) = NaN.
+    if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
+
+    const unsigned long long q_desc = smem_desc(&sm.q[0][64 * c][0], 0);
+    auto k_desc = [&](int st) { return smem_desc(&sm.k[st][0][0][0], 0); };
+    auto v_desc = [&](int st) { return smem_desc(&sm.v[st][0][0][0], BLOCK_N * 128); };
+    // A tile needs masking if it reaches past Sk, or (causal) past this warpgroup's first row.
+    const int first_row = q0 + 64 * c;
+    auto needs_mask = [&](int j) {
+        return (j + 1) * BLOCK_N > Sk || (causal && (j + 1) * BLOCK_N - 1 > first_row);
+    };
+    auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
+        if (needs_mask(j)) softmax_tile<true>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
+        else softmax_tile<false>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
+    };
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
+    float s[BLOCK_N / 2];
+    unsigned p[BLOCK_N / 16][4];
+    if (PINGPONG && c == CONSUMERS - 1) named_bar_arrive(TURN_BAR, 256);  // consumer 0 goes first
+
+#if INTRA_OVERLAP
+    // Tile 0's S alone; then each turn issues S of tile j with P·V of tile j − 1, and the
+    // softmax of tile j runs while P·V j − 1 is still in the tensor cores.
+    mbar_wait(&sm.k_full[0], 0);
+    STAMP(role, 0, 0);
+    turn_begin(c);
+    issue_qk(s, q_desc, k_desc(0));
+    turn_end(c, false);
+    wgmma_wait<0>();
+    fence_registers(s);
+    STAMP(role, 0, 1);
+    softmax(s, m, l, alpha, 0);
+    to_operand(s, p);
+    STAMP(role, 0, 2);
+    for (int j = 1; j < n_tiles; ++j) {
+        const int st = j % STAGES, prev = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[st], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[prev], ((j - 1) / STAGES) & 1);
+        STAMP(role, j, 0);
+        turn_begin(c);
+        issue_qk(s, q_desc, k_desc(st));
+        issue_pv(o, p, v_desc(prev));
+        turn_end(c, false);
+        wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
+        fence_registers(s);
+        STAMP(role, j, 1);
+        softmax(s, m, l, alpha, j);
+        STAMP(role, j, 2);
+        wgmma_wait<0>();
+        fence_registers(o);
+        release(sm, prev);
+        STAMP(role, j - 1, 3);
+        rescale(o, alpha);
+        to_operand(s, p);
+    }
+    const int last = (n_tiles - 1) % STAGES;
+    mbar_wait(&sm.v_full[last], ((n_tiles - 1) / STAGES) & 1);
+    turn_begin(c);
+    issue_pv(o, p, v_desc(last));
+    turn_end(c, true);
+    wgmma_wait<0>();
+    fence_registers(o);
+    release(sm, last);
+    STAMP(role, n_tiles - 1, 3);
+#else
+    // One tile at a time: S, its softmax, then P·V, each product waited for at once.
+    for (int j = 0; j < n_tiles; ++j) {
+        const int st = j % STAGES;
+        mbar_wait(&sm.k_full[st], (j / STAGES) & 1);
+        STAMP(role, j, 0);
+        turn_begin(c);
+        issue_qk(s, q_desc, k_desc(st));
+        turn_end(c, false);
+        wgmma_wait<0>();
+        fence_registers(s);
+        STAMP(role, j, 1);
+        softmax(s, m, l, alpha, j);
+        rescale(o, alpha);
+        to_operand(s, p);
+        STAMP(role, j, 2);
+        mbar_wait(&sm.v_full[st], (j / STAGES) & 1);
+        turn_begin(c);
+        issue_pv(o, p, v_desc(st));
+        turn_end(c, j == n_tiles - 1);
+        wgmma_wait<0>();
+        fence_registers(o);
+        release(sm, st);
+        STAMP(role, j, 3);
+#if !WARP_SPECIALIZED
+        if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill this buffer once all are done
+            wait_free(sm, j + STAGES);
+            load_kv(sm, &k_map, &v_map, j + STAGES, hk, b);
+        }
+#endif
+    }
+#endif
+
+    // ---- O / l, rows past Sq clipped; 4-byte stores of two elements ----
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        l[r] = 1.0f / l[r];
+    }
+    elem_t* const out_bh = out + (size_t)bh * Sq * D;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        if (row >= Sq) continue;
+        elem_t* const dst = out_bh + (size_t)row * D + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
+    }
+}

@@ -1,0 +1,172 @@
+"""Stage 6 — Hopper: TMA + WGMMA, warp-specialized (sm_90a), CUDA C++ through NVRTC.
+
+The FlashAttention-3 design (stages/stage6.cu, PTX wrappers in stages/hopper.cuh): a producer
+warpgroup copies Q, K and V tiles with the copy engine (TMA) into a ring of shared-memory
+buffers guarded by transaction-count barriers; two consumer warpgroups of 64 query rows each
+multiply with asynchronous warpgroup tensor-core instructions (wgmma), S = Q·Kᵀ from shared
+memory and O += P·V with P from registers; registers move from producer to consumers
+(setmaxnreg); consumers take turns on the tensor cores (ping-pong) and overlap each softmax
+with the previous tile's P·V. Each schedule idea is a compile-time switch (SCHEDULES).
+
+The tensor maps that describe q, k and v to the copy engine are encoded on the host from the
+tensors' real strides (a 4-D map over [B, H, S, D]), so transposed views of [B, S, H, D]
+tensors are read in place, and rows past the sequence end come back as zeros.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lib import nvrtc
+from lib.inputs import GPUTooOldError, StageInfo, new_output, validate
+
+SOURCE = Path(__file__).with_suffix(".cu")
+ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
+# (BLOCK_N, STAGES, CONSUMERS) per head dim: keys per tile, K/V ring depth, consumer warpgroups
+# (64 query rows each).
+TILES = {64: (128, 2, 2), 128: (128, 2, 2)}
+CHOICES = [(128, 2, 2), (128, 3, 2), (64, 3, 2), (128, 2, 3), (64, 4, 2)]
+# The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
+SCHEDULES = {
+    "no warp specialization": dict(WARP_SPECIALIZED=0, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0),
+    "+ producer warpgroup": dict(WARP_SPECIALIZED=1, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0),
+    "+ setmaxnreg": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=0, INTRA_OVERLAP=0),
+    "+ ping-pong": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=0),
+    "+ intra-warpgroup overlap": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1),
+}
+DEFAULT_SCHEDULE = "+ intra-warpgroup overlap"
+TIMELINE_TILES, TIMELINE_EVENTS = 16, 4  # stages/stage6.cu: TL_TILES, TL_EVENTS
+
+INFO = StageInfo(
+    number=6,
+    slug="wgmma_tma",
+    title="Hopper: TMA + WGMMA, warp-specialized",
+    adds="Hopper's copy engine (TMA) and transaction barriers feed a K/V ring from a producer "
+         "warpgroup; asynchronous warpgroup tensor-core products (wgmma) read shared memory "
+         "directly; setmaxnreg, ping-pong between consumer warpgroups and softmax overlapped "
+         "with P·V (the FlashAttention-3 schedule).",
+    backend="nvrtc",
+    min_cc=(9, 0),
+    dtypes=(torch.float16, torch.bfloat16),
+    head_dims=(64, 128),
+    sources=("stages/stage6.py", "stages/stage6.cu", "stages/hopper.cuh", "stages/attention.cuh"),
+    gqa=True,
+    notes="sm_90a only (H100/H200): wgmma and setmaxnreg exist in no other target.",
+    extra={"arch": ARCH, "tensor_core_op": "HGMMA"},
+)
+
+
+def config(head_dim: int, tiles=None, schedule: str = DEFAULT_SCHEDULE, timeline: bool = False) -> dict:
+    """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
+    per block, threads, dynamic shared memory (Q, the K and V rings, the barriers, and 1 KB of
+    slack to align the tiles to 1024 bytes) and the kernel's defines."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
+    bn, stages, consumers = tiles or TILES[head_dim]
+    sw = SCHEDULES[schedule]
+    block_m = 64 * consumers
+    tiles_bytes = (block_m + 2 * stages * bn) * head_dim * 2
+    defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
+               *sorted(sw.items()), ("TIMELINE", int(timeline)))
+    return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
+            "smem": tiles_bytes + 8 * (1 + 3 * stages) + 1024, "defines": defines}
+
+
+def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
+                schedule: str = DEFAULT_SCHEDULE, timeline: bool = False) -> dict:
+    """The stage's kernel compiled without a GPU, for lib.sass. Only sm_90a has the
+    instructions; any other arch is refused."""
+    if arch != ARCH:
+        raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
+    cfg = config(head_dim, tiles, schedule, timeline)
+    return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
+            nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
+                                defines=dict(cfg["defines"]))}
+
+
+# --------------------------------------------------------------------------------------------
+# running (GPU only)
+
+_kernels: dict = {}
+_maps: dict = {}
+
+
+def _kernel(dtype, D, cfg):
+    key = (dtype, D, cfg["defines"])
+    k = _kernels.get(key)
+    if k is None:
+        compiled = nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=D,
+                                       defines=dict(cfg["defines"]))
+        k = _kernels[key] = nvrtc.load_kernel(compiled, "attention_wgmma", max_dynamic_smem=cfg["smem"])
+    return k
+
+
+def tensor_map(t: torch.Tensor, rows: int):
+    """The copy engine's description of a [B, H, S, D] tensor with its real strides: boxes of
+    `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled.
+    Encoding costs host time, so maps are cached per pointer, shape, strides and box."""
+    key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, rows, t.device.index)
+    m = _maps.get(key)
+    if m is None:
+        from cuda.core import StridedMemoryView
+        from cuda.core._tensor_map import TensorMapSwizzle
+        if len(_maps) > 256:
+            _maps.clear()
+        # The copy engine moves bits: a 16-bit integer view of fp16/bf16 has the same layout.
+        view = StridedMemoryView.from_dlpack(t.view(torch.uint16), stream_ptr=-1)
+        m = _maps[key] = view.as_tensor_map((1, 1, rows, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
+    return m
+
+
+def _check_layout(q, k, v) -> None:
+    """What the copy engine needs: a 16-byte-aligned base and 16-byte multiples as strides."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a unit-stride last dimension (strides {tuple(t.stride())})")
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name}'s data pointer must be 16-byte aligned for the copy engine (TMA)")
+        bad = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1 and (s * t.element_size()) % 16]
+        if bad:
+            raise ValueError(f"{name}'s strides {tuple(t.stride())} must be multiples of 16 bytes "
+                             f"({16 // t.element_size()} elements) for the copy engine (TMA)")
+
+
+def _check_arch(q) -> None:
+    cc = torch.cuda.get_device_capability(q.device)
+    if cc != (9, 0):
+        raise GPUTooOldError(f"stage 6 is built for sm_90a and needs compute capability 9.0 exactly "
+                             f"(H100, H200); {torch.cuda.get_device_name(q.device)} has {cc[0]}.{cc[1]}")
+
+
+def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=DEFAULT_SCHEDULE,
+              timeline=None):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
+    `tiles` (one of CHOICES) and `schedule` (a key of SCHEDULES) are for measuring the
+    alternatives; `timeline`, an int64 CUDA tensor of (1 + CONSUMERS)·16·4 elements, receives
+    clock64 stamps of block (0, 0) (see stages/stage6.cu)."""
+    if tiles is not None and tuple(tiles) not in CHOICES:
+        raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
+    scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
+    _check_arch(q)
+    _check_layout(q, k, v)
+    B, H, Sq, D = q.shape
+    Hk, Sk = k.shape[1], k.shape[2]
+    out = new_output(q)
+    if out.numel() == 0:
+        return out
+    cfg = config(D, tiles, schedule, timeline is not None)
+    kern = _kernel(q.dtype, D, cfg)
+    bn = (tiles or TILES[D])[0]
+    n_bh = B * H
+    grid = ((Sq + cfg["block_m"] - 1) // cfg["block_m"], min(n_bh, nvrtc.MAX_GRID_YZ),
+            (n_bh + nvrtc.MAX_GRID_YZ - 1) // nvrtc.MAX_GRID_YZ)
+    nvrtc.launch(kern, grid, cfg["threads"],
+                 tensor_map(q, cfg["block_m"]), tensor_map(k, bn), tensor_map(v, bn), out,
+                 np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
+                 np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_bh),
+                 timeline if timeline is not None else np.intp(0), smem=cfg["smem"])
+    return out
