@@ -111,7 +111,7 @@ def tensor_map(t: torch.Tensor, rows: int):
     key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, rows, t.device.index)
     m = _maps.get(key)
     if m is None:
-        from cuda.core import StridedMemoryView
+        from cuda.core.utils import StridedMemoryView
         from cuda.core._tensor_map import TensorMapSwizzle
         if len(_maps) > 256:
             _maps.clear()
