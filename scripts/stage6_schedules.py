@@ -9,6 +9,8 @@ against the reference on an odd shape before it is timed.
     python scripts/stage6_schedules.py --record    # and store under "stage6" in results/<gpu>.json
 """
 import argparse
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +32,20 @@ def variants():
         yield "schedule", name, {"schedule": name}
     for t in s6.CHOICES:
         yield "tiles", str(t), {"tiles": t}
+
+
+def timeline_summary(tl: dict) -> str:
+    """Mean cycles per tile of each phase, per consumer warpgroup, from the stamps."""
+    lines = []
+    for name, st in tl["stamps"].items():
+        parts = []
+        for c in range(1, 1 + tl["consumers"]):
+            t = st[c][1:12]  # tiles 1..11: past the start, before the block's end
+            per = lambda a, b: sum(x[b] - x[a] for x in t) / len(t)  # noqa: E731
+            period = (st[c][12][0] - st[c][1][0]) / 11
+            parts.append(f"c{c}: tile {period:,.0f} cyc, wait S {per(0, 1):,.0f}, softmax {per(1, 2):,.0f}")
+        lines.append(f"  {name:28s} " + "; ".join(parts))
+    return "\n".join(lines)
 
 
 def timeline(D: int = 128, tiles_k: int = 16) -> dict:
@@ -67,7 +83,7 @@ def main() -> int:
             print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs "
                   f"({flops / t_sd / 1e6:.0f} TFLOPS), FLASH {t_sf:,.1f} µs ({flops / t_sf / 1e6:.0f})", flush=True)
             for kind, label, kw in variants():
-                if a.quick and kind == "tiles":
+                if (a.quick and kind == "tiles") or (kind == "tiles" and not s6.fits(D, kw["tiles"])):
                     continue
                 fn = lambda q, k, v, causal=False, kw=kw: s6.attention(q, k, v, causal=causal, **kw)  # noqa: E731
                 t0 = time.time()
@@ -85,7 +101,10 @@ def main() -> int:
                       f"{'pass' if passed else 'FAIL'} ({time.time() - t0:.1f} s)", flush=True)
         del q, k, v
     tl = timeline()
-    print("timeline recorded for", list(tl["stamps"]))
+    print("timeline (block (0, 0), B4 H16 S8192 D128; clock64 cycles):")
+    print(timeline_summary(tl))
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "stage6_timeline.json").write_text(json.dumps(tl))
     if a.record:
         env = R.capture_env()
         path = R.save_extra(env["gpu"], "stage6", {"env": env, "sha256": R.stage_sha256(s6.INFO),

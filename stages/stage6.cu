@@ -3,9 +3,10 @@
 // A block owns BLOCK_M = 64·CONSUMERS query rows of one (batch, head) and is made of
 // warpgroups (4 warps, 128 threads each), each with one job:
 //   - the producer (warpgroup 0; one thread does the work) copies tiles with the copy engine
-//     (TMA): Q once, then K and V tiles of BLOCK_N keys into a ring of STAGES buffers. Each
+//     (TMA): Q once, then K and V tiles of BLOCK_N keys into rings of STAGES buffers. Each
 //     buffer has a "full" mbarrier that completes when its bytes have landed and an "empty"
-//     one that completes when every consumer warp is done with it;
+//     one that completes when every consumer warp is done with it. K and V have barriers of
+//     their own: a K buffer is free as soon as S = Q·Kᵀ is done, long before P·V is;
 //   - the consumers (warpgroups 1 … CONSUMERS), 64 query rows each, run
 //       S = Q·Kᵀ    wgmma, both operands read from shared memory by descriptor,
 //       the online softmax on S in the accumulator registers (as in stage 5),
@@ -82,7 +83,7 @@ struct Smem {
     elem_t q[ATOMS][BLOCK_M][64];
     elem_t k[STAGES][ATOMS][BLOCK_N][64];
     elem_t v[STAGES][ATOMS][BLOCK_N][64];
-    unsigned long long q_full, k_full[STAGES], v_full[STAGES], empty[STAGES];
+    unsigned long long q_full, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
@@ -117,23 +118,23 @@ __device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int q0,
 #pragma unroll
     for (int a = 0; a < ATOMS; ++a) tma_load_4d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, h, b);
 }
+// One K or V tile into its ring (`ring` = sm.k or sm.v, `full` its barriers), once buffer
+// tile % STAGES is free again: when its previous use, tile − STAGES, was released — the
+// ((tile / STAGES) − 1)-th phase of its empty barrier. For the first STAGES tiles the parity
+// asked for is that of the phase "before the first", which counts as completed.
+__device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], unsigned long long* full,
+                                          unsigned long long* empty, const CUtensorMap* map,
+                                          int tile, int hk, int b) {
+    const int st = tile % STAGES;
+    mbar_wait(&empty[st], ((tile / STAGES) & 1) ^ 1);
+    mbar_arrive_expect_bytes(&full[st], KV_BYTES);
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a) tma_load_4d(&ring[st][a][0][0], map, &full[st], 64 * a, tile * BLOCK_N, hk, b);
+}
 __device__ __forceinline__ void load_kv(Smem& sm, const CUtensorMap* k_map, const CUtensorMap* v_map,
                                         int tile, int hk, int b) {
-    const int st = tile % STAGES;
-    mbar_arrive_expect_bytes(&sm.k_full[st], KV_BYTES);
-#pragma unroll
-    for (int a = 0; a < ATOMS; ++a)
-        tma_load_4d(&sm.k[st][a][0][0], k_map, &sm.k_full[st], 64 * a, tile * BLOCK_N, hk, b);
-    mbar_arrive_expect_bytes(&sm.v_full[st], KV_BYTES);
-#pragma unroll
-    for (int a = 0; a < ATOMS; ++a)
-        tma_load_4d(&sm.v[st][a][0][0], v_map, &sm.v_full[st], 64 * a, tile * BLOCK_N, hk, b);
-}
-// Buffer tile % STAGES is free again when its previous use, tile − STAGES, was released:
-// the ((tile / STAGES) − 1)-th phase of its empty barrier. For the first STAGES tiles the
-// parity asked for is that of the phase "before the first", which counts as completed.
-__device__ __forceinline__ void wait_free(Smem& sm, int tile) {
-    mbar_wait(&sm.empty[tile % STAGES], ((tile / STAGES) & 1) ^ 1);
+    load_tile(sm.k, sm.k_full, sm.k_empty, k_map, tile, hk, b);
+    load_tile(sm.v, sm.v_full, sm.v_empty, v_map, tile, hk, b);
 }
 
 // ---- the consumers' products ----------------------------------------------------------------
@@ -229,10 +230,11 @@ __device__ __forceinline__ void turn_end(int c, bool last) {
     // many arrivals as waits, and nothing is left pending when the block ends.
     if (PINGPONG && !(last && c == CONSUMERS - 1)) named_bar_arrive(TURN_BAR + (c + 1) % CONSUMERS, 256);
 }
-// A warp tells the producer it is done with buffer st (count: 4 warps × CONSUMERS).
-__device__ __forceinline__ void release(Smem& sm, int st) {
+// A warp tells the producer it is done with a buffer (the empty barriers count 4 warps ×
+// CONSUMERS arrivals).
+__device__ __forceinline__ void release(unsigned long long* empty) {
     __syncwarp();
-    if (threadIdx.x % 32 == 0) mbar_arrive(&sm.empty[st]);
+    if (threadIdx.x % 32 == 0) mbar_arrive(empty);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -260,7 +262,8 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(&sm.k_full[st], 1);
             mbar_init(&sm.v_full[st], 1);
-            mbar_init(&sm.empty[st], 4 * CONSUMERS);
+            mbar_init(&sm.k_empty[st], 4 * CONSUMERS);
+            mbar_init(&sm.v_empty[st], 4 * CONSUMERS);
         }
         mbar_init_fence();
         tma_prefetch_map(&q_map); tma_prefetch_map(&k_map); tma_prefetch_map(&v_map);
@@ -273,9 +276,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (threadIdx.x == 0) {
             load_q(sm, &q_map, q0, h, b);
             for (int j = 0; j < n_tiles; ++j) {
-                wait_free(sm, j);
+                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, j, hk, b);
                 STAMP(0, j, 0);
-                load_kv(sm, &k_map, &v_map, j, hk, b);
+                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, j, hk, b);
+                STAMP(0, j, 1);
             }
         }
         return;
@@ -343,6 +347,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     turn_end(c, false);
     wgmma_wait<0>();
     fence_registers(s);
+    release(&sm.k_empty[0]);
     STAMP(role, 0, 1);
     softmax(s, m, l, alpha, 0);
     to_operand(s, p);
@@ -358,12 +363,13 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         turn_end(c, false);
         wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
         fence_registers(s);
+        release(&sm.k_empty[st]);
         STAMP(role, j, 1);
         softmax(s, m, l, alpha, j);
         STAMP(role, j, 2);
         wgmma_wait<0>();
         fence_registers(o);
-        release(sm, prev);
+        release(&sm.v_empty[prev]);
         STAMP(role, j - 1, 3);
         rescale(o, alpha);
         to_operand(s, p);
@@ -375,7 +381,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     turn_end(c, true);
     wgmma_wait<0>();
     fence_registers(o);
-    release(sm, last);
+    release(&sm.v_empty[last]);
     STAMP(role, n_tiles - 1, 3);
 #else
     // One tile at a time: S, its softmax, then P·V, each product waited for at once.
@@ -388,6 +394,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         turn_end(c, false);
         wgmma_wait<0>();
         fence_registers(s);
+        release(&sm.k_empty[st]);
         STAMP(role, j, 1);
         softmax(s, m, l, alpha, j);
         rescale(o, alpha);
@@ -399,13 +406,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         turn_end(c, j == n_tiles - 1);
         wgmma_wait<0>();
         fence_registers(o);
-        release(sm, st);
+        release(&sm.v_empty[st]);
         STAMP(role, j, 3);
 #if !WARP_SPECIALIZED
-        if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill this buffer once all are done
-            wait_free(sm, j + STAGES);
+        if (threadIdx.x == 0 && j + STAGES < n_tiles)  // refill these buffers once all are done
             load_kv(sm, &k_map, &v_map, j + STAGES, hk, b);
-        }
 #endif
     }
 #endif

@@ -50,9 +50,12 @@ def test_other_arch_refused():
         s6.compile_for("sm_90", torch.float16, 64)
 
 
-def test_config_checks_schedule():
+def test_config_checks_schedule_and_shared_memory():
     with pytest.raises(ValueError, match="schedule"):
         s6.config(64, schedule="fastest")
+    with pytest.raises(ValueError, match="shared memory"):
+        s6.config(128, (128, 3, 3))
+    assert all(s6.fits(D, s6.TILES[D]) for D in s6.INFO.head_dims)
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,7 +81,7 @@ def test_every_schedule_matches_reference(schedule, D, seed):
 @on_hopper
 @pytest.mark.parametrize("tiles", s6.CHOICES)
 def test_every_tile_choice_matches_reference(tiles, seed):
-    for D in s6.INFO.head_dims:
+    for D in [d for d in s6.INFO.head_dims if s6.fits(d, tiles)]:
         for causal in (False, True):
             q, k, v = make_qkv(2, 2, 333, D, Sk=517, dtype=torch.bfloat16, seed=seed)
             out = s6.attention(q, k, v, causal=causal, tiles=tiles)
