@@ -73,7 +73,7 @@ constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 24 : 32;
 constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 static_assert(D == 64 || D == 128, "head dims 64 and 128");
-static_assert(BLOCK_N == 64 || BLOCK_N == 128, "key tiles of 64 or 128");
+static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "key tiles of 64, 128 or 176");
 
 // Shared memory. A tile is stored as ATOMS blocks of [rows][64] elements: each row of a block
 // is 128 bytes, the width of one 128-byte swizzle pattern (TMA box width ≤ 128 B with that
@@ -359,6 +359,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         STAMP(role, j, 0);
         turn_begin(c);
         issue_qk(s, q_desc, k_desc(st));
+        rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
         issue_pv(o, p, v_desc(prev));
         turn_end(c, false);
         wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
@@ -371,12 +372,12 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         fence_registers(o);
         release(&sm.v_empty[prev]);
         STAMP(role, j - 1, 3);
-        rescale(o, alpha);
         to_operand(s, p);
     }
     const int last = (n_tiles - 1) % STAGES;
     mbar_wait(&sm.v_full[last], ((n_tiles - 1) / STAGES) & 1);
     turn_begin(c);
+    rescale(o, alpha);
     issue_pv(o, p, v_desc(last));
     turn_end(c, true);
     wgmma_wait<0>();

@@ -28,7 +28,7 @@ ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
 # (BLOCK_N, STAGES, CONSUMERS) per head dim: keys per tile, K/V ring depth, consumer warpgroups
 # (64 query rows each).
 TILES = {64: (128, 3, 2), 128: (128, 3, 2)}
-CHOICES = [(128, 2, 2), (128, 3, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3)]
+CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3)]
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
 SCHEDULES = {
     "no warp specialization": dict(WARP_SPECIALIZED=0, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0),
