@@ -83,7 +83,7 @@ struct Smem {
     elem_t q[ATOMS][BLOCK_M][64];
     elem_t k[STAGES][ATOMS][BLOCK_N][64];
     elem_t v[STAGES][ATOMS][BLOCK_N][64];
-    unsigned long long q_full, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
+    unsigned long long q_full, q_empty, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
@@ -100,41 +100,55 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {  // two floats �
     return *reinterpret_cast<unsigned*>(&h);
 }
 
-// ---- timeline (TIMELINE=1): clock64 stamps of block (0, 0), thread 0 of each warpgroup ---------
-constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
+// ---- timeline (TIMELINE=1): clock64 stamps of block 0's first work tile, per warpgroup ----------
 #if TIMELINE
+constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
 #define STAMP(role, tile, ev)                                                                    \
     do {                                                                                         \
-        if (timeline && (threadIdx.x % 128) == 0 && (tile) < TL_TILES)                           \
-            timeline[((role) * TL_TILES + (tile)) * TL_EVENTS + (ev)] = clock64();               \
+        if (stamps && (threadIdx.x % 128) == 0 && (tile) < TL_TILES)                             \
+            stamps[((role) * TL_TILES + (tile)) * TL_EVENTS + (ev)] = clock64();                 \
     } while (0)
 #else
 #define STAMP(role, tile, ev) do {} while (0)
 #endif
 
 // ---- the producer's copies -------------------------------------------------------------------
-__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int q0, int h, int b) {
+// The Q buffer is reused by the block's next work tile once every consumer warp released it.
+__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int work_count, int q0, int h, int b) {
+    mbar_wait(&sm.q_empty, (work_count & 1) ^ 1);
     mbar_arrive_expect_bytes(&sm.q_full, Q_BYTES);
 #pragma unroll
     for (int a = 0; a < ATOMS; ++a) tma_load_4d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, h, b);
 }
-// One K or V tile into its ring (`ring` = sm.k or sm.v, `full` its barriers), once buffer
-// tile % STAGES is free again: when its previous use, tile − STAGES, was released — the
-// ((tile / STAGES) − 1)-th phase of its empty barrier. For the first STAGES tiles the parity
-// asked for is that of the phase "before the first", which counts as completed.
+// Tile `key_tile` of K or V into its ring (`ring` = sm.k or sm.v with its barriers) at ring
+// position `pos` (counted over the block's whole life, so parities carry across work tiles),
+// once buffer pos % STAGES is free again: when its previous use, pos − STAGES, was released —
+// the ((pos / STAGES) − 1)-th phase of its empty barrier. For the first STAGES positions the
+// parity asked for is that of the phase "before the first", which counts as completed.
 __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], unsigned long long* full,
                                           unsigned long long* empty, const CUtensorMap* map,
-                                          int tile, int hk, int b) {
-    const int st = tile % STAGES;
-    mbar_wait(&empty[st], ((tile / STAGES) & 1) ^ 1);
+                                          int pos, int key_tile, int hk, int b) {
+    const int st = pos % STAGES;
+    mbar_wait(&empty[st], ((pos / STAGES) & 1) ^ 1);
     mbar_arrive_expect_bytes(&full[st], KV_BYTES);
 #pragma unroll
-    for (int a = 0; a < ATOMS; ++a) tma_load_4d(&ring[st][a][0][0], map, &full[st], 64 * a, tile * BLOCK_N, hk, b);
+    for (int a = 0; a < ATOMS; ++a) tma_load_4d(&ring[st][a][0][0], map, &full[st], 64 * a, key_tile * BLOCK_N, hk, b);
 }
-__device__ __forceinline__ void load_kv(Smem& sm, const CUtensorMap* k_map, const CUtensorMap* v_map,
-                                        int tile, int hk, int b) {
-    load_tile(sm.k, sm.k_full, sm.k_empty, k_map, tile, hk, b);
-    load_tile(sm.v, sm.v_full, sm.v_empty, v_map, tile, hk, b);
+
+// A block's work tile: BLOCK_M query rows of one (batch, head). Work w belongs to head
+// w / n_qb; causal work starts with the heaviest query block of each head.
+struct Work {
+    int bh, b, h, hk, q0, n_tiles;
+};
+__device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, int Sk, bool causal) {
+    Work t;
+    t.bh = w / n_qb;
+    const int qb = causal ? n_qb - 1 - w % n_qb : w % n_qb;
+    t.b = t.bh / H; t.h = t.bh % H; t.hk = t.h / group;
+    t.q0 = qb * BLOCK_M;
+    const int n_keys = causal ? min(Sk, t.q0 + BLOCK_M) : Sk;  // causal: no tile past the diagonal
+    t.n_tiles = (n_keys + BLOCK_N - 1) / BLOCK_N;
+    return t;
 }
 
 // ---- the consumers' products ----------------------------------------------------------------
@@ -240,25 +254,19 @@ __device__ __forceinline__ void release(unsigned long long* empty) {
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, elem_t* __restrict__ out, int Sq, int Sk,
-                int H, int group, float scale_log2, int causal, int n_bh, long long* timeline) {
-    // Batch·heads may exceed the 65,535 limit of grid dimension y: y and z together count them.
-    const int bh = blockIdx.z * gridDim.y + blockIdx.y;
-    if (bh >= n_bh) return;
-    const int b = bh / H, h = bh % H, hk = h / group;
-    // Causal blocks near the end of the sequence have the most tiles: start those first.
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
-    const int n_keys = causal ? min(Sk, q0 + BLOCK_M) : Sk;  // causal: no tile past the diagonal
-    const int n_tiles = (n_keys + BLOCK_N - 1) / BLOCK_N;
-#if TIMELINE
-    if (!(blockIdx.x == 0 && bh == 0)) timeline = nullptr;
-#endif
-
+                int H, int group, float scale_log2, int causal, int n_work, long long* timeline) {
+    // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
+    // one block per work tile runs each once; a persistent launch (one block per SM) walks
+    // work w = blockIdx.x, + gridDim.x, ...: the producer then fetches the next tile's Q and
+    // K/V while the consumers still finish this one.
+    const int n_qb = (Sq + BLOCK_M - 1) / BLOCK_M;
     extern __shared__ unsigned char smem_raw[];
     // wgmma's swizzled layout repeats every 1024 bytes: align the tiles to that.
     Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         mbar_init(&sm.q_full, 1);
+        mbar_init(&sm.q_empty, 4 * CONSUMERS);
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(&sm.k_full[st], 1);
             mbar_init(&sm.v_full[st], 1);
@@ -274,163 +282,184 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     if (wg == 0) {  // ---- producer ----
         if (SETMAXNREG) regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-            load_q(sm, &q_map, q0, h, b);
-            for (int j = 0; j < n_tiles; ++j) {
-                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, j, hk, b);
-                STAMP(0, j, 0);
-                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, j, hk, b);
-                STAMP(0, j, 1);
+            int pos = 0;  // ring position
+            for (int w = blockIdx.x, count = 0; w < n_work; w += gridDim.x, ++count) {
+                const Work t = work_tile(w, n_qb, H, group, Sk, causal);
+                long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
+                (void)stamps;
+                load_q(sm, &q_map, count, t.q0, t.h, t.b);
+                for (int j = 0; j < t.n_tiles; ++j, ++pos) {
+                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, j, t.hk, t.b);
+                    STAMP(0, j, 0);
+                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, j, t.hk, t.b);
+                    STAMP(0, j, 1);
+                }
             }
         }
         return;
     }
     if (SETMAXNREG) regs_claim<CONSUMER_REGS>();
-#else
-    if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
-        load_q(sm, &q_map, q0, h, b);
-        for (int j = 0; j < min(STAGES, n_tiles); ++j) load_kv(sm, &k_map, &v_map, j, hk, b);
-    }
 #endif
-    // ---- consumer c: query rows q0 + 64c … q0 + 64c + 63 ----
+    // ---- consumer c: query rows q0 + 64c … q0 + 64c + 63 of each work tile ----
     const int c = wg - WARP_SPECIALIZED, lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-    const int row0 = q0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
-    const int role = c + 1;                                // timeline row
+    const int role = c + 1;  // timeline row
     (void)role;
-
-    mbar_wait(&sm.q_full, 0);
     // The softmax takes each row's max of the raw scores, so it needs scale > 0. For a
-    // negative scale, s·scale = (−s)·|scale|: flip the sign bit of this warpgroup's Q rows once.
-    if (scale_log2 < 0.0f) {
-#pragma unroll
-        for (int a = 0; a < ATOMS; ++a) {
-            uint4* rows = reinterpret_cast<uint4*>(&sm.q[a][64 * c][0]);  // 64 rows × 8 chunks
-            for (int i = threadIdx.x % 128; i < 64 * 8; i += 128)
-                rows[i] = make_uint4(rows[i].x ^ 0x80008000u, rows[i].y ^ 0x80008000u,
-                                     rows[i].z ^ 0x80008000u, rows[i].w ^ 0x80008000u);
-        }
-        fence_proxy_async();          // generic-proxy writes, read next by wgmma
-        named_bar_sync(1 + c, 128);   // the whole warpgroup's rows are flipped
-        scale_log2 = -scale_log2;
-    }
+    // negative scale, s·scale = (−s)·|scale|: each work tile's Q rows get their sign flipped.
+    const bool negate_q = scale_log2 < 0.0f;
+    scale_log2 = fabsf(scale_log2);
     // Scale 0 gives every visible key the same weight; a tiny positive scale does exactly that
     // in fp32 and keeps masked keys at −∞·scale = −∞ rather than 0·(−∞) = NaN.
     if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
-
     const unsigned long long q_desc = smem_desc(&sm.q[0][64 * c][0], 0);
     auto k_desc = [&](int st) { return smem_desc(&sm.k[st][0][0][0], 0); };
     auto v_desc = [&](int st) { return smem_desc(&sm.v[st][0][0][0], BLOCK_N * 128); };
-    // A tile needs masking if it reaches past Sk, or (causal) past this warpgroup's first row.
-    const int first_row = q0 + 64 * c;
-    auto needs_mask = [&](int j) {
-        return (j + 1) * BLOCK_N > Sk || (causal && (j + 1) * BLOCK_N - 1 > first_row);
-    };
-    auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
-        if (needs_mask(j)) softmax_tile<true>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
-        else softmax_tile<false>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
-    };
 
-    float o[D / 2];
+    int pos = 0;  // ring position, as the producer counts it
+    for (int w = blockIdx.x, count = 0; w < n_work; w += gridDim.x, ++count) {
+        const Work t = work_tile(w, n_qb, H, group, Sk, causal);
+        long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
+        (void)stamps;
+        const int n_tiles = t.n_tiles;
+        const int row0 = t.q0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
+#if !WARP_SPECIALIZED
+        if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
+            load_q(sm, &q_map, count, t.q0, t.h, t.b);
+            for (int j = 0; j < min(STAGES, n_tiles); ++j) {
+                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos + j, j, t.hk, t.b);
+                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos + j, j, t.hk, t.b);
+            }
+        }
+#endif
+        mbar_wait(&sm.q_full, count & 1);
+        if (negate_q) {
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
-    float s[BLOCK_N / 2];
-    unsigned p[BLOCK_N / 16][4];
-    if (PINGPONG && c == CONSUMERS - 1) named_bar_arrive(TURN_BAR, 256);  // consumer 0 goes first
+            for (int a = 0; a < ATOMS; ++a) {
+                uint4* rows = reinterpret_cast<uint4*>(&sm.q[a][64 * c][0]);  // 64 rows × 8 chunks
+                for (int i = threadIdx.x % 128; i < 64 * 8; i += 128)
+                    rows[i] = make_uint4(rows[i].x ^ 0x80008000u, rows[i].y ^ 0x80008000u,
+                                         rows[i].z ^ 0x80008000u, rows[i].w ^ 0x80008000u);
+            }
+            fence_proxy_async();          // generic-proxy writes, read next by wgmma
+            named_bar_sync(1 + c, 128);   // the whole warpgroup's rows are flipped
+        }
+        // A tile needs masking if it reaches past Sk, or (causal) past this warpgroup's first row.
+        const int first_row = t.q0 + 64 * c;
+        auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
+            if ((j + 1) * BLOCK_N > Sk || (causal && (j + 1) * BLOCK_N - 1 > first_row))
+                softmax_tile<true>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
+            else
+                softmax_tile<false>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
+        };
+
+        float o[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+        float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
+        float s[BLOCK_N / 2];
+        unsigned p[BLOCK_N / 16][4];
+        if (PINGPONG && c == CONSUMERS - 1) named_bar_arrive(TURN_BAR, 256);  // consumer 0 goes first
 
 #if INTRA_OVERLAP
-    // Tile 0's S alone; then each turn issues S of tile j with P·V of tile j − 1, and the
-    // softmax of tile j runs while P·V j − 1 is still in the tensor cores.
-    mbar_wait(&sm.k_full[0], 0);
-    STAMP(role, 0, 0);
-    turn_begin(c);
-    issue_qk(s, q_desc, k_desc(0));
-    turn_end(c, false);
-    wgmma_wait<0>();
-    fence_registers(s);
-    release(&sm.k_empty[0]);
-    STAMP(role, 0, 1);
-    softmax(s, m, l, alpha, 0);
-    to_operand(s, p);
-    STAMP(role, 0, 2);
-    for (int j = 1; j < n_tiles; ++j) {
-        const int st = j % STAGES, prev = (j - 1) % STAGES;
-        mbar_wait(&sm.k_full[st], (j / STAGES) & 1);
-        mbar_wait(&sm.v_full[prev], ((j - 1) / STAGES) & 1);
-        STAMP(role, j, 0);
+        // Tile 0's S alone; then each turn issues S of tile j with P·V of tile j − 1, and the
+        // softmax of tile j runs while P·V j − 1 is still in the tensor cores.
+        mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
+        STAMP(role, 0, 0);
         turn_begin(c);
-        issue_qk(s, q_desc, k_desc(st));
-        rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
-        issue_pv(o, p, v_desc(prev));
+        issue_qk(s, q_desc, k_desc(pos % STAGES));
         turn_end(c, false);
-        wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
-        fence_registers(s);
-        release(&sm.k_empty[st]);
-        STAMP(role, j, 1);
-        softmax(s, m, l, alpha, j);
-        STAMP(role, j, 2);
         wgmma_wait<0>();
-        fence_registers(o);
-        release(&sm.v_empty[prev]);
-        STAMP(role, j - 1, 3);
+        fence_registers(s);
+        release(&sm.k_empty[pos % STAGES]);
+        STAMP(role, 0, 1);
+        softmax(s, m, l, alpha, 0);
         to_operand(s, p);
-    }
-    const int last = (n_tiles - 1) % STAGES;
-    mbar_wait(&sm.v_full[last], ((n_tiles - 1) / STAGES) & 1);
-    turn_begin(c);
-    rescale(o, alpha);
-    issue_pv(o, p, v_desc(last));
-    turn_end(c, true);
-    wgmma_wait<0>();
-    fence_registers(o);
-    release(&sm.v_empty[last]);
-    STAMP(role, n_tiles - 1, 3);
-#else
-    // One tile at a time: S, its softmax, then P·V, each product waited for at once.
-    for (int j = 0; j < n_tiles; ++j) {
-        const int st = j % STAGES;
-        mbar_wait(&sm.k_full[st], (j / STAGES) & 1);
-        STAMP(role, j, 0);
+        STAMP(role, 0, 2);
+        for (int j = 1; j < n_tiles; ++j) {
+            const int cur = pos + j, prev = cur - 1;
+            mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
+            mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
+            STAMP(role, j, 0);
+            turn_begin(c);
+            issue_qk(s, q_desc, k_desc(cur % STAGES));
+            rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
+            issue_pv(o, p, v_desc(prev % STAGES));
+            turn_end(c, false);
+            wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
+            fence_registers(s);
+            release(&sm.k_empty[cur % STAGES]);
+            STAMP(role, j, 1);
+            softmax(s, m, l, alpha, j);
+            STAMP(role, j, 2);
+            wgmma_wait<0>();
+            fence_registers(o);
+            release(&sm.v_empty[prev % STAGES]);
+            STAMP(role, j - 1, 3);
+            to_operand(s, p);
+        }
+        release(&sm.q_empty);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
+        const int last = pos + n_tiles - 1;
+        mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
         turn_begin(c);
-        issue_qk(s, q_desc, k_desc(st));
-        turn_end(c, false);
-        wgmma_wait<0>();
-        fence_registers(s);
-        release(&sm.k_empty[st]);
-        STAMP(role, j, 1);
-        softmax(s, m, l, alpha, j);
         rescale(o, alpha);
-        to_operand(s, p);
-        STAMP(role, j, 2);
-        mbar_wait(&sm.v_full[st], (j / STAGES) & 1);
-        turn_begin(c);
-        issue_pv(o, p, v_desc(st));
-        turn_end(c, j == n_tiles - 1);
+        issue_pv(o, p, v_desc(last % STAGES));
+        turn_end(c, true);
         wgmma_wait<0>();
         fence_registers(o);
-        release(&sm.v_empty[st]);
-        STAMP(role, j, 3);
+        release(&sm.v_empty[last % STAGES]);
+        STAMP(role, n_tiles - 1, 3);
+#else
+        // One tile at a time: S, its softmax, then P·V, each product waited for at once.
+        for (int j = 0; j < n_tiles; ++j) {
+            const int cur = pos + j, st = cur % STAGES;
+            mbar_wait(&sm.k_full[st], (cur / STAGES) & 1);
+            STAMP(role, j, 0);
+            turn_begin(c);
+            issue_qk(s, q_desc, k_desc(st));
+            turn_end(c, false);
+            wgmma_wait<0>();
+            fence_registers(s);
+            release(&sm.k_empty[st]);
+            if (j == n_tiles - 1) release(&sm.q_empty);
+            STAMP(role, j, 1);
+            softmax(s, m, l, alpha, j);
+            rescale(o, alpha);
+            to_operand(s, p);
+            STAMP(role, j, 2);
+            mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
+            turn_begin(c);
+            issue_pv(o, p, v_desc(st));
+            turn_end(c, j == n_tiles - 1);
+            wgmma_wait<0>();
+            fence_registers(o);
+            release(&sm.v_empty[st]);
+            STAMP(role, j, 3);
 #if !WARP_SPECIALIZED
-        if (threadIdx.x == 0 && j + STAGES < n_tiles)  // refill these buffers once all are done
-            load_kv(sm, &k_map, &v_map, j + STAGES, hk, b);
+            if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill these buffers once all are done
+                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, cur + STAGES, j + STAGES, t.hk, t.b);
+                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, cur + STAGES, j + STAGES, t.hk, t.b);
+            }
 #endif
-    }
+        }
 #endif
+        pos += n_tiles;
 
-    // ---- O / l, rows past Sq clipped; 4-byte stores of two elements ----
+        // ---- O / l, rows past Sq clipped; 4-byte stores of two elements ----
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        l[r] = 1.0f / l[r];
-    }
-    elem_t* const out_bh = out + (size_t)bh * Sq * D;
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            l[r] = 1.0f / l[r];
+        }
+        elem_t* const out_bh = out + (size_t)t.bh * Sq * D;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = row0 + 8 * r;
-        if (row >= Sq) continue;
-        elem_t* const dst = out_bh + (size_t)row * D + 2 * (lane % 4);
+        for (int r = 0; r < 2; ++r) {
+            const int row = row0 + 8 * r;
+            if (row >= Sq) continue;
+            elem_t* const dst = out_bh + (size_t)row * D + 2 * (lane % 4);
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
+            for (int n = 0; n < D / 8; ++n)
+                *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
+        }
     }
 }

@@ -32,14 +32,17 @@ ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
 TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
 CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3)]
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
+# PERSISTENT is the launch, not the kernel: one block per SM walking the work tiles, instead of
+# one block per work tile.
 SCHEDULES = {
-    "no warp specialization": dict(WARP_SPECIALIZED=0, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0),
-    "+ producer warpgroup": dict(WARP_SPECIALIZED=1, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0),
-    "+ setmaxnreg": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=0, INTRA_OVERLAP=0),
-    "+ ping-pong": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=0),
-    "+ intra-warpgroup overlap": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1),
+    "no warp specialization": dict(WARP_SPECIALIZED=0, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0),
+    "+ producer warpgroup": dict(WARP_SPECIALIZED=1, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0),
+    "+ setmaxnreg": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0),
+    "+ ping-pong": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=0, PERSISTENT=0),
+    "+ intra-warpgroup overlap": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=0),
+    "+ persistent blocks": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=1),
 }
-DEFAULT_SCHEDULE = "+ intra-warpgroup overlap"
+DEFAULT_SCHEDULE = "+ persistent blocks"
 TIMELINE_TILES, TIMELINE_EVENTS = 16, 4
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 
@@ -75,7 +78,8 @@ def config(head_dim: int, tiles=None, schedule: str = DEFAULT_SCHEDULE, timeline
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
     bn, stages, consumers = tiles or TILES[head_dim]
-    sw = SCHEDULES[schedule]
+    sw = dict(SCHEDULES[schedule])
+    persistent = bool(sw.pop("PERSISTENT"))
     block_m = 64 * consumers
     tiles_bytes = (block_m + 2 * stages * bn) * head_dim * 2
     if tiles_bytes + 1024 > MAX_SMEM:
@@ -83,7 +87,7 @@ def config(head_dim: int, tiles=None, schedule: str = DEFAULT_SCHEDULE, timeline
                          f"shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
                *sorted(sw.items()), ("TIMELINE", int(timeline)))
-    return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
+    return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": tiles_bytes + 8 * (1 + 4 * stages) + 1024, "defines": defines}
 
 
@@ -159,7 +163,7 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=DEFAULT
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
     `tiles` (one of CHOICES) and `schedule` (a key of SCHEDULES) are for measuring the
     alternatives; `timeline`, an int64 CUDA tensor of (1 + CONSUMERS)·16·4 elements, receives
-    clock64 stamps of block (0, 0) (see stages/stage6.cu)."""
+    clock64 stamps of block 0's first work tile (see stages/stage6.cu)."""
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
@@ -173,12 +177,24 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=DEFAULT
     cfg = config(D, tiles, schedule, timeline is not None)
     kern = _kernel(q.dtype, D, cfg)
     bn = (tiles or TILES[D])[0]
-    n_bh = B * H
-    grid = ((Sq + cfg["block_m"] - 1) // cfg["block_m"], min(n_bh, nvrtc.MAX_GRID_YZ),
-            (n_bh + nvrtc.MAX_GRID_YZ - 1) // nvrtc.MAX_GRID_YZ)
+    # Work tiles: (batch·head, block of query rows); one grid dimension holds up to 2³¹ − 1.
+    n_work = B * H * ((Sq + cfg["block_m"] - 1) // cfg["block_m"])
+    if n_work >= 2**31:
+        raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
+    grid = min(n_work, _sm_count(q.device)) if cfg["persistent"] else n_work
     nvrtc.launch(kern, grid, cfg["threads"],
                  tensor_map(q, cfg["block_m"]), tensor_map(k, bn), tensor_map(v, bn), out,
                  np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
-                 np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_bh),
+                 np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
                  timeline if timeline is not None else np.intp(0), smem=cfg["smem"])
     return out
+
+
+_sms: dict = {}
+
+
+def _sm_count(device) -> int:
+    n = _sms.get(device.index)
+    if n is None:
+        n = _sms[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n
