@@ -187,13 +187,16 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
                                              float scale_log2) {
     const int lane = threadIdx.x % 32;
     if (MASK) {
+        // Key key0 + 8n + 2(lane % 4) + (e & 1) is visible to row r when it is < Sk and (causal)
+        // <= r: one compare per score against a per-row limit on the compile-time part 8n + (e & 1).
+        const int first = key0 + 2 * (lane % 4);
+        const int limit[2] = {(causal ? min(Sk - 1, row0) : Sk - 1) - first,
+                              (causal ? min(Sk - 1, row0 + 8) : Sk - 1) - first};
 #pragma unroll
         for (int n = 0; n < BLOCK_N / 8; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = key0 + 8 * n + 2 * (lane % 4) + (e & 1), row = row0 + (e >> 1) * 8;
-                if (!key_visible(key, row, Sk, causal)) s[4 * n + e] = NEG_INF;
-            }
+            for (int e = 0; e < 4; ++e)
+                if (8 * n + (e & 1) > limit[e >> 1]) s[4 * n + e] = NEG_INF;
     }
     float mx[2] = {m[0], m[1]};
 #pragma unroll

@@ -42,7 +42,7 @@ SCHEDULES = {
     "+ intra-warpgroup overlap": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=0),
     "+ persistent blocks": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=1),
 }
-DEFAULT_SCHEDULE = "+ persistent blocks"
+DEFAULT_SCHEDULE = "+ intra-warpgroup overlap"
 TIMELINE_TILES, TIMELINE_EVENTS = 16, 4
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 
