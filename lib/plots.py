@@ -114,3 +114,104 @@ def plot_roofline(ceilings: dict, x_range=(1.0, 1e4), ax=None):
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left")
     return ax
+
+
+# --------------------------------------------------------------------------------------------
+# stage 6 (Hopper): pictures of the design and of its measurements
+
+def draw_swizzle(rows: int = 16, ax=None):
+    """The 128-byte swizzle TMA writes and wgmma reads: row r of a 128-byte-wide tile keeps its
+    16-byte chunk c at position c XOR (r mod 8). Colour = the logical chunk; the eight rows
+    that one 8-row group spans put any given chunk in eight different bank groups."""
+    import numpy as np
+    ax = ax or plt.subplots(figsize=(5, 0.28 * rows + 1))[1]
+    grid = np.array([[p ^ (r % 8) for p in range(8)] for r in range(rows)])
+    ax.imshow(grid, cmap="tab10", aspect="auto", vmin=0, vmax=9)
+    for r in range(rows):
+        for p in range(8):
+            ax.text(p, r, str(grid[r, p]), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(8), [f"{16 * p}–{16 * p + 15}" for p in range(8)], fontsize=6, rotation=30)
+    ax.set_xlabel("bytes of the 128-byte row (4-byte banks 4p … 4p + 3)")
+    ax.set_yticks(range(rows))
+    ax.set_ylabel("row")
+    ax.set_title("128-byte swizzle: logical 16-byte chunk stored at each position", fontsize=9)
+    return ax
+
+
+def draw_pipeline(tiles: int = 5, gemm: float = 1.0, softmax: float = 0.8, ax=None):
+    """A schematic (not a measurement) of stage 6's schedule with two consumer warpgroups:
+    the producer's copies, and per consumer Q·Kᵀ / softmax / P·V with ping-pong and the
+    next tile's Q·Kᵀ issued before this tile's softmax. Units: one Q·Kᵀ = `gemm` / 2."""
+    ax = ax or plt.subplots(figsize=(10, 2.6))[1]
+    half = gemm / 2
+    colors = {"Q·Kᵀ": "tab:blue", "P·V": "tab:orange", "softmax": "tab:green", "copy K/V": "0.6"}
+    t_core = 0.0   # when the tensor cores are free
+    ready = [0.0, 0.0]
+    for j in range(tiles):
+        ax.barh(2, 0.8 * half, left=j * gemm, color=colors["copy K/V"], edgecolor="k", lw=0.4)
+        for c in range(2):
+            start = max(t_core, ready[c])
+            ax.barh(1 - c, half, left=start, color=colors["Q·Kᵀ"], edgecolor="k", lw=0.4)
+            if j:
+                ax.barh(1 - c, half, left=start + half, color=colors["P·V"], edgecolor="k", lw=0.4)
+            s0 = start + half
+            ax.barh(1 - c, softmax, left=s0, height=0.35, color=colors["softmax"], edgecolor="k", lw=0.4)
+            t_core = start + (gemm if j else half)
+            ready[c] = max(s0 + softmax, t_core)
+    ax.set_yticks([2, 1, 0], ["producer", "consumer 1", "consumer 2"])
+    ax.set_xlabel("time (schematic)")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=v) for v in colors.values()],
+              labels=list(colors), fontsize=7, ncol=4, loc="upper right")
+    ax.set_title("Warp-specialized ping-pong, next Q·Kᵀ before this softmax (schematic)", fontsize=9)
+    return ax
+
+
+def plot_waterfall(rows: list[dict], title: str, sdpa_tflops: float | None = None,
+                   anchors: dict | None = None, ax=None):
+    """Bars: TFLOPS of each schedule step (rows in order, each {"variant", "tflops"}); a line
+    at SDPA's default backend from the same run, and dashed lines for anchors measured in
+    another run on the same GPU model ({label: TFLOPS})."""
+    ax = ax or plt.subplots(figsize=(7, 3.2))[1]
+    names = [r["variant"] for r in rows]
+    ys = [r["tflops"] for r in rows]
+    bars = ax.bar(range(len(ys)), ys, color="tab:blue")
+    for b, y in zip(bars, ys):
+        ax.text(b.get_x() + b.get_width() / 2, y, f"{y:.0f}", ha="center", va="bottom", fontsize=7)
+    if sdpa_tflops:
+        ax.axhline(sdpa_tflops, color="k", lw=1, label=f"SDPA default, same run ({sdpa_tflops:.0f})")
+    for i, (label, v) in enumerate((anchors or {}).items()):
+        ax.axhline(v, color=f"C{i + 3}", ls="--", lw=1, label=f"{label} ({v:.0f})")
+    ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=7)
+    ax.set_ylabel("TFLOPS")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    return ax
+
+
+def plot_timeline(stamps: list, consumers: int, tiles: int = 8, title: str = "", ax=None):
+    """Gantt chart of stage 6's TIMELINE build: stamps[role][tile] = clock64 at (0) operands in
+    (producer: K copy issued), (1) S ready, (2) softmax done, (3) P·V done; role 0 = producer."""
+    ax = ax or plt.subplots(figsize=(10, 2.4))[1]
+    t0 = min(x for role in stamps for t in role[:tiles] for x in t if x > 0)
+    for c in range(1, consumers + 1):
+        y = consumers + 1 - c
+        for j in range(tiles):
+            e = [x - t0 for x in stamps[c][j]]
+            ax.barh(y, e[1] - e[0], left=e[0], color="tab:blue", edgecolor="k", lw=0.3)
+            ax.barh(y, e[2] - e[1], left=e[1], height=0.4, color="tab:green", edgecolor="k", lw=0.3)
+            if e[3] > 0:
+                ax.plot([e[3]], [y + 0.3], "v", color="tab:orange", ms=4)
+    for j in range(tiles):
+        for k, col in ((0, "0.4"), (1, "0.7")):
+            x = stamps[0][j][k]
+            if x > 0:
+                ax.plot([x - t0], [consumers + 1], "|", color=col, ms=10)
+    ax.set_yticks(range(consumers + 1, 0, -1), ["producer"] + [f"consumer {c}" for c in range(1, consumers + 1)])
+    ax.set_xlabel("SM clock cycles (clock64), one block")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in ("tab:blue", "tab:green")]
+              + [plt.Line2D([], [], marker="v", ls="", color="tab:orange"),
+                 plt.Line2D([], [], marker="|", ls="", color="0.4", ms=10)],
+              labels=["waiting for S = Q·Kᵀ", "softmax", "P·V done", "K copy issued"],
+              fontsize=7, ncol=4, loc="upper right")
+    ax.set_title(title, fontsize=9)
+    return ax
