@@ -409,6 +409,23 @@ def stage_plan() -> None:
     _md("\n".join(lines))
 
 
+def instruction_bounds(n_hmma: int, n_mufu: int, ceil: dict, mma_flop: int = 2 * 16 * 8 * 16
+                       ) -> dict | None:
+    """What the two instruction ceilings allow one K/V tile of `n_hmma` HMMA.16816 and `n_mufu`
+    MUFU warp instructions (32 lanes each): the attention TFLOPS if the tile's MMAs ran at the
+    measured mma.sync rate ('hmma'), if its 2^x ran at the measured MUFU.EX2 rate ('mufu'), and
+    which is lower ('binding'). None when the ceilings lack those rates."""
+    if not ceil or not ceil.get("hmma_TFLOPS") or not ceil.get("mufu_ex2_Gops"):
+        return None
+    flop = n_hmma * mma_flop
+    t_mma = flop / (ceil["hmma_TFLOPS"] * 1e12)
+    t_ex2 = n_mufu * 32 / (ceil["mufu_ex2_Gops"] * 1e9)
+    out = {"hmma": flop / t_mma / 1e12, "mufu": flop / t_ex2 / 1e12,
+           "both_serial": flop / (t_mma + t_ex2) / 1e12}
+    out["binding"] = "mma.sync (HMMA.16816)" if t_mma >= t_ex2 else "MUFU.EX2"
+    return out
+
+
 # Opcode families of the SASS instruction mix, for a learner's first look at what runs.
 INSTRUCTION_CLASSES = {
     "tensor core": ("HMMA", "HGMMA", "IMMA", "QGMMA", "IGMMA", "BGMMA"),
