@@ -170,6 +170,12 @@ NCU_SHARED_METRICS = {
 NCU_LDSM_METRIC = "smsp__sass_inst_executed_op_ldsm.sum"
 
 
+def _metric_pattern(metric: str) -> str:
+    """A metric's line in ncu's 'Command line profiler metrics' table: name, an optional unit,
+    the value; ncu moves the value to the next line when the name is long."""
+    return rf"^\s+{re.escape(metric)}\s+(?:[A-Za-z%/][^\s\d]*[ \t]+)?([\d,]+)[ \t]*$"
+
+
 def _shared_counters(block: str, kind: str) -> dict | None:
     """One kernel's shared loads or stores in an ncu text report: {'requests', 'wavefronts',
     'conflicts', 'ways', 'wavefronts_per_request', 'source'}, or None when the report has
@@ -182,7 +188,7 @@ def _shared_counters(block: str, kind: str) -> dict | None:
     names = NCU_SHARED_METRICS[kind]
     raw = {}
     for field, metric in names.items():
-        m = re.search(rf"^\s+{re.escape(metric)}\s+(?:\S+\s+)?([\d,]+)\s*$", block, re.M)
+        m = re.search(_metric_pattern(metric), block, re.M)
         if m:
             raw[field] = int(m.group(1).replace(",", ""))
     if "wavefronts" in raw and "conflicts" in raw:
@@ -238,8 +244,7 @@ def ncu_report(stage: int | str, shape: str = "throughput") -> dict | None:
             if mm:
                 metrics[name] = (float(mm.group(2).replace(",", "")), mm.group(1) or "")
         shared = {kind: _shared_counters(block, kind) for kind in ("loads", "stores")}
-        mm = re.search(rf"^\s+{re.escape(NCU_LDSM_METRIC)}\s+(?:\S+\s+)?([\d,]+)\s*$", block,
-                       re.M)
+        mm = re.search(_metric_pattern(NCU_LDSM_METRIC), block, re.M)
         kernels.append({"name": m.group(1), "launch": m.group(2), "metrics": metrics,
                         "shared": shared,
                         "bank_conflicts": {k: (c["ways"] if c else None) for k, c in shared.items()},

@@ -187,3 +187,30 @@ def test_roofline_draws_the_instruction_ceilings():
     assert any("mma.sync" in t and "[590–610]" in t for t in labels)
     assert sum("MUFU.EX2" in t for t in labels) == 2
     assert mufu_roof_tflops(ceil, 64) == pytest.approx(3000e9 * 256 / 1e12)
+
+
+def test_raw_shared_counters_are_read(tmp_path, monkeypatch):
+    """The profile step's --metrics table, with ncu's line wrap of long names."""
+    import lib.notebook as N
+    block = """# header line
+  attention_fused (16, 256, 1)x(128, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: Command line profiler metrics
+    ----------------------------------------------------------- ----------- ------------
+    Metric Name                                                 Metric Unit Metric Value
+    ----------------------------------------------------------- ----------- ------------
+    l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum                            0
+    l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum                       12,000
+    l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+                                                                                84,410,368
+    l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum                           536,288
+    smsp__sass_inst_executed_op_ldsm.sum                                 inst   21,102,592
+    smsp__sass_inst_executed_op_shared_ld.sum                            inst   21,102,592
+"""
+    monkeypatch.setattr(N, "PROFILE_DIR", tmp_path)
+    monkeypatch.setattr(N, "ROOT", tmp_path)
+    (tmp_path / "stage9-throughput.ncu.txt").write_text(block)
+    k = N.ncu_report(9)["kernels"][0]
+    assert k["shared"]["loads"]["ways"] == 1.0 and k["shared"]["loads"]["source"] == "ncu metrics"
+    assert k["shared"]["loads"]["wavefronts_per_request"] == pytest.approx(4.0)
+    assert k["shared"]["stores"]["ways"] == pytest.approx(536288 / 524288)
+    assert k["ldsm"] == 21102592
