@@ -146,14 +146,17 @@ def measure(repeats: int = 5, dtype=torch.bfloat16) -> dict:
     mufu = nvrtc.load_kernel(compiled, "mufu_ex2_rate")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     grid = sms * BLOCKS_PER_SM
-    inp = torch.rand(32, device="cuda", dtype=torch.float32)  # as 32-bit words: any bits do
+    # operands: 64 16-bit values in [0.01, 0.02) of the measured dtype (32 words of two), 32 floats
+    # in (0, 1) for the 2^x chains; finite, so no NaN or infinity ever enters the pipes
+    ops16 = (0.01 + 0.01 * torch.rand(64, device="cuda")).to(dtype).view(torch.int32)
+    ops32 = torch.rand(32, device="cuda", dtype=torch.float32)
     out = torch.empty(grid * THREADS, device="cuda", dtype=torch.float32)
     warps = grid * THREADS // 32
     it_h, it_m = 16384, 8192  # about 5 ms each on an H100
     results = {}
-    for key, kern, iters, work in (
-            ("hmma_TFLOPS", hmma, it_h, warps * it_h * HMMA_CHAINS * MMA_FLOP / 1e12),
-            ("mufu_ex2_Gops", mufu, it_m, grid * THREADS * it_m * MUFU_CHAINS / 1e9)):
+    for key, kern, inp, iters, work in (
+            ("hmma_TFLOPS", hmma, ops16, it_h, warps * it_h * HMMA_CHAINS * MMA_FLOP / 1e12),
+            ("mufu_ex2_Gops", mufu, ops32, it_m, grid * THREADS * it_m * MUFU_CHAINS / 1e9)):
         call = lambda: nvrtc.launch(kern, grid, THREADS, inp, out, np.int32(iters))  # noqa: E731
         rates = sorted(work / (time_cuda(call, flush=False, min_runs=5, max_runs=20,
                                          budget_s=0.2).median_us * 1e-6)
