@@ -111,7 +111,10 @@ def check_sass(arch: str = "sm_90", dtype=torch.float16) -> dict:
     {kernel: {'loop': opcode Counter with modifiers, 'unroll': loop trips per pass}};
     raises AssertionError if the compiler dropped or changed the work."""
     from lib.sass import instruction_mix, sass_text
-    sass = sass_text(compile_for(arch, dtype).cubin)
+    compiled = compile_for(arch, dtype)
+    for kernel, usage in compiled.resource_usage().items():
+        assert not usage["spill_stores"], f"{kernel} spills at {arch}: the timing would include it"
+    sass = sass_text(compiled.cubin)
     out = {}
     for kernel, op, chains in (("hmma_rate", "HMMA.16816.F32", HMMA_CHAINS),
                                ("mufu_ex2_rate", "MUFU.EX2", MUFU_CHAINS)):
