@@ -357,6 +357,21 @@ def sdpa_median_us(B, H, S, D, causal, field="sdpa_us", dtype="float16") -> tupl
     return (statistics.median(xs), len(xs), min(xs), max(xs)) if xs else None
 
 
+def sdpa_median_of(row: dict, field: str = "sdpa_us") -> float | None:
+    """SDPA's recorded time for the shape of a recorded `row` (any suite): the median over
+    every row of the run with that shape, dtype and mask (each stage's row timed SDPA again on
+    its own inputs), rather than the one timing next to that stage. None when none has it."""
+    import statistics
+    k = ("B", "H", "Sq", "Sk", "D", "dtype", "causal")
+    xs = [r[field] for r in recorded_runs(suite=None) if not r.get("skipped") and r.get(field)
+          and all(r[x] == row[x] for x in k) and r.get("Hkv", r["H"]) == row.get("Hkv", row["H"])]
+    return statistics.median(xs) if xs else None
+
+
+SDPA_MEDIAN_NOTE = ("SDPA columns: the median of the run's SDPA timings at that shape (every "
+                    "stage's row timed SDPA again), not the one timing next to this stage.")
+
+
 def recorded_row(stage: int, shape: str = "throughput", causal: bool = False) -> dict | None:
     """The recorded fp16 row of `stage` at a named standard shape, or None."""
     from lib.bench import STANDARD_SHAPES
