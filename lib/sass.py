@@ -8,6 +8,7 @@ a cubin with cuda.core; both paths end in the same cubin tools.
 from __future__ import annotations
 
 import collections
+import math
 import json
 import os
 import re
@@ -235,3 +236,24 @@ def exp2_fixups(instrs: list[dict]) -> int:
             regs = re.findall(r"R\d+", t)
             n += t.rstrip().endswith("0.5") or (len(regs) == 3 and regs[1] == regs[2])
     return n
+
+
+# --------------------------------------------------------------------------------------------
+# occupancy from registers and shared memory (the notebooks' predictions)
+
+HOPPER_SM = {"registers": 65536, "threads": 2048, "blocks": 32, "smem": 228 * 1024,
+             "smem_reserved_per_block": 1024}  # per SM, compute capability 9.0
+
+
+def occupancy(registers: int, threads: int, smem_bytes: int, sm: dict = HOPPER_SM):
+    """Blocks of `threads` threads that fit on one SM, with `registers` per thread and
+    `smem_bytes` of shared memory per block: registers are allocated in steps of 8 per
+    thread and 256 per warp, and the runtime reserves smem_reserved_per_block per block.
+    Returns (blocks, the limit that binds, {limit: blocks it allows})."""
+    regs = math.ceil(registers / 8) * 8
+    regs_per_block = math.ceil(regs * 32 / 256) * 256 * threads // 32
+    limits = {"registers": sm["registers"] // regs_per_block,
+              "shared memory": sm["smem"] // (smem_bytes + sm["smem_reserved_per_block"]),
+              "threads": sm["threads"] // threads, "blocks": sm["blocks"]}
+    blocks = min(limits.values())
+    return blocks, min(limits, key=limits.get), limits
