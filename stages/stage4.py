@@ -39,10 +39,10 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage4.py", "stages/stage4.cu", "stages/attention.cuh"),
-    # the notebook's section 2 at D 64, from SASS compiled by NVRTC 13.5 (it prints its own figure)
+    # the notebook's section 2 at D 64 (it prints its own figure next to this one)
     prediction={"speedup": (1.11, 1.14),
                 "basis": "stage 3 ÷ stage 4 in instructions per row and key, per warp and key "
-                         "(SASS), and shared-memory bytes per row and key"},
+                         "(SASS of NVRTC 13.5), and shared-memory bytes per row and key"},
 )
 
 
