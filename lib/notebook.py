@@ -409,7 +409,8 @@ def stage_summary(stage: int, remember: str) -> None:
         links.append("← [00_introduction.ipynb](00_introduction.ipynb)")
     if i + 1 < len(nums):
         n = Path(stages.get(nums[i + 1]).INFO.notebook).name
-        links.append(f"next: [{n}]({n}) →")
+        links.append(f"next: [{n}]({n}) →" if (ROOT / "notebooks" / n).exists()
+                     else f"next: stage {nums[i + 1]} ({n}, not written yet) →")
     else:
         links.append("next: [journey.ipynb](journey.ipynb) →")
     _md(f"- **Adds:** {info.adds}\n- **Measured gain:** {gain}\n- **Remember:** {remember}"
