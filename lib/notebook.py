@@ -421,9 +421,15 @@ def stage_plan() -> None:
     """The curriculum's steps: the registered stages (stages.NUMBERS) and, after the last,
     the Hopper step (WGMMA and TMA, stage 6) with its status read from the registry."""
     import stages
+    data = R.load() or {}
     lines = ["| step | stage | status |", "|---|---|---|"]
     for k, n in enumerate(stages.NUMBERS, 1):
-        lines.append(f"| {k} | {n}: {stages.get(n).INFO.title} | registered |")
+        info = stages.get(n).INFO
+        rec = any(r["stage"] == n and not r.get("skipped") for r in data.get("runs", []))
+        nb = (ROOT / info.notebook).exists()
+        status = ("registered" + (", recorded" if rec else ", not recorded yet")
+                  + ("" if nb else ", notebook not written yet"))
+        lines.append(f"| {k} | {n}: {info.title} | {status} |")
     if 6 not in stages.NUMBERS:
         lines.append(f"| {len(stages.NUMBERS) + 1} | 6: Hopper, WGMMA and TMA (sm_90a) | "
                      "planned: not in the stage registry of this checkout yet |")
