@@ -49,26 +49,44 @@ def show_diff(old: str, new: str) -> None:
     _md("```diff\n" + "\n".join(d) + "\n```")
 
 
-def check_shapes(attention, shapes, dtypes=(torch.float16,)):
-    """Run `attention` on fresh random inputs for each (B, H, Sq, Sk, D, causal) and dtype;
-    print one line per case; return the list of lib.reference.Check."""
-    checks = []
+def check_shapes(attention, shapes, dtypes=(torch.float16,), hkv=None):
+    """Run `attention` on fresh random inputs for each (B, H, Sq, Sk, D, causal) and dtype
+    (with `hkv` K/V heads when given: grouped-query inputs), show one table of every case, and
+    return the list of lib.reference.Check. Failures are listed again under the table."""
+    checks, rows = [], []
     for B, H, Sq, Sk, D, causal in shapes:
         for dtype in dtypes:
-            c = check_attention(attention, B, H, Sq, Sk, D, dtype=dtype, causal=causal)
+            kw = {"Hkv": hkv} if hkv else {}
+            c = check_attention(attention, B, H, Sq, Sk, D, dtype=dtype, causal=causal, **kw)
             checks.append(c)
-            print(f"B{B} H{H} Sq{Sq} Sk{Sk} D{D} {DTYPE_NAMES[dtype]:8s} "
-                  f"{'causal' if causal else 'full  '}  {c.summary()}")
+            heads = f"H{H}" + (f" H_kv{hkv}" if hkv else "")
+            rows.append(f"| B{B} {heads} Sq{Sq} Sk{Sk} D{D} | {DTYPE_NAMES[dtype]} | "
+                        f"{'causal' if causal else 'full'} | {c.max_abs_err:.2e} | "
+                        f"{c.tolerance:.2e} | {c.max_abs_diff_sdpa:.2e} | "
+                        f"{'pass' if c.passed else '**FAIL**'} |")
+    show_check_table(rows)
+    for c, r in zip(checks, rows):
+        if not c.passed:
+            print("FAIL:", r, c.summary())
     return checks
 
 
+def show_check_table(rows) -> None:
+    """One table for a notebook's correctness cases (rows as check_shapes formats them)."""
+    _md("| case | dtype | mask | max abs error vs reference | bound (2× SDPA's + rounding) "
+        "| max abs diff vs SDPA | result |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+
+
 def verdict(checks) -> None:
-    """The line nbval checks: identical in every mode, so it can be compared."""
+    """The line nbval checks: identical in every mode, so it can be compared. The bound is
+    lib.reference's: max|out − ref| ≤ 2·max|SDPA − ref| + the output dtype's rounding, with a
+    float64 reference (the form of FlashAttention's tests, which compare against a naive
+    low-precision PyTorch attention with an fp32 reference; ours is stricter)."""
     if not checks:  # nothing measured here and nothing recorded: that is not a pass
         print("verdict: FAIL — nothing was checked")
         return
     bad = sum(not c.passed for c in checks)
-    print("verdict: PASS — every case within the FlashAttention-3 bound" if not bad
+    print("verdict: PASS — every case within the error bound" if not bad
           else f"verdict: FAIL — {bad} case(s) outside the bound")
 
 
@@ -115,17 +133,18 @@ def show_recorded_plot(suffix: str = "") -> None:
 
 
 def ceilings() -> dict | None:
-    """The GPU's ceilings a prediction divides by: measured now on a GPU
-    (lib.timing.measure_ceilings), else the
-    recorded ones (results/), else None. 'source' says which."""
+    """The GPU's ceilings a prediction divides by: the ones recorded with the results file
+    (results/, measured by lib.timing.measure_ceilings in the recording run), so that every
+    notebook divides by the same figures as the recorded table; measured now only on a GPU when
+    nothing is recorded for it; else None. 'source' says which."""
+    data = R.load()
+    here = torch.cuda.get_device_name(0) if HAS_GPU else None
+    if data and data.get("ceilings") and (here is None or here == data["env"]["gpu"]):
+        return {**data["ceilings"], "source": f"recorded: {R.provenance(data)}"}
     if HAS_GPU:
         from lib.timing import measure_ceilings
-        c = measure_ceilings()
-        return {**c, "source": f"measured now on {torch.cuda.get_device_name(0)}"}
-    data = R.load()
-    if not data or not data.get("ceilings"):
-        return None
-    return {**data["ceilings"], "source": f"recorded, not measured here: {R.provenance(data)}"}
+        return {**measure_ceilings(), "source": f"measured now on {here} (none recorded for it)"}
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,10 +157,77 @@ NCU_METRICS = ("Duration", "SM Frequency", "Compute (SM) Throughput", "Memory Th
                "Achieved Occupancy", "Theoretical Occupancy", "Warp Cycles Per Issued Instruction")
 
 
-def ncu_report(stage: int, shape: str = "throughput") -> dict | None:
-    """The recorded ncu report of one call of `stage`: {'header': first line (where and when),
-    'kernels': [{'name', 'launch', 'metrics': {metric: (value, unit)}, 'bank_conflicts':
-    {'loads'|'stores': average ways}}]}, or None when there is none."""
+# Raw shared-memory counters the profile step asks ncu for (--metrics), read when present:
+# wavefronts are the passes the shared-memory pipe makes, bank conflicts the extra ones.
+NCU_SHARED_METRICS = {
+    "loads": {"wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+              "conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+              "requests": "smsp__sass_inst_executed_op_shared_ld.sum"},
+    "stores": {"wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+               "conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+               "requests": "smsp__sass_inst_executed_op_shared_st.sum"},
+}
+NCU_LDSM_METRIC = "smsp__sass_inst_executed_op_ldsm.sum"
+
+
+def _metric_pattern(metric: str) -> str:
+    """A metric's line in ncu's 'Command line profiler metrics' table: name, an optional unit,
+    the value; ncu moves the value to the next line when the name is long."""
+    return rf"^\s+{re.escape(metric)}\s+(?:[A-Za-z%/][^\s\d]*[ \t]+)?([\d,]+)[ \t]*$"
+
+
+def _shared_counters(block: str, kind: str) -> dict | None:
+    """One kernel's shared loads or stores in an ncu text report: {'requests', 'wavefronts',
+    'conflicts', 'ways', 'wavefronts_per_request', 'source'}, or None when the report has
+    neither the raw counters (NCU_SHARED_METRICS) nor ncu's bank-conflict rule for them.
+
+    'ways' is wavefronts ÷ conflict-free wavefronts (wavefronts − conflicts): 1 means no
+    conflict, 2 means every access took twice the passes it needed. It is not wavefronts per
+    request, which ncu's rule prints as "n-way": an ldmatrix.x4 request needs 4 wavefronts
+    (four 8×8 matrices) even without any conflict."""
+    names = NCU_SHARED_METRICS[kind]
+    raw = {}
+    for field, metric in names.items():
+        m = re.search(_metric_pattern(metric), block, re.M)
+        if m:
+            raw[field] = int(m.group(1).replace(",", ""))
+    if "wavefronts" in raw and "conflicts" in raw:
+        source = "ncu metrics"
+    else:
+        text = re.sub(r"\s+", " ", block)
+        m = re.search(rf"across all ([\d,]+) shared {kind[:-1]} requests\.? ?This results in "
+                      rf"([\d,]+) bank conflicts, which represent [\d.]+% of the overall "
+                      rf"([\d,]+) wavefronts", text)
+        if not m:
+            return None
+        raw = {"requests": int(m.group(1).replace(",", "")),
+               "conflicts": int(m.group(2).replace(",", "")),
+               "wavefronts": int(m.group(3).replace(",", ""))}
+        source = "ncu rule"
+    ideal = raw["wavefronts"] - raw["conflicts"]
+    return {**raw, "requests": raw.get("requests"), "source": source,
+            "ways": raw["wavefronts"] / ideal if ideal > 0 else None,
+            "wavefronts_per_request": raw["wavefronts"] / raw["requests"]
+            if raw.get("requests") else None}
+
+
+def conflict_text(kernel: dict, kind: str) -> str:
+    """'2.06-way (8.25 wavefronts per request)' for a kernel of ncu_report, or 'not measured'."""
+    c = kernel["shared"].get(kind)
+    if c is None or c["ways"] is None:
+        return "not measured"
+    per = (f" ({c['wavefronts_per_request']:.2f} wavefronts per request)"
+           if c["wavefronts_per_request"] else "")
+    return f"{c['ways']:.2f}-way{per}"
+
+
+def ncu_report(stage: int | str, shape: str = "throughput") -> dict | None:
+    """The recorded ncu report of one call of `stage` (a number, or a file stem's middle such as
+    "5-noswizzle"): {'header': first line (where and when), 'path', 'kernels': [{'name',
+    'launch', 'metrics': {metric: (value, unit)}, 'shared': {'loads'|'stores': counters of
+    _shared_counters or None}, 'bank_conflicts': {'loads'|'stores': ways or None}, 'ldsm':
+    ldmatrix instructions executed or None}]}, or None when there is no report. None means not
+    measured: ncu prints its bank-conflict rule only when it fires."""
     path = PROFILE_DIR / f"stage{stage}-{shape}.ncu.txt"
     if not path.exists():
         return None
@@ -157,12 +243,12 @@ def ncu_report(stage: int, shape: str = "throughput") -> dict | None:
             mm = re.search(rf"^\s+{re.escape(name)}\s+(\S+)?\s+([\d,.]+)\s*$", block, re.M)
             if mm:
                 metrics[name] = (float(mm.group(2).replace(",", "")), mm.group(1) or "")
-        conflicts = {}
-        for kind in ("loads", "stores"):
-            mm = re.search(rf"on average a ([\d.]+) - way bank\s+conflict across all (\d+) shared {kind[:-1]}", block)
-            conflicts[kind] = float(mm.group(1)) if mm else 1.0
+        shared = {kind: _shared_counters(block, kind) for kind in ("loads", "stores")}
+        mm = re.search(_metric_pattern(NCU_LDSM_METRIC), block, re.M)
         kernels.append({"name": m.group(1), "launch": m.group(2), "metrics": metrics,
-                        "bank_conflicts": conflicts})
+                        "shared": shared,
+                        "bank_conflicts": {k: (c["ways"] if c else None) for k, c in shared.items()},
+                        "ldsm": int(mm.group(1).replace(",", "")) if mm else None})
     return {"header": header, "path": str(path.relative_to(ROOT)), "kernels": kernels}
 
 
@@ -179,16 +265,18 @@ def show_ncu(stage: int, shape: str = "throughput") -> dict | None:
     units = {c: next((k["metrics"][c][1] for k in rep["kernels"] if c in k["metrics"]), "")
              for c in cols}
     head = ["kernel (grid)x(block)"] + [f"{c} ({units[c]})" if units[c] else c for c in cols] \
-        + ["shared-load conflict (ways)", "shared-store conflict (ways)"]
+        + ["shared-load bank conflicts", "shared-store bank conflicts"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in rep["kernels"]:
         cells = [f"{k['name']} {k['launch']}"]
         cells += [f"{k['metrics'][c][0]:,.4g}" if c in k["metrics"] else "—" for c in cols]
-        cells += [f"{k['bank_conflicts']['loads']:.1f}", f"{k['bank_conflicts']['stores']:.1f}"]
+        cells += [conflict_text(k, "loads"), conflict_text(k, "stores")]
         lines.append("| " + " | ".join(cells) + " |")
     _md(f"*Recorded by Nsight Compute, not measured in this session* (`{rep['path']}`; "
         f"{rep['header']}). ncu fixes the SM clock while it profiles, so its durations are "
-        "longer than the benchmark's.\n\n" + "\n".join(lines))
+        "longer than the benchmark's. Bank conflicts: wavefronts ÷ conflict-free wavefronts "
+        "(1-way = none); 'not measured' where the report has neither the raw counters nor ncu's "
+        "bank-conflict rule (which prints only when it fires).\n\n" + "\n".join(lines))
     return rep
 
 
@@ -256,6 +344,113 @@ def recorded_verdicts(stage: int) -> list:
     from types import SimpleNamespace
     return [SimpleNamespace(passed=bool(r["passed"])) for r in recorded_runs(stage, suite=None)
             if not r.get("skipped")]
+
+
+def sdpa_median_us(B, H, S, D, causal, field="sdpa_us", dtype="float16") -> tuple | None:
+    """SDPA's time at one standard shape in the recorded run: every stage's benchmark row timed
+    SDPA again on its own inputs, so take the median over those rows: (median µs, number of
+    rows, min, max), or None when nothing is recorded."""
+    import statistics
+    xs = [r[field] for r in recorded_runs() if not r.get("skipped") and r.get(field)
+          and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
+          == (B, H, S, S, D, dtype, causal)]
+    return (statistics.median(xs), len(xs), min(xs), max(xs)) if xs else None
+
+
+def sdpa_median_of(row: dict, field: str = "sdpa_us") -> float | None:
+    """SDPA's recorded time for the shape of a recorded `row` (any suite): the median over
+    every row of the run with that shape, dtype and mask (each stage's row timed SDPA again on
+    its own inputs), rather than the one timing next to that stage. None when none has it."""
+    import statistics
+    k = ("B", "H", "Sq", "Sk", "D", "dtype", "causal")
+    xs = [r[field] for r in recorded_runs(suite=None) if not r.get("skipped") and r.get(field)
+          and all(r[x] == row[x] for x in k) and r.get("Hkv", r["H"]) == row.get("Hkv", row["H"])]
+    return statistics.median(xs) if xs else None
+
+
+SDPA_MEDIAN_NOTE = ("SDPA columns: the median of the run's SDPA timings at that shape (every "
+                    "stage's row timed SDPA again), not the one timing next to this stage.")
+
+
+def recorded_row(stage: int, shape: str = "throughput", causal: bool = False) -> dict | None:
+    """The recorded fp16 row of `stage` at a named standard shape, or None."""
+    from lib.bench import STANDARD_SHAPES
+    _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
+    return next((r for r in recorded_runs(stage) if not r.get("skipped")
+                 and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
+                 == (B, H, S, S, D, "float16", causal)), None)
+
+
+def stage_summary(stage: int, remember: str) -> None:
+    """The three lines a stage notebook opens with: what the stage adds (its INFO), the measured
+    gain over the previous stage at the throughput shape (from the recorded results file), the
+    one thing to remember; and links to the previous and next stage notebooks."""
+    import stages
+    info = stages.get(stage).INFO
+    nums = list(stages.NUMBERS)
+    i = nums.index(stage)
+    data = R.load()
+    gain = "not recorded yet"
+    cur = recorded_row(stage)
+    if i > 0:
+        prev = recorded_row(nums[i - 1])
+        if cur and prev:
+            gain = (f"**{prev['us'] / cur['us']:.2f}×** stage {nums[i - 1]} at B{cur['B']} "
+                    f"H{cur['H']} S{cur['Sq']} D{cur['D']} fp16 ({prev['us']:,.0f} → "
+                    f"{cur['us']:,.0f} µs; recorded, commit {data['env']['commit']})")
+    elif cur:
+        gain = (f"the baseline: {cur['us']:,.0f} µs at B{cur['B']} H{cur['H']} S{cur['Sq']} "
+                f"D{cur['D']} fp16 (recorded, commit {data['env']['commit']})")
+    links = []
+    if i > 0:
+        p = Path(stages.get(nums[i - 1]).INFO.notebook).name
+        links.append(f"← previous: [{p}]({p})")
+    else:
+        links.append("← [00_introduction.ipynb](00_introduction.ipynb)")
+    if i + 1 < len(nums):
+        n = Path(stages.get(nums[i + 1]).INFO.notebook).name
+        links.append(f"next: [{n}]({n}) →" if (ROOT / "notebooks" / n).exists()
+                     else f"next: stage {nums[i + 1]} ({n}, not written yet) →")
+    else:
+        links.append("next: [journey.ipynb](journey.ipynb) →")
+    _md(f"- **Adds:** {info.adds}\n- **Measured gain:** {gain}\n- **Remember:** {remember}"
+        f"\n\n{' · '.join(links)}")
+
+
+def stage_plan() -> None:
+    """The curriculum's steps: the registered stages (stages.NUMBERS) and, after the last,
+    the Hopper step (WGMMA and TMA, stage 6) with its status read from the registry."""
+    import stages
+    data = R.load() or {}
+    lines = ["| step | stage | status |", "|---|---|---|"]
+    for k, n in enumerate(stages.NUMBERS, 1):
+        info = stages.get(n).INFO
+        rec = any(r["stage"] == n and not r.get("skipped") for r in data.get("runs", []))
+        nb = (ROOT / info.notebook).exists()
+        status = ("registered" + (", recorded" if rec else ", not recorded yet")
+                  + ("" if nb else ", notebook not written yet"))
+        lines.append(f"| {k} | {n}: {info.title} | {status} |")
+    if 6 not in stages.NUMBERS:
+        lines.append(f"| {len(stages.NUMBERS) + 1} | 6: Hopper, WGMMA and TMA (sm_90a) | "
+                     "planned: not in the stage registry of this checkout yet |")
+    _md("\n".join(lines))
+
+
+def instruction_bounds(n_hmma: int, n_mufu: int, ceil: dict, mma_flop: int = 2 * 16 * 8 * 16
+                       ) -> dict | None:
+    """What the two instruction ceilings allow one K/V tile of `n_hmma` HMMA.16816 and `n_mufu`
+    MUFU warp instructions (32 lanes each): the attention TFLOPS if the tile's MMAs ran at the
+    measured mma.sync rate ('hmma'), if its 2^x ran at the measured MUFU.EX2 rate ('mufu'), and
+    which is lower ('binding'). None when the ceilings lack those rates."""
+    if not ceil or not ceil.get("hmma_TFLOPS") or not ceil.get("mufu_ex2_Gops"):
+        return None
+    flop = n_hmma * mma_flop
+    t_mma = flop / (ceil["hmma_TFLOPS"] * 1e12)
+    t_ex2 = n_mufu * 32 / (ceil["mufu_ex2_Gops"] * 1e9)
+    out = {"hmma": flop / t_mma / 1e12, "mufu": flop / t_ex2 / 1e12,
+           "both_serial": flop / (t_mma + t_ex2) / 1e12}
+    out["binding"] = "mma.sync (HMMA.16816)" if t_mma >= t_ex2 else "MUFU.EX2"
+    return out
 
 
 # Opcode families of the SASS instruction mix, for a learner's first look at what runs.

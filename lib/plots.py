@@ -74,8 +74,19 @@ def plot_sweep(data: dict, path: Path | None = None):
 # the roofline: what a kernel of a given arithmetic intensity can reach on the measured GPU
 
 # compute ceilings that lib.timing.measure_ceilings records: (key, what runs at that rate)
-COMPUTE_ROOFS = (("matmul_TFLOPS", "tensor cores (matmul)"),
+COMPUTE_ROOFS = (("matmul_TFLOPS", "tensor cores, cuBLAS matmul (WGMMA on Hopper)"),
+                 ("hmma_TFLOPS", "tensor cores, mma.sync m16n8k16 (HMMA.16816)"),
                  ("fp32_TFLOPS", "FP32 on the CUDA cores"))
+# MUFU.EX2 is not a FLOP rate: attention takes one 2^x per score and does 4·D FLOPs per score
+# (2·D in Q·Kᵀ, 2·D in P·V), so the 2^x rate caps attention at rate × 4·D FLOPs.
+MUFU_KEY = "mufu_ex2_Gops"
+
+
+def mufu_roof_tflops(ceilings: dict, head_dim: int) -> float | None:
+    """The attention FLOP rate that MUFU.EX2 alone allows at `head_dim`: one 2^x per score,
+    4·head_dim FLOPs per score. None when the rate was not measured."""
+    rate = ceilings.get(MUFU_KEY)
+    return None if rate is None else rate * 1e9 * 4 * head_dim / 1e12
 
 
 def attainable_tflops(ceilings: dict, intensity: float, rate: str = "matmul_TFLOPS") -> float:
@@ -84,26 +95,41 @@ def attainable_tflops(ceilings: dict, intensity: float, rate: str = "matmul_TFLO
     return min(ceilings["copy_GBps"] * 1e9 * intensity / 1e12, ceilings[rate])
 
 
-def plot_roofline(ceilings: dict, x_range=(1.0, 1e4), ax=None):
+def _spread(ceilings: dict, key: str) -> str:
+    lo, hi = ceilings.get(key + "_min"), ceilings.get(key + "_max")
+    return f" [{lo:,.0f}–{hi:,.0f}]" if lo is not None and hi is not None else ""
+
+
+def plot_roofline(ceilings: dict, x_range=(1.0, 1e4), ax=None, head_dims=()):
     """Draw the rooflines of `ceilings` on log-log axes (x: FLOPs per byte, y: TFLOPS): the
-    memory roof (copy bandwidth × intensity) and a flat roof for each compute rate present
-    (COMPUTE_ROOFS), named with their rates and ridge points in a legend at the upper left.
-    Returns the axes; the caller places its kernels on them (to keep this legend next to one
-    of its own: ax.add_artist(ax.get_legend()) first)."""
+    memory roof (copy bandwidth × intensity), a flat roof for each compute rate present
+    (COMPUTE_ROOFS), and for each of `head_dims` the roof MUFU.EX2 sets on attention at that
+    head dim (mufu_roof_tflops), named with their rates (median, [min–max] of the repeats) and
+    ridge points in a legend at the upper left. Returns the axes; the caller places its kernels
+    on them (to keep this legend next to one of its own: ax.add_artist(ax.get_legend()) first)."""
     import numpy as np
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 4.8))
     lo, hi = x_range
     slope = ceilings["copy_GBps"] * 1e9 / 1e12  # TFLOPS per FLOP/byte of intensity
     rates = [(k, what, ceilings[k]) for k, what in COMPUTE_ROOFS if ceilings.get(k)]
-    top = max((r for _, _, r in rates), default=slope * hi)
+    mufu = [(MUFU_KEY, f"MUFU.EX2 {ceilings[MUFU_KEY]:,.0f} Gop/s{_spread(ceilings, MUFU_KEY)}, "
+             f"one 2^x per score, D {d}", mufu_roof_tflops(ceilings, d))
+            for d in head_dims if ceilings.get(MUFU_KEY)]
+    top = max((r for _, _, r in rates + mufu), default=slope * hi)
     x_mem = np.geomspace(lo, min(hi, top / slope), 100)
     ax.plot(x_mem, slope * x_mem, "-", color="0.45", lw=2,
-            label=f"memory roof: copy bandwidth {ceilings['copy_GBps']:,.0f} GB/s × intensity")
-    for style, (key, what, rate) in zip(("-", "--", ":"), rates):
+            label=f"memory roof: copy bandwidth {ceilings['copy_GBps']:,.0f} GB/s"
+                  f"{_spread(ceilings, 'copy_GBps')} × intensity")
+    for style, (key, what, rate) in zip(("-", "--", ":", "-."), rates):
         ridge = rate / slope
         ax.plot([max(lo, ridge), hi], [rate, rate], "k" + style, lw=1.5 if style == "-" else 1,
-                label=f"{what}: {rate:,.0f} TFLOPS (ridge {ridge:,.0f} FLOP/byte)")
+                label=f"{what}: {rate:,.0f}{_spread(ceilings, key)} TFLOPS "
+                      f"(ridge {ridge:,.0f} FLOP/byte)")
+    for colour, (_, what, rate) in zip(("tab:purple", "tab:pink", "tab:brown"), mufu):
+        ridge = rate / slope
+        ax.plot([max(lo, ridge), hi], [rate, rate], ls=(0, (5, 2, 1, 2)), color=colour, lw=1,
+                label=f"{what}: {rate:,.0f} TFLOPS of attention")
     ax.update_datalim([(lo, top * 2.5)])  # room above the highest roof
     ax.autoscale_view()
     ax.set_xscale("log")

@@ -8,6 +8,7 @@ a cubin with cuda.core; both paths end in the same cubin tools.
 from __future__ import annotations
 
 import collections
+import math
 import json
 import os
 import re
@@ -172,3 +173,87 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+
+
+# --------------------------------------------------------------------------------------------
+# one kernel's K/V loop, read from its SASS (the stage 5 notebook's per-tile counts)
+
+_LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)"
+                   r"((?:\.[A-Z0-9_]+)*)([^;]*);", re.M)
+
+
+def listing(sass: str, kernel: str) -> list[dict]:
+    """[{addr, pred, op, full, text}] of `kernel` (a substring of its name) in a SASS listing:
+    address, whether predicated, opcode, opcode with modifiers, the instruction's text."""
+    body = next(p for p in sass.split("Function : ")[1:] if kernel in p.split("\n", 1)[0])
+    return [dict(addr=int(a, 16), pred=bool(p), op=op, full=op + mods, text=op + mods + rest)
+            for a, p, op, mods, rest in _LINE.findall(body)]
+
+
+def branch_target(x: dict) -> int | None:
+    """The address a BRA of `listing` jumps to (None for other instructions)."""
+    m = re.search(r"0x([0-9a-f]+)\s*$", x["text"].strip())
+    return int(m.group(1), 16) if m else None
+
+
+def kv_loop(sass: str, kernel: str = "attention_fused") -> dict:
+    """The K/V loop of a kernel: the smallest loop (backward branch) holding HMMA. Returns
+    {'body', 'common', 'regions', 'mix'}: its instructions, those outside the regions that
+    predicated forward branches skip on most tiles, the regions ('mask': the one with the
+    FSELs that set masked scores to −∞), and the opcode Counter of the common path."""
+    L = listing(sass, kernel)
+    loops = [(branch_target(x), x["addr"]) for x in L if x["op"] == "BRA"
+             and branch_target(x) is not None and branch_target(x) < x["addr"]]
+    loops = [(a, b) for a, b in loops if any(y["op"] == "HMMA" and a <= y["addr"] <= b for y in L)]
+    lo, hi = min(loops, key=lambda ab: ab[1] - ab[0])
+    body = [x for x in L if lo <= x["addr"] <= hi]
+    regions = {}
+    for x in body:
+        t = branch_target(x) if x["op"] == "BRA" else None
+        if t is None or not x["pred"] or t <= x["addr"] or t > hi + 16:
+            continue
+        inside = [y for y in body if x["addr"] < y["addr"] < t]
+        ops = collections.Counter(y["op"] for y in inside)
+        if ops["FSEL"] and not ops["HMMA"] and ops["FSEL"] > sum(
+                y["op"] == "FSEL" for y in regions.get("mask", [])):  # s = −∞ where masked
+            regions["mask"] = inside
+    skipped = {y["addr"] for r in regions.values() for y in r}
+    common = [y for y in body if y["addr"] not in skipped]
+    return dict(body=body, common=common, regions=regions,
+                mix=collections.Counter(y["op"] for y in common))
+
+
+def exp2_fixups(instrs: list[dict]) -> int:
+    """Instructions of exp2f()'s range fix-up among `instrs` (of `listing`): the FSETP test for
+    inputs below −126, the predicated FMUL by 0.5 before MUFU.EX2 and the predicated squaring
+    after it. ex2.approx.ftz compiles to a bare MUFU.EX2, with none of them."""
+    n = 0
+    for y in instrs:
+        t = y["text"]
+        if y["op"] == "FSETP" and "-126" in t:
+            n += 1
+        elif y["op"] == "FMUL" and y["pred"]:
+            regs = re.findall(r"R\d+", t)
+            n += t.rstrip().endswith("0.5") or (len(regs) == 3 and regs[1] == regs[2])
+    return n
+
+
+# --------------------------------------------------------------------------------------------
+# occupancy from registers and shared memory (the notebooks' predictions)
+
+HOPPER_SM = {"registers": 65536, "threads": 2048, "blocks": 32, "smem": 228 * 1024,
+             "smem_reserved_per_block": 1024}  # per SM, compute capability 9.0
+
+
+def occupancy(registers: int, threads: int, smem_bytes: int, sm: dict = HOPPER_SM):
+    """Blocks of `threads` threads that fit on one SM, with `registers` per thread and
+    `smem_bytes` of shared memory per block: registers are allocated in steps of 8 per
+    thread and 256 per warp, and the runtime reserves smem_reserved_per_block per block.
+    Returns (blocks, the limit that binds, {limit: blocks it allows})."""
+    regs = math.ceil(registers / 8) * 8
+    regs_per_block = math.ceil(regs * 32 / 256) * 256 * threads // 32
+    limits = {"registers": sm["registers"] // regs_per_block,
+              "shared memory": sm["smem"] // (smem_bytes + sm["smem_reserved_per_block"]),
+              "threads": sm["threads"] // threads, "blocks": sm["blocks"]}
+    blocks = min(limits.values())
+    return blocks, min(limits, key=limits.get), limits

@@ -103,31 +103,47 @@ def time_sdpa(q, k, v, *, causal=False, scale=None, backend="default", **kw):
     return None if fn is None else time_cuda(fn, **kw)
 
 
-def measure_ceilings(dtype=torch.bfloat16) -> dict:
+def measure_ceilings(dtype=torch.bfloat16, repeats: int = 5) -> dict:
     """This GPU's ceilings, measured: device-to-device copy bandwidth (bytes read plus
-    written), the rate of a large matrix product on random data (tensor cores), and the
-    float32 rate of the CUDA cores."""
+    written), the rate of a large matrix product on random data (tensor cores, cuBLAS: WGMMA on
+    Hopper), the float32 rate of the CUDA cores, and the rates of the two instructions the
+    stages' inner loops lean on: `mma.sync` m16n8k16 (HMMA.16816) and MUFU.EX2 (2^x), from
+    lib.microbench. Each is timed `repeats` times (each time the median of several runs): the
+    plain key is the median of the repeats, '<key>_min' and '<key>_max' their spread."""
     require_gpu("measuring the ceilings")
+    from lib.microbench import measure as measure_instructions
+
+    def spread(key, work, fn, **kw):
+        rates = sorted(work / (time_cuda(fn, flush=False, **kw).median_us * 1e-6)
+                       for _ in range(repeats))
+        return {key: statistics.median(rates), key + "_min": rates[0], key + "_max": rates[-1]}
+
     n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    t_copy = time_cuda(lambda: dst.copy_(src), flush=False, min_runs=10, budget_s=0.5)
+    out = spread("copy_GBps", 2 * n / 1e9, lambda: dst.copy_(src), min_runs=10, budget_s=0.2)
+    del src, dst
     m = 8192
     a = torch.randn(m, m, device="cuda", dtype=dtype)
     b = torch.randn(m, m, device="cuda", dtype=dtype)
-    t_mm = time_cuda(lambda: a @ b, flush=False, min_runs=10, budget_s=0.5)
+    out.update(spread("matmul_TFLOPS", 2 * m ** 3 / 1e12, lambda: a @ b, min_runs=10,
+                      budget_s=0.2))
+    del a, b
     # the CUDA cores' float32 rate: a float32 product with TF32 off runs on FFMA, not tensor cores
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
         f = 4096
         a32, b32 = (torch.randn(f, f, device="cuda") for _ in range(2))
-        t_f32 = time_cuda(lambda: a32 @ b32, flush=False, min_runs=10, budget_s=0.3)
+        out.update(spread("fp32_TFLOPS", 2 * f ** 3 / 1e12, lambda: a32 @ b32, min_runs=10,
+                          budget_s=0.1))
+        del a32, b32
     finally:
         torch.set_float32_matmul_precision(old)
-    del src, dst, a, b, a32, b32
-    return {"copy_GBps": 2 * n / (t_copy.median_us * 1e-6) / 1e9,
-            "matmul_TFLOPS": 2 * m ** 3 / (t_mm.median_us * 1e-6) / 1e12,
-            "matmul_dtype": str(dtype).replace("torch.", ""),
-            "matmul_shape": f"{m}x{m}x{m}",
-            "fp32_TFLOPS": 2 * f ** 3 / (t_f32.median_us * 1e-6) / 1e12}
+    try:  # a failure here must not cost the recording its other ceilings; say what failed
+        out.update(measure_instructions(repeats=repeats, dtype=dtype))
+    except Exception as e:  # noqa: BLE001
+        out["microbench_error"] = f"{type(e).__name__}: {e}"[:500]
+    out.update(matmul_dtype=str(dtype).replace("torch.", ""), matmul_shape=f"{m}x{m}x{m}",
+               repeats=repeats)
+    return out

@@ -1,0 +1,217 @@
+"""The notebooks say what the code does and quote the run that made their numbers (CPU only).
+
+- Every committed notebook's banner names the commit of the results file it reads. This one
+  fails after a re-record until the notebooks are re-executed on the GPU (scripts/gpu_session.sh
+  runs both): a notebook executed against an older results file carries older numbers.
+- A notebook names only kernel constructs (macros, functions, intrinsics, PTX) that its stage's
+  sources contain: a curated list per notebook, checked both ways (the notebook names it, the
+  sources have it), and a list of stale names that may appear only where the sources have them.
+- Phrases that described code which no longer exists stay out.
+- The ncu reading reports bank conflicts as measured or "not measured", never a default.
+- The instruction microbenchmarks compile to the instructions they time (offline SASS).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import stages
+from lib import results as R
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _nb(path):
+    return nbformat.read(path, as_version=4)
+
+
+def _text(nb) -> str:
+    """What a notebook says and runs: markdown and code sources, not outputs (outputs show
+    source files and diffs, which may quote older code on purpose)."""
+    return "\n".join(c.source for c in nb.cells)
+
+
+def _outputs(cell) -> str:
+    parts = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            parts.append(o.get("text", ""))
+        for v in (o.get("data") or {}).values():
+            parts.append(v if isinstance(v, str) else json.dumps(v))
+    return "\n".join(parts)
+
+
+def _stage_of(path: Path) -> int | None:
+    name = path.stem
+    return int(name[5]) if name.startswith("stage") and name[5].isdigit() else None
+
+
+def _sources(n: int) -> str:
+    return "\n".join((ROOT / p).read_text() for p in stages.get(n).INFO.sources)
+
+
+# --------------------------------------------------------------------------------------------
+# provenance
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_banner_names_the_results_commit(path):
+    """Needs the notebooks executed against the current results file (GPU run): fails in
+    between, by design, naming the commit the notebook was executed with."""
+    data = R.load()
+    assert data is not None, "no results file"
+    commit = data["env"]["commit"]
+    nb = _nb(path)
+    banner = next((c for c in nb.cells if c.cell_type == "code" and "show_banner" in c.source), None)
+    assert banner is not None, f"{path.name}: no show_banner() cell"
+    out = _outputs(banner)
+    assert out, f"{path.name}: the banner cell has no committed output (execute the notebook)"
+    assert f"commit {commit}" in out, (
+        f"{path.name} was executed against another results file than results/ holds now "
+        f"(commit {commit}); re-execute it on the GPU: python -m lib.notebook --execute {path}\n"
+        f"banner: {out[:400]}")
+
+
+# --------------------------------------------------------------------------------------------
+# constructs the notebooks name
+
+NAMED = {  # notebook stem: constructs it names as part of its own stage's code
+    "stage1_unfused_wmma": ["load_tile", "__syncthreads", "attention_scores",
+                            "attention_softmax", "attention_pv"],
+    "stage2_fused": ["load_tile", "rescale_of", "inv_l", "my_rows", "col_major",
+                     "row_major", "exp2f"],
+    "stage3_warp_softmax": ["__shfl_xor_sync", "load_tile"],
+    "stage4_large_tiles": ["LOADS_IN_FLIGHT", "BLOCK_Q", "BLOCK_K", "__shfl_sync", "load_tile"],
+    "stage5_vectorized": ["ex2.approx.ftz", "fast_exp2", "cp.async", "ldmatrix", "mma.sync",
+                          "pack2", "at()", "NO_SWIZZLE", "STAGES", "WARP_Q", "__syncthreads"],
+}
+# names that once described stage code and may appear in a notebook only if its stage's
+# sources have them
+STALE = ["__any_sync", "__all_sync", "__ballot_sync", "__activemask"]
+# phrases that described code or rules that are not so (issue 13)
+STALE_PHRASES = ["FlashAttention-3's rule", "FlashAttention-3 rule", "FlashAttention-3 bound",
+                 "seven small steps", "skipped when no row", "only when a max grew",
+                 "exp2f fix-up, scale", "no operand registers", "limit without spilling",
+                 "skipped-when-possible"]
+
+
+@pytest.mark.parametrize("stem", sorted(NAMED))
+def test_named_constructs_exist_in_the_stage_sources(stem):
+    path = ROOT / "notebooks" / f"{stem}.ipynb"
+    text, n = _text(_nb(path)), _stage_of(path)
+    src = _sources(n)
+    for name in NAMED[stem]:
+        assert name in text, f"{stem} no longer names {name!r}: update NAMED in this test"
+        probe = name[:-1] if name.endswith("()") else name  # at() is called as at(row, col)
+        assert probe in src, f"{stem} names {name!r}, which stage {n}'s sources no longer contain"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if _stage_of(p) is not None],
+                         ids=lambda p: p.stem)
+def test_no_stale_construct(path):
+    text, src = _text(_nb(path)), _sources(_stage_of(path))
+    for name in STALE:
+        assert name not in text or name in src, \
+            f"{path.name} names {name!r}, which stage {_stage_of(path)}'s sources do not contain"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_stale_phrase(path):
+    text = _text(_nb(path))
+    for phrase in STALE_PHRASES:
+        assert phrase not in text, f"{path.name} still says {phrase!r}"
+
+
+def test_every_stage_after_0_states_its_prediction():
+    """The journey compares each stage's INFO.prediction with the measurement: every CUDA C++
+    stage whose notebook exists (and so makes a prediction) states it."""
+    for mod in stages.all_stages():
+        if mod.INFO.backend != "nvrtc" or not (ROOT / mod.INFO.notebook).exists():
+            continue
+        p = mod.INFO.prediction
+        assert p.get("basis") and (p.get("tflops") or p.get("speedup")), \
+            f"stage {mod.INFO.number}: INFO.prediction is empty"
+        lo, hi = p.get("tflops") or p.get("speedup")
+        assert 0 < lo <= hi
+
+
+def test_every_stage_notebook_opens_with_its_summary():
+    for path in NOTEBOOKS:
+        n = _stage_of(path)
+        if n is not None:
+            assert f"stage_summary({n}," in _text(_nb(path)), f"{path.name}: no stage_summary"
+
+
+# --------------------------------------------------------------------------------------------
+# what lib reads from the recorded profiles
+
+def test_bank_conflicts_are_measured_or_not_measured():
+    from lib.notebook import conflict_text, ncu_report
+    reps = {k: ncu_report(k) for k in (1, 5, "5-noswizzle")}
+    if any(r is None for r in reps.values()):
+        pytest.skip("no recorded ncu profiles")
+    scores = next(k for k in reps[1]["kernels"] if k["name"] == "attention_scores")
+    if scores["shared"]["loads"]:
+        # 16-element (32-byte) rows: an ldmatrix phase spans 256 bytes, two passes (2-way)
+        assert 1.8 < scores["shared"]["loads"]["ways"] < 2.3
+    plain = reps["5-noswizzle"]["kernels"][0]["shared"]["loads"]
+    if plain:  # plain 128-byte rows: the 8 rows of a phase in the same 4 banks (8-way)
+        assert 7.5 < plain["ways"] < 8.5
+        assert plain["wavefronts_per_request"] > plain["ways"]  # x4: 4 wavefronts at best
+    for rep in reps.values():
+        for k in rep["kernels"]:
+            for kind in ("loads", "stores"):
+                c = k["shared"][kind]
+                assert (c is None) == (conflict_text(k, kind) == "not measured")
+                assert c is None or c["ways"] >= 1.0
+
+
+def test_instruction_microbenchmarks_compile_to_what_they_time():
+    from lib.microbench import check_sass
+    for arch in ("sm_80", "sm_90"):
+        out = check_sass(arch)  # raises if HMMA.16816 / MUFU.EX2 are missing or folded
+        assert out["hmma_rate"]["unroll"] >= 1 and out["mufu_ex2_rate"]["unroll"] >= 1
+
+
+def test_roofline_draws_the_instruction_ceilings():
+    import matplotlib
+    matplotlib.use("Agg")
+    from lib.plots import mufu_roof_tflops, plot_roofline
+    ceil = {"copy_GBps": 3000.0, "matmul_TFLOPS": 700.0, "hmma_TFLOPS": 600.0,
+            "hmma_TFLOPS_min": 590.0, "hmma_TFLOPS_max": 610.0, "fp32_TFLOPS": 50.0,
+            "mufu_ex2_Gops": 3000.0}
+    ax = plot_roofline(ceil, (1, 1e4), head_dims=(64, 128))
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("mma.sync" in t and "[590–610]" in t for t in labels)
+    assert sum("MUFU.EX2" in t for t in labels) == 2
+    assert mufu_roof_tflops(ceil, 64) == pytest.approx(3000e9 * 256 / 1e12)
+
+
+def test_raw_shared_counters_are_read(tmp_path, monkeypatch):
+    """The profile step's --metrics table, with ncu's line wrap of long names."""
+    import lib.notebook as N
+    block = """# header line
+  attention_fused (16, 256, 1)x(128, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: Command line profiler metrics
+    ----------------------------------------------------------- ----------- ------------
+    Metric Name                                                 Metric Unit Metric Value
+    ----------------------------------------------------------- ----------- ------------
+    l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum                            0
+    l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum                       12,000
+    l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+                                                                                84,410,368
+    l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum                           536,288
+    smsp__sass_inst_executed_op_ldsm.sum                                 inst   21,102,592
+    smsp__sass_inst_executed_op_shared_ld.sum                            inst   21,102,592
+"""
+    monkeypatch.setattr(N, "PROFILE_DIR", tmp_path)
+    monkeypatch.setattr(N, "ROOT", tmp_path)
+    (tmp_path / "stage9-throughput.ncu.txt").write_text(block)
+    k = N.ncu_report(9)["kernels"][0]
+    assert k["shared"]["loads"]["ways"] == 1.0 and k["shared"]["loads"]["source"] == "ncu metrics"
+    assert k["shared"]["loads"]["wavefronts_per_request"] == pytest.approx(4.0)
+    assert k["shared"]["stores"]["ways"] == pytest.approx(536288 / 524288)
+    assert k["ldsm"] == 21102592
