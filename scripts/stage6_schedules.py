@@ -24,7 +24,8 @@ from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_attention  # noqa: E402
 from lib.timing import sdpa_call, time_cuda  # noqa: E402
 
-SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]  # (B, H, S, D): the throughput and long shapes
+# (B, H, S, D, dtype): the throughput and long shapes; bf16 at the long shape with the defaults only
+SHAPES = [(16, 16, 2048, 64, torch.float16), (4, 16, 8192, 128, torch.float16), (4, 16, 8192, 128, torch.bfloat16)]
 
 
 def variants():
@@ -74,23 +75,26 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="schedules only, full mask only")
     a = ap.parse_args()
     rows, ok = [], True
-    for B, H, S, D in SHAPES:
-        q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
+    for B, H, S, D, dtype in SHAPES:
+        q, k, v = make_qkv(B, H, S, D, dtype=dtype)
         for causal in ((False,) if a.quick else (False, True)):
             flops = attention_flops(B, H, S, S, D, causal)
             sd, sf = sdpa_call(q, k, v, causal=causal), sdpa_call(q, k, v, causal=causal, backend="flash")
             t_sd, t_sf = time_cuda(sd).median_us, time_cuda(sf).median_us
-            print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs "
+            print(f"B{B} H{H} S{S} D{D} {str(dtype)[6:]} {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs "
                   f"({flops / t_sd / 1e6:.0f} TFLOPS), FLASH {t_sf:,.1f} µs ({flops / t_sf / 1e6:.0f})", flush=True)
             for kind, label, kw in variants():
                 if (a.quick and kind == "tiles") or (kind == "tiles" and not s6.fits(D, kw["tiles"])):
                     continue
+                if dtype != torch.float16 and not (kind == "schedule" and label == s6.DEFAULT_SCHEDULE):
+                    continue
                 fn = lambda q, k, v, causal=False, kw=kw: s6.attention(q, k, v, causal=causal, **kw)  # noqa: E731
                 t0 = time.time()
-                passed = all(check_attention(fn, 2, 3, 300, 517, D, dtype=torch.float16, causal=c).passed
+                passed = all(check_attention(fn, 2, 3, 300, 517, D, dtype=dtype, causal=c).passed
                              for c in (False, True))
                 t = time_cuda(lambda: fn(q, k, v, causal=causal))
                 row = {"kind": kind, "variant": label, "B": B, "H": H, "S": S, "D": D, "causal": causal,
+                       "dtype": str(dtype)[6:],
                        "us": t.median_us, "tflops": flops / t.median_us / 1e6, "sdpa_us": t_sd,
                        "sdpa_flash_us": t_sf, "passed": passed,
                        "default": (kind == "schedule" and label == s6.DEFAULT_SCHEDULE)}

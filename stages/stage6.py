@@ -66,6 +66,12 @@ INFO = StageInfo(
     head_dims=(64, 128),
     sources=("stages/stage6.py", "stages/stage6.cu", "stages/hopper.cuh", "stages/attention.cuh"),
     gqa=True,
+    # The notebook's count at B16 H16 S2048 D64: wgmma cycles and MUFU.EX2 (×2 for the rest of
+    # the softmax) per key tile and consumer, against the recorded matmul ceiling.
+    prediction={"tflops": (239, 718),
+                "basis": "wgmma and MUFU.EX2 cycles per key tile and consumer warpgroup: softmax "
+                         "serialized with the products (low) to hidden under the other consumers' "
+                         "products (high), × the matmul ceiling recorded at 4506624 (718 TFLOPS)"},
     notes="sm_90a only (H100/H200): wgmma and setmaxnreg exist in no other target.",
     extra={"arch": ARCH, "tensor_core_op": "HGMMA"},
 )
