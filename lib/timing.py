@@ -4,6 +4,7 @@ and the machine's own ceilings (copy bandwidth, matmul rate) that the roofline u
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -68,6 +69,43 @@ def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=Tru
     q = statistics.quantiles(us, n=5) if len(us) > 1 else [us[0]] * 4
     return Timing(median_us=statistics.median(us), min_us=us[0], p20_us=q[0], p80_us=q[3],
                   runs=runs)
+
+
+@dataclass
+class HostTiming:
+    host_us: float  # wall time per call of `calls` back-to-back calls, synchronized once at the end
+    gpu_us: float   # median GPU time of one of the same calls (CUDA events around each)
+    calls: int
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def time_host(fn, *, calls=300, warmup=3) -> HostTiming:
+    """What a model making many small attention calls waits for: the wall time per call of
+    `calls` back-to-back calls of fn() after warm-up, with one synchronization at the end (no
+    L2 flush, nothing between the calls). When launching a call costs the host more than the
+    GPU spends running it, host_us exceeds gpu_us: the GPU waits for the host. gpu_us comes
+    from a second pass over the same calls with an event pair around each, so the event
+    records do not add to host_us."""
+    require_gpu("host timing")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    host_s = time.perf_counter() - t0
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(calls)]
+    for s, e in events:
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    gpu_us = statistics.median(s.elapsed_time(e) * 1e3 for s, e in events)
+    return HostTiming(host_us=host_s / calls * 1e6, gpu_us=gpu_us, calls=calls)
 
 
 def tflops(B, H, Sq, Sk, D, causal, us) -> float:
