@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import cpu_only
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
 
@@ -122,3 +124,18 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 replaced" in summary and "all steps passed" in summary
     assert "fresh output" in nb.read_text() and "committed output" not in nb.read_text()
+
+
+@cpu_only
+@pytest.mark.parametrize("args,message", [
+    (["scripts/tile_sweep.py", "--record"], "needs a CUDA GPU and none was found; nothing measured"),
+    (["scripts/tile_sweep.py", "--stages", "2"], "stage(s) [2] offer no tile choices"),
+    (["scripts/one_call.py", "5", "throughput"], "needs a CUDA GPU and none was found"),
+    (["scripts/one_call.py", "9", "throughput"], "invalid choice: 9"),
+])
+def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
+    before = _tree_digest(ROOT / "results")
+    r = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _tree_digest(ROOT / "results") == before
