@@ -329,8 +329,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--check", action="store_true",
                     help="correctness only, at a small and odd shapes (for compute-sanitizer)")
     ap.add_argument("--record", action="store_true",
-                    help="GPU: write results/<gpu>.json, the plots and the README table "
-                         "(not when a check fails)")
+                    help="GPU: measure every standard shape and the sweep, and write "
+                         "results/<gpu>.json, the plots and the README table (not when a check "
+                         "fails); the stages not run keep their recorded rows")
     return ap
 
 
@@ -338,6 +339,10 @@ def main(argv=None) -> int:
     t0 = time.time()
     ap = parser()
     a = ap.parse_args(argv)
+    if a.record and set(a.shapes) != {s[0] for s in STANDARD_SHAPES}:
+        ap.error("--record replaces every recorded row of the stages it runs, so it measures "
+                 "every standard shape: leave out --shapes (or drop --record)")
+    a.sweep |= a.record  # likewise the sweep: recording without it would drop the recorded one
     a.stages = sorted(set(a.stages))
     a.shapes = [s[0] for s in STANDARD_SHAPES if s[0] in a.shapes]  # in order of growing work
 

@@ -44,7 +44,9 @@ def test_unknown_stage_is_a_usage_error_not_a_traceback():
 
 @pytest.mark.parametrize("args,message", [(["--shapes", "huge"], "invalid choice: 'huge'"),
                                           (["--stages", "x"], "invalid int value"),
-                                          (["--dtype", "float8"], "invalid choice")])
+                                          (["--dtype", "float8"], "invalid choice"),
+                                          (["--record", "--shapes", "latency"],
+                                           "--record replaces every recorded row")])
 def test_bad_options_are_usage_errors(args, message, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(args)
@@ -180,3 +182,62 @@ def test_time_host_is_at_least_the_gpu_time():
     assert t.calls == 50 and t.gpu_us > 0
     # back-to-back calls cannot finish faster than the GPU runs them
     assert t.host_us >= 0.9 * t.gpu_us, t
+
+
+# ---------------------------------------------------------------------------------------------
+# the GPU path's plumbing, on any machine: measurements faked, everything around them real
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """lib.bench in GPU mode with `measure` faked past its real skip rule: stage 0 runs at
+    0.4 TFLOPS (so the long shape is predicted slow), others at 300; stage 1 fails its check."""
+    import torch
+
+    import lib.simulator
+    monkeypatch.setattr(lib.simulator, "HAS_GPU", True)
+    monkeypatch.setattr(lib.simulator, "banner", lambda: "GPU mode: fake")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    real_measure = bench.measure
+
+    def fake_measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s,
+                     predicted_s=None, host_calls=0):
+        if predicted_s is not None and predicted_s > max_call_s:
+            return real_measure(mod, B, H, Sq, Sk, D, dtype, causal, suite=suite,
+                                max_call_s=max_call_s, predicted_s=predicted_s)
+        from lib.reference import attention_flops
+        n = mod.INFO.number
+        tflops = 0.4 if n == 0 else 300.0
+        us = attention_flops(B, H, Sq, Sk, D, causal) / tflops / 1e6
+        row = {"stage": n, "suite": suite, "B": B, "H": H, "Sq": Sq, "Sk": Sk, "D": D,
+               "dtype": "float16", "causal": causal, "us": us, "tflops": tflops,
+               "sdpa_us": 0.5 * us, "sdpa_flash_us": us, "max_abs_err": 1e-4, "passed": n != 1}
+        if host_calls:
+            row.update(host_us=us + 20, host_gpu_us=us, host_calls=host_calls,
+                       sdpa_host_us=0.5 * us + 10, sdpa_host_gpu_us=0.5 * us)
+        return row
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(results, "save", lambda *a, **k: pytest.fail("recorded"))
+
+
+def test_gpu_path_progress_skips_and_summary(fake_gpu, capsys):
+    assert bench.main(["--stages", "0", "5", "--shapes", "latency", "long"]) == 0
+    cap = capsys.readouterr()
+    assert "[stage 0] B1 H8 S512 D64 float16 full: " in cap.err and "0.5x SDPA, host" in cap.err
+    assert "[stage 0] B4 H16 S8192 D128 float16 causal: skipped, predicted" in cap.err
+    assert "[stage 5] B4 H16 S8192 D128 float16 causal: " in cap.err
+    assert "| 0 | B4 H16 S8192 D128 | float16 | no | skipped |" in cap.out
+    assert "host µs/call (SDPA)" in cap.out  # the latency rows carry host times
+    summary = cap.out.strip().splitlines()[-1]
+    assert summary.startswith("summary (GPU mode): 6 rows timed, stages 0, 5; 2 skipped; "
+                              "checks 6 passed, 0 failed; printed only"), summary
+
+
+def test_gpu_path_all_skips_nothing_and_failed_check_records_nothing(fake_gpu, capsys):
+    assert bench.main(["--stages", "0", "1", "--all", "--record"]) == 1
+    cap = capsys.readouterr()
+    assert "skipped" not in cap.err
+    summary = cap.out.strip().splitlines()[-1]
+    # --record adds the sweep: 6 standard and 24 sweep rows per stage; stage 1 fails them all
+    assert "60 rows timed, stages 0, 1; 0 skipped; checks 30 passed, 30 failed" in summary, summary
+    assert "NOT recorded: 30 row(s) failed the correctness check" in summary
