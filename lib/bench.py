@@ -262,7 +262,14 @@ def main_gpu(a, mods, t0) -> int:
     sweep_max_call_s = math.inf if a.all else a.sweep_max_call_s
     runs, not_run = run_gpu(mods, a.shapes, a.sweep, dtype, max_call_s, sweep_max_call_s)
     std = [r for r in runs if r["suite"] == "standard"]
-    print("\n" + R.markdown_table(std))
+    # % of matmul peak needs the GPU's matmul rate: the one recorded for this GPU model, if any
+    recorded = R.results_path(torch.cuda.get_device_name(0))
+    ceilings = (R.load(recorded).get("ceilings") or {}) if recorded.exists() else {}
+    peak = ceilings.get("matmul_TFLOPS")
+    print("\n" + R.ratio_legend("this run's rows") + (
+        f" % of matmul peak: over the matmul rate recorded for this GPU model in "
+        f"{recorded.relative_to(R.ROOT)} ({peak:.0f} TFLOPS)." if peak else ""))
+    print("\n" + R.markdown_table(std, peak))
     notes = R.sdpa_outliers(std, R.sdpa_medians(std))
     host = R.host_table(std)
     print("".join(f"\n{n}" for n in notes) + (f"\n\n{host}" if host else ""))

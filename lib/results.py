@@ -316,6 +316,15 @@ def standard_runs(data: dict) -> list[dict]:
     return [r for r in data["runs"] if r.get("suite", "standard") == "standard"]
 
 
+def ratio_legend(over: str) -> str:
+    """How the table's SDPA ratios are computed; `over`: whose rows the median is taken over."""
+    return ("Speed vs SDPA = SDPA's time / the stage's time (1× = as fast). SDPA's time is the "
+            f"median over {over} of the same shape, dtype and causality: every row "
+            "timed SDPA itself, the same way, on the same inputs in the same process as the "
+            f"stage; † marks a row whose own SDPA time was more than {SDPA_OUTLIER:.0%} off "
+            "that median (listed below the table).")
+
+
 def results_block(data: dict, runs: list[dict] | None = None,
                   plot_rel: str | None = None) -> str:
     """Provenance, how to read the table, the table (`runs`, default every standard row),
@@ -327,11 +336,7 @@ def results_block(data: dict, runs: list[dict] | None = None,
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
     stage_numbers = sorted({r["stage"] for r in runs}) or None
     parts = [provenance(data, stage_numbers), "",
-             "Speed vs SDPA = SDPA's time / the stage's time (1× = as fast). SDPA's time is the "
-             "median over this file's rows of the same shape, dtype and causality: every row "
-             "timed SDPA itself, the same way, on the same inputs in the same process as the "
-             f"stage; † marks a row whose own SDPA time was more than {SDPA_OUTLIER:.0%} off "
-             "that median (listed below the table). % of matmul peak = TFLOPS over the dense "
+             ratio_legend("this file's rows") + " % of matmul peak = TFLOPS over the dense "
              "matrix-product rate measured on the same GPU" +
              (f" ({peak:.0f} TFLOPS, {data['ceilings']['matmul_dtype']} "
               f"{data['ceilings']['matmul_shape']})." if peak else "."), "",

@@ -197,6 +197,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(lib.simulator, "HAS_GPU", True)
     monkeypatch.setattr(lib.simulator, "banner", lambda: "GPU mode: fake")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: results.load()["env"]["gpu"])
     real_measure = bench.measure
 
     def fake_measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s,
@@ -228,6 +229,7 @@ def test_gpu_path_progress_skips_and_summary(fake_gpu, capsys):
     assert "[stage 5] B4 H16 S8192 D128 float16 causal: " in cap.err
     assert "| 0 | B4 H16 S8192 D128 | float16 | no | skipped |" in cap.out
     assert "host µs/call (SDPA)" in cap.out  # the latency rows carry host times
+    assert "| % of matmul peak |" in cap.out and "matmul rate recorded for this GPU" in cap.out
     summary = cap.out.strip().splitlines()[-1]
     assert summary.startswith("summary (GPU mode): 6 rows timed, stages 0, 5; 2 skipped; "
                               "checks 6 passed, 0 failed; printed only"), summary

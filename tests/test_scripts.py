@@ -102,13 +102,15 @@ def sandbox(tmp_path):
 def test_failing_step_fails_the_run_and_keeps_the_notebooks(sandbox, tmp_path):
     nb = sandbox / "notebooks" / "tiny.ipynb"
     committed = nb.read_bytes()
-    # bench fails here: lib.bench --record refuses without a real GPU (exit 2)
+    # bench fails at once with a usage error (exit 2), on a GPU machine too, measuring nothing
     r = _run(sandbox / "scripts" / "gpu_session.sh", tmp_path,
-             _fake_bin(tmp_path, gpu_listed=True, torch_sees_gpu=True), FA_STEPS="bench notebooks")
+             _fake_bin(tmp_path, gpu_listed=True, torch_sees_gpu=True), FA_STEPS="bench notebooks",
+             FA_BENCH_ARGS="--stages 99")
     out = tmp_path / "out"
     summary = (out / "summary.txt").read_text()
     assert r.returncode != 0, r.stdout + r.stderr
     assert "bench rc=2" in summary and "FAILED: bench (rc 2)" in summary, summary
+    assert "invalid choice: 99" in (out / "logs" / "bench.log").read_text()
     assert "notebooks rc=0" in summary and "left as committed" in summary
     assert nb.read_bytes() == committed
     executed = (out / "executed-notebooks" / "tiny.ipynb").read_text()
