@@ -273,8 +273,9 @@ def host_table(runs: list[dict]) -> str:
     calls = rows[0].get("host_calls", "many")
     return ("Host time per call: the wall time of " + str(calls) + " back-to-back calls "
             "(no L2 flush, one synchronization at the end) divided by their number, what a model "
-            "waiting on small attention calls sees; GPU µs/call: CUDA events around each of the "
-            "same calls (a second pass). SDPA's default backend measured the same way in the same "
+            "waiting on small attention calls sees; GPU µs/call: the median of CUDA events around "
+            "each of the same calls in a second pass, the GPU kept busy ahead of each so that "
+            "the events time its work, not the launching. SDPA's default backend measured the same way in the same "
             "run.\n\n" + "\n".join(lines))
 
 
