@@ -5,7 +5,7 @@ printed as a markdown table, with a progress line per stage and shape on stderr.
     python -m lib.bench                 # all stages, standard shapes, print the table (~1 min)
     python -m lib.bench --record        # ... and write results/<gpu>.json, the plots, README
     python -m lib.bench --stages 0 --shapes latency
-    python -m lib.bench --all           # no time-based skips (stage 0 at the long shape: ~5 s a call)
+    python -m lib.bench --all           # no time-based skips (stage 0, long shape: ~5 s a call)
 
 Without a GPU it runs the simulator (numba stages, tiny shapes) and the offline compile
 (CUDA C++ stages), then prints the recorded table, labelled as recorded.
@@ -30,7 +30,7 @@ SWEEP_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 SIM_SHAPES = [(1, 2, 17, 17, 16), (1, 1, 33, 20, 8)]  # (B, H, Sq, Sk, D) for the simulator
 CHECK_SHAPES = [(1, 2, 64, 64, 64), (1, 2, 67, 45, 64), (2, 1, 45, 67, 64)]  # a small, odd ones
 GQA_CHECK_SHAPES = [(1, 4, 2, 67, 45, 64)]  # (B, H, H_kv, Sq, Sk, D), for stages with INFO.gqa
-HOST_TIMED_SHAPES = ("latency",)  # where host time per call is measured: small calls, where it matters
+HOST_TIMED_SHAPES = ("latency",)  # host time per call matters for small calls
 HOST_CALLS = 300
 DTYPES = ("float16", "bfloat16")
 
@@ -220,10 +220,11 @@ def main_cpu(a, ap, mods, t0) -> int:
     if a.record:
         ap.exit(2, f"{ap.prog}: --record needs a GPU (it writes measured figures into "
                    "results/ and the README): nothing recorded\n")
+    changed = lambda opt: getattr(a, opt) != ap.get_default(opt)  # noqa: E731
     ignored = [opt for opt, given in (("--sweep", a.sweep), ("--all", a.all),
-                                      ("--max-call-s", a.max_call_s != ap.get_default("max_call_s")),
-                                      ("--sweep-max-call-s", a.sweep_max_call_s
-                                       != ap.get_default("sweep_max_call_s"))) if given]
+                                      ("--max-call-s", changed("max_call_s")),
+                                      ("--sweep-max-call-s", changed("sweep_max_call_s")))
+               if given]
     if ignored:
         log(f"note: {', '.join(ignored)} only change{'s' if len(ignored) == 1 else ''} what is "
             "timed on a GPU; nothing is timed without one, so "
@@ -233,7 +234,7 @@ def main_cpu(a, ap, mods, t0) -> int:
     numbers = [m.INFO.number for m in mods]
     if data:
         rows = recorded_rows(data, numbers, a.shapes, a.dtype)
-        print(f"\n## Recorded results (not measured here)\n")
+        print("\n## Recorded results (not measured here)\n")
         if rows:
             print(R.results_block(data, rows))
         else:

@@ -275,8 +275,8 @@ def host_table(runs: list[dict]) -> str:
             "(no L2 flush, one synchronization at the end) divided by their number, what a model "
             "waiting on small attention calls sees; GPU µs/call: the median of CUDA events around "
             "each of the same calls in a second pass, the GPU kept busy ahead of each so that "
-            "the events time its work, not the launching. SDPA's default backend measured the same way in the same "
-            "run.\n\n" + "\n".join(lines))
+            "the events time its work, not the launching. SDPA's default backend measured the "
+            "same way in the same run.\n\n" + "\n".join(lines))
 
 
 def _number_ranges(numbers: list[int]) -> str:

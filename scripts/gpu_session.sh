@@ -6,11 +6,11 @@
 #   notebooks  every notebook executed with outputs
 #   pytest     the whole suite with nbval (stages running for real)
 #   sanitize   compute-sanitizer memcheck and racecheck on every stage at small and odd shapes
-# Logs, a summary and gpu-run.tgz (results, README, notebooks, logs) end up in $OUT
-# (default ./gpu-out).
+# Logs, a summary, the executed notebooks (executed-notebooks/) and gpu-run.tgz (results,
+# README, notebooks, logs, summary) end up in $OUT (default ./gpu-out).
 #
 # Nothing a failed or GPU-less run does can overwrite the recorded work: with no GPU the script
-# refuses before running anything; notebooks are executed into a scratch copy and replace the
+# refuses before running anything (exit 3; an unknown step name: exit 2); notebooks are executed into a scratch copy and replace the
 # committed ones only when every step of the run passed; a profile replaces its report only
 # when ncu succeeded; lib.bench --record writes nothing when a correctness check fails. Any
 # failing step makes the script exit non-zero, and the summary names it.

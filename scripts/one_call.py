@@ -21,7 +21,8 @@ ap.add_argument("--causal", action="store_true")
 ap.add_argument("--no-swizzle", action="store_true", help="stage 5 with plain shared-memory rows")
 a = ap.parse_args()
 if not HAS_GPU:
-    ap.exit(2, f"{ap.prog}: runs a kernel for a profiler, so it needs a CUDA GPU and none was found\n")
+    ap.exit(2, f"{ap.prog}: runs a kernel for a profiler, so it needs a CUDA GPU and none "
+               "was found\n")
 _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == a.shape)
 q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
 kw = {"swizzle": False} if a.no_swizzle else {}
