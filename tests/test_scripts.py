@@ -141,3 +141,13 @@ def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
                        timeout=120)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert _tree_digest(ROOT / "results") == before
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run extracts the test command after README's <!-- test-command --> marker with its
+    own awk line; that line must still find the install-and-test command."""
+    extract = next(ln for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+                   if ln.startswith("cmd=$(awk"))
+    r = subprocess.run(["bash", "-c", f'{extract}; printf "%s" "$cmd"'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout == 'python3 -m pip install -e ".[test]" && python3 -m pytest', r.stdout
