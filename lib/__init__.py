@@ -6,4 +6,10 @@ the main job (bench) and notebook helpers (notebook).
 Importing lib decides the mode first: with no GPU, numba's CUDA simulator is switched on
 before anything imports numba.cuda.
 """
-from lib import simulator  # noqa: F401  (must run before numba.cuda is imported)
+import sys as _sys
+
+# Deciding the mode imports torch (seconds); a process that only prints its usage
+# (`python -m lib.bench --help`) runs nothing that needs it. Every numba import goes through
+# lib.simulator anyway, so the mode is still decided before numba.cuda in any later import.
+if not {"-h", "--help"} & set(_sys.argv[1:]):
+    from lib import simulator  # noqa: F401  (must run before numba.cuda is imported)

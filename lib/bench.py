@@ -1,10 +1,11 @@
 """The main job: every registered stage this machine can run — correctness verdict and error
 vs SDPA, then timing, TFLOPS and the ratios to SDPA's default and FLASH_ATTENTION backends —
-printed as a markdown table.
+printed as a markdown table, with a progress line per stage and shape on stderr.
 
-    python -m lib.bench                 # all stages, standard shapes, print the table
+    python -m lib.bench                 # all stages, standard shapes, print the table (~1 min)
     python -m lib.bench --record        # ... and write results/<gpu>.json, the plots, README
     python -m lib.bench --stages 0 --shapes latency
+    python -m lib.bench --all           # no time-based skips (stage 0, long shape: ~5 s a call)
 
 Without a GPU it runs the simulator (numba stages, tiny shapes) and the offline compile
 (CUDA C++ stages), then prints the recorded table, labelled as recorded.
@@ -16,13 +17,10 @@ import math
 import sys
 import time
 
-import torch
-
 import lib  # noqa: F401  (mode first)
-from lib import results as R
-from lib.inputs import DTYPE_NAMES, make_qkv
-from lib.reference import attention_flops, check_attention
-from lib.simulator import HAS_GPU, banner
+
+# torch and the harness modules that need it are imported inside the functions, so that
+# `--help` and usage errors answer at once.
 
 # (name, B, H, S, D): the seeds' latency and throughput shapes and a long-sequence shape.
 STANDARD_SHAPES = [("latency", 1, 8, 512, 64), ("throughput", 16, 16, 2048, 64),
@@ -32,21 +30,28 @@ SWEEP_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 SIM_SHAPES = [(1, 2, 17, 17, 16), (1, 1, 33, 20, 8)]  # (B, H, Sq, Sk, D) for the simulator
 CHECK_SHAPES = [(1, 2, 64, 64, 64), (1, 2, 67, 45, 64), (2, 1, 45, 67, 64)]  # a small, odd ones
 GQA_CHECK_SHAPES = [(1, 4, 2, 67, 45, 64)]  # (B, H, H_kv, Sq, Sk, D), for stages with INFO.gqa
+HOST_TIMED_SHAPES = ("latency",)  # host time per call matters for small calls
+HOST_CALLS = 300
+DTYPES = ("float16", "bfloat16")
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted_s=None):
-    """One row of the table: check, time the stage and both SDPA backends, check again."""
-    from lib.timing import sdpa_call, time_cuda
+def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted_s=None,
+            host_calls=0):
+    """One row of the table: check, time the stage and both SDPA backends, check again.
+    With host_calls, also the host time per call of the stage and of SDPA's default."""
+    from lib.inputs import DTYPE_NAMES, make_qkv
+    from lib.reference import attention_flops, check_attention
+    from lib.timing import sdpa_call, time_cuda, time_host
 
     row = {"stage": mod.INFO.number, "suite": suite, "B": B, "H": H, "Sq": Sq, "Sk": Sk, "D": D,
            "dtype": DTYPE_NAMES[dtype], "causal": causal}
     if predicted_s is not None and predicted_s > max_call_s:
         row["skipped"] = (f"predicted {predicted_s:.1f} s per call > {max_call_s:g} s "
-                          "(from the stage's TFLOPS on the last shape)")
+                          "(from the stage's TFLOPS on a smaller shape; --all runs it)")
         return row
     check = lambda: check_attention(mod.attention, B, H, Sq, Sk, D,  # noqa: E731
                                     dtype=dtype, causal=causal)
@@ -58,12 +63,19 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
     slow = predicted_s is not None and predicted_s > 0.2
     kw = dict(warmup=1, min_runs=3, budget_s=max(3 * (predicted_s or 0), 1.0)) if slow else {}
-    t = time_cuda(lambda: mod.attention(q, k, v, causal=causal), **kw)
+    call = lambda: mod.attention(q, k, v, causal=causal)  # noqa: E731
+    t = time_cuda(call, **kw)
     sd = sdpa_call(q, k, v, causal=causal)
     sf = sdpa_call(q, k, v, causal=causal, backend="flash")
     ts = time_cuda(sd) if sd else None
     tf = time_cuda(sf) if sf else None
-    del q, k, v
+    if host_calls:
+        h = time_host(call, calls=host_calls)
+        hs = time_host(sd, calls=host_calls) if sd else None
+        row.update(host_us=h.host_us, host_gpu_us=h.gpu_us, host_calls=host_calls,
+                   sdpa_host_us=hs.host_us if hs else None,
+                   sdpa_host_gpu_us=hs.gpu_us if hs else None)
+    del q, k, v, call
     checks.append(check())  # again after the timing loop, on fresh inputs
     flops = attention_flops(B, H, Sq, Sk, D, causal)
     row.update(us=t.median_us, tflops=flops / t.median_us / 1e6, runs=t.runs,
@@ -81,61 +93,80 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     return row
 
 
-def plan(suites, dtype):
-    """(suite, B, H, Sq, D, causal) in order of growing work, so predictions come from
-    measurements on smaller shapes."""
+def plan(shapes, sweep: bool):
+    """(suite, shape name, B, H, S, D, causal) in order of growing work, so predictions come
+    from measurements on smaller shapes."""
     out = []
-    if "standard" in suites:
-        for name, B, H, S, D in STANDARD_SHAPES:
-            if name in suites["standard"]:
-                out += [("standard", B, H, S, D, c) for c in (False, True)]
-    if "sweep" in suites:
+    for name, B, H, S, D in STANDARD_SHAPES:
+        if name in shapes:
+            out += [("standard", name, B, H, S, D, c) for c in (False, True)]
+    if sweep:
         for D in (64, 128):
-            out += [("sweep", SWEEP_TOKENS // S, 16, S, D, c) for S in SWEEP_SEQS
+            out += [("sweep", f"S{S}", SWEEP_TOKENS // S, 16, S, D, c) for S in SWEEP_SEQS
                     for c in (False, True)]
     return out
 
 
-def run_gpu(mods, suites, dtype, max_call_s, sweep_max_call_s):
-    runs = []
+def progress_line(row) -> str:
+    """'[stage 3] B16 H16 S2048 D64 float16 causal: 1,957.0 µs (70.2 TFLOPS), 0.18x SDPA, pass'"""
+    from lib.results import ratio, shape_text
+    head = f"[stage {row['stage']}] {shape_text(row)} {row['dtype']} " \
+           f"{'causal' if row['causal'] else 'full'}"
+    if row.get("skipped"):
+        return f"{head}: skipped, {row['skipped']}"
+    vs = ratio(row.get("sdpa_us"), row["us"])
+    host = (f", host {row['host_us']:,.1f} µs/call (SDPA {row['sdpa_host_us'] or math.nan:,.1f})"
+            if row.get("host_us") is not None else "")
+    return (f"{head}: {row['us']:,.1f} µs ({row['tflops']:.3g} TFLOPS), "
+            f"{'—' if vs is None else format(vs, '.2g')}x SDPA{host}, "
+            f"{'pass' if row['passed'] else 'FAIL'}")
+
+
+def run_gpu(mods, shapes, sweep, dtype, max_call_s, sweep_max_call_s):
+    """Rows of every stage at every planned shape; stages this GPU or dtype cannot run are
+    named in the second list."""
+    import torch
+
+    from lib.inputs import DTYPE_NAMES
+    from lib.reference import attention_flops
+    runs, not_run = [], []
+    cc = torch.cuda.get_device_capability()
     for mod in mods:
         info = mod.INFO
-        cc = torch.cuda.get_device_capability()
-        if cc < info.min_cc:
-            log(f"stage {info.number}: skipped, needs compute capability "
-                f"{info.min_cc[0]}.{info.min_cc[1]}, this GPU has {cc[0]}.{cc[1]}")
+        if cc < tuple(info.min_cc):
+            not_run.append(f"stage {info.number} needs compute capability "
+                           f"{info.min_cc[0]}.{info.min_cc[1]}, this GPU has {cc[0]}.{cc[1]}")
+            log(f"[stage {info.number}] skipped: {not_run[-1]}")
             continue
         if dtype not in info.dtypes:
-            log(f"stage {info.number}: skipped, no {DTYPE_NAMES[dtype]} support")
+            not_run.append(f"stage {info.number} has no {DTYPE_NAMES[dtype]} kernel")
+            log(f"[stage {info.number}] skipped: {not_run[-1]}")
             continue
-        rate = None  # the stage's last measured FLOP/s, for predicting the next shape
-        items = plan(suites, dtype)
-        for i, (suite, B, H, S, D, causal) in enumerate(items, 1):
+        rate = None  # the stage's best measured FLOP/s so far, for predicting the next shape
+        for suite, name, B, H, S, D, causal in plan(shapes, sweep):
             if D not in info.head_dims:
                 continue
-            flops = attention_flops(B, H, S, S, D, causal)
-            predicted = flops / rate if rate else None
-            tag = f"[stage {info.number} {i}/{len(items)}] {suite} B{B} H{H} S{S} D{D} " \
-                  f"{'causal' if causal else 'full'}"
+            predicted = attention_flops(B, H, S, S, D, causal) / rate if rate else None
             t0 = time.time()
             row = measure(mod, B, H, S, S, D, dtype, causal, suite=suite,
                           max_call_s=max_call_s if suite == "standard" else sweep_max_call_s,
-                          predicted_s=predicted)
-            if row.get("skipped"):
-                log(f"{tag}: skipped, {row['skipped']}")
-            else:
+                          predicted_s=predicted,
+                          host_calls=HOST_CALLS if name in HOST_TIMED_SHAPES else 0)
+            if not row.get("skipped"):
                 rate = max(rate or 0.0, row["tflops"] * 1e12)  # small shapes underfill the GPU
-                log(f"{tag}: {row['us']:,.1f} µs, {row['tflops']:.3g} TFLOPS, "
-                    f"SDPA {row['sdpa_us'] or math.nan:,.1f} µs, "
-                    f"{'pass' if row['passed'] else 'FAIL'} ({time.time() - t0:.1f} s)")
+            log(progress_line(row) + ("" if row.get("skipped") else f" ({time.time() - t0:.1f} s)"))
             runs.append(row)
-    return runs
+    return runs, not_run
 
 
-def check_all(mods, shapes, dtypes=None) -> bool:
+def check_all(mods, shapes, dtypes=None) -> tuple[int, int]:
     """Correctness only (no timing): every stage that can run here, on each shape, causal and
-    not, each dtype. The simulator path without a GPU; what compute-sanitizer runs on one."""
-    ok = True
+    not, each dtype. The simulator path without a GPU; what compute-sanitizer runs on one.
+    Returns (checks passed, checks failed)."""
+    from lib.inputs import DTYPE_NAMES
+    from lib.reference import check_attention
+    from lib.simulator import HAS_GPU
+    passed = failed = 0
     for mod in mods:
         info = mod.INFO
         if not HAS_GPU and info.backend != "numba":
@@ -148,88 +179,192 @@ def check_all(mods, shapes, dtypes=None) -> bool:
                 for dtype in dtypes or info.dtypes:
                     c = check_attention(mod.attention, B, H, Sq, Sk, D, dtype=dtype,
                                         causal=causal, Hkv=Hkv)
-                    ok &= c.passed
+                    passed, failed = passed + c.passed, failed + (not c.passed)
                     heads = f"H{H}" if Hkv == H else f"H{H}/{Hkv}"
                     print(f"stage {info.number} ({'GPU' if HAS_GPU else 'simulator'}) "
                           f"B{B} {heads} S{Sq}/{Sk} D{D} {DTYPE_NAMES[dtype]} "
                           f"{'causal' if causal else 'full'}: {c.summary()}", flush=True)
-    return ok
+    return passed, failed
 
 
-def run_cpu(mods):
-    """No GPU: the simulator for numba stages, the offline compile for CUDA C++ stages."""
+def run_cpu(mods) -> tuple[int, int, list[int]]:
+    """No GPU: the simulator for numba stages, the offline compile for CUDA C++ stages.
+    Returns (checks passed, failed, stages compiled offline)."""
     from lib.sass import inspect_stage
-    ok = check_all(mods, SIM_SHAPES)
+    passed, failed = check_all(mods, SIM_SHAPES)
+    compiled = []
     for mod in mods:
         if mod.INFO.backend != "numba":
             for name, ins in inspect_stage(mod.INFO.number).items():
                 print(f"stage {mod.INFO.number} (offline compile) {name}:\n{ins.table(top=6)}")
-    return ok
+            compiled.append(mod.INFO.number)
+    return passed, failed, compiled
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--stages", type=int, nargs="*", help="stage numbers (default: all)")
-    ap.add_argument("--shapes", nargs="*", default=[s[0] for s in STANDARD_SHAPES],
-                    choices=[s[0] for s in STANDARD_SHAPES], help="standard shapes to run")
-    ap.add_argument("--sweep", action="store_true",
-                    help=f"also sweep S over {SWEEP_SEQS} at B·S={SWEEP_TOKENS}, H16, D64 and D128")
-    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
-    ap.add_argument("--max-call-s", type=float, default=10.0,
-                    help="skip a shape whose predicted time per call exceeds this")
-    ap.add_argument("--sweep-max-call-s", type=float, default=1.5,
-                    help="the same limit for the sweep's shapes")
-    ap.add_argument("--check", action="store_true",
-                    help="correctness only, at a small and odd shapes (for compute-sanitizer)")
-    ap.add_argument("--record", action="store_true",
-                    help="write results/<gpu>.json, the plots and the README table")
-    a = ap.parse_args(argv)
+def _numbers(ns) -> str:
+    return ", ".join(map(str, ns)) if ns else "none"
 
-    import stages
-    numbers = stages.NUMBERS if a.stages is None else a.stages
-    mods = [stages.get(n) for n in numbers]
-    print(banner(), flush=True)
-    if a.check:
-        return 0 if check_all(mods, CHECK_SHAPES if HAS_GPU else SIM_SHAPES,
-                              [getattr(torch, a.dtype)]) else 1
-    if not HAS_GPU:
-        if a.record:
-            log("--record needs a GPU: nothing recorded")
-            return 2
-        ok = run_cpu(mods)
-        data = R.load()
-        if data:
-            print(f"\n## Recorded results (not measured here)\n\n{R.provenance(data)}\n")
-            print(R.markdown_table(R.standard_runs(data)))
-        else:
-            print("\nNo recorded results in results/ yet: run `python -m lib.bench --record` on a GPU.")
-        return 0 if ok else 1
 
-    from lib.plots import plot_stages, plot_sweep
-    from lib.timing import measure_ceilings
-    suites = {"standard": set(a.shapes)}
-    if a.sweep:
-        suites["sweep"] = True
-    dtype = getattr(torch, a.dtype)
-    runs = run_gpu(mods, suites, dtype, a.max_call_s, a.sweep_max_call_s)
-    std = [r for r in runs if r["suite"] == "standard"]
-    print("\n" + R.markdown_table(std))
-    failed = [r for r in runs if not r.get("skipped") and not r["passed"]]
+def recorded_rows(data, stage_numbers, shapes, dtype) -> list[dict]:
+    """The recorded standard rows the command line asked for."""
+    from lib.results import standard_runs
+    dims = {(B, H, S, D) for name, B, H, S, D in STANDARD_SHAPES if name in shapes}
+    return [r for r in standard_runs(data) if r["stage"] in stage_numbers
+            and (r["B"], r["H"], r["Sq"], r["D"]) in dims and r["dtype"] == dtype]
+
+
+def main_cpu(a, ap, mods, t0) -> int:
+    """No GPU: simulator checks, offline compile, then the recorded table (filtered like a
+    GPU run would be)."""
+    from lib import results as R
     if a.record:
+        ap.exit(2, f"{ap.prog}: --record needs a GPU (it writes measured figures into "
+                   "results/ and the README): nothing recorded\n")
+    changed = lambda opt: getattr(a, opt) != ap.get_default(opt)  # noqa: E731
+    ignored = [opt for opt, given in (("--sweep", a.sweep), ("--all", a.all),
+                                      ("--max-call-s", changed("max_call_s")),
+                                      ("--sweep-max-call-s", changed("sweep_max_call_s")))
+               if given]
+    if ignored:
+        log(f"note: {', '.join(ignored)} only change{'s' if len(ignored) == 1 else ''} what is "
+            "timed on a GPU; nothing is timed without one, so "
+            f"{'it is' if len(ignored) == 1 else 'they are'} ignored here")
+    passed, failed, compiled = run_cpu(mods)
+    data = R.load()
+    numbers = [m.INFO.number for m in mods]
+    if data:
+        rows = recorded_rows(data, numbers, a.shapes, a.dtype)
+        print("\n## Recorded results (not measured here)\n")
+        if rows:
+            print(R.results_block(data, rows))
+        else:
+            print(f"No recorded rows for stages {_numbers(numbers)} at {', '.join(a.shapes)} "
+                  f"in {a.dtype} in `{data['_path']}`.")
+        table = f"{len(rows)} recorded rows printed from {data['_path']} (not measured here)"
+    else:
+        table = ("no recorded results in results/ yet: run `python -m lib.bench --record` "
+                 "on a GPU")
+        print("\n" + table[0].upper() + table[1:] + ".")
+    simulated = [m.INFO.number for m in mods if m.INFO.backend == "numba"]
+    done = ([f"simulator checks {passed} passed, {failed} failed (stages {_numbers(simulated)})"]
+            if simulated else []) + ([f"compiled offline: stages {_numbers(compiled)}"]
+                                     if compiled else [])
+    print(f"\nsummary (CPU mode): {'; '.join(done + [table])}; {time.time() - t0:.0f} s",
+          flush=True)
+    return 0 if failed == 0 else 1
+
+
+def main_gpu(a, mods, t0) -> int:
+    import torch
+
+    from lib import results as R
+    dtype = getattr(torch, a.dtype)
+    max_call_s = math.inf if a.all else a.max_call_s
+    sweep_max_call_s = math.inf if a.all else a.sweep_max_call_s
+    runs, not_run = run_gpu(mods, a.shapes, a.sweep, dtype, max_call_s, sweep_max_call_s)
+    std = [r for r in runs if r["suite"] == "standard"]
+    # % of matmul peak needs the GPU's matmul rate: the one recorded for this GPU model, if any
+    recorded = R.results_path(torch.cuda.get_device_name(0))
+    ceilings = (R.load(recorded).get("ceilings") or {}) if recorded.exists() else {}
+    peak = ceilings.get("matmul_TFLOPS")
+    print("\n" + R.ratio_legend("this run's rows") + (
+        f" % of matmul peak: over the matmul rate recorded for this GPU model in "
+        f"{recorded.relative_to(R.ROOT)} ({peak:.0f} TFLOPS)." if peak else ""))
+    print("\n" + R.markdown_table(std, peak))
+    notes = R.sdpa_outliers(std, R.sdpa_medians(std))
+    host = R.host_table(std)
+    print("".join(f"\n{n}" for n in notes) + (f"\n\n{host}" if host else ""))
+    timed = [r for r in runs if not r.get("skipped")]
+    skipped = [r for r in runs if r.get("skipped")]
+    failed = [r for r in timed if not r["passed"]]
+    if not a.record:
+        where = "printed only (--record writes results/<gpu>.json, the plots and the README table)"
+    elif failed:
+        where = f"NOT recorded: {len(failed)} row(s) failed the correctness check"
+    elif not timed:
+        where = "NOT recorded: nothing was timed"
+    else:
+        from lib.plots import plot_stages, plot_sweep
+        from lib.timing import measure_ceilings
         env = R.capture_env()
         log("measuring the GPU's ceilings (copy bandwidth, matmul rate)...")
         ceilings = measure_ceilings()
-        path = R.save(env, [m.INFO for m in mods], runs, extra={"ceilings": ceilings})
+        recorded = sorted({r["stage"] for r in runs})
+        path = R.save(env, [m.INFO for m in mods if m.INFO.number in recorded], runs,
+                      extra={"ceilings": ceilings})
         data = R.load(path)
         slug = R.gpu_slug(env["gpu"])
         plot = plot_stages(data, R.RESULTS_DIR / f"{slug}.png")
         if any(r.get("suite") == "sweep" for r in data["runs"]):
             plot_sweep(data, R.RESULTS_DIR / f"{slug}-sweep.png")
         R.update_readme(R.readme_block(data, str(plot.relative_to(R.ROOT))))
-        print(f"\nrecorded {len(runs)} rows in {path.relative_to(R.ROOT)}; README table regenerated")
-    if failed:
-        log(f"{len(failed)} row(s) FAILED the correctness check")
+        where = (f"recorded {len(runs)} rows in {path.relative_to(R.ROOT)}, plots and the "
+                 "README table regenerated")
+    stages_timed = sorted({r["stage"] for r in timed})
+    print(f"\nsummary (GPU mode): {len(timed)} rows timed, stages {_numbers(stages_timed)}; "
+          f"{len(skipped)} skipped; checks {len(timed) - len(failed)} passed, {len(failed)} "
+          f"failed{'; not run: ' + '; '.join(not_run) if not_run else ''}; {where}; "
+          f"{time.time() - t0:.0f} s", flush=True)
     return 1 if failed else 0
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each option; the description's examples kept as written."""
+
+
+def parser() -> argparse.ArgumentParser:
+    import stages  # cheap: the registry imports no stage module until one is asked for
+    shape_names = [s[0] for s in STANDARD_SHAPES]
+    ap = argparse.ArgumentParser(prog="python -m lib.bench", description=__doc__,
+                                 formatter_class=_HelpFormatter)
+    ap.add_argument("--stages", type=int, nargs="+", default=list(stages.NUMBERS),
+                    choices=list(stages.NUMBERS), metavar="N",
+                    help=f"stage numbers, from {list(stages.NUMBERS)}")
+    ap.add_argument("--shapes", nargs="+", default=shape_names, choices=shape_names,
+                    metavar="NAME", help="standard shapes, from " + ", ".join(
+                        f"{n} (B{B} H{H} S{S} D{D})" for n, B, H, S, D in STANDARD_SHAPES))
+    ap.add_argument("--sweep", action="store_true",
+                    help=f"GPU: also sweep S over {SWEEP_SEQS} at B·S={SWEEP_TOKENS}, H16, D64 "
+                         "and D128")
+    ap.add_argument("--all", action="store_true",
+                    help="GPU: no time-based skips (--max-call-s and --sweep-max-call-s off)")
+    ap.add_argument("--dtype", default="float16", choices=DTYPES, help="the dtype timed")
+    ap.add_argument("--max-call-s", type=float, default=1.0,
+                    help="GPU: skip a standard shape whose predicted time per call exceeds this "
+                         "(the skip and its reason go in the table)")
+    ap.add_argument("--sweep-max-call-s", type=float, default=1.5,
+                    help="GPU: the same limit for the sweep's shapes")
+    ap.add_argument("--check", action="store_true",
+                    help="correctness only, at a small and odd shapes (for compute-sanitizer)")
+    ap.add_argument("--record", action="store_true",
+                    help="GPU: measure every standard shape and the sweep, and write "
+                         "results/<gpu>.json, the plots and the README table (not when a check "
+                         "fails); the stages not run keep their recorded rows")
+    return ap
+
+
+def main(argv=None) -> int:
+    t0 = time.time()
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.record and set(a.shapes) != {s[0] for s in STANDARD_SHAPES}:
+        ap.error("--record replaces every recorded row of the stages it runs, so it measures "
+                 "every standard shape: leave out --shapes (or drop --record)")
+    a.sweep |= a.record  # likewise the sweep: recording without it would drop the recorded one
+    a.stages = sorted(set(a.stages))
+    a.shapes = [s[0] for s in STANDARD_SHAPES if s[0] in a.shapes]  # in order of growing work
+
+    import stages
+    from lib.simulator import HAS_GPU, banner
+    mods = [stages.get(n) for n in a.stages]
+    print(banner(), flush=True)
+    if a.check:
+        import torch
+        passed, failed = check_all(mods, CHECK_SHAPES if HAS_GPU else SIM_SHAPES,
+                                   [getattr(torch, a.dtype)])
+        print(f"\nsummary: {passed} checks passed, {failed} failed", flush=True)
+        return 0 if failed == 0 else 1
+    return main_gpu(a, mods, t0) if HAS_GPU else main_cpu(a, ap, mods, t0)
 
 
 if __name__ == "__main__":

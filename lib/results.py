@@ -13,10 +13,9 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 from pathlib import Path
-
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "results"
@@ -55,6 +54,8 @@ def git_commit() -> str:
 
 def capture_env() -> dict:
     """Everything a reader needs to know where a figure was measured."""
+    import torch
+
     from lib.nvrtc import nvrtc_version
     env = {"commit": git_commit(),
            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -105,6 +106,8 @@ def results_path(gpu_name: str) -> Path:
 def load(path: str | Path | None = None) -> dict | None:
     """The recorded results: `path`, else this GPU's file, else the newest in results/."""
     if path is None:
+        import torch  # here, not at the top: `python -m lib.bench --help` should not wait for it
+
         candidates = []
         if torch.cuda.is_available():
             candidates.append(results_path(torch.cuda.get_device_name(0)))
@@ -189,54 +192,169 @@ def shape_text(r) -> str:
     return s + f" D{r['D']}"
 
 
-def markdown_table(runs: list[dict], peak_tflops: float | None = None) -> str:
-    """The results table: one row per (stage, shape), with both SDPA ratios."""
+SDPA_OUTLIER = 0.05  # a row's own SDPA time this far from the median of its shape gets flagged
+SDPA_COLUMNS = (("sdpa_us", "default"), ("sdpa_flash_us", "flash"))
+
+
+def shape_key(r) -> tuple:
+    """Rows with the same key ran SDPA on the same problem."""
+    return (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
+
+
+def sdpa_medians(runs: list[dict]) -> dict:
+    """{(shape key, "sdpa_us"|"sdpa_flash_us"): median over the rows}: every row times SDPA
+    itself, so one slow SDPA measurement (a clock dip, a busy neighbour) would otherwise move
+    only that row's ratio; the median over the rows of one shape is the steadier yardstick."""
+    times: dict = {}
+    for r in runs:
+        for col, _ in SDPA_COLUMNS:
+            if not r.get("skipped") and r.get(col):
+                times.setdefault((shape_key(r), col), []).append(r[col])
+    return {key: statistics.median(v) for key, v in times.items()}
+
+
+def sdpa_outliers(runs: list[dict], medians: dict) -> list[str]:
+    """One line per row whose own SDPA time is more than SDPA_OUTLIER off the median."""
+    notes = []
+    for r in runs:
+        for col, backend in SDPA_COLUMNS:
+            median = medians.get((shape_key(r), col))
+            own = r.get(col)
+            if r.get("skipped") or not own or not median or abs(own / median - 1) <= SDPA_OUTLIER:
+                continue
+            notes.append(f"† stage {r['stage']}, {shape_text(r)} {r['dtype']} "
+                         f"{'causal' if r['causal'] else 'full'}: its own SDPA {backend} time, "
+                         f"{own:,.1f} µs, is {100 * (own / median - 1):+.0f}% from the median "
+                         f"{median:,.1f} µs (own ratio {_fmt(ratio(own, r['us']), '.3g')}×)")
+    return notes
+
+
+def markdown_table(runs: list[dict], peak_tflops: float | None = None,
+                   medians: dict | None = None) -> str:
+    """The results table: one row per (stage, shape), with both SDPA ratios. The ratios use
+    the median SDPA time of each shape over `medians` (default: over `runs` themselves); †
+    marks a row whose own SDPA time is more than 5% off it (sdpa_outliers says how far)."""
+    medians = sdpa_medians(runs) if medians is None else medians
     cols = ["stage", "shape", "dtype", "causal", "µs", "TFLOPS"]
     if peak_tflops:
         cols.append("% of matmul peak")
     cols += ["vs SDPA default", "vs SDPA flash", "max err", "check"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in runs:
+        cells = [str(r["stage"]), shape_text(r), r["dtype"], "yes" if r["causal"] else "no"]
         if r.get("skipped"):
-            cells = [str(r["stage"]), shape_text(r), r["dtype"], "yes" if r["causal"] else "no",
-                     "skipped", "—"] + (["—"] if peak_tflops else []) + ["—", "—", "—",
-                                                                        r["skipped"]]
+            cells += ["skipped", "—"] + (["—"] if peak_tflops else []) + ["—", "—", "—",
+                                                                         r["skipped"]]
         else:
-            cells = [str(r["stage"]), shape_text(r), r["dtype"], "yes" if r["causal"] else "no",
-                     _fmt(r["us"], ",.1f"), _fmt(r["tflops"], ".3g")]
+            cells += [_fmt(r["us"], ",.1f"), _fmt(r["tflops"], ".3g")]
             if peak_tflops:
                 cells.append(_fmt(100 * r["tflops"] / peak_tflops, ".2g"))
-            cells += [_fmt(ratio(r.get("sdpa_us"), r["us"]), ".3g") + "×",
-                      _fmt(ratio(r.get("sdpa_flash_us"), r["us"]), ".3g") + "×",
-                      _fmt(r["max_abs_err"], ".1e"), "pass" if r["passed"] else "**FAIL**"]
+            for col, _ in SDPA_COLUMNS:
+                own, median = r.get(col), medians.get((shape_key(r), col), r.get(col))
+                flag = "†" if own and median and abs(own / median - 1) > SDPA_OUTLIER else ""
+                cells.append(_fmt(ratio(median, r["us"]), ".3g") + "×" + flag)
+            cells += [_fmt(r["max_abs_err"], ".1e"), "pass" if r["passed"] else "**FAIL**"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def provenance(data: dict) -> str:
+def host_table(runs: list[dict]) -> str:
+    """Host time per call (rows that have it): what a model making many small calls waits."""
+    rows = [r for r in runs if r.get("host_us") is not None]
+    if not rows:
+        return ""
+    lines = ["| stage | shape | dtype | causal | host µs/call | GPU µs/call | "
+             "host µs/call (SDPA) | GPU µs/call (SDPA) |", "|" + "---|" * 8]
+    for r in rows:
+        lines.append("| " + " | ".join([
+            str(r["stage"]), shape_text(r), r["dtype"], "yes" if r["causal"] else "no",
+            _fmt(r["host_us"], ",.1f"), _fmt(r.get("host_gpu_us"), ",.1f"),
+            _fmt(r.get("sdpa_host_us"), ",.1f"), _fmt(r.get("sdpa_host_gpu_us"), ",.1f")]) + " |")
+    calls = rows[0].get("host_calls", "many")
+    return ("Host time per call: the wall time of " + str(calls) + " back-to-back calls "
+            "(no L2 flush, one synchronization at the end) divided by their number, what a model "
+            "waiting on small attention calls sees; GPU µs/call: the median of CUDA events around "
+            "each of the same calls in a second pass, the GPU kept busy ahead of each so that "
+            "the events time its work, not the launching. SDPA's default backend measured the "
+            "same way in the same run.\n\n" + "\n".join(lines))
+
+
+def _number_ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 4] -> 'stages 0–2, 4'; [5] -> 'stage 5'."""
+    parts, numbers = [], sorted(numbers)
+    i = 0
+    while i < len(numbers):
+        j = i
+        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
+            j += 1
+        parts.append(str(numbers[i]) if i == j else f"{numbers[i]}–{numbers[j]}")
+        i = j + 1
+    return ("stages " if len(numbers) > 1 else "stage ") + ", ".join(parts)
+
+
+def provenance(data: dict, stage_numbers=None) -> str:
+    """Where and when: the run's environment and, per stage, the commit and date its rows were
+    recorded at (stages re-recorded later keep their own; the env is the latest record's)."""
     e = data["env"]
-    return (f"Recorded on {e['gpu']} ({e.get('sm_count')} SMs, driver {e.get('driver')}, "
-            f"CUDA {e.get('cuda')}, torch {e.get('torch')}, numba-cuda {e.get('numba_cuda')}, "
-            f"NVRTC {e.get('nvrtc')}), commit {e['commit'][:10]}, {e['date']}; "
-            f"file `{data.get('_path', '')}`.")
+    where = (f"Recorded on {e['gpu']} ({e.get('sm_count')} SMs, driver {e.get('driver')}, "
+             f"CUDA {e.get('cuda')}, torch {e.get('torch')}, numba-cuda {e.get('numba_cuda')}, "
+             f"NVRTC {e.get('nvrtc')})")
+    groups: dict = {}  # (commit, date) -> stage numbers
+    for n, st in data.get("stages", {}).items():
+        if stage_numbers is None or int(n) in stage_numbers:
+            groups.setdefault((st.get("commit", e["commit"]), st.get("date", e["date"])),
+                              []).append(int(n))
+    if len(groups) <= 1:
+        commit, date = next(iter(groups), (e["commit"], e["date"]))
+        when = f"commit {commit[:10]}, {date}"
+    else:
+        when = "; ".join(f"{_number_ranges(ns)} at commit {c[:10]}, {d}"
+                         for (c, d), ns in sorted(groups.items(), key=lambda kv: min(kv[1])))
+    return f"{where}, {when}; file `{data.get('_path', '')}`."
 
 
 def standard_runs(data: dict) -> list[dict]:
     return [r for r in data["runs"] if r.get("suite", "standard") == "standard"]
 
 
-def readme_block(data: dict, plot_rel: str | None) -> str:
+def ratio_legend(over: str) -> str:
+    """How the table's SDPA ratios are computed; `over`: whose rows the median is taken over."""
+    return ("Speed vs SDPA = SDPA's time / the stage's time (1× = as fast). SDPA's time is the "
+            f"median over {over} of the same shape, dtype and causality: every row "
+            "timed SDPA itself, the same way, on the same inputs in the same process as the "
+            f"stage; † marks a row whose own SDPA time was more than {SDPA_OUTLIER:.0%} off "
+            "that median (listed below the table).")
+
+
+def results_block(data: dict, runs: list[dict] | None = None,
+                  plot_rel: str | None = None) -> str:
+    """Provenance, how to read the table, the table (`runs`, default every standard row),
+    the SDPA outliers and the host-time table: the README's block, and what the main job
+    prints without a GPU."""
+    std = standard_runs(data)
+    runs = std if runs is None else runs
+    medians = sdpa_medians(std)  # over the whole record, whatever subset is shown
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
-    parts = [provenance(data), "",
-             "Speed vs SDPA = SDPA's time / the stage's time on the same inputs in the same "
-             "process (1× = as fast). % of matmul peak = TFLOPS over the dense matrix-product "
-             "rate measured on the same GPU" +
+    stage_numbers = sorted({r["stage"] for r in runs}) or None
+    parts = [provenance(data, stage_numbers), "",
+             ratio_legend("this file's rows") + " % of matmul peak = TFLOPS over the dense "
+             "matrix-product rate measured on the same GPU" +
              (f" ({peak:.0f} TFLOPS, {data['ceilings']['matmul_dtype']} "
               f"{data['ceilings']['matmul_shape']})." if peak else "."), "",
-             markdown_table(standard_runs(data), peak)]
+             markdown_table(runs, peak, medians)]
+    notes = sdpa_outliers(runs, medians)
+    if notes:
+        parts += [""] + [n + ("  " if i < len(notes) - 1 else "") for i, n in enumerate(notes)]
+    host = host_table(runs)
+    if host:
+        parts += ["", host]
     if plot_rel:
         parts += ["", f"![TFLOPS per stage]({plot_rel})"]
     return "\n".join(parts)
+
+
+def readme_block(data: dict, plot_rel: str | None) -> str:
+    return results_block(data, plot_rel=plot_rel)
 
 
 def update_readme(block: str, readme: Path = README) -> None:

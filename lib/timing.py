@@ -4,6 +4,7 @@ and the machine's own ceilings (copy bandwidth, matmul rate) that the roofline u
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -68,6 +69,48 @@ def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=Tru
     q = statistics.quantiles(us, n=5) if len(us) > 1 else [us[0]] * 4
     return Timing(median_us=statistics.median(us), min_us=us[0], p20_us=q[0], p80_us=q[3],
                   runs=runs)
+
+
+@dataclass
+class HostTiming:
+    host_us: float  # wall time per call of `calls` back-to-back calls, synchronized once at the end
+    gpu_us: float   # median GPU time of one of the same calls (CUDA events around each)
+    calls: int
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def time_host(fn, *, calls=300, warmup=3, gpu_calls=100) -> HostTiming:
+    """What a model making many small attention calls waits for: the wall time per call of
+    `calls` back-to-back calls of fn() after warm-up, with one synchronization at the end (no
+    L2 flush, nothing between the calls). When launching a call costs the host more than the
+    GPU spends running it, host_us exceeds gpu_us: the GPU waits for the host.
+
+    gpu_us comes from a second pass (`gpu_calls` of the same calls) with an event pair around
+    each. Before each start event the GPU spins for about twice the host time of a call, so
+    the call's work is queued by the time the start event runs: the events then time the GPU's
+    work, not the host's launching (which would also leave the GPU idle between the events)."""
+    require_gpu("host timing")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    host_us = (time.perf_counter() - t0) / calls * 1e6
+    spin_cycles = int(2 * host_us * 2e3)  # 2x host_us at 2 GHz; longer on a slower clock
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(gpu_calls)]
+    for s, e in events:
+        torch.cuda._sleep(spin_cycles)
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    gpu_us = statistics.median(s.elapsed_time(e) * 1e3 for s, e in events)
+    return HostTiming(host_us=host_us, gpu_us=gpu_us, calls=calls)
 
 
 def tflops(B, H, Sq, Sk, D, causal, us) -> float:

@@ -1,23 +1,153 @@
 #!/usr/bin/env bash
 # Every GPU step of a session in one go, on a machine with a CUDA GPU:
-#   1. the benchmark in record mode (results/<gpu>.json, plots, README table), and the tile
-#      choices of stages 4 and 5 (scripts/tile_sweep.py),
-#   2. the notebooks executed in place, so they are committed with GPU outputs,
-#   3. the whole pytest suite with nbval (stages running for real),
-#   4. compute-sanitizer memcheck and racecheck on every stage at a small and an odd shape.
-# Logs and the changed files end up in $OUT (default ./gpu-out) as gpu-run.tgz.
+#   bench      the benchmark in record mode (results/<gpu>.json, plots, README table)
+#   tiles      the tile choices of stages 4 and 5 (scripts/tile_sweep.py --record)
+#   profile    Nsight Compute on one call of every CUDA C++ stage (results/profiles/)
+#   notebooks  every notebook executed with outputs
+#   pytest     the whole suite with nbval (stages running for real)
+#   sanitize   compute-sanitizer memcheck and racecheck on every stage at small and odd shapes
+# Logs, a summary, the executed notebooks (executed-notebooks/) and gpu-run.tgz (results,
+# README, notebooks, logs, summary) end up in $OUT (default ./gpu-out).
+#
+# Nothing a failed or GPU-less run does can overwrite the recorded work: with no GPU the script
+# refuses before running anything (exit 3; an unknown step name: exit 2); notebooks are executed into a scratch copy and replace the
+# committed ones only when every step of the run passed; a profile replaces its report only
+# when ncu succeeded; lib.bench --record writes nothing when a correctness check fails. Any
+# failing step makes the script exit non-zero, and the summary names it.
 #
 # Usage (repo root):  bash scripts/gpu_session.sh
-# FA_STEPS picks a subset, in this order: "bench tiles profile notebooks pytest sanitize" (the
-# default, all of them); e.g. FA_STEPS="pytest sanitize" when one call has a time limit.
+#   FA_STEPS       a subset of the steps, run in the order given; e.g. FA_STEPS="pytest sanitize"
+#                  when one call has a time limit (default: all of them, in the order above)
+#   FA_BENCH_ARGS  extra arguments for lib.bench, e.g. "--stages 5"
+#   FA_NOTEBOOKS   the notebooks to execute (default: notebooks/*.ipynb)
+#   FA_GIT_COMMIT  the commit being measured, when the tree has no .git
 # On the curriculum's H100 machine (no package registry, numpy 2.5), first fetch wheels on a
 # CPU machine with `bash ../shared/h100/fetch-wheels.sh` and carry .whl/ along: they are
-# installed here before anything else. Set FA_GIT_COMMIT to the commit being measured when
-# the tree has no .git.
+# installed here before anything else.
+#
+# A new step: write a function step_NAME that calls `run NAME command...` (once or several
+# times with distinct names), and add NAME to ALL_STEPS.
 set -uo pipefail
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT/logs"
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+cd "$(dirname "$0")/.."
+ALL_STEPS="bench tiles profile notebooks pytest sanitize"
+
+refuse() {  # refuse WHY: nothing has run yet
+  echo "gpu_session.sh: $1" >&2
+  echo "gpu_session.sh: refusing to run: nothing was run, and results/, notebooks/ and README.md are untouched." >&2
+  exit 3
+}
+
+FAILED=()
+run() {  # run NAME CMD...: log to $OUT/logs/NAME.log, record the exit code in the summary
+  local name=$1; shift
+  local t0
+  t0=$(date +%s)
+  echo "== $name: $*"
+  "$@" > "$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT/logs/$name.log"
+  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+  [ "$rc" -eq 0 ] || FAILED+=("$name (rc $rc)")
+  return "$rc"
+}
+
+commit_short() { echo "${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"; }
+
+step_bench() {
+  # --max-call-s 10 keeps recording stage 0 at the long shape (about 5 s a call), as before
+  # the 1 s default of an interactive run.
+  # shellcheck disable=SC2086  # FA_BENCH_ARGS is a list of arguments
+  run bench python3 -m lib.bench --record --sweep --max-call-s 10 ${FA_BENCH_ARGS:-}
+}
+
+step_tiles() {  # every tile choice of stages 4 and 5 (and stage 5 unswizzled), next to the table
+  run tiles python3 scripts/tile_sweep.py --record
+}
+
+profile_one() {  # profile_one NAME REPORT NCU-ARGS... -- one_call.py ARGS...: replace REPORT only on success
+  local name=$1 report=$2; shift 2
+  local ncu_args=() call_args=()
+  while [ "$1" != "--" ]; do ncu_args+=("$1"); shift; done
+  shift
+  call_args=("$@")
+  if run "$name" "$NCU" -k regex:attention "${ncu_args[@]}" python3 scripts/one_call.py "${call_args[@]}"; then
+    { echo "# ncu -k regex:attention ${ncu_args[*]} python3 scripts/one_call.py ${call_args[*]}; commit $(commit_short), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
+      cat "$OUT/logs/$name.log"; } > "$report"
+  fi
+}
+
+step_profile() {
+  # Nsight Compute on one call of every CUDA C++ stage at the throughput shape: where the time
+  # goes (the notebooks read these reports; results/profiles/stageN-throughput.ncu.txt).
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  if [ ! -x "$NCU" ]; then
+    echo "profile: Nsight Compute (ncu) not found on PATH or in /usr/local/cuda/bin" | tee -a "$OUT/summary.txt"
+    FAILED+=("profile (no ncu)")
+    return
+  fi
+  mkdir -p results/profiles
+  local n
+  for n in $(python3 -c "import stages; print(*[m.INFO.number for m in stages.all_stages() if m.INFO.backend == 'nvrtc'])"); do
+    profile_one "profile-stage$n" "results/profiles/stage$n-throughput.ncu.txt" \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables \
+      -- "$n" throughput
+  done
+  # Stage 5's swizzle, before and after: the same call with plain rows, for the bank conflicts.
+  profile_one profile-stage5-noswizzle results/profiles/stage5-noswizzle-throughput.ncu.txt \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables -- 5 throughput --no-swizzle
+}
+
+step_notebooks() {
+  # Executed in a scratch tree whose notebooks/ holds copies and whose other entries link to
+  # this repository (notebooks find the repository as their directory's parent); the copies
+  # replace the committed notebooks at the end, only if every step passed.
+  NB_TREE=$(mktemp -d "${TMPDIR:-/tmp}/fa-notebooks.XXXXXX")
+  mkdir "$NB_TREE/notebooks"
+  local entry nb
+  for entry in * .[!.]*; do
+    [ -e "$entry" ] && [ "$entry" != notebooks ] && ln -s "$PWD/$entry" "$NB_TREE/$entry"
+  done
+  NB_EXECUTED=()
+  # shellcheck disable=SC2086  # FA_NOTEBOOKS is a list of paths (globs allowed)
+  for nb in ${FA_NOTEBOOKS:-notebooks/*.ipynb}; do
+    [ -f "$nb" ] || { echo "notebooks: no notebook $nb" | tee -a "$OUT/summary.txt"; FAILED+=("notebooks (no $nb)"); return; }
+    cp "$nb" "$NB_TREE/notebooks/"
+    NB_EXECUTED+=("$nb")
+  done
+  local copies=()
+  for nb in "${NB_EXECUTED[@]}"; do copies+=("notebooks/$(basename "$nb")"); done
+  ( cd "$NB_TREE" && run notebooks python3 -m lib.notebook --execute "${copies[@]}" ) || FAILED+=("notebooks")
+  mkdir -p "$OUT/executed-notebooks"
+  for nb in "${NB_EXECUTED[@]}"; do cp "$NB_TREE/notebooks/$(basename "$nb")" "$OUT/executed-notebooks/"; done
+}
+
+step_pytest() {
+  run pytest python3 -m pytest -p no:cacheprovider -q
+}
+
+step_sanitize() {
+  # Only the curriculum's kernels are checked (every stage's kernel names contain "attention");
+  # the reference and SDPA's kernels (cuDNN, cuBLAS) are PyTorch's, not ours to fix. Host API
+  # errors are left out: cuda-bindings probes driver entry points that may not exist.
+  local tool
+  for tool in memcheck racecheck; do
+    run "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      --kernel-name kns=attention --report-api-errors no python3 -m lib.bench --check
+  done
+}
+
+STEPS=${FA_STEPS:-$ALL_STEPS}
+for s in $STEPS; do
+  [[ " $ALL_STEPS " == *" $s "* ]] || { echo "gpu_session.sh: unknown step '$s' in FA_STEPS; the steps are: $ALL_STEPS" >&2; exit 2; }
+done
+
+# A GPU first, before anything is installed, run or written.
+command -v nvidia-smi > /dev/null 2>&1 \
+  || refuse "no GPU here (nvidia-smi not found). This script records measured results and re-executes the committed notebooks, so it needs a CUDA GPU; without one, run \`python -m lib.bench\` and \`python -m pytest\` (CPU mode)."
+nvidia-smi -L 2>/dev/null | grep -q '^GPU ' \
+  || refuse "no GPU here (\`nvidia-smi -L\` lists none). This script needs a CUDA GPU; without one, run \`python -m lib.bench\` and \`python -m pytest\` (CPU mode)."
+
+if [ -d .whl ] && ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 else
@@ -25,55 +155,34 @@ else
 fi
 export PYTHONUNBUFFERED=1 NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 FA_CACHE_DIR=/tmp/fa-cache
 
+python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" \
+  || refuse "torch finds no CUDA GPU (torch.cuda.is_available() is False, though nvidia-smi lists one): a CPU build of torch, or a driver problem; check: python3 -c \"import torch; print(torch.__version__, torch.version.cuda)\""
+
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT/logs"
+: > "$OUT/summary.txt"
 nvidia-smi > "$OUT/logs/nvidia-smi.txt" 2>&1
 python3 -c "import torch, numpy, numba, numba_cuda; print('torch', torch.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/logs/versions.txt"
 
-: > "$OUT/summary.txt"
-step() {  # step NAME CMD...: run, log to $OUT/logs/NAME.log, record the exit code
-  local name=$1; shift
-  local t0=$(date +%s)
-  echo "== $name: $*"
-  "$@" > "$OUT/logs/$name.log" 2>&1
-  local rc=$?
-  tail -n 25 "$OUT/logs/$name.log"
-  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
-}
+NB_TREE=""
+NB_EXECUTED=()
+for s in $STEPS; do "step_$s"; done
 
-STEPS=" ${FA_STEPS:-bench tiles profile notebooks pytest sanitize} "
-want() { [[ "$STEPS" == *" $1 "* ]]; }
-
-want bench && step bench python3 -m lib.bench --record --sweep ${FA_BENCH_ARGS:-}
-# Every tile choice of stages 4 and 5 (and stage 5 unswizzled), stored next to the table.
-want tiles && step tiles python3 scripts/tile_sweep.py --record
-# Nsight Compute on one call of every CUDA C++ stage at the throughput shape: where the time
-# goes (the notebooks read these reports; results/profiles/stageN-throughput.ncu.txt).
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-if want profile && [ -x "$NCU" ]; then
-  mkdir -p results/profiles
-  for n in $(python3 -c "import stages; print(*[m.INFO.number for m in stages.all_stages() if m.INFO.backend == 'nvrtc'])"); do
-    f=results/profiles/stage$n-throughput.ncu.txt
-    echo "# ncu -k regex:attention --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py $n throughput; commit ${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')" > "$f"
-    step "profile-stage$n" "$NCU" -k regex:attention --section SpeedOfLight --section Occupancy --section WarpStateStats \
-      --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py "$n" throughput
-    cat "$OUT/logs/profile-stage$n.log" >> "$f"
-  done
-  # Stage 5's swizzle, before and after: the same call with plain rows, for the bank conflicts.
-  f=results/profiles/stage5-noswizzle-throughput.ncu.txt
-  echo "# ncu -k regex:attention --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables python3 scripts/one_call.py 5 throughput --no-swizzle; commit ${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')" > "$f"
-  step profile-stage5-noswizzle "$NCU" -k regex:attention --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
-    python3 scripts/one_call.py 5 throughput --no-swizzle
-  cat "$OUT/logs/profile-stage5-noswizzle.log" >> "$f"
+if [ -n "$NB_TREE" ]; then
+  if [ ${#FAILED[@]} -eq 0 ]; then
+    for nb in "${NB_EXECUTED[@]}"; do cp "$NB_TREE/notebooks/$(basename "$nb")" "$nb"; done
+    echo "notebooks: ${#NB_EXECUTED[@]} replaced with this run's outputs" | tee -a "$OUT/summary.txt"
+  else
+    echo "notebooks: left as committed (a step failed); this run's copies are in $OUT/executed-notebooks" | tee -a "$OUT/summary.txt"
+  fi
+  rm -rf "$NB_TREE"
 fi
-want notebooks && step notebooks python3 -m lib.notebook --execute ${FA_NOTEBOOKS:-notebooks/*.ipynb}
-want pytest && step pytest python3 -m pytest -p no:cacheprovider -q
-# Only the curriculum's kernels are checked (every stage's kernel names contain "attention");
-# the reference and SDPA's kernels (cuDNN, cuBLAS) are PyTorch's, not ours to fix. Host API
-# errors are left out: cuda-bindings probes driver entry points that may not exist.
-for tool in memcheck racecheck; do
-  want sanitize || break
-  step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-    --kernel-name kns=attention --report-api-errors no python3 -m lib.bench --check
-done
 
+if [ ${#FAILED[@]} -eq 0 ]; then
+  echo "all steps passed: $STEPS" | tee -a "$OUT/summary.txt"
+else
+  echo "FAILED: ${FAILED[*]}" | tee -a "$OUT/summary.txt"
+fi
 tar czf "$OUT/gpu-run.tgz" results README.md notebooks -C "$OUT" logs summary.txt
-cat "$OUT/summary.txt"
+echo "---"; cat "$OUT/summary.txt"
+[ ${#FAILED[@]} -eq 0 ]

@@ -12,13 +12,17 @@ import torch  # noqa: E402
 import stages  # noqa: E402
 from lib.bench import STANDARD_SHAPES  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
+from lib.simulator import HAS_GPU  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-ap.add_argument("stage", type=int)
+ap.add_argument("stage", type=int, choices=stages.NUMBERS)
 ap.add_argument("shape", choices=[s[0] for s in STANDARD_SHAPES])
 ap.add_argument("--causal", action="store_true")
 ap.add_argument("--no-swizzle", action="store_true", help="stage 5 with plain shared-memory rows")
 a = ap.parse_args()
+if not HAS_GPU:
+    ap.exit(2, f"{ap.prog}: runs a kernel for a profiler, so it needs a CUDA GPU and none "
+               "was found\n")
 _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == a.shape)
 q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
 kw = {"swizzle": False} if a.no_swizzle else {}

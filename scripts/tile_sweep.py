@@ -22,9 +22,14 @@ from lib import results as R  # noqa: E402
 from lib.bench import STANDARD_SHAPES  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_attention  # noqa: E402
+from lib.simulator import HAS_GPU  # noqa: E402
 from lib.timing import time_cuda  # noqa: E402
 
 SHAPE_OF_D = {64: "throughput", 128: "long"}  # the standard shape each head dim is tuned at
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each option; the description kept as written."""
 
 
 def variants(mod):
@@ -37,10 +42,19 @@ def variants(mod):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--stages", type=int, nargs="*", default=[4, 5])
-    ap.add_argument("--record", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("--stages", type=int, nargs="+", default=[4, 5], choices=stages.NUMBERS,
+                    metavar="N", help="stages with tile choices (a CHOICES list)")
+    ap.add_argument("--record", action="store_true",
+                    help="store the rows under 'tiles' in results/<gpu>.json (not when a check "
+                         "fails)")
     a = ap.parse_args()
+    no_choices = [n for n in a.stages if not hasattr(stages.get(n), "CHOICES")]
+    if no_choices:
+        ap.error(f"stage(s) {no_choices} offer no tile choices (no CHOICES)")
+    if not HAS_GPU:
+        ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU and none was found; "
+                   "nothing measured or recorded\n")
     rows, ok = [], True
     for n in a.stages:
         mod = stages.get(n)
@@ -79,7 +93,9 @@ def main() -> int:
                           f"{' (chosen)' if row['default'] else ''} ({time.time() - t0:.1f} s)",
                           flush=True)
                 del q, k, v
-    if a.record:
+    if a.record and not ok:
+        print("not recorded: a tile choice failed its correctness check", file=sys.stderr)
+    elif a.record:
         env = R.capture_env()
         shas = {str(n): R.stage_sha256(stages.get(n).INFO) for n in a.stages}
         path = R.save_extra(env["gpu"], "tiles", {"env": env, "sha256": shas, "rows": rows})

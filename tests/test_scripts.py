@@ -1,0 +1,153 @@
+"""scripts/gpu_session.sh, run on any machine with a faked GPU environment: it refuses without
+a GPU before touching anything, fails when a step fails, and replaces the committed notebooks
+only when every step passed."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cpu_only
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "gpu_session.sh"
+
+
+def _tree_digest(*dirs) -> str:
+    h = hashlib.sha256()
+    for d in dirs:
+        for p in sorted(Path(d).rglob("*")):
+            if p.is_file():
+                h.update(str(p).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def _fake_bin(tmp_path, *, gpu_listed: bool, torch_sees_gpu: bool) -> Path:
+    """A bin/ with an nvidia-smi that lists a GPU (or none) and a python3 that answers the
+    script's torch.cuda.is_available() check as told and runs everything else for real."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    if gpu_listed:
+        smi.write_text('#!/bin/sh\ncase "$*" in *-L*) echo "GPU 0: Fake GPU (UUID: GPU-0)";; '
+                       '*query*) echo "Fake GPU";; *) echo "Fake GPU table";; esac\n')
+    else:
+        smi.write_text('#!/bin/sh\necho "No devices were found"\nexit 6\n')
+    py = bin_dir / "python3"
+    py.write_text(f'#!/bin/sh\ncase "$*" in *torch.cuda.is_available*) exit '
+                  f'{0 if torch_sees_gpu else 1};; esac\nexec "{sys.executable}" "$@"\n')
+    for f in (smi, py):
+        f.chmod(0o755)
+    return bin_dir
+
+
+def _run(script, tmp_path, bin_dir, **env):
+    full_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                "OUT": str(tmp_path / "out"), **env}
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, env=full_env,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("gpu_listed,torch_sees_gpu,why", [
+    (False, False, "nvidia-smi -L` lists none"),
+    (True, False, "torch.cuda.is_available() is False"),
+])
+def test_refuses_without_gpu_and_touches_nothing(tmp_path, gpu_listed, torch_sees_gpu, why):
+    before = _tree_digest(ROOT / "notebooks", ROOT / "results")
+    readme = (ROOT / "README.md").read_bytes()
+    r = _run(SCRIPT, tmp_path, _fake_bin(tmp_path, gpu_listed=gpu_listed,
+                                         torch_sees_gpu=torch_sees_gpu))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert why in r.stderr and "refusing to run" in r.stderr
+    assert "untouched" in r.stderr
+    assert not (tmp_path / "out").exists()  # not even the log folder
+    assert _tree_digest(ROOT / "notebooks", ROOT / "results") == before
+    assert (ROOT / "README.md").read_bytes() == readme
+
+
+def test_unknown_step_is_refused(tmp_path):
+    r = _run(SCRIPT, tmp_path, _fake_bin(tmp_path, gpu_listed=True, torch_sees_gpu=True),
+             FA_STEPS="bench timelin")
+    assert r.returncode == 2 and "unknown step 'timelin'" in r.stderr
+
+
+def _notebook(text: str) -> dict:
+    return {"cells": [{"cell_type": "code", "execution_count": 1, "id": "c1", "metadata": {},
+                       "outputs": [{"name": "stdout", "output_type": "stream", "text": [text]}],
+                       "source": ["print('fresh output')"]}],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                        "name": "python3"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    """A copy of the script in a small tree: the real lib/ and stages/, one tiny notebook."""
+    tree = tmp_path / "repo"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(SCRIPT, tree / "scripts")
+    for name in ("lib", "stages"):
+        (tree / name).symlink_to(ROOT / name)
+    (tree / "results").mkdir()
+    (tree / "README.md").write_text("readme\n")
+    (tree / "notebooks").mkdir()
+    (tree / "notebooks" / "tiny.ipynb").write_text(json.dumps(_notebook("committed output\n")))
+    return tree
+
+
+def test_failing_step_fails_the_run_and_keeps_the_notebooks(sandbox, tmp_path):
+    nb = sandbox / "notebooks" / "tiny.ipynb"
+    committed = nb.read_bytes()
+    # bench fails at once with a usage error (exit 2), on a GPU machine too, measuring nothing
+    r = _run(sandbox / "scripts" / "gpu_session.sh", tmp_path,
+             _fake_bin(tmp_path, gpu_listed=True, torch_sees_gpu=True), FA_STEPS="bench notebooks",
+             FA_BENCH_ARGS="--stages 99")
+    out = tmp_path / "out"
+    summary = (out / "summary.txt").read_text()
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "bench rc=2" in summary and "FAILED: bench (rc 2)" in summary, summary
+    assert "invalid choice: 99" in (out / "logs" / "bench.log").read_text()
+    assert "notebooks rc=0" in summary and "left as committed" in summary
+    assert nb.read_bytes() == committed
+    executed = (out / "executed-notebooks" / "tiny.ipynb").read_text()
+    assert "fresh output" in executed
+    assert (out / "gpu-run.tgz").exists()
+
+
+def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
+    nb = sandbox / "notebooks" / "tiny.ipynb"
+    r = _run(sandbox / "scripts" / "gpu_session.sh", tmp_path,
+             _fake_bin(tmp_path, gpu_listed=True, torch_sees_gpu=True), FA_STEPS="notebooks")
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 replaced" in summary and "all steps passed" in summary
+    assert "fresh output" in nb.read_text() and "committed output" not in nb.read_text()
+
+
+@cpu_only
+@pytest.mark.parametrize("args,message", [
+    (["scripts/tile_sweep.py", "--record"], "none was found; nothing measured or recorded"),
+    (["scripts/tile_sweep.py", "--stages", "2"], "stage(s) [2] offer no tile choices"),
+    (["scripts/one_call.py", "5", "throughput"], "needs a CUDA GPU and none was found"),
+    (["scripts/one_call.py", "9", "throughput"], "invalid choice: 9"),
+])
+def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
+    before = _tree_digest(ROOT / "results")
+    r = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _tree_digest(ROOT / "results") == before
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run extracts the test command after README's <!-- test-command --> marker with its
+    own awk line; that line must still find the install-and-test command."""
+    extract = next(ln for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+                   if ln.startswith("cmd=$(awk"))
+    r = subprocess.run(["bash", "-c", f'{extract}; printf "%s" "$cmd"'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout == 'python3 -m pip install -e ".[test]" && python3 -m pytest', r.stdout
