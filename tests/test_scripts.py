@@ -47,7 +47,7 @@ def _fake_bin(tmp_path, *, gpu_listed: bool, torch_sees_gpu: bool) -> Path:
 
 def _run(script, tmp_path, bin_dir, **env):
     full_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                "OUT": str(tmp_path / "out"), **env}
+                "OUT": str(tmp_path / "out"), "FA_WHEELS": str(tmp_path / "no-wheels"), **env}
     return subprocess.run(["bash", str(script)], capture_output=True, text=True, env=full_env,
                           timeout=300)
 
