@@ -5,6 +5,18 @@
 // Compile-time constants, set by lib.nvrtc.compile_stage:
 //   HEAD_DIM   the head dimension D (64 or 128)
 //   ELEM_BF16  defined for bfloat16 inputs; otherwise float16
+//
+// What every kernel is told about its inputs, the same way in every stage:
+//   Layouts. q [B, H, Sq, D], k and v [B, H_kv, Sk, D] are read where they lie, with any
+//     strides whose last dimension is unit-stride (a model's .transpose(1, 2) view of a
+//     [B, S, H, D] tensor, a slice of heads ...): each comes with its batch and head strides
+//     (64-bit: a tensor may hold more than 2^31 elements) and its row (sequence) stride, all in
+//     elements. The output is a fresh contiguous [B, H, Sq, D] tensor.
+//   Grouped-query attention: H_kv = H / group heads of K/V; query head h reads K/V head h / group.
+//   The grid. gridDim.y and gridDim.z stop at 65535 blocks, gridDim.x at 2^31 − 1, so (batch,
+//     head) is folded into blockIdx.x with the tile index: blockIdx.x counts the tiles of
+//     (batch 0, head 0), then those of (0, 1), and so on (bh = b·H + h). Neighbouring blocks are
+//     neighbouring tiles of one head, reading the same K and V, as with a 2-D grid.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -62,7 +74,11 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict_
     elem_t* to = dst + r_t * LD_DST + c_t;
     const int rows_left = n_rows - row0 - r_t;  // rows r_t + dr with dr >= rows_left are past the end
     const elem_t zero = to_elem(0.0f);
-#pragma unroll
+    // The row stride ld is a kernel argument: unrolled, every step's offset dr·ld would be
+    // computed once, before the caller's loop over tiles, and kept in registers (64 of them
+    // for a 32 × 128 tile on 64 threads: spills). So a copy of many batches (stages 2 and 3)
+    // loops over them; one of one or two batches (stage 4's, up to 32 loads each) is unrolled.
+#pragma unroll(PER_THREAD / BATCH > 2 ? 1 : PER_THREAD / BATCH)
     for (int b = 0; b < PER_THREAD; b += BATCH) {
         elem_t x[BATCH];
 #pragma unroll

@@ -1,5 +1,6 @@
 """One suite for every registered stage: random shapes (odd lengths, Sq != Sk, causal), every
-supported dtype and head dim, poisoned outputs, and the whole bad-input list."""
+supported dtype and head dim, strided views, grouped-query inputs, empty inputs and many heads,
+poisoned outputs, CUDA-graph capture, and the whole bad-input list."""
 import dataclasses
 import math
 
@@ -7,8 +8,8 @@ import pytest
 import torch
 
 import stages
-from conftest import gpu
-from lib.inputs import GPUTooOldError, make_qkv, poisoned_outputs, validate
+from conftest import cpu_only, gpu
+from lib.inputs import FLOAT_DTYPES, GPUTooOldError, make_qkv, poisoned_outputs, validate
 from lib.reference import check_output
 from lib.simulator import HAS_GPU, SIMULATOR, GPURequiredError
 
@@ -85,14 +86,15 @@ def test_custom_scale(n, seed):
 
 
 # (B, H, H_kv, Sq, Sk): grouped-query attention, k and v with fewer heads than q
-GQA_SHAPES = [(2, 8, 2, 129, 77), (1, 6, 3, 1000, 1000), (1, 4, 1, 33, 200)]
+GQA_SHAPES = ([(2, 8, 2, 129, 77), (1, 6, 3, 1000, 1000), (1, 4, 1, 33, 200)] if HAS_GPU else
+              [(2, 4, 2, 5, 7), (1, 3, 1, 9, 4)])
 GQA_STAGES = [n for n, m in MODULES.items() if m.INFO.gqa]
 
 
 def gqa_cases():
     for n in GQA_STAGES:
         info = MODULES[n].INFO
-        for D in info.head_dims:
+        for D in [d for d in head_dims_to_test(info) if d in (16, 64, 128)]:
             for dtype in info.dtypes:
                 for shape in GQA_SHAPES:
                     for causal in (False, True):
@@ -114,17 +116,18 @@ def test_gqa_matches_reference(n, shape, D, dtype, causal, seed):
 
 @pytest.mark.parametrize("n", MODULES)
 def test_gqa_declared(n):
-    """A stage without grouped-query support says so; one with it rejects a head count that
-    is not a multiple of K/V's."""
-    mod = MODULES[n]
-    device = "cpu" if (SIMULATOR and mod.INFO.backend == "numba") or not HAS_GPU else "cuda"
-    D = 64 if 64 in mod.INFO.head_dims else mod.INFO.head_dims[0]
-    if not mod.INFO.gqa:
-        with pytest.raises(ValueError, match="same number of heads"):
-            mod.attention(*make_qkv(1, 4, 8, D, Hkv=2, dtype=mod.INFO.dtypes[0], device=device))
-    else:
+    """A stage without grouped-query support says so and names those with it; one with it
+    rejects a head count that is not a multiple of K/V's."""
+    info = MODULES[n].INFO
+    D = 64 if 64 in info.head_dims else info.head_dims[0]
+    if info.gqa:
         with pytest.raises(ValueError, match="multiple"):
-            mod.attention(*make_qkv(1, 4, 8, D, Hkv=3, dtype=mod.INFO.dtypes[0], device=device))
+            call_or_validate(MODULES[n], *make_qkv(1, 4, 8, D, Hkv=3, dtype=info.dtypes[0],
+                                                   device=device_for(info)))
+    without = dataclasses.replace(info, gqa=False)
+    with pytest.raises(ValueError, match=r"same number of heads .*stages [0-9, ]+\)"):
+        validate(*make_qkv(1, 4, 8, D, Hkv=2, dtype=info.dtypes[0], device="cpu"),
+                 causal=False, scale=None, info=without, check_device=False)
 
 
 @pytest.mark.parametrize("n", MODULES)
@@ -152,23 +155,29 @@ def _unsupported_dtype(info):
     return next(d for d in (torch.float64, torch.float32, torch.bfloat16) if d not in info.dtypes)
 
 
+ALL_FLOAT_NAMES = ", ".join(str(d)[6:] for d in FLOAT_DTYPES)
+
 BAD = {  # name: (make (q, k, v, kwargs) from good inputs, exception, message fragment)
     "q not a tensor": (lambda q, k, v, i: (q.tolist(), k, v, {}), TypeError, "q must be a torch.Tensor"),
     "rank 3": (lambda q, k, v, i: (q[0], k, v, {}), ValueError, "rank 4"),
-    "integer dtype": (lambda q, k, v, i: (q.to(torch.int32), k, v, {}), TypeError, "floating-point"),
+    "integer dtype": (lambda q, k, v, i: (q.to(torch.int32), k, v, {}), TypeError,
+                      f"floating-point tensor \\({ALL_FLOAT_NAMES}\\)"),
     "mixed dtypes": (lambda q, k, v, i: (q, k.to(_unsupported_dtype(i)), v, {}), TypeError, "one dtype"),
     "batch mismatch": (lambda q, k, v, i: (q, k.repeat(2, 1, 1, 1), v.repeat(2, 1, 1, 1), {}), ValueError, "batch"),
     "heads mismatch": (lambda q, k, v, i: (q, k[:, :1].repeat(1, 3, 1, 1).contiguous(),
                                            v[:, :1].repeat(1, 3, 1, 1).contiguous(), {}), ValueError, "heads"),
     "k/v length mismatch": (lambda q, k, v, i: (q, k, v[:, :, :5].contiguous(), {}), ValueError, "same sequence length"),
     "head dim mismatch": (lambda q, k, v, i: (q, k, v[..., :-1].contiguous(), {}), ValueError, "head dims differ"),
-    "empty": (lambda q, k, v, i: (q[:, :, :0], k, v, {}), ValueError, "empty"),
+    "kv heads not dividing": (lambda q, k, v, i: (q.repeat(1, 2, 1, 1), k[:, :1].repeat(1, 3, 1, 1),
+                                                  v[:, :1].repeat(1, 3, 1, 1), {}), ValueError, "multiple"),
     "nan scale": (lambda q, k, v, i: (q, k, v, {"scale": math.nan}), ValueError, "finite"),
     "inf scale": (lambda q, k, v, i: (q, k, v, {"scale": math.inf}), ValueError, "finite"),
     "string scale": (lambda q, k, v, i: (q, k, v, {"scale": "0.1"}), TypeError, "scale"),
     "non-bool causal": (lambda q, k, v, i: (q, k, v, {"causal": "yes"}), TypeError, "causal"),
-    "non-contiguous": (lambda q, k, v, i: (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, {}),
-                       ValueError, "contiguous"),
+    "last dim strided": (lambda q, k, v, i: (q.transpose(2, 3).contiguous().transpose(2, 3), k, v, {}),
+                         ValueError, "q must have a unit-stride last dimension"),
+    "v's last dim strided": (lambda q, k, v, i: (q, k, torch.cat([v, v], -1)[..., ::2], {}),
+                             ValueError, "v must have a unit-stride last dimension"),
     "unsupported head dim": (lambda q, k, v, i: (*(t.new_ones(1, 2, 8, _unsupported_dim(i)).normal_()
                                                    for t in (q, k, v)), {}), NotImplementedError, "head dims"),
     "unsupported dtype": (lambda q, k, v, i: (*(t.to(_unsupported_dtype(i)) for t in (q, k, v)), {}),
@@ -176,15 +185,61 @@ BAD = {  # name: (make (q, k, v, kwargs) from good inputs, exception, message fr
 }
 
 
+def device_for(info):
+    return "cpu" if (SIMULATOR and info.backend == "numba") or not HAS_GPU else "cuda"
+
+
+def call_or_validate(mod, q, k, v, **kw):
+    """The stage itself where it runs; elsewhere (a CUDA C++ stage without a GPU, which would
+    say "needs a GPU" first) its validation with the machine and device checks left out."""
+    if runs_here(mod):
+        return mod.attention(q, k, v, **kw)
+    return validate(q, k, v, causal=kw.get("causal", False), scale=kw.get("scale"),
+                    info=mod.INFO, check_device=False)
+
+
 @pytest.mark.parametrize("case", BAD)
 @pytest.mark.parametrize("n", MODULES)
 def test_bad_input(n, case):
     mod = MODULES[n]
     make, exc, fragment = BAD[case]
-    device = "cpu" if (SIMULATOR and mod.INFO.backend == "numba") or not HAS_GPU else "cuda"
-    q, k, v, kw = make(*_good(mod.INFO, device), mod.INFO)
+    q, k, v, kw = make(*_good(mod.INFO, device_for(mod.INFO)), mod.INFO)
     with pytest.raises(exc, match=fragment):
-        mod.attention(q, k, v, **kw)
+        call_or_validate(mod, q, k, v, **kw)
+
+
+ALIGNED_STAGES = [n for n, m in MODULES.items() if m.INFO.align_bytes > 2]
+
+
+def _misaligned(info, device, what):
+    """Good values in a layout that breaks the stage's alignment: the data pointer 2 bytes off,
+    or rows D + 1 elements apart."""
+    B, H, S, D = 1, 2, 8, 64 if 64 in info.head_dims else info.head_dims[0]
+    if what == "pointer":
+        buf = torch.randn(B * H * S * D + 1, device=device).to(info.dtypes[0])
+        return buf[1:].view(B, H, S, D)
+    return torch.randn(B, H, S, D + 1, device=device).to(info.dtypes[0])[..., :D]
+
+
+@pytest.mark.parametrize("what", ["pointer", "seq stride"])
+@pytest.mark.parametrize("n", ALIGNED_STAGES)
+def test_misaligned_input(n, what):
+    mod = MODULES[n]
+    q, k, v = _good(mod.INFO, device_for(mod.INFO))
+    bad = _misaligned(mod.INFO, device_for(mod.INFO), what)
+    with pytest.raises(ValueError, match=f"stage {n} copies {mod.INFO.align_bytes} bytes at a "
+                                         f"time: k's data pointer.*{what}"):
+        call_or_validate(mod, q, bad, v)
+
+
+@cpu_only
+@pytest.mark.parametrize("n", [n for n, m in MODULES.items() if m.INFO.backend == "nvrtc"])
+def test_no_gpu_is_said_first(n):
+    """Without a GPU a CUDA C++ stage says so before anything else (not after the learner has
+    fixed the dtype, then the layout), and points at the offline inspection of that stage."""
+    q, k, v = _good(MODULES[n].INFO, "cpu")
+    with pytest.raises(GPURequiredError, match=rf"stage {n} .*lib\.sass\.inspect_stage\({n}\)"):
+        MODULES[n].attention(q.to(torch.int32).transpose(2, 3), k[:, :1], v, scale=math.nan)
 
 
 @pytest.mark.parametrize("n", MODULES)
