@@ -114,6 +114,113 @@ def test_gqa_matches_reference(n, shape, D, dtype, causal, seed):
                              causal=causal, seed=seed)
 
 
+# Layouts models hand attention: views, read in place by the CUDA C++ stages (stage 0 copies).
+def _bshd(B, H, S, D, dtype, device):
+    """A [B, H, S, D] view of a [B, S, H, D] tensor, as a model's .transpose(1, 2) gives."""
+    return torch.randn(B, S, H, D, dtype=torch.float32).to(device=device, dtype=dtype).transpose(1, 2)
+
+
+LAYOUTS = {  # name: (B, H, H_kv, Sq, Sk, D) -> q, k, v of those sizes in some strided layout
+    "transposed [B, S, H, D]": lambda B, H, Hk, Sq, Sk, D, dt, dev: (
+        _bshd(B, H, Sq, D, dt, dev), _bshd(B, Hk, Sk, D, dt, dev), _bshd(B, Hk, Sk, D, dt, dev)),
+    "sliced heads": lambda B, H, Hk, Sq, Sk, D, dt, dev: tuple(
+        t[:, 1:1 + t.shape[1] - 3] for t in make_qkv(B, H + 3, Sq, D, Sk=Sk, Hkv=Hk + 3, dtype=dt, device=dev)),
+    "batch slice": lambda B, H, Hk, Sq, Sk, D, dt, dev: tuple(
+        t[1:] for t in make_qkv(B + 1, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dt, device=dev)),
+    "sliced seq": lambda B, H, Hk, Sq, Sk, D, dt, dev: tuple(
+        t[:, :, 3:] for t in make_qkv(B, H, Sq + 3, D, Sk=Sk + 3, Hkv=Hk, dtype=dt, device=dev)),
+    "mixed (q transposed, k sliced, v a view of kv)": lambda B, H, Hk, Sq, Sk, D, dt, dev: (
+        _bshd(B, H, Sq, D, dt, dev), make_qkv(B, Hk + 1, Sk, D, dtype=dt, device=dev)[1][:, 1:],
+        torch.randn(B, Sk, 2, Hk, D).to(device=dev, dtype=dt)[:, :, 1].transpose(1, 2)),
+}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("n", MODULES)
+def test_strided_layouts(n, layout, causal, seed):
+    """Strided views (last dimension unit-stride) give the same answer as contiguous inputs."""
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("CUDA C++ stages need a GPU of their compute capability here")
+    torch.manual_seed(seed)
+    D = 64 if 64 in mod.INFO.head_dims and HAS_GPU else 16
+    B, H, Hk, Sq, Sk = (2, 4, 2 if mod.INFO.gqa else 4, 77, 130) if HAS_GPU else (2, 2, 1, 5, 7)
+    for dtype in mod.INFO.dtypes[:2]:
+        q, k, v = LAYOUTS[layout](B, H, Hk, Sq, Sk, D, dtype, device_for(mod.INFO))
+        assert any(not t.is_contiguous() or t.storage_offset() for t in (q, k, v))  # a view
+        assert_matches_reference(mod, q, k, v, causal=causal, seed=seed)
+
+
+EMPTY = {"Sq = 0": (1, 2, 2, 0, 5), "Sk = 0": (1, 2, 2, 5, 0), "B = 0": (0, 2, 2, 5, 5),
+         "H = 0": (1, 0, 0, 5, 5)}
+
+
+@pytest.mark.parametrize("case", EMPTY)
+@pytest.mark.parametrize("n", MODULES)
+def test_empty_inputs(n, case):
+    """Nothing to compute gives SDPA's answer: an empty output, or zeros when there are no keys
+    (what SDPA returns for Sk = 0)."""
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("CUDA C++ stages need a GPU of their compute capability here")
+    B, H, Hk, Sq, Sk = EMPTY[case]
+    D = 64 if 64 in mod.INFO.head_dims else 16
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=mod.INFO.dtypes[0], device=device_for(mod.INFO))
+    for causal in (False, True):
+        out = mod.attention(q, k, v, causal=causal)
+        want = torch.nn.functional.scaled_dot_product_attention(q.cpu().float(), k.cpu().float(),
+                                                                v.cpu().float(), is_causal=causal)
+        assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
+        torch.testing.assert_close(out.cpu().float(), want, rtol=0, atol=0)
+
+
+@gpu
+@pytest.mark.parametrize("n", MODULES)
+def test_many_heads(n, seed):
+    """B·H = 70,000 is more than a grid's y or z dimension holds (65,535)."""
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("needs a GPU of the stage's compute capability")
+    D = 64 if 64 in mod.INFO.head_dims else 16
+    B, H, Hk, S = 2, 35_000, 35_000 // 7 if mod.INFO.gqa else 35_000, 3
+    if mod.INFO.backend == "numba":
+        B, H, Hk = 1, 70_000, 70_000 // 7 if mod.INFO.gqa else 70_000
+    assert_matches_reference(mod, *make_qkv(B, H, S, D, Sk=S + 2, Hkv=Hk, dtype=mod.INFO.dtypes[0],
+                                            seed=seed), causal=True, seed=seed)
+
+
+@gpu
+@pytest.mark.parametrize("n", [n for n, m in MODULES.items() if m.INFO.backend == "nvrtc"])
+def test_cuda_graph_capture(n, seed):
+    """Captured into a CUDA graph, a stage launches on the capturing stream (torch's current
+    stream at call time) and replays on whatever the static inputs hold then."""
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("needs a GPU of the stage's compute capability")
+    D = 64 if 64 in mod.INFO.head_dims else mod.INFO.head_dims[0]
+    Hk = 2 if mod.INFO.gqa else 4
+    q, k, v = make_qkv(2, 4, 100, D, Sk=90, Hkv=Hk, dtype=mod.INFO.dtypes[0], seed=seed)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)  # a strided view, as models capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile, load and plan outside the capture
+        mod.attention(q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mod.attention(q, k, v, causal=True)
+    for _ in range(2):
+        new = make_qkv(2, 4, 100, D, Sk=90, Hkv=Hk, dtype=mod.INFO.dtypes[0])
+        for t, x in zip((q, k, v), new):
+            t.copy_(x)
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        c = check_output(out, q, k, v, causal=True)
+        assert c.passed, f"seed {seed}: {c.summary()}"
+
+
 @pytest.mark.parametrize("n", MODULES)
 def test_gqa_declared(n):
     """A stage without grouped-query support says so and names those with it; one with it
@@ -300,3 +407,57 @@ def test_offline_compile(n, dtype, D, arch):
             assert r["spill_stores"] <= allowed and r["spill_loads"] <= 2 * allowed, \
                 f"{kernel} spills: {r} (the stage allows {allowed} bytes at D{D})"
             assert r["static_smem_bytes"] <= 48 * 1024, f"{kernel}: static shared memory > 48 KB"
+
+
+# ---------------------------------------------------------------------------------------------
+# the launch path of the fused stages, on the CPU: the kernel launch itself replaced by a record
+
+@pytest.fixture
+def recorded_launches(monkeypatch):
+    """lib.nvrtc.launch_fused with no GPU: validation without the machine checks, a stand-in
+    kernel, and launches recorded instead of made."""
+    from lib import nvrtc
+    calls = {"validate": 0, "launches": []}
+
+    def validate_here(*a, **kw):
+        calls["validate"] += 1
+        return validate(*a, **kw, check_device=False)
+
+    monkeypatch.setattr(nvrtc, "validate", validate_here)
+    monkeypatch.setattr(nvrtc, "stage_kernels", lambda *a, **kw: {"attention_fused": "kernel"})
+    monkeypatch.setattr(nvrtc, "launch_prepared",
+                        lambda kernel, config, params: calls["launches"].append((config, params)))
+    monkeypatch.setattr(nvrtc, "_plans", {})
+    return calls
+
+
+@pytest.mark.parametrize("n", [n for n in (2, 3, 4, 5) if n in MODULES])
+def test_launch_arguments(n, recorded_launches):
+    """The kernel gets the pointers, sizes, heads, group and each tensor's own strides, on a
+    1-D grid of query tiles × batch·heads; a second call with the same layout reuses the plan
+    (no second validation); another layout makes its own."""
+    mod = MODULES[n]
+    B, H, Hk, Sq, Sk, D = 3, 4, 2, 70, 50, 64
+    q = _bshd(B, H, Sq, D, torch.float16, "cpu")
+    k, v = (torch.randn(B, Hk + 1, Sk, D, dtype=torch.float16)[:, 1:] for _ in range(2))
+    out = mod.attention(q, k, v, causal=True, scale=0.5)
+    assert out.shape == q.shape and out.is_contiguous()
+    (config, params), = recorded_launches["launches"]
+    assert params[:4] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
+    Sq_, Sk_, scale_log2, causal, H_, group, *strides = params[4:]
+    assert (Sq_, Sk_, causal, H_, group) == (Sq, Sk, 1, H, H // Hk)
+    assert scale_log2 == pytest.approx(0.5 * math.log2(math.e))
+    assert [int(s) for s in strides] == [*q.stride()[:3], *k.stride()[:3], *v.stride()[:3]]
+    block_q = mod.config(D)["block_q"] if hasattr(mod, "config") else mod.BLOCK_Q
+    assert config.grid == (-(-Sq // block_q) * B * H, 1, 1)
+    mod.attention(q, k, v, causal=True, scale=0.5)
+    assert recorded_launches["validate"] == 1 and len(recorded_launches["launches"]) == 2
+    mod.attention(q.contiguous(), k, v, causal=True, scale=0.5)
+    assert recorded_launches["validate"] == 2
+    with pytest.raises(ValueError, match="finite"):  # never a plan for bad input
+        mod.attention(q, k, v, causal=True, scale=math.nan)
+    if mod.INFO.align_bytes > 2:  # same layout, pointer off by one element: checked every call
+        buf = torch.randn(q.numel() + 1, dtype=torch.float16)
+        mod.attention(buf[:-1].view(q.shape), k, v, causal=True)
+        with pytest.raises(ValueError, match="data pointer"):
+            mod.attention(buf[1:].view(q.shape), k, v, causal=True)
