@@ -144,7 +144,7 @@ def set_attention(model, name: str) -> None:
 @dataclass
 class ForwardResult:
     implementation: str
-    max_abs_err: float      # max |logits − logits of the float32 reference|
+    max_abs_err: float      # max |logits − logits of the float64 reference|
     bound: float            # what it must stay within: 2 × SDPA's error + noise
     passed: bool
     ms: float | None        # median time of a whole forward pass (GPU only)
@@ -167,19 +167,19 @@ def compare_forward(implementations=None, *, dtype=torch.float16, device="cuda",
                     seq: int = 256, runs: int = 20, seed: int | None = None,
                     model=None) -> list[ForwardResult]:
     """Run the tiny Llama (or `model`) on random tokens with each attention implementation and
-    with SDPA, and judge the logits against the same weights in float32 with SDPA.
+    with SDPA, and judge the logits against the same weights in float64 with SDPA.
 
     The rule is the project's one, at the level of the model: an implementation passes when
     max|logits − ref| ≤ 2·max|logits_sdpa − ref| + noise, noise = 4 roundings of `dtype` at the
     logits' magnitude (the last layers' rounding, which no attention implementation avoids).
-    SDPA in `dtype` shows how far a correct attention in that dtype lands from float32."""
+    SDPA in `dtype` shows how far a correct attention in that dtype lands from float64."""
     require_transformers()
     implementations = register() if implementations is None else list(implementations)
     model = tiny_llama(dtype, device) if model is None else model
     gen = torch.Generator().manual_seed(seed if seed is not None else
                                         int.from_bytes(__import__("os").urandom(4), "little"))
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen).to(device)
-    ref_model = _float32_copy(model)
+    ref_model = _float64_copy(model)
     with torch.inference_mode():
         ref = ref_model(ids, use_cache=False).logits.double()
     del ref_model
@@ -203,9 +203,9 @@ def compare_forward(implementations=None, *, dtype=torch.float16, device="cuda",
     return results
 
 
-def _float32_copy(model):
+def _float64_copy(model):
     import copy
-    ref = copy.deepcopy(model).float()
+    ref = copy.deepcopy(model).double()
     set_attention(ref, "sdpa")
     return ref
 

@@ -67,7 +67,7 @@ def attention(q, k, v, *, causal=False, scale=None):
     rows, cols = padded(Sq), padded(Sk)
     bh, group = B * H, H // Hk
     # (batch, head) folded into the grids' x dimension (stages/attention.cuh)
-    nvrtc.check_grid_x("stage 1", rows * bh)
+    nvrtc.check_grid_x("stage 1", max(rows, cols // TILE) * bh)
     nvrtc.check_grid("stage 1", **{"query tiles": rows // TILE})
     try:
         s = torch.empty(bh, rows, cols, device=q.device, dtype=torch.float32)
