@@ -55,8 +55,8 @@ __device__ __forceinline__ elem_t to_elem(float x) {
 //
 // The block's THREADS threads take one element each per step, so consecutive threads read
 // consecutive addresses (coalesced). Step j moves element tid + j·THREADS: its row and
-// column are the thread's own (computed once) plus offsets known at compile time, so a step
-// costs an add, a compare, a load and a store rather than a division and a 64-bit multiply.
+// column are the thread's own (computed once) plus offsets of j alone, so a step costs a few
+// adds, a compare, a load and a store rather than a division.
 // Each thread first issues up to MAX_IN_FLIGHT loads (4 unless the stage asks for more), then
 // stores them: several loads in flight per thread, not 1, hide the few hundred cycles a load
 // from L2 takes.
@@ -74,17 +74,29 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict_
     elem_t* to = dst + r_t * LD_DST + c_t;
     const int rows_left = n_rows - row0 - r_t;  // rows r_t + dr with dr >= rows_left are past the end
     const elem_t zero = to_elem(0.0f);
-    // The row stride ld is a kernel argument: unrolled, every step's offset dr·ld would be
-    // computed once, before the caller's loop over tiles, and kept in registers (64 of them
-    // for a 32 × 128 tile on 64 threads: spills). So a copy of many batches (stages 2 and 3)
-    // loops over them; one of one or two batches (stage 4's, up to 32 loads each) is unrolled.
-#pragma unroll(PER_THREAD / BATCH > 2 ? 1 : PER_THREAD / BATCH)
+    // The row stride ld is a kernel argument, so the offset dr·ld of each step is the same in
+    // every call: left alone, the compiler computes them all once, before the caller's loop
+    // over tiles, and keeps them in registers (64 for a 32 × 128 tile on 64 threads: spills).
+    // A copy of many batches (stages 2 and 3) therefore loops over them; one of one or two
+    // batches (stages 1 and 4) is unrolled, and steps from row to row by adding ld to a pointer
+    // that an empty asm statement "changes", so that nothing can be computed ahead.
+    constexpr bool UNROLL = PER_THREAD / BATCH <= 2;
+#pragma unroll(UNROLL ? PER_THREAD / BATCH : 1)
     for (int b = 0; b < PER_THREAD; b += BATCH) {
         elem_t x[BATCH];
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {
             const int step = (b + j) * THREADS, dr = step / COLS, dc = step % COLS;
-            x[j] = dr < rows_left ? from[(size_t)dr * ld + dc] : zero;
+            if constexpr (UNROLL) {
+                const int prev_dr = step == 0 ? 0 : (step - THREADS) / COLS;
+                if (dr != prev_dr) {  // on to row r_t + dr (all known at compile time)
+                    from += (size_t)(dr - prev_dr) * ld;
+                    asm volatile("" : "+l"(from));
+                }
+                x[j] = dr < rows_left ? from[dc] : zero;
+            } else {
+                x[j] = dr < rows_left ? from[(size_t)dr * ld + dc] : zero;
+            }
         }
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {

@@ -38,6 +38,9 @@ INFO = StageInfo(
     head_dims=(64, 128),
     sources=("stages/stage4.py", "stages/stage4.cu", "stages/attention.cuh"),
     gqa=True,
+    # Since the row strides became kernel arguments, ptxas spills 4 bytes in one variant
+    # (bfloat16, D128, sm_90a, 168 registers); the offline test allows that much.
+    extra={"spill_bytes_allowed": {128: 8}},
 )
 
 
