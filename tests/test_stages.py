@@ -492,3 +492,48 @@ def test_host_time_per_call(n):
     sdpa = per_call_us(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
     print(f"\nstage {n}: {ours:.1f} µs per call, SDPA {sdpa:.1f} µs ({ours / sdpa:.2f}×)")
     assert ours <= 1.5 * sdpa, f"stage {n}: {ours:.1f} µs per call vs SDPA's {sdpa:.1f} µs"
+
+
+def _param_sizes(mod, dtype, D) -> dict:
+    """{kernel: [byte size of each parameter]}, read from the stage's cubin (EIATTR_KPARAM_INFO
+    in cuobjdump -elf; no GPU needed)."""
+    import re
+    from lib import sass
+    out = {}
+    for compiled in mod.compile_for("sm_80", dtype, D).values():
+        kernel = None
+        for line in sass._cuobjdump(compiled.cubin, "-elf").splitlines():
+            if m := re.search(r"\.nv\.info\.(\w+)", line):
+                kernel = m.group(1)
+            elif kernel and (m := re.search(r"Ordinal\s*:\s*(0x[0-9a-f]+).*Size\s*:\s*(0x[0-9a-f]+)", line)):
+                out.setdefault(kernel, {})[int(m.group(1), 16)] = int(m.group(2), 16)
+    return {k: [v[i] for i in sorted(v)] for k, v in out.items()}
+
+
+def _arg_size(a) -> int:
+    import numpy as np
+    return 8 if isinstance(a, int) else np.asarray(a).itemsize
+
+
+@pytest.mark.parametrize("n", [n for n, m in MODULES.items() if m.INFO.backend == "nvrtc"])
+def test_launch_arguments_match_kernel_signature(n, monkeypatch):
+    """What the launcher passes has the count and sizes of the kernel's parameters (read from
+    its PTX): a mismatch would read garbage on the GPU, not fail."""
+    from lib import nvrtc
+    mod = MODULES[n]
+    launches = []
+    monkeypatch.setattr(nvrtc, "validate",
+                        lambda *a, **kw: validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(nvrtc, "_plans", {})
+    monkeypatch.setattr(nvrtc, "stage_kernels",
+                        lambda source, names, *a, **kw: {k: k for k in names})
+    monkeypatch.setattr(nvrtc, "launch_prepared",
+                        lambda kernel, config, params: launches.append((kernel, params)))
+    if n == 1:  # stage 1 allocates its workspace and checks its inputs itself
+        monkeypatch.setattr(mod, "validate", lambda *a, **kw: validate(*a, **kw, check_device=False))
+    q, k, v = make_qkv(2, 4, 40, 64, Sk=33, Hkv=2, dtype=torch.float16, device="cpu")
+    mod.attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal=True)
+    want = _param_sizes(mod, torch.float16, 64)
+    assert {kernel for kernel, _ in launches} == set(want)
+    for kernel, params in launches:
+        assert [_arg_size(a) for a in params] == want[kernel], kernel
