@@ -515,7 +515,7 @@ def _arg_size(a) -> int:
     return 8 if isinstance(a, int) else np.asarray(a).itemsize
 
 
-@pytest.mark.parametrize("n", [n for n, m in MODULES.items() if m.INFO.backend == "nvrtc"])
+@pytest.mark.parametrize("n", [n for n in (1, 2, 3, 4, 5) if n in MODULES])
 def test_launch_arguments_match_kernel_signature(n, monkeypatch):
     """What the launcher passes has the count and sizes of the kernel's parameters (read from
     its PTX): a mismatch would read garbage on the GPU, not fail."""
