@@ -152,6 +152,31 @@ def validate(q, k, v, *, causal, scale, info: StageInfo, check_device: bool = Tr
     return float(scale)
 
 
+_validated: dict = {}
+
+
+def validate_cached(q, k, v, *, causal, scale, info: StageInfo) -> float:
+    """validate(), remembered per input layout (shapes, strides, dtypes, devices, causal and
+    scale): a call like one that passed before checks only the data pointers' alignment, for a
+    fraction of validate()'s host time. For launchers that run on every call of a model."""
+    try:
+        key = (id(info), q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
+               k.device, v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale,
+               type(scale))
+        hit = _validated.get(key)
+    except Exception:  # not tensors, an unhashable scale...: validate() says what is wrong
+        key, hit = None, None
+    if hit is not None and hit[0] is info and not (
+            hit[2] and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % hit[2]):
+        return hit[1]
+    result = validate(q, k, v, causal=causal, scale=scale, info=info)
+    if key is not None:
+        if len(_validated) > 4096:
+            _validated.clear()
+        _validated[key] = (info, result, info.align_bytes if info.align_bytes > q.element_size() else 0)
+    return result
+
+
 MAX_INT32 = 2**31 - 1
 
 

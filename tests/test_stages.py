@@ -537,3 +537,26 @@ def test_launch_arguments_match_kernel_signature(n, monkeypatch):
     assert {kernel for kernel, _ in launches} == set(want)
     for kernel, params in launches:
         assert [_arg_size(a) for a in params] == want[kernel], kernel
+
+
+def test_validate_cached(monkeypatch):
+    """validate_cached gives validate()'s answer, validates a layout once, and still checks
+    every call's pointers and every new layout or scale."""
+    from lib import inputs
+    info = dataclasses.replace(MODULES[0].INFO, align_bytes=16)
+    calls = []
+    monkeypatch.setattr(inputs, "validate",
+                        lambda *a, **kw: calls.append(1) or validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(inputs, "_validated", {})
+    buf = torch.randn(3 * 2 * 8 * 16 + 1)
+    q, k, v = (buf[:-1].view(3, 2, 8, 16) for _ in range(3))
+    assert inputs.validate_cached(q, k, v, causal=True, scale=None, info=info) == 0.25
+    assert inputs.validate_cached(q, k, v, causal=True, scale=None, info=info) == 0.25
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="data pointer"):  # same layout, misaligned pointer
+        inputs.validate_cached(buf[1:].view(3, 2, 8, 16), k, v, causal=True, scale=None, info=info)
+    with pytest.raises(ValueError, match="finite"):
+        inputs.validate_cached(q, k, v, causal=True, scale=math.inf, info=info)
+    with pytest.raises(TypeError, match="causal"):  # 1 == True, but it is not a bool
+        inputs.validate_cached(q, k, v, causal=1, scale=None, info=info)
+    assert inputs.validate_cached(q, k, v, causal=True, scale=0.5, info=info) == 0.5
