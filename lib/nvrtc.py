@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lib.inputs import new_output, trivial_output, validate
 from lib.simulator import require_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,26 +184,62 @@ def load_kernel(compiled: Compiled, name: str, *, max_dynamic_smem: int = 0):
 def launch(kernel, grid, block, *args, smem: int = 0):
     """Launch on torch's current stream. Tensors are passed as their device pointers; ints
     and floats must already be numpy scalars of the kernel parameter's type."""
-    from cuda.core import LaunchConfig
-    from cuda.core import launch as cc_launch
     params = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            params.append(np.intp(a.data_ptr()))
+            params.append(a.data_ptr())  # a Python int goes in as 64 bits: a pointer
         elif isinstance(a, (bool, int, float)):
             raise TypeError(f"pass {a!r} as a numpy scalar (np.int32, np.float32): a Python "
                             "number has no C type")
         else:
             params.append(a)
-    stream = _device().create_stream(torch.cuda.current_stream())
-    cc_launch(stream, LaunchConfig(grid=grid, block=block, shmem_size=smem), kernel, *params)
+    launch_prepared(kernel, launch_config(grid, block, smem), params)
+
+
+# The per-call path costs host time that a model making many small attention calls waits on
+# (SDPA's own is about 20 µs), so everything that does not change from call to call is made
+# once: the cuda.core stream wrapper of each torch stream, the LaunchConfig of each (grid,
+# block, shared memory), and (launch_fused) the whole plan of a call for each input layout.
+_streams: dict = {}
+_configs: dict = {}
+
+
+def current_stream():
+    """cuda.core's wrapper of torch's current stream (at call time: inside CUDA-graph capture
+    that is the capturing stream), made once per stream."""
+    ts = torch.cuda.current_stream()
+    stream = _streams.get(ts.cuda_stream)
+    if stream is None:
+        if len(_streams) > 256:  # streams come and go: do not grow without bound
+            _streams.clear()
+        stream = _streams[ts.cuda_stream] = _device().create_stream(ts)
+    return stream
+
+
+def launch_config(grid, block, smem: int = 0):
+    key = (grid, block, smem)
+    config = _configs.get(key)
+    if config is None:
+        from cuda.core import LaunchConfig
+        if len(_configs) > 4096:
+            _configs.clear()
+        config = _configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=smem)
+    return config
+
+
+def launch_prepared(kernel, config, params) -> None:
+    """Launch with arguments already in kernel form: Python ints for pointers and 64-bit
+    integers, numpy scalars for everything else."""
+    from cuda.core import launch as cc_launch
+    cc_launch(current_stream(), config, kernel, *params)
 
 
 # --------------------------------------------------------------------------------------------
 # what every CUDA C++ stage does: one source file, compiled per (element type, head dim)
 
 ELEMENT_DEFINES = {torch.float16: {}, torch.bfloat16: {"ELEM_BF16": 1}}  # see stages/attention.cuh
-MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
+MAX_GRID_X = 2**31 - 1  # CUDA's limit on gridDim.x
+MAX_GRID_YZ = 65535  # ... on gridDim.y and gridDim.z
 
 
 def compile_stage(source: Path, *, arch: str, dtype=torch.float16, head_dim: int = 64,
@@ -224,28 +261,83 @@ def stage_kernels(source: Path, names: tuple[str, ...], dtype, head_dim: int,
     return {n: load_kernel(compiled, n, max_dynamic_smem=max_dynamic_smem) for n in names}
 
 
+def layout_args(t) -> tuple:
+    """A tensor's batch, head and row strides (elements) as the kernels take them: 64-bit,
+    64-bit, 32-bit (lib.inputs.validate checks that the row stride fits)."""
+    sb, sh, ss, _ = t.stride()
+    return np.int64(sb), np.int64(sh), np.int32(ss)
+
+
+class Plan:
+    """Everything about one fused launch except the data pointers: made once per input layout."""
+
+    __slots__ = ("info", "kernel", "config", "args", "align", "trivial")
+
+    def __init__(self, info, kernel, config, args, align, trivial):
+        self.info, self.kernel, self.config, self.args = info, kernel, config, args
+        self.align, self.trivial = align, trivial  # pointer alignment to check; nothing to run
+
+
+_plans: dict = {}
+
+
 def launch_fused(info, source: Path, q, k, v, *, causal, scale, block_q: int, threads: int,
                  smem: int = 0, defines: tuple = ()):
     """What the launcher of every fused stage (2 and up) does: validate the inputs, then run
-    the stage's kernel `attention_fused` on a grid of (query tiles of block_q rows, batch·heads)
-    with `threads` threads and `smem` bytes of dynamic shared memory. The kernel's parameters
-    are (q, k, v, out, Sq, Sk, scale·log2(e), causal), and for a stage that takes grouped-query
-    inputs (info.gqa) also the number of query heads per K/V head."""
-    from lib.inputs import new_output, validate
+    the stage's kernel `attention_fused` on a 1-D grid of (query tiles of block_q rows) ×
+    (batch·heads) with `threads` threads and `smem` bytes of dynamic shared memory. The
+    kernel's parameters are (q, k, v, out, Sq, Sk, scale·log2(e), causal, H, group) and the
+    batch, head and row strides of q, k and v (stages/attention.cuh).
 
+    A call whose shapes, strides, dtypes, device, causal and scale were seen before reuses
+    that call's plan (validation included): only the pointers' alignment is checked again."""
+    try:  # reading attributes a non-tensor lacks: the full validation below says what is wrong
+        key = (id(info), source, block_q, threads, smem, defines, q.shape, q.stride(),
+               q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
+               v.dtype, v.device, causal, type(causal), scale, type(scale))
+        plan = _plans.get(key)
+    except Exception:
+        key, plan = None, None
+    if plan is not None and (plan.info is not info or (
+            plan.align and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % plan.align)):
+        plan = None  # another stage's (id reused), or a misaligned pointer: validate() explains
+    if plan is None:
+        plan = _make_plan(info, source, q, k, v, causal=causal, scale=scale, block_q=block_q,
+                          threads=threads, smem=smem, defines=defines)
+        if key is not None:
+            if len(_plans) > 4096:
+                _plans.clear()
+            _plans[key] = plan
+    if plan.trivial:
+        return trivial_output(q, k)
+    out = new_output(q)
+    launch_prepared(plan.kernel, plan.config,
+                    (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *plan.args))
+    return out
+
+
+def _make_plan(info, source, q, k, v, *, causal, scale, block_q, threads, smem, defines) -> Plan:
     scale = validate(q, k, v, causal=causal, scale=scale, info=info)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
-    check_grid(f"stage {info.number}", **{"batch·heads": B * H})
-    out = new_output(q)
+    n_blocks = (Sq + block_q - 1) // block_q * B * H
+    align = info.align_bytes if info.align_bytes > q.element_size() else 0
+    if n_blocks == 0 or Sk == 0:
+        return Plan(info, None, None, (), align, trivial=True)
+    check_grid_x(f"stage {info.number}", n_blocks)
     kern = stage_kernels(source, ("attention_fused",), q.dtype, D, max_dynamic_smem=smem,
                          defines=tuple(defines))["attention_fused"]
-    args = [q, k, v, out, np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)),
-            np.int32(causal)]
-    if info.gqa:
-        args.append(np.int32(H // Hk))
-    launch(kern, ((Sq + block_q - 1) // block_q, B * H), threads, *args, smem=smem)
-    return out
+    args = (np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)), np.int32(causal),
+            np.int32(H), np.int32(H // Hk), *layout_args(q), *layout_args(k), *layout_args(v))
+    return Plan(info, kern, launch_config((n_blocks, 1, 1), (threads, 1, 1), smem), args, align,
+                trivial=False)
+
+
+def check_grid_x(what: str, n_blocks: int) -> None:
+    """gridDim.x holds up to 2^31 − 1 blocks: say so instead of failing to launch."""
+    if n_blocks > MAX_GRID_X:
+        raise NotImplementedError(f"{what}: {n_blocks:,} blocks exceed CUDA's grid limit of "
+                                  f"{MAX_GRID_X:,} in x (too many batch·heads × query tiles)")
 
 
 def check_grid(what: str, **dims: int) -> None:

@@ -47,12 +47,15 @@ def banner() -> str:
             "the recorded results file.")
 
 
-def require_gpu(what: str) -> None:
+def require_gpu(what: str, stage: int | None = None) -> None:
+    """Raise GPURequiredError unless this machine has a CUDA GPU; for a stage, point at the
+    offline inspection of that stage."""
     if not HAS_GPU:
+        inspect = f"lib.sass.inspect_stage({stage if stage is not None else 'n'})"
         raise GPURequiredError(
             f"{what} needs a CUDA GPU and none was found. Without one you can still compile it "
-            "and read its registers, shared memory and SASS: lib.sass.inspect_stage(n), as the "
-            "stage's notebook does.")
+            f"and read its registers, shared memory and SASS: {inspect}, as the stage's "
+            "notebook does.")
 
 
 def check_numba_mode() -> None:

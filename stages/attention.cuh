@@ -5,6 +5,18 @@
 // Compile-time constants, set by lib.nvrtc.compile_stage:
 //   HEAD_DIM   the head dimension D (64 or 128)
 //   ELEM_BF16  defined for bfloat16 inputs; otherwise float16
+//
+// What every kernel is told about its inputs, the same way in every stage:
+//   Layouts. q [B, H, Sq, D], k and v [B, H_kv, Sk, D] are read where they lie, with any
+//     strides whose last dimension is unit-stride (a model's .transpose(1, 2) view of a
+//     [B, S, H, D] tensor, a slice of heads ...): each comes with its batch and head strides
+//     (64-bit: a tensor may hold more than 2^31 elements) and its row (sequence) stride, all in
+//     elements. The output is a fresh contiguous [B, H, Sq, D] tensor.
+//   Grouped-query attention: H_kv = H / group heads of K/V; query head h reads K/V head h / group.
+//   The grid. gridDim.y and gridDim.z stop at 65535 blocks, gridDim.x at 2^31 − 1, so (batch,
+//     head) is folded into blockIdx.x with the tile index: blockIdx.x counts the tiles of
+//     (batch 0, head 0), then those of (0, 1), and so on (bh = b·H + h). Neighbouring blocks are
+//     neighbouring tiles of one head, reading the same K and V, as with a 2-D grid.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -43,8 +55,8 @@ __device__ __forceinline__ elem_t to_elem(float x) {
 //
 // The block's THREADS threads take one element each per step, so consecutive threads read
 // consecutive addresses (coalesced). Step j moves element tid + j·THREADS: its row and
-// column are the thread's own (computed once) plus offsets known at compile time, so a step
-// costs an add, a compare, a load and a store rather than a division and a 64-bit multiply.
+// column are the thread's own (computed once) plus offsets of j alone, so a step costs a few
+// adds, a compare, a load and a store rather than a division.
 // Each thread first issues up to MAX_IN_FLIGHT loads (4 unless the stage asks for more), then
 // stores them: several loads in flight per thread, not 1, hide the few hundred cycles a load
 // from L2 takes.
@@ -62,13 +74,29 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict_
     elem_t* to = dst + r_t * LD_DST + c_t;
     const int rows_left = n_rows - row0 - r_t;  // rows r_t + dr with dr >= rows_left are past the end
     const elem_t zero = to_elem(0.0f);
-#pragma unroll
+    // The row stride ld is a kernel argument, so the offset dr·ld of each step is the same in
+    // every call: left alone, the compiler computes them all once, before the caller's loop
+    // over tiles, and keeps them in registers (64 for a 32 × 128 tile on 64 threads: spills).
+    // A copy of many batches (stages 2 and 3) therefore loops over them; one of one or two
+    // batches (stages 1 and 4) is unrolled, and steps from row to row by adding ld to a pointer
+    // that an empty asm statement "changes", so that nothing can be computed ahead.
+    constexpr bool UNROLL = PER_THREAD / BATCH <= 2;
+#pragma unroll(UNROLL ? PER_THREAD / BATCH : 1)
     for (int b = 0; b < PER_THREAD; b += BATCH) {
         elem_t x[BATCH];
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {
             const int step = (b + j) * THREADS, dr = step / COLS, dc = step % COLS;
-            x[j] = dr < rows_left ? from[(size_t)dr * ld + dc] : zero;
+            if constexpr (UNROLL) {
+                const int prev_dr = step == 0 ? 0 : (step - THREADS) / COLS;
+                if (dr != prev_dr) {  // on to row r_t + dr (all known at compile time)
+                    from += (size_t)(dr - prev_dr) * ld;
+                    asm volatile("" : "+l"(from));
+                }
+                x[j] = dr < rows_left ? from[dc] : zero;
+            } else {
+                x[j] = dr < rows_left ? from[(size_t)dr * ld + dc] : zero;
+            }
         }
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {

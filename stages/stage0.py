@@ -10,7 +10,8 @@ sum and the weighted sum of the value rows. Nothing is shared between threads, n
 kept on chip and no tensor core is used: every later stage is measured against this.
 
 Causal attention follows SDPA's rule (query i sees keys j <= i), so a causal row simply stops
-its loops early; any Sq and Sk work because every thread owns whole rows.
+its loops early; any Sq and Sk work because every thread owns whole rows. Grouped-query inputs
+(k, v with H / group heads) work too: query head h reads K/V head h // group.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from lib import simulator
-from lib.inputs import StageInfo, new_output, validate
+from lib.inputs import StageInfo, new_output, trivial_output, validate
 
 cuda = simulator.numba_cuda()
 float32 = np.float32
@@ -36,12 +37,17 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16, torch.float32),
     head_dims=range(1, 257),
     sources=("stages/stage0.py",),
+    gqa=True,
     prediction={"tflops": (0.668, 34.5),
                 "basis": "no reuse (every load from HBM) to the FP32 roofline (4/6 of the FP32 "
                          "rate counts)"},
+    notes="Reads contiguous copies of q, k and v (numba's arrays are views of whole "
+          "[B·H, S, D] blocks): inputs with other strides are copied first. The CUDA C++ "
+          "stages read them in place.",
     # for offline inspection (lib.sass): the kernel and the signature a float16 call compiles
     extra={"numba_kernels": {"attention_rows": "void(float16[:, :, ::1], float16[:, :, ::1], "
-                             "float16[:, :, ::1], float16[:, :, ::1], float32, boolean)"}},
+                             "float16[:, :, ::1], float16[:, :, ::1], float32, boolean, "
+                             "int32)"}},
 )
 
 MAX_HEAD_DIM = 256     # size of each thread's output accumulator
@@ -49,14 +55,15 @@ THREADS_PER_BLOCK = 128
 
 
 @cuda.jit
-def attention_rows(q, k, v, out, scale, causal):
-    """q, out: [B*H, Sq, D]; k, v: [B*H, Sk, D]. Thread r computes row r of the flattened
+def attention_rows(q, k, v, out, scale, causal, group):
+    """q, out: [B*H, Sq, D]; k, v: [B*H/group, Sk, D]. Thread r computes row r of the flattened
     [B*H*Sq] rows."""
     r = cuda.grid(1)
     if r >= q.shape[0] * q.shape[1]:
         return
     bh = r // q.shape[1]
     i = r % q.shape[1]
+    kv = bh // group  # (b, h) -> K/V head (b, h // group): b·H + h over group is b·H_kv + h // group
     n_keys = k.shape[1]
     if causal:
         n_keys = min(i + 1, n_keys)
@@ -73,7 +80,7 @@ def attention_rows(q, k, v, out, scale, causal):
         for j in range(n_keys):
             s = float32(0)
             for c in range(q.shape[2]):
-                s += float32(q[bh, i, c]) * float32(k[bh, j, c])
+                s += float32(q[bh, i, c]) * float32(k[kv, j, c])
             s *= scale
             if pass_ == 0:
                 row_max = max(row_max, s)
@@ -81,30 +88,34 @@ def attention_rows(q, k, v, out, scale, causal):
                 p = math.exp(s - row_max)
                 row_sum += p
                 for c in range(q.shape[2]):
-                    acc[c] += p * float32(v[bh, j, c])
+                    acc[c] += p * float32(v[kv, j, c])
 
     for c in range(q.shape[2]):
         out[bh, i, c] = acc[c] / row_sum
 
 
 def attention(q, k, v, *, causal=False, scale=None):
-    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype."""
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv; output
+    a new contiguous tensor in q's dtype."""
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
-    Sk = k.shape[2]
+    Hk, Sk = k.shape[1], k.shape[2]
+    if (trivial := trivial_output(q, k)) is not None:  # nothing to compute
+        return trivial
     out_dtype = q.dtype
     if q.dtype == torch.bfloat16:  # numpy and numba have no bfloat16: read float32 copies
         q, k, v = q.float(), k.float(), v.float()
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # no copy if already contiguous
     out = new_output(q)
-    views = (q.view(B * H, Sq, D), k.view(B * H, Sk, D), v.view(B * H, Sk, D),
+    views = (q.view(B * H, Sq, D), k.view(B * Hk, Sk, D), v.view(B * Hk, Sk, D),
              out.view(B * H, Sq, D))
     blocks = (B * H * Sq + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    args = (float32(scale), causal, np.int32(H // Hk))
     if simulator.SIMULATOR:  # numpy views of the CPU tensors: the simulator writes into out
-        attention_rows[blocks, THREADS_PER_BLOCK](*(t.numpy() for t in views),
-                                                  float32(scale), causal)
+        attention_rows[blocks, THREADS_PER_BLOCK](*(t.numpy() for t in views), *args)
     else:
         stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
         arrays = [cuda.as_cuda_array(t, sync=False) for t in views]
-        attention_rows[blocks, THREADS_PER_BLOCK, stream](*arrays, float32(scale), causal)
+        attention_rows[blocks, THREADS_PER_BLOCK, stream](*arrays, *args)
     return out.to(out_dtype)  # no copy unless the input was bfloat16

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from lib import nvrtc
-from lib.inputs import StageInfo, new_output, validate
+from lib.inputs import StageInfo, new_output, trivial_output, validate
 
 SOURCE = Path(__file__).with_suffix(".cu")
 KERNELS = ("attention_scores", "attention_softmax", "attention_pv")
@@ -32,6 +32,7 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage1.py", "stages/stage1.cu", "stages/attention.cuh"),
+    gqa=True,
     prediction={"tflops": (62.8, 62.8),
                 "basis": "the three kernels' HBM bytes (S and P round trips) at the copy "
                          "bandwidth, or their FLOPs at the matmul rate, whichever is larger"},
@@ -55,16 +56,22 @@ def workspace_bytes(B, H, Sq, Sk, dtype=torch.float16) -> int:
 
 
 def attention(q, k, v, *, causal=False, scale=None):
-    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype."""
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
+    place with their strides; output a new contiguous tensor in q's dtype."""
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
-    Sk = k.shape[2]
-    nvrtc.check_grid("stage 1", **{"batch·heads": B * H})
+    Hk, Sk = k.shape[1], k.shape[2]
+    if (trivial := trivial_output(q, k)) is not None:  # nothing to compute
+        return trivial
     rows, cols = padded(Sq), padded(Sk)
+    bh, group = B * H, H // Hk
+    # (batch, head) folded into the grids' x dimension (stages/attention.cuh)
+    nvrtc.check_grid_x("stage 1", max(rows, cols // TILE) * bh)
+    nvrtc.check_grid("stage 1", **{"query tiles": rows // TILE})
     try:
-        s = torch.empty(B * H, rows, cols, device=q.device, dtype=torch.float32)
-        p = torch.empty(B * H, rows, cols, device=q.device, dtype=q.dtype)
+        s = torch.empty(bh, rows, cols, device=q.device, dtype=torch.float32)
+        p = torch.empty(bh, rows, cols, device=q.device, dtype=q.dtype)
     except torch.OutOfMemoryError:
         free, total = torch.cuda.mem_get_info(q.device)
         raise MemoryError(
@@ -74,13 +81,15 @@ def attention(q, k, v, *, causal=False, scale=None):
             "stage 2 never stores it") from None
     out = new_output(q)
     kern = nvrtc.stage_kernels(SOURCE, KERNELS, q.dtype, D)
-    bh = B * H
-    nvrtc.launch(kern["attention_scores"], (cols // TILE, rows // TILE, bh), THREADS,
-                 q, k, s, np.int32(Sq), np.int32(Sk))
-    nvrtc.launch(kern["attention_softmax"], (rows, bh), SOFTMAX_THREADS, s, p, np.int32(Sq),
+    heads = (np.int32(H), np.int32(group))
+    nvrtc.launch(kern["attention_scores"], (cols // TILE * bh, rows // TILE), THREADS,
+                 q, k, s, np.int32(Sq), np.int32(Sk), *heads, *nvrtc.layout_args(q),
+                 *nvrtc.layout_args(k))
+    nvrtc.launch(kern["attention_softmax"], (rows * bh,), SOFTMAX_THREADS, s, p, np.int32(Sq),
                  np.int32(Sk), np.int32(cols), np.float32(scale * math.log2(math.e)),
                  np.int32(causal))
     del s  # back to torch's cache; the softmax kernel is queued on the same stream
-    nvrtc.launch(kern["attention_pv"], (D // TILE, rows // TILE, bh), THREADS, p, v, out,
-                 np.int32(Sq), np.int32(Sk), np.int32(cols), np.int32(causal))
+    nvrtc.launch(kern["attention_pv"], (D // TILE * bh, rows // TILE), THREADS, p, v, out,
+                 np.int32(Sq), np.int32(Sk), np.int32(cols), np.int32(causal), *heads,
+                 *nvrtc.layout_args(v))
     return out

@@ -29,6 +29,7 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage2.py", "stages/stage2.cu", "stages/attention.cuh"),
+    gqa=True,
     prediction={"tflops": (118.6, 740.0),
                 "basis": "issue slots per K/V tile counted from the SASS (low) to the "
                          "tensor-core roofline (high)"},
@@ -42,7 +43,8 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64) -> dict:
 
 
 def attention(q, k, v, *, causal=False, scale=None):
-    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype."""
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
+    place with their strides; output a new contiguous tensor in q's dtype."""
     return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale,
                               block_q=BLOCK_Q, threads=THREADS)

@@ -30,6 +30,7 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage3.py", "stages/stage3.cu", "stages/attention.cuh"),
+    gqa=True,
     prediction={"speedup": (1.22, 1.80),
                 "basis": "instructions per tile from the SASS: issue-bound (low) to "
                          "latency-bound, the serial chain (high)"},
@@ -43,7 +44,8 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64) -> dict:
 
 
 def attention(q, k, v, *, causal=False, scale=None):
-    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    for q [B, H, Sq, D], k/v [B, H, Sk, D]; output in q's dtype."""
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
+    place with their strides; output a new contiguous tensor in q's dtype."""
     return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale,
                               block_q=BLOCK_Q, threads=THREADS)

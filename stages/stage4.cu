@@ -62,19 +62,24 @@ static_assert(sizeof(Tiles) <= SMEM_BYTES, "the launcher allocates too little sh
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
-                float scale_log2, int causal) {
+                float scale_log2, int causal, int H, int group,
+                long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head,
+                int k_row, long long v_batch, long long v_head, int v_row) {
     extern __shared__ __align__(128) unsigned char smem[];
     Tiles& tiles = *reinterpret_cast<Tiles*>(smem);
     __shared__ __align__(32) float row_ids[16][16];         // row_ids[r][c] = r, see below
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int q0 = blockIdx.x * BLOCK_Q, bh = blockIdx.y;
-    q += (size_t)bh * Sq * D;
-    k += (size_t)bh * Sk * D;
-    v += (size_t)bh * Sk * D;
+    // blockIdx.x: query tile q0 / BLOCK_Q of (batch b, head h), see attention.cuh
+    const int n_q_tiles = (Sq + BLOCK_Q - 1) / BLOCK_Q;
+    const int bh = blockIdx.x / n_q_tiles, b = bh / H, h = bh % H;
+    const int q0 = blockIdx.x % n_q_tiles * BLOCK_Q;
+    q += b * q_batch + h * q_head;  // q, k, v read in place, with their strides
+    k += b * k_batch + h / group * k_head;  // grouped-query: H / group K/V heads
+    v += b * v_batch + h / group * v_head;
     out += (size_t)bh * Sq * D;
 
-    load_tile<BLOCK_Q, D, THREADS, LD>(&tiles.q[0][0], q, q0, Sq, D, 0);  // zeros past Sq
+    load_tile<BLOCK_Q, D, THREADS, LD>(&tiles.q[0][0], q, q0, Sq, q_row, 0);  // zeros past Sq
     for (int i = tid; i < 16 * 16; i += THREADS) row_ids[i / 16][i % 16] = float(i / 16);
     __syncthreads();
     // Each warp keeps its 16 rows of Q in registers, as WMMA fragments, for the whole loop.
@@ -103,8 +108,8 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
         __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
-        load_tile<BLOCK_K, D, THREADS, LD, LOADS_IN_FLIGHT>(&tiles.step.k[0][0], k, k0, Sk, D, 0);  // zeros past Sk
-        load_tile<BLOCK_K, D, THREADS, LD, LOADS_IN_FLIGHT>(&tiles.step.v[0][0], v, k0, Sk, D, 0);
+        load_tile<BLOCK_K, D, THREADS, LD, LOADS_IN_FLIGHT>(&tiles.step.k[0][0], k, k0, Sk, k_row, 0);  // zeros past Sk
+        load_tile<BLOCK_K, D, THREADS, LD, LOADS_IN_FLIGHT>(&tiles.step.v[0][0], v, k0, Sk, v_row, 0);
         __syncthreads();
 
         // S = Q·Kᵀ: warp w computes rows [16w, 16w + 16) of the tile's scores.

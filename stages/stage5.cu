@@ -28,7 +28,6 @@
 //      which element, so the softmax can work on S in the accumulator registers, and P can
 //      feed the second product directly. S and P no longer go through shared memory, and the
 //      rescale needs no row map: thread t holds rows t/4 and t/4 + 8 of its warp's 16.
-// And grouped-query attention: query head h reads K/V head h / group (group = H / H_kv).
 #include "attention.cuh"
 
 #if !defined(BLOCK_Q) || !defined(BLOCK_K) || !defined(STAGES) || !defined(WARP_Q)
@@ -115,23 +114,24 @@ __device__ __forceinline__ int at(int row, int col) {
 #endif
 }
 
-// Copy rows [row0, row0 + ROWS) of a row-major [n_rows, D] matrix into a tile, 16 bytes per
+// Copy rows [row0, row0 + ROWS) of an [n_rows, D] matrix with row stride ld into a tile, 16 bytes per
 // thread and step, asynchronously; rows past n_rows are filled with zeros. A step of the block
 // covers STEP_ROWS whole rows; thread t always takes chunk t % CHUNKS of row t / CHUNKS of the
 // step, so its addresses are computed once and each step adds a constant (STEP_ROWS is a
 // multiple of 8, which leaves the swizzle pattern unchanged).
 template <int ROWS>
-__device__ __forceinline__ void copy_tile_async(elem_t* tile, const elem_t* src, int row0, int n_rows) {
+__device__ __forceinline__ void copy_tile_async(elem_t* tile, const elem_t* src, int row0, int n_rows, int ld) {
     constexpr int STEP_ROWS = THREADS / CHUNKS;
     static_assert(THREADS % CHUNKS == 0 && STEP_ROWS % 8 == 0 && ROWS % STEP_ROWS == 0, "tile and block sizes");
     const int r = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
     elem_t* const to = tile + at(r, c);
-    const elem_t* const from = src + (size_t)(row0 + r) * D + c;
+    const elem_t* const from = src + (size_t)(row0 + r) * ld + c;
+    const size_t step = (size_t)STEP_ROWS * ld;
     const int rows_left = n_rows - row0 - r;
 #pragma unroll
     for (int i = 0; i < ROWS / STEP_ROWS; ++i) {
         const bool inside = i * STEP_ROWS < rows_left;
-        cp_async_16(to + i * STEP_ROWS * D, inside ? from + i * STEP_ROWS * D : src, inside ? 16 : 0);
+        cp_async_16(to + i * STEP_ROWS * D, inside ? from + i * step : src, inside ? 16 : 0);
     }
 }
 
@@ -149,7 +149,9 @@ __device__ __forceinline__ void negate_own_chunks(elem_t* tile) {
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
-                float scale_log2, int causal, int group) {
+                float scale_log2, int causal, int H, int group,
+                long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head,
+                int k_row, long long v_batch, long long v_head, int v_row) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     elem_t* const q_tile = reinterpret_cast<elem_t*>(smem_raw);
     elem_t* const k_tiles = q_tile + BLOCK_Q * D;              // STAGES tiles of BLOCK_K × D
@@ -157,24 +159,27 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, i4 = lane % 4;  // this thread's rows g, g + 8 and columns 2·i4, 2·i4 + 1
+    // blockIdx.x: query tile q0 / BLOCK_Q of (batch b, head h), see attention.cuh
+    const int n_q_tiles = (Sq + BLOCK_Q - 1) / BLOCK_Q;
+    const int bh = blockIdx.x / n_q_tiles, b = bh / H, h = bh % H;
     // Causal blocks near the end of the sequence have the most tiles: start those first.
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_Q, bh = blockIdx.y;
-    q += (size_t)bh * Sq * D;
+    const int q0 = (n_q_tiles - 1 - blockIdx.x % n_q_tiles) * BLOCK_Q;
+    q += b * q_batch + h * q_head;  // q, k, v read in place, with their strides
+    k += b * k_batch + h / group * k_head;  // grouped-query: H / group K/V heads
+    v += b * v_batch + h / group * v_head;
     out += (size_t)bh * Sq * D;
-    k += (size_t)(bh / group) * Sk * D;  // grouped-query: H / group K/V heads
-    v += (size_t)(bh / group) * Sk * D;
 
     const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;  // causal: skip tiles past the diagonal
     const int n_tiles = (n_keys + BLOCK_K - 1) / BLOCK_K;
 
     // The pipeline's start: Q, then the first STAGES − 1 K/V tiles, one commit group each.
-    copy_tile_async<BLOCK_Q>(q_tile, q, q0, Sq);
+    copy_tile_async<BLOCK_Q>(q_tile, q, q0, Sq, q_row);
     cp_async_commit();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < n_tiles) {
-            copy_tile_async<BLOCK_K>(k_tiles + s * BLOCK_K * D, k, s * BLOCK_K, Sk);
-            copy_tile_async<BLOCK_K>(v_tiles + s * BLOCK_K * D, v, s * BLOCK_K, Sk);
+            copy_tile_async<BLOCK_K>(k_tiles + s * BLOCK_K * D, k, s * BLOCK_K, Sk, k_row);
+            copy_tile_async<BLOCK_K>(v_tiles + s * BLOCK_K * D, v, s * BLOCK_K, Sk, v_row);
         }
         cp_async_commit();
     }
@@ -225,8 +230,8 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         __syncthreads();
         const int next = j + STAGES - 1;
         if (next < n_tiles) {
-            copy_tile_async<BLOCK_K>(k_tiles + (next % STAGES) * BLOCK_K * D, k, next * BLOCK_K, Sk);
-            copy_tile_async<BLOCK_K>(v_tiles + (next % STAGES) * BLOCK_K * D, v, next * BLOCK_K, Sk);
+            copy_tile_async<BLOCK_K>(k_tiles + (next % STAGES) * BLOCK_K * D, k, next * BLOCK_K, Sk, k_row);
+            copy_tile_async<BLOCK_K>(v_tiles + (next % STAGES) * BLOCK_K * D, v, next * BLOCK_K, Sk, v_row);
         }
         cp_async_commit();  // possibly empty: keeps one group per tile, so the wait above counts right
         const int k0 = j * BLOCK_K;
