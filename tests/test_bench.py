@@ -196,8 +196,9 @@ def fake_gpu(monkeypatch):
     import lib.simulator
     monkeypatch.setattr(lib.simulator, "HAS_GPU", True)
     monkeypatch.setattr(lib.simulator, "banner", lambda: "GPU mode: fake")
+    gpu_name = results.load()["env"]["gpu"]  # read before faking: on a GPU, load() asks the name
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: results.load()["env"]["gpu"])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: gpu_name)
     real_measure = bench.measure
 
     def fake_measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s,
