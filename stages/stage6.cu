@@ -198,20 +198,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
             for (int e = 0; e < 4; ++e)
                 if (8 * n + (e & 1) > limit[e >> 1]) s[4 * n + e] = NEG_INF;
     }
-    // Row max and row sum in four independent partials per row: four short dependency chains
-    // instead of one long one, so the warp keeps issuing while each FMNMX / FADD completes.
-    float part[2][4];
+    float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) part[r][k] = m[r];
-#pragma unroll
-    for (int n = 0; n < BLOCK_N / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) part[e >> 1][(n % 2) * 2 + (e & 1)] = fmaxf(part[e >> 1][(n % 2) * 2 + (e & 1)], s[4 * n + e]);
-    float mx[2], base[2], sum[2][4] = {};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) mx[r] = fmaxf(fmaxf(part[r][0], part[r][1]), fmaxf(part[r][2], part[r][3]));
+    for (int n = 0; n < BLOCK_N / 8; ++n) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
+    }
+    float base[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -225,10 +218,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             s[4 * n + e] = fast_exp2(fmaf(s[4 * n + e], scale_log2, -base[e >> 1]));
-            sum[e >> 1][(n % 2) * 2 + (e & 1)] += s[4 * n + e];
+            sum[e >> 1] += s[4 * n + e];
         }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + ((sum[r][0] + sum[r][1]) + (sum[r][2] + sum[r][3]));
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
 }
 __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
 #pragma unroll
