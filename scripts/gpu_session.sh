@@ -29,7 +29,7 @@
 # times with distinct names), and add NAME to ALL_STEPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_STEPS="bench tiles profile notebooks pytest sanitize"
+ALL_STEPS="bench tiles stage6 profile notebooks pytest sanitize"
 
 refuse() {  # refuse WHY: nothing has run yet
   echo "gpu_session.sh: $1" >&2
@@ -64,6 +64,14 @@ step_tiles() {  # every tile choice of stages 4 and 5 (and stage 5 unswizzled), 
   run tiles python3 scripts/tile_sweep.py --record
 }
 
+step_stage6() {  # stage 6 idea by idea (schedules), its tile choices and a measured timeline
+  run stage6 python3 scripts/stage6_schedules.py --record
+}
+
+# Raw shared-memory counters, so the notebooks show bank conflicts as measured counts (conflicts
+# and wavefronts per load/store, ldmatrix instructions) rather than ncu's derived ratios.
+SMEM_METRICS=l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_shared_st.sum,smsp__sass_inst_executed_op_ldsm.sum
+
 profile_one() {  # profile_one NAME REPORT NCU-ARGS... -- one_call.py ARGS...: replace REPORT only on success
   local name=$1 report=$2; shift 2
   local ncu_args=() call_args=()
@@ -90,11 +98,11 @@ step_profile() {
   for n in $(python3 -c "import stages; print(*[m.INFO.number for m in stages.all_stages() if m.INFO.backend == 'nvrtc'])"); do
     profile_one "profile-stage$n" "results/profiles/stage$n-throughput.ncu.txt" \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables \
-      -- "$n" throughput
+      --metrics "$SMEM_METRICS" -- "$n" throughput
   done
   # Stage 5's swizzle, before and after: the same call with plain rows, for the bank conflicts.
   profile_one profile-stage5-noswizzle results/profiles/stage5-noswizzle-throughput.ncu.txt \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables -- 5 throughput --no-swizzle
+    --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables --metrics "$SMEM_METRICS" -- 5 throughput --no-swizzle
 }
 
 step_notebooks() {
@@ -130,7 +138,7 @@ step_sanitize() {
   # the reference and SDPA's kernels (cuDNN, cuBLAS) are PyTorch's, not ours to fix. Host API
   # errors are left out: cuda-bindings probes driver entry points that may not exist.
   local tool
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     run "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       --kernel-name kns=attention --report-api-errors no python3 -m lib.bench --check
   done
