@@ -173,9 +173,11 @@ def test_empty_inputs(n, case):
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=mod.INFO.dtypes[0], device=device_for(mod.INFO))
     for causal in (False, True):
         out = mod.attention(q, k, v, causal=causal)
+        assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
+        if q.numel() == 0:  # nothing to compare (and torch 2.11's CPU SDPA dies on H = 0: SIGFPE)
+            continue
         want = torch.nn.functional.scaled_dot_product_attention(q.cpu().float(), k.cpu().float(),
                                                                 v.cpu().float(), is_causal=causal)
-        assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
         torch.testing.assert_close(out.cpu().float(), want, rtol=0, atol=0)
 
 
