@@ -33,6 +33,8 @@ def variants():
         yield "schedule", name, {"schedule": name}
     for t in s6.CHOICES:
         yield "tiles", str(t), {"tiles": t}
+    for e in (0, 2, 3, 4):
+        yield "exp2_poly", f"{e}/8 of exp2 by polynomial", {"exp2_poly": e}
 
 
 def timeline_summary(tl: dict) -> str:
@@ -84,7 +86,7 @@ def main() -> int:
             print(f"B{B} H{H} S{S} D{D} {str(dtype)[6:]} {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs "
                   f"({flops / t_sd / 1e6:.0f} TFLOPS), FLASH {t_sf:,.1f} µs ({flops / t_sf / 1e6:.0f})", flush=True)
             for kind, label, kw in variants():
-                if (a.quick and kind == "tiles") or (kind == "tiles" and not s6.fits(D, kw["tiles"])):
+                if (a.quick and kind != "schedule") or (kind == "tiles" and not s6.fits(D, kw["tiles"])):
                     continue
                 if dtype != torch.float16 and not (kind == "schedule" and label == s6.DEFAULT_SCHEDULE):
                     continue

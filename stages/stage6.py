@@ -44,6 +44,9 @@ SCHEDULES = {
     "+ persistent blocks": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=1),
 }
 DEFAULT_SCHEDULE = "+ intra-warpgroup overlap"
+# Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
+# (stages/stage6.cu: poly_exp2), per head dim.
+EXP2_POLY = {64: 0, 128: 0}
 TIMELINE_TILES, TIMELINE_EVENTS = 16, 4
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 
@@ -80,7 +83,8 @@ INFO = StageInfo(
 
 
 @lru_cache(maxsize=None)
-def config(head_dim: int, tiles=None, schedule: str = DEFAULT_SCHEDULE, timeline: bool = False) -> dict:
+def config(head_dim: int, tiles=None, schedule: str = DEFAULT_SCHEDULE, timeline: bool = False,
+           exp2_poly: int | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (Q, the K and V rings, the barriers, and 1 KB of
     slack to align the tiles to 1024 bytes) and the kernel's defines."""
@@ -94,19 +98,22 @@ def config(head_dim: int, tiles=None, schedule: str = DEFAULT_SCHEDULE, timeline
     if tiles_bytes + 1024 > MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} at D{head_dim} need {tiles_bytes + 1024:,} bytes of "
                          f"shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
+    eighths = EXP2_POLY[head_dim] if exp2_poly is None else exp2_poly
+    if not 0 <= eighths <= 8:
+        raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {eighths}")
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
-               *sorted(sw.items()), ("TIMELINE", int(timeline)))
+               *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": tiles_bytes + 8 * (1 + 4 * stages) + 1024, "defines": defines}
 
 
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
-                schedule: str = DEFAULT_SCHEDULE, timeline: bool = False) -> dict:
+                schedule: str = DEFAULT_SCHEDULE, timeline: bool = False, exp2_poly: int | None = None) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass. Only sm_90a has the
     instructions; any other arch is refused."""
     if arch != ARCH:
         raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
-    cfg = config(head_dim, tiles, schedule, timeline)
+    cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -166,11 +173,11 @@ def _check_arch(q) -> None:
 
 
 def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=DEFAULT_SCHEDULE,
-              timeline=None):
+              timeline=None, exp2_poly=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
-    `tiles` (one of CHOICES) and `schedule` (a key of SCHEDULES) are for measuring the
-    alternatives; `timeline`, an int64 CUDA tensor of (1 + CONSUMERS)·16·4 elements, receives
+    `tiles` (one of CHOICES), `schedule` (a key of SCHEDULES) and `exp2_poly` (eighths of the
+    exponentials computed by polynomial, 0–8) are for measuring the alternatives; `timeline`, an int64 CUDA tensor of (1 + CONSUMERS)·16·4 elements, receives
     clock64 stamps of block 0's first work tile (see stages/stage6.cu)."""
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
@@ -182,7 +189,7 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=DEFAULT
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
     out = new_output(q)
-    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline is not None)
+    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly)
     kern = _kernel(q.dtype, D, cfg)
     bn = (tiles or TILES[D])[0]
     # Work tiles: (batch·head, block of query rows); one grid dimension holds up to 2³¹ − 1.

@@ -96,6 +96,36 @@ def test_every_tile_choice_matches_reference(tiles, seed):
 
 
 @on_hopper
+@pytest.mark.parametrize("eighths", [2, 8])
+def test_polynomial_exp2_matches_reference(eighths, seed):
+    for D in s6.INFO.head_dims:
+        for dtype in s6.INFO.dtypes:
+            for causal in (False, True):
+                q, k, v = make_qkv(2, 3, 300, D, Sk=517, dtype=dtype, seed=seed)
+                out = s6.attention(q, k, v, causal=causal, exp2_poly=eighths)
+                c = check_output(out, q, k, v, causal=causal)
+                assert c.passed, f"exp2_poly={eighths} D{D} {dtype} causal={causal} seed {seed}: {c.summary()}"
+
+
+def test_polynomial_exp2_on_the_cpu():
+    """The same arithmetic as poly_exp2 in stages/stage6.cu, in float32 with numpy: within
+    3e-6 of 2^x relative, and about 2^-125 (not garbage) for −∞ and very negative x."""
+    import numpy as np
+    x = np.concatenate([np.linspace(-30, 0, 100_001, dtype=np.float32), np.float32([-np.inf, -1e9, -200])])
+    xc = np.maximum(x, np.float32(-125))
+    t = xc + np.float32(12582912.0)
+    f = xc - (t - np.float32(12582912.0))
+    c = [np.float32(v) for v in (0.009571807, 0.055918004, 0.24024703, 0.69312179, 0.99999928)]
+    p = c[0]
+    for ci in c[1:]:
+        p = p * f + ci
+    y = ((p.view(np.int32) + (t.view(np.int32) << 23)).astype(np.int32)).view(np.float32)
+    ref = np.exp2(xc.astype(np.float64))
+    assert np.max(np.abs(y - ref) / ref) < 3e-6
+    assert np.allclose(y[-3:], 2.0 ** -125, rtol=3e-6, atol=0)
+
+
+@on_hopper
 def test_strided_views_read_in_place(seed):
     """A model's [B, S, H, D] projections, transposed to [B, H, S, D] without a copy; a slice of
     heads; GQA with 2 K/V heads."""
