@@ -130,7 +130,10 @@ step_notebooks() {
 }
 
 step_pytest() {
-  run pytest python3 -m pytest -p no:cacheprovider -q
+  # pytest-xdist, where installed (the GPU image has it), spreads the suite over 8 processes.
+  local par=()
+  python3 -c "import xdist" 2> /dev/null && par=(-n 8)
+  run pytest python3 -m pytest -p no:cacheprovider -q "${par[@]}"
 }
 
 step_sanitize() {
