@@ -310,7 +310,9 @@ def provenance(data: dict, stage_numbers=None) -> str:
     else:
         when = "; ".join(f"{_number_ranges(ns)} at commit {c[:10]}, {d}"
                          for (c, d), ns in sorted(groups.items(), key=lambda kv: min(kv[1])))
-    return f"{where}, {when}; file `{data.get('_path', '')}`."
+    rebuilt = (" Rebuilt from the session's printed logs (env.recorded_from says which values are "
+               "derived and which carried over)." if e.get("recorded_from") else "")
+    return f"{where}, {when}; file `{data.get('_path', '')}`.{rebuilt}"
 
 
 def standard_runs(data: dict) -> list[dict]:

@@ -118,8 +118,9 @@ def main() -> int:
     ap.add_argument("logs", type=Path, help="folder with bench.log, stage6.log, versions.txt, nvidia-smi.txt")
     ap.add_argument("--commit", required=True, help="the commit the session measured (FA_GIT_COMMIT)")
     ap.add_argument("--timeline", type=Path, help="stage6_timeline.json to store with the stage 6 rows")
+    ap.add_argument("--previous", type=Path, help="the previous results file (default: the current one)")
     a = ap.parse_args()
-    old = R.load() or {}
+    old = R.load(a.previous) if a.previous else (R.load() or {})
     smi = (a.logs / "nvidia-smi.txt").read_text()
     versions = (a.logs / "versions.txt").read_text().split()
     date = re.search(r"^\w{3} (\w{3}) +(\d+) (\d\d:\d\d):\d\d (\d{4})", smi, re.M)
@@ -136,8 +137,12 @@ def main() -> int:
                    f"{date.group(3)} UTC",
            "recorded_from": f"the printed logs of scripts/gpu_session.sh ({a.logs.as_posix()}), rebuilt by "
                             "scripts/results_from_log.py: the JSON the session wrote was lost before it "
-                            "was fetched. nvrtc is the GPU image's (not printed by the run); sm_count "
-                            "from the GPU model."}
+                            "was fetched. Not printed by the run, carried from the previous record of the "
+                            "same GPU model and image: nvrtc, cuda_core, python, sm_count, memory_GiB, l2_MiB."}
+    if old.get("env", {}).get("gpu") == env["gpu"]:
+        for key in ("nvrtc", "cuda_core", "python", "sm_count", "memory_GiB", "l2_MiB"):
+            if key in old["env"]:
+                env[key] = old["env"][key]
     mods = stages.all_stages()
     data = {"env": env,
             "stages": {str(m.INFO.number): {**R.stage_entry(m.INFO), "commit": a.commit} for m in mods},
