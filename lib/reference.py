@@ -1,4 +1,4 @@
-"""The reference attention and the FlashAttention-3 error rule.
+"""The reference attention and the error rule.
 
 The reference upcasts q, k, v to float64 and computes softmax(q·kᵀ·scale)·v on the inputs'
 own device, with SDPA's causal rule (query i sees keys j <= i, aligned top-left, also when
@@ -10,8 +10,9 @@ where noise is the rounding of the output dtype at the output's magnitude (one u
 last place of max|ref|) plus the rounding of float32 accumulation over a head dim
 (sqrt(D) float32 ulps at that magnitude; it matters only for float32 outputs, where SDPA's
 own error is a few ulps and a different summation order alone would exceed twice it).
-That is the rule FlashAttention-3's tests use: a kernel may be at most twice as wrong as
-PyTorch's own attention on the same inputs.
+That is the form of FlashAttention's own tests (a kernel may be at most twice as wrong as a
+baseline attention, both measured against a more precise reference), made stricter: the
+baseline here is PyTorch's SDPA on the same inputs, and the reference is float64.
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ class Check:
 
 
 def check_output(out, q, k, v, *, causal=False, scale=None, sdpa_out=None) -> Check:
-    """Judge `out` against the float64 reference by the FlashAttention-3 rule."""
+    """Judge `out` against the float64 reference by the error rule (module docstring)."""
     if out.shape != q.shape[:-1] + (v.shape[-1],):
         raise ValueError(f"output has shape {tuple(out.shape)}, expected "
                          f"{tuple(q.shape[:-1] + (v.shape[-1],))}")
