@@ -253,7 +253,7 @@ def markdown_table(runs: list[dict], peak_tflops: float | None = None,
                 own, median = r.get(col), medians.get((shape_key(r), col), r.get(col))
                 flag = "†" if own and median and abs(own / median - 1) > SDPA_OUTLIER else ""
                 cells.append(_fmt(ratio(median, r["us"]), ".3g") + "×" + flag)
-            cells += [_fmt(r["max_abs_err"], ".1e"), "pass" if r["passed"] else "**FAIL**"]
+            cells += [_fmt(r.get("max_abs_err"), ".1e"), "pass" if r["passed"] else "**FAIL**"]  # sweep rows rebuilt from logs have none
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
