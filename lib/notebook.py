@@ -372,13 +372,14 @@ SDPA_MEDIAN_NOTE = ("SDPA columns: the median of the run's SDPA timings at that 
                     "stage's row timed SDPA again), not the one timing next to this stage.")
 
 
-def recorded_row(stage: int, shape: str = "throughput", causal: bool = False) -> dict | None:
-    """The recorded fp16 row of `stage` at a named standard shape, or None."""
+def recorded_row(stage: int, shape: str = "throughput", causal: bool = False,
+                 dtype: str = "float16") -> dict | None:
+    """The recorded row of `stage` at a named standard shape (fp16 unless `dtype`), or None."""
     from lib.bench import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
     return next((r for r in recorded_runs(stage) if not r.get("skipped")
                  and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
-                 == (B, H, S, S, D, "float16", causal)), None)
+                 == (B, H, S, S, D, dtype, causal)), None)
 
 
 def stage_summary(stage: int, remember: str) -> None:

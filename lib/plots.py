@@ -279,3 +279,25 @@ def plot_journey_waterfall(data: dict, B: int, H: int, S: int, D: int, causal: b
                  + (f" (ceiling {peak:.0f} TFLOPS)" if peak else ""), fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     return ax
+
+
+def timeline_phases(tl: dict, first: int = 1, last: int = 12) -> dict:
+    """From stage 6's timeline record ({"stamps": {schedule: stamps}, "consumers": n}): per
+    schedule and consumer, mean cycles per key tile and of its two phases (waiting for S, the
+    softmax) over tiles first … last − 1 (past the block's start, before its end)."""
+    out = {}
+    for name, st in tl["stamps"].items():
+        out[name] = []
+        for c in range(1, 1 + tl["consumers"]):
+            t = st[c][first:last]
+            out[name].append({"tile": (st[c][last][0] - st[c][first][0]) / (last - first),
+                              "wait_s": sum(x[1] - x[0] for x in t) / len(t),
+                              "softmax": sum(x[2] - x[1] for x in t) / len(t)})
+    return out
+
+
+def timeline_summary(tl: dict) -> str:
+    """timeline_phases as text, a line per schedule."""
+    return "\n".join(f"  {name:28s} " + "; ".join(
+        f"consumer {c}: {p['tile']:,.0f} cycles per key tile, S wait {p['wait_s']:,.0f}, softmax {p['softmax']:,.0f}"
+        for c, p in enumerate(per, 1)) for name, per in timeline_phases(tl).items())

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import stages.stage6 as s6  # noqa: E402
+from lib import plots  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_attention  # noqa: E402
@@ -37,21 +38,7 @@ def variants():
         yield "exp2_poly", f"{e}/8 of exp2 by polynomial", {"exp2_poly": e}
 
 
-def timeline_summary(tl: dict) -> str:
-    """Mean cycles per tile of each phase, per consumer warpgroup, from the stamps."""
-    lines = []
-    for name, st in tl["stamps"].items():
-        parts = []
-        for c in range(1, 1 + tl["consumers"]):
-            t = st[c][1:12]  # tiles 1..11: past the start, before the block's end
-            per = lambda a, b: sum(x[b] - x[a] for x in t) / len(t)  # noqa: E731
-            period = (st[c][12][0] - st[c][1][0]) / 11
-            parts.append(f"c{c}: tile {period:,.0f} cyc, wait S {per(0, 1):,.0f}, softmax {per(1, 2):,.0f}")
-        lines.append(f"  {name:28s} " + "; ".join(parts))
-    return "\n".join(lines)
-
-
-def timeline(D: int = 128, tiles_k: int = 16) -> dict:
+def timeline(D: int = 128) -> dict:
     """clock64 stamps of block (0, 0) at B4 H16 S8192 (a full grid, so the block shares its SM's
     neighbours' memory traffic as in the benchmark): per warpgroup and tile, when its operands
     were there (0), S was ready (1), the softmax done (2) and P·V done (3); the producer's
@@ -108,7 +95,7 @@ def main() -> int:
         del q, k, v
     tl = timeline()
     print("timeline (block (0, 0), B4 H16 S8192 D128; clock64 cycles):")
-    print(timeline_summary(tl))
+    print(plots.timeline_summary(tl))
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "stage6_timeline.json").write_text(json.dumps(tl))
     if a.record:
