@@ -261,6 +261,16 @@ def stage_kernels(source: Path, names: tuple[str, ...], dtype, head_dim: int,
     return {n: load_kernel(compiled, n, max_dynamic_smem=max_dynamic_smem) for n in names}
 
 
+# The define of the build whose row strides are the constant D (stages/attention.cuh): what
+# contiguous inputs run, and what the stages' compile_for shows offline.
+PACKED_ROWS = (("ROWS_PACKED", 1),)
+
+
+def rows_packed(*tensors) -> bool:
+    """Whether every [B, H, S, D] tensor has row stride D (a single row's stride is never used)."""
+    return all(t.shape[2] <= 1 or t.stride(2) == t.shape[3] for t in tensors)
+
+
 def layout_args(t) -> tuple:
     """A tensor's batch, head and row strides (elements) as the kernels take them: 64-bit,
     64-bit, 32-bit (lib.inputs.validate checks that the row stride fits)."""
@@ -325,6 +335,8 @@ def _make_plan(info, source, q, k, v, *, causal, scale, block_q, threads, smem, 
     if n_blocks == 0 or Sk == 0:
         return Plan(info, None, None, (), align, trivial=True)
     check_grid_x(f"stage {info.number}", n_blocks)
+    if rows_packed(q, k, v):  # the build with constant row strides (stages/attention.cuh)
+        defines = tuple(defines) + PACKED_ROWS
     kern = stage_kernels(source, ("attention_fused",), q.dtype, D, max_dynamic_smem=smem,
                          defines=tuple(defines))["attention_fused"]
     args = (np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)), np.int32(causal),

@@ -13,6 +13,11 @@
 //     (64-bit: a tensor may hold more than 2^31 elements) and its row (sequence) stride, all in
 //     elements. The output is a fresh contiguous [B, H, Sq, D] tensor.
 //   Grouped-query attention: H_kv = H / group heads of K/V; query head h reads K/V head h / group.
+//   Packed rows. When every row stride is D (any contiguous [B, H, S, D] tensor, and slices of
+//     its batches or heads), the launcher compiles the kernel with ROWS_PACKED defined: each
+//     kernel then replaces its row-stride arguments by the constant D (row_stride below), so the
+//     compiler folds every row step of a copy into the load's immediate offset, as it could
+//     before strides were arguments. Other layouts run the build with run-time row strides.
 //   The grid. gridDim.y and gridDim.z stop at 65535 blocks, gridDim.x at 2^31 − 1, so (batch,
 //     head) is folded into blockIdx.x with the tile index: blockIdx.x counts the tiles of
 //     (batch 0, head 0), then those of (0, 1), and so on (bh = b·H + h). Neighbouring blocks are
@@ -41,6 +46,14 @@ __device__ __forceinline__ elem_t to_elem(float x) {
     return __float2half(x);
 #endif
 }
+
+#ifdef ROWS_PACKED
+constexpr bool ROWS_ARE_PACKED = true;
+#else
+constexpr bool ROWS_ARE_PACKED = false;
+#endif
+// The row stride a kernel uses: the constant D in a packed build, the argument otherwise.
+__device__ __forceinline__ int row_stride(int given) { return ROWS_ARE_PACKED ? HEAD_DIM : given; }
 
 // exp(x) = 2^(x·log2 e): the kernels fold log2(e) into the scale once and call exp2f, which
 // is a single MUFU.EX2 instruction.
@@ -74,20 +87,23 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict_
     elem_t* to = dst + r_t * LD_DST + c_t;
     const int rows_left = n_rows - row0 - r_t;  // rows r_t + dr with dr >= rows_left are past the end
     const elem_t zero = to_elem(0.0f);
-    // The row stride ld is a kernel argument, so the offset dr·ld of each step is the same in
-    // every call: left alone, the compiler computes them all once, before the caller's loop
-    // over tiles, and keeps them in registers (64 for a 32 × 128 tile on 64 threads: spills).
-    // A copy of many batches (stages 2 and 3) therefore loops over them; one of one or two
-    // batches (stages 1 and 4) is unrolled, and steps from row to row by adding ld to a pointer
-    // that an empty asm statement "changes", so that nothing can be computed ahead.
-    constexpr bool UNROLL = PER_THREAD / BATCH <= 2;
+    // In a packed build (ROWS_PACKED, above) ld is the constant D: every step's offset dr·ld is
+    // known at compile time and the copy is simply unrolled. Otherwise ld is a kernel argument,
+    // so the offset of each step is the same in every call: left alone, the compiler computes
+    // them all once, before the caller's loop over tiles, and keeps them in registers (64 for a
+    // 32 × 128 tile on 64 threads: spills). A copy of many batches (stages 2 and 3) therefore
+    // loops over them; one of one or two batches (stages 1 and 4) is unrolled, and steps from
+    // row to row by adding ld to a pointer that an empty asm statement "changes", so that
+    // nothing can be computed ahead.
+    constexpr bool UNROLL = ROWS_ARE_PACKED || PER_THREAD / BATCH <= 2;
+    constexpr bool LAUNDER = UNROLL && !ROWS_ARE_PACKED;
 #pragma unroll(UNROLL ? PER_THREAD / BATCH : 1)
     for (int b = 0; b < PER_THREAD; b += BATCH) {
         elem_t x[BATCH];
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {
             const int step = (b + j) * THREADS, dr = step / COLS, dc = step % COLS;
-            if constexpr (UNROLL) {
+            if constexpr (LAUNDER) {
                 const int prev_dr = step == 0 ? 0 : (step - THREADS) / COLS;
                 if (dr != prev_dr) {  // on to row r_t + dr (all known at compile time)
                     from += (size_t)(dr - prev_dr) * ld;

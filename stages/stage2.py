@@ -36,10 +36,12 @@ INFO = StageInfo(
 )
 
 
-def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64) -> dict:
-    """The stage's kernel compiled for `arch` without a GPU, for lib.sass."""
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, packed: bool = True) -> dict:
+    """The stage's kernel compiled for `arch` without a GPU, for lib.sass: the build contiguous
+    inputs run (row strides the constant D), or with packed=False the one for any row stride."""
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
-            nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim)}
+            nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
+                                defines=dict(nvrtc.PACKED_ROWS if packed else ()))}
 
 
 def attention(q, k, v, *, causal=False, scale=None):

@@ -52,6 +52,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
                 float scale_log2, int causal, int H, int group,
                 long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head,
                 int k_row, long long v_batch, long long v_head, int v_row) {
+    q_row = row_stride(q_row), k_row = row_stride(k_row), v_row = row_stride(v_row);  // attention.cuh
     __shared__ __align__(32) Tiles tiles;
     __shared__ __align__(32) float s_t[BLOCK_K][LD_S];      // S, column-major
     __shared__ __align__(32) elem_t p_t[BLOCK_K][LD_P];     // P, column-major

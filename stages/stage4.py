@@ -70,12 +70,14 @@ def config(head_dim: int, tiles: tuple[int, int, int] | None = None) -> dict:
                         ("LOADS_IN_FLIGHT", in_flight))}
 
 
-def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None) -> dict:
-    """The stage's kernel compiled for `arch` without a GPU, for lib.sass."""
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
+                packed: bool = True) -> dict:
+    """The stage's kernel compiled for `arch` without a GPU, for lib.sass: the build contiguous
+    inputs run (row strides the constant D), or with packed=False the one for any row stride."""
     cfg = config(head_dim, tiles and tuple(tiles))
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
-                                defines=dict(cfg["defines"]))}
+                                defines=dict(cfg["defines"] + (nvrtc.PACKED_ROWS if packed else ())))}
 
 
 def attention(q, k, v, *, causal=False, scale=None, tiles=None):

@@ -66,12 +66,13 @@ def config(head_dim: int, tiles: tuple[int, int, int, int] | None = None,
 
 
 def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
-                swizzle: bool = True) -> dict:
-    """The stage's kernel compiled for `arch` without a GPU, for lib.sass."""
+                swizzle: bool = True, packed: bool = True) -> dict:
+    """The stage's kernel compiled for `arch` without a GPU, for lib.sass: the build contiguous
+    inputs run (row strides the constant D), or with packed=False the one for any row stride."""
     cfg = config(head_dim, tiles and tuple(tiles), swizzle)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
-                                defines=dict(cfg["defines"]))}
+                                defines=dict(cfg["defines"] + (nvrtc.PACKED_ROWS if packed else ())))}
 
 
 def attention(q, k, v, *, causal=False, scale=None, tiles=None, swizzle=True):

@@ -503,6 +503,42 @@ def test_host_time_per_call(n):
     assert ours <= 1.5 * sdpa, f"stage {n}: {ours:.1f} µs per call vs SDPA's {sdpa:.1f} µs"
 
 
+@pytest.mark.parametrize("n", [n for n in (2, 3, 4, 5) if n in MODULES])
+def test_packed_rows_build(n, monkeypatch):
+    """Inputs whose rows are packed (row stride D, as any contiguous tensor) run the build with
+    constant row strides (ROWS_PACKED); a transposed [B, S, H, D] view runs the general one."""
+    from lib import nvrtc
+    builds = []
+    monkeypatch.setattr(nvrtc, "validate", lambda *a, **kw: validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(nvrtc, "_plans", {})
+    monkeypatch.setattr(nvrtc, "stage_kernels",
+                        lambda *a, defines=(), **kw: builds.append(dict(defines)) or
+                        {"attention_fused": "kernel"})
+    monkeypatch.setattr(nvrtc, "launch_prepared", lambda *a: None)
+    q, k, v = make_qkv(2, 4, 40, 64, Sk=33, dtype=torch.float16, device="cpu")
+    MODULES[n].attention(q, k, v)
+    MODULES[n].attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v)
+    assert [b.get("ROWS_PACKED") for b in builds] == [1, None]
+
+
+@pytest.mark.parametrize("n", [n for n in (2, 3) if n in MODULES])
+@pytest.mark.parametrize("D", [64, 128])
+def test_packed_copies_unrolled(n, D):
+    """Stages 2 and 3 copy K and V with one load per element and thread. With constant row
+    strides every one of them sits in the K/V loop, unrolled (all in flight together); the
+    general build loops over batches of 4 loads. (The record before row strides were
+    arguments had the unrolled form; losing it made these stages 2-3× slower.)"""
+    from lib import sass
+    mod = MODULES[n]
+    want = 2 * 32 * D // mod.THREADS  # K and V tiles of BLOCK_K = 32 rows, per thread
+    counts = {}
+    for packed in (True, False):
+        (compiled,) = mod.compile_for("sm_80", torch.float16, D, packed=packed).values()
+        counts[packed] = sass.kv_loop(sass.sass_text(compiled.cubin))["mix"]["LDG"]
+    assert counts[True] == want, f"packed build: {counts[True]} loads in the K/V loop, want {want}"
+    assert counts[False] < want, counts
+
+
 def _param_sizes(mod, dtype, D) -> dict:
     """{kernel: [byte size of each parameter]}, read from the stage's cubin (EIATTR_KPARAM_INFO
     in cuobjdump -elf; no GPU needed)."""
