@@ -109,7 +109,7 @@ def stage6_rows(text: str) -> list[dict]:
             kind, label = m.group(1), m.group(2)
             rows.append({"kind": kind, "variant": label, **shape, "us": f(m.group(3)), "tflops": f(m.group(4)),
                          "passed": m.group(7) == "pass",
-                         "default": kind == "schedule" and label == s6.DEFAULT_SCHEDULE})
+                         "default": kind == "schedule" and label == s6.default_schedule(shape["D"])})
     return rows
 
 

@@ -32,6 +32,8 @@ SHAPES = [(16, 16, 2048, 64, torch.float16), (4, 16, 8192, 128, torch.float16), 
 def variants():
     for name in s6.SCHEDULES:
         yield "schedule", name, {"schedule": name}
+    for name in s6.VARIANTS:
+        yield "variant", name, {"schedule": name}
     for t in s6.CHOICES:
         yield "tiles", str(t), {"tiles": t}
     for e in (0, 2, 3, 4):
@@ -73,9 +75,9 @@ def main() -> int:
             print(f"B{B} H{H} S{S} D{D} {str(dtype)[6:]} {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs "
                   f"({flops / t_sd / 1e6:.0f} TFLOPS), FLASH {t_sf:,.1f} µs ({flops / t_sf / 1e6:.0f})", flush=True)
             for kind, label, kw in variants():
-                if (a.quick and kind != "schedule") or (kind == "tiles" and not s6.fits(D, kw["tiles"])):
+                if (a.quick and kind not in ("schedule", "variant")) or (kind == "tiles" and not s6.fits(D, kw["tiles"])):
                     continue
-                if dtype != torch.float16 and not (kind == "schedule" and label == s6.DEFAULT_SCHEDULE):
+                if dtype != torch.float16 and not (kind == "schedule" and label == s6.default_schedule(D)):
                     continue
                 fn = lambda q, k, v, causal=False, kw=kw: s6.attention(q, k, v, causal=causal, **kw)  # noqa: E731
                 t0 = time.time()
@@ -86,7 +88,7 @@ def main() -> int:
                        "dtype": str(dtype)[6:],
                        "us": t.median_us, "tflops": flops / t.median_us / 1e6, "sdpa_us": t_sd,
                        "sdpa_flash_us": t_sf, "passed": passed,
-                       "default": (kind == "schedule" and label == s6.DEFAULT_SCHEDULE)}
+                       "default": (kind == "schedule" and label == s6.default_schedule(D))}
                 ok &= passed
                 rows.append(row)
                 print(f"  {kind:8s} {label:28s} {t.median_us:10,.1f} µs {row['tflops']:6.1f} TFLOPS "

@@ -43,7 +43,20 @@ SCHEDULES = {
     "+ intra-warpgroup overlap": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=0),
     "+ persistent blocks": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=1),
 }
-DEFAULT_SCHEDULE = "+ intra-warpgroup overlap"
+# Other combinations worth measuring, outside the waterfall's order: FlashAttention-3 itself runs
+# its head-dim-64 kernel (three consumer warpgroups) with the overlap but without ping-pong.
+VARIANTS = {
+    "overlap without ping-pong": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=0, INTRA_OVERLAP=1, PERSISTENT=0),
+}
+ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
+# The schedule each head dim runs by default: the fastest measured (scripts/stage6_schedules.py).
+# At D128 the full FA3 schedule. At D64, where a tile's products are half as long and the
+# softmax is as long as at D128, ping-pong's turns cost more than they hide (three consumers).
+DEFAULT_SCHEDULES = {64: "+ setmaxnreg", 128: "+ intra-warpgroup overlap"}
+
+
+def default_schedule(head_dim: int) -> str:
+    return DEFAULT_SCHEDULES[head_dim]
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
 # (stages/stage6.cu: poly_exp2), per head dim.
 EXP2_POLY = {64: 0, 128: 0}
@@ -83,15 +96,16 @@ INFO = StageInfo(
 
 
 @lru_cache(maxsize=None)
-def config(head_dim: int, tiles=None, schedule: str = DEFAULT_SCHEDULE, timeline: bool = False,
+def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
            exp2_poly: int | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (Q, the K and V rings, the barriers, and 1 KB of
     slack to align the tiles to 1024 bytes) and the kernel's defines."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
+    schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
+    if schedule not in ALL_SCHEDULES:
+        raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
     bn, stages, consumers = tiles or TILES[head_dim]
-    sw = dict(SCHEDULES[schedule])
+    sw = dict(ALL_SCHEDULES[schedule])
     persistent = bool(sw.pop("PERSISTENT"))
     block_m = 64 * consumers
     tiles_bytes = (block_m + 2 * stages * bn) * head_dim * 2
@@ -108,7 +122,7 @@ def config(head_dim: int, tiles=None, schedule: str = DEFAULT_SCHEDULE, timeline
 
 
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
-                schedule: str = DEFAULT_SCHEDULE, timeline: bool = False, exp2_poly: int | None = None) -> dict:
+                schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass. Only sm_90a has the
     instructions; any other arch is refused."""
     if arch != ARCH:
@@ -123,7 +137,6 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
 # running (GPU only)
 
 _kernels: dict = {}
-_maps: dict = {}
 
 
 def _kernel(dtype, D, cfg):
@@ -139,23 +152,18 @@ def _kernel(dtype, D, cfg):
 def tensor_map(t: torch.Tensor, rows: int):
     """The copy engine's description of a [B, H, S, D] tensor with its real strides: boxes of
     `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled.
-    Encoding costs host time, so maps are cached per pointer, shape, strides and box."""
-    key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, rows, t.device.index)
-    m = _maps.get(key)
-    if m is None:
-        from cuda.core.utils import StridedMemoryView
-        from cuda.core._tensor_map import TensorMapSwizzle
-        if len(_maps) > 256:
-            _maps.clear()
-        # The copy engine moves bits: a 16-bit integer view of fp16/bf16 has the same layout.
-        # It also wants every stride a multiple of 16 bytes, even where a dimension has size 1
-        # and its stride is never used: give those one that is.
-        strides = [st if n > 1 else 8 * (t.numel() + 1) for n, st in zip(t.shape, t.stride())]
-        strides[-1] = 1
-        t = t.as_strided(t.shape, strides)
-        view = StridedMemoryView.from_dlpack(t.view(torch.uint16), stream_ptr=-1)
-        m = _maps[key] = view.as_tensor_map((1, 1, rows, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
-    return m
+    Encoding costs host time: attention() makes a tensor's map once per layout (its plan) and
+    afterwards only replaces the address. Each call here returns a new map of its own."""
+    from cuda.core.utils import StridedMemoryView
+    from cuda.core._tensor_map import TensorMapSwizzle
+    # The copy engine moves bits: a 16-bit integer view of fp16/bf16 has the same layout.
+    # It also wants every stride a multiple of 16 bytes, even where a dimension has size 1
+    # and its stride is never used: give those one that is.
+    strides = [st if n > 1 else 8 * (t.numel() + 1) for n, st in zip(t.shape, t.stride())]
+    strides[-1] = 1
+    t = t.as_strided(t.shape, strides)
+    view = StridedMemoryView.from_dlpack(t.view(torch.uint16), stream_ptr=-1)
+    return view.as_tensor_map((1, 1, rows, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
 
 
 _arch_ok: set = set()
@@ -172,37 +180,104 @@ def _check_arch(q) -> None:
                              f"(H100, H200); {torch.cuda.get_device_name(q.device)} has {cc[0]}.{cc[1]}")
 
 
-def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=DEFAULT_SCHEDULE,
-              timeline=None, exp2_poly=None):
-    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
-    `tiles` (one of CHOICES), `schedule` (a key of SCHEDULES) and `exp2_poly` (eighths of the
-    exponentials computed by polynomial, 0–8) are for measuring the alternatives; `timeline`, an int64 CUDA tensor of (1 + CONSUMERS)·16·4 elements, receives
-    clock64 stamps of block 0's first work tile (see stages/stage6.cu)."""
+class _Plan:
+    """Everything about a call except the data pointers, made once per input layout and
+    option set: a model's many small calls then cost about what SDPA's do on the host. The
+    tensor maps are kept too; when a later call brings new tensors of the same layout, only
+    their addresses are replaced (cuTensorMapReplaceAddress), not the whole map encoded."""
+
+    __slots__ = ("kernel", "config", "args", "rows", "maps", "ptrs", "trivial")
+
+
+_plans: dict = {}
+
+
+class _Address:
+    """The one thing TensorMapDescriptor.replace_address reads from a tensor: its address (as
+    __cuda_array_interface__, far cheaper to build than a DLPack capsule)."""
+
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, t):
+        self.__cuda_array_interface__ = {"shape": (t.numel(),), "typestr": "<u2", "version": 3,
+                                         "data": (t.data_ptr(), False), "strides": None}
+
+
+def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
     _check_arch(q)
-    empty = trivial_output(q, k)  # no queries, or no keys: what SDPA returns
-    if empty is not None:
-        return empty
+    plan = _Plan()
+    plan.trivial = trivial_output(q, k) is not None  # no queries, or no keys: what SDPA returns
+    if plan.trivial:
+        return plan
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
-    out = new_output(q)
-    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly)
-    kern = _kernel(q.dtype, D, cfg)
+    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly)
     bn = (tiles or TILES[D])[0]
     # Work tiles: (batch·head, block of query rows); one grid dimension holds up to 2³¹ − 1.
     n_work = B * H * ((Sq + cfg["block_m"] - 1) // cfg["block_m"])
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
     grid = min(n_work, _sm_count(q.device)) if cfg["persistent"] else n_work
-    nvrtc.launch(kern, grid, cfg["threads"],
-                 tensor_map(q, cfg["block_m"]), tensor_map(k, bn), tensor_map(v, bn), out,
-                 np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
-                 np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
-                 timeline if timeline is not None else np.intp(0), smem=cfg["smem"])
+    plan.kernel = _kernel(q.dtype, D, cfg)
+    plan.config = nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"])
+    plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
+                 np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work))
+    plan.rows = (cfg["block_m"], bn, bn)
+    plan.maps = [tensor_map(t, r) for t, r in zip((q, k, v), plan.rows)]
+    plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+    return plan
+
+
+def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
+              timeline=None, exp2_poly=None):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
+    `tiles` (one of CHOICES), `schedule` (a key of ALL_SCHEDULES; default: the head dim's, see
+    DEFAULT_SCHEDULES) and `exp2_poly` (eighths of the exponentials computed by polynomial, 0–8)
+    are for measuring the alternatives; `timeline`, an int64 CUDA tensor of
+    (1 + CONSUMERS)·16·4 elements, receives clock64 stamps of block 0's first work tile (see
+    stages/stage6.cu)."""
+    try:  # attributes a non-tensor lacks: the full validation in _make_plan says what is wrong
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
+               None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly)
+        plan = _plans.get(key)
+    except Exception:
+        key, plan = None, None
+    ptrs = None
+    if plan is not None and not plan.trivial:
+        ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+        if (ptrs[0] | ptrs[1] | ptrs[2]) % INFO.align_bytes:
+            plan = None  # validate() explains the misaligned pointer
+    if plan is None:
+        plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly)
+        if key is not None:
+            if len(_plans) > 1024:
+                _plans.clear()
+            _plans[key] = plan
+    if plan.trivial:
+        return trivial_output(q, k)
+    if ptrs is not None:
+        for i, t in enumerate((q, k, v)):
+            if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
+                _retarget(plan, i, t)
+    out = new_output(q)
+    nvrtc.launch_prepared(plan.kernel, plan.config,
+                          (*plan.maps, out.data_ptr(), *plan.args,
+                           timeline.data_ptr() if timeline is not None else 0))
     return out
+
+
+def _retarget(plan: _Plan, i: int, t) -> None:
+    """Point tensor map i of a plan at tensor t (same layout as the one it was made for)."""
+    try:
+        plan.maps[i].replace_address(_Address(t))
+    except Exception:  # a cuda.core without replace_address, or one that reads more: encode
+        plan.maps[i] = tensor_map(t, plan.rows[i])
+    plan.ptrs[i] = t.data_ptr()
 
 
 _sms: dict = {}

@@ -24,7 +24,7 @@ SERIALIZING = re.compile(r"C75(08|10|11|12|15)|wgmma.*serializ", re.I)
 def variants():
     for D in s6.INFO.head_dims:
         for dtype in s6.INFO.dtypes:
-            for sched in s6.SCHEDULES:
+            for sched in s6.ALL_SCHEDULES:
                 yield pytest.param(D, dtype, sched, id=f"D{D}-{str(dtype)[6:]}-{sched.strip('+ ').replace(' ', '_')}")
 
 
@@ -37,14 +37,14 @@ def test_compiles_to_hopper_instructions(D, dtype, schedule):
     assert ins.mix["UTMALDG"] > 0, "Q, K, V must arrive by bulk tensor copies (UTMALDG)"
     assert ins.mix["SYNCS"] > 0, "the pipeline waits on mbarriers (SYNCS)"
     (usage,) = compiled.resource_usage().values()
-    sw = s6.SCHEDULES[schedule]
+    sw = s6.ALL_SCHEDULES[schedule]
     if sw["WARP_SPECIALIZED"] and not sw["SETMAXNREG"]:
         # The ablation step before setmaxnreg: consumers keep the launch's even share (168
         # registers at 3 warpgroups), too few for S, P and O at D128 — ptxas spills and
         # serializes there, which is what the next step (setmaxnreg) fixes. Reported, not failed.
         return
     assert not SERIALIZING.search(compiled.log), compiled.log
-    if schedule == s6.DEFAULT_SCHEDULE:
+    if schedule == s6.default_schedule(D):
         assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, usage
         assert ins.mix["LDL"] == 0 and ins.mix["STL"] == 0, "no local memory"
         sass = sass_text(compiled.cubin)
@@ -71,7 +71,7 @@ SHAPES = [(1, 1, 1, 1), (2, 3, 129, 77), (1, 2, 300, 1000), (1, 1, 1000, 300), (
 
 
 @on_hopper
-@pytest.mark.parametrize("schedule", list(s6.SCHEDULES))
+@pytest.mark.parametrize("schedule", list(s6.ALL_SCHEDULES))
 @pytest.mark.parametrize("D", s6.INFO.head_dims)
 def test_every_schedule_matches_reference(schedule, D, seed):
     for dtype in s6.INFO.dtypes:
@@ -140,6 +140,67 @@ def test_strided_views_read_in_place(seed):
         assert out.is_contiguous()
         c = check_output(out, q, k, v, causal=causal)
         assert c.passed, c.summary()
+
+
+@on_hopper
+def test_new_tensors_of_a_known_layout(seed):
+    """A model's calls bring new tensors of one layout: the plan of the first call is reused
+    with its tensor maps pointed at the new addresses. Every call's output must be its own
+    inputs' attention (a map left pointing at old tensors would read stale data)."""
+    shapes = [(2, 3, 200, 64, 333), (1, 4, 130, 128, 77)]
+    for B, H, Sq, D, Sk in shapes:
+        outs, inputs = [], []
+        for i in range(3):
+            q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, seed=seed + i)
+            if i == 2:  # only q new: k and v of the previous call
+                k, v = inputs[-1][1], inputs[-1][2]
+            inputs.append((q, k, v))
+            outs.append(s6.attention(q, k, v, causal=True))
+        for out, (q, k, v) in zip(outs, inputs):
+            c = check_output(out, q, k, v, causal=True)
+            assert c.passed, c.summary()
+
+
+def test_plan_cache_on_the_cpu(monkeypatch):
+    """Without a GPU: the first call of a layout makes a plan (validation, maps), later calls
+    with new tensors of that layout only retarget the maps whose tensor changed, another
+    layout or option makes its own plan, and a misaligned pointer is refused."""
+    from lib import inputs
+    made, retargeted, launched = [], [], []
+
+    class Map:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def replace_address(self, a):
+            retargeted.append(a.__cuda_array_interface__["data"][0])
+            self.ptr = a.__cuda_array_interface__["data"][0]
+
+    monkeypatch.setattr(s6, "_plans", {})
+    monkeypatch.setattr(s6, "_check_arch", lambda q: None)
+    monkeypatch.setattr(s6, "_kernel", lambda *a: "kernel")
+    monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
+    monkeypatch.setattr(s6, "tensor_map", lambda t, rows: made.append(rows) or Map(t.data_ptr()))
+    monkeypatch.setattr(s6, "validate_cached",
+                        lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(s6.nvrtc, "launch_prepared",
+                        lambda kernel, config, params: launched.append((config, params)))
+    q, k, v = make_qkv(2, 4, 300, 64, Sk=200, dtype=torch.float16, device="cpu")
+    s6.attention(q, k, v)
+    assert len(made) == 3 and not retargeted
+    q2 = q.clone()
+    s6.attention(q2, k, v)
+    assert len(made) == 3 and retargeted == [q2.data_ptr()]
+    maps = launched[-1][1][:3]
+    assert [m.ptr for m in maps] == [q2.data_ptr(), k.data_ptr(), v.data_ptr()]
+    s6.attention(q2, k, v, causal=True)
+    assert len(made) == 6
+    config, params = launched[-1]
+    bm = s6.config(64)["block_m"]
+    assert config.grid == (2 * 4 * -(-300 // bm), 1, 1)
+    buf = torch.empty(q.numel() + 8, dtype=q.dtype)
+    with pytest.raises(ValueError, match="data pointer"):
+        s6.attention(buf[1:q.numel() + 1].view(q.shape), k, v)
 
 
 @on_hopper
