@@ -20,7 +20,9 @@
 #                  when one call has a time limit (default: all of them, in the order above)
 #   FA_BENCH_ARGS  extra arguments for lib.bench, e.g. "--stages 5"
 #   FA_NOTEBOOKS   the notebooks to execute (default: notebooks/*.ipynb)
-#   FA_GIT_COMMIT  the commit being measured, when the tree has no .git
+#   FA_PYTEST_ARGS extra arguments for pytest, e.g. "tests/test_stage6.py" for a subset
+#   FA_GIT_COMMIT  the commit being measured, when the tree has no .git (or a stale one: a
+#                  copied working tree); always set it when the tree is not a fresh checkout
 # On the curriculum's H100 machine (no package registry, numpy 2.5), first fetch wheels on a
 # CPU machine with `bash ../shared/h100/fetch-wheels.sh` and carry .whl/ along: they are
 # installed here before anything else.
@@ -133,7 +135,8 @@ step_pytest() {
   # pytest-xdist, where installed (the GPU image has it), spreads the suite over 8 processes.
   local par=()
   python3 -c "import xdist" 2> /dev/null && par=(-n 8)
-  run pytest python3 -m pytest -p no:cacheprovider -q "${par[@]}"
+  # shellcheck disable=SC2086  # FA_PYTEST_ARGS is a list of arguments (a subset: -k, files)
+  run pytest python3 -m pytest -p no:cacheprovider -q "${par[@]}" ${FA_PYTEST_ARGS:-}
 }
 
 step_sanitize() {
