@@ -547,18 +547,25 @@ if __name__ == "__main__":
 # Evidence for the stage 3 and stage 4 notebooks (issue 12): the bf16 / fp16 SASS comparison
 # and the stage 3 → 4 hypotheses, computed offline from the SASS and the recorded ncu reports.
 
-def fp16_bf16_sass(stage: int, D: int, arch: str = "sm_90a") -> dict:
+def fp16_bf16_sass(stage: int, D: int, arch: str = "sm_90a", bf16_defines: dict | None = None
+                   ) -> dict:
     """Stage `stage`'s kernel compiled offline in fp16 and in bf16 at head dim D: per dtype
     {'registers', 'spill_bytes', 'loop' (instructions in the K/V loop), 'mix' (full-opcode
     Counter of the K/V loop)}, and 'differ': {opcode: (fp16, bf16)} for the opcodes whose K/V
-    loop counts differ."""
+    loop counts differ. `bf16_defines` are extra defines for the bf16 build (e.g.
+    BF16_GENERIC_FRAGMENT_LOADS: mma.h's own fragment loads, as before stages/attention.cuh's
+    load_fragment)."""
     import collections
 
     import stages
-    from lib import sass
+    from lib import nvrtc, sass
+    mod = stages.get(stage)
+    base = dict(mod.config(D)["defines"]) if hasattr(mod, "config") else {}
     out = {}
     for dtype in (torch.float16, torch.bfloat16):
-        compiled = next(iter(stages.get(stage).compile_for(arch, dtype, D).values()))
+        extra = bf16_defines if dtype == torch.bfloat16 and bf16_defines else {}
+        compiled = nvrtc.compile_stage(mod.SOURCE, arch=arch, dtype=dtype, head_dim=D,
+                                       defines={**base, **extra})
         p = next(iter(compiled.resource_usage().values()))
         body = sass.kv_loop(sass.sass_text(compiled.cubin))["body"]
         out[DTYPE_NAMES[dtype]] = {"registers": p["registers"], "spill_bytes": p["spill_stores"],

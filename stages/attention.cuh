@@ -119,6 +119,8 @@ __device__ __forceinline__ bool key_visible(int key, int query, int n_keys, bool
 // each fragment as four generic 32-bit loads (LD.E), plus register transposes (MOVM) for the
 // layouts ldmatrix would have transposed. Issued with .shared, a bf16 fragment compiles to one
 // LDSM as in fp16. Same instruction, same registers: only where the address points is said.
+// Defining BF16_GENERIC_FRAGMENT_LOADS restores mma.h's loads (the stage 3 notebook compiles
+// both to show the difference).
 namespace frag_detail {
 template <class A, class B> struct same { static constexpr bool value = false; };
 template <class A> struct same<A, A> { static constexpr bool value = true; };
@@ -127,7 +129,7 @@ template <class A> struct same<A, A> { static constexpr bool value = true; };
 template <class Use, class Layout>
 __device__ __forceinline__ void load_fragment(
         nvcuda::wmma::fragment<Use, 16, 16, 16, elem_t, Layout>& f, const elem_t* p, unsigned ld) {
-#ifdef ELEM_BF16
+#if defined(ELEM_BF16) && !defined(BF16_GENERIC_FRAGMENT_LOADS)
     using namespace nvcuda::wmma;
     static_assert(sizeof(f.x) == 16, "an m16n16k16 bf16 operand fragment is four 32-bit registers");
     unsigned* x = reinterpret_cast<unsigned*>(&f.x[0]);
