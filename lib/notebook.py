@@ -541,3 +541,144 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="Execute notebooks in place, keeping outputs.")
     ap.add_argument("--execute", nargs="+", required=True, metavar="NOTEBOOK")
     sys.exit(execute(ap.parse_args().execute))
+
+
+# ============================================================================================
+# Evidence for the stage 3 and stage 4 notebooks (issue 12): the bf16 / fp16 SASS comparison
+# and the stage 3 → 4 hypotheses, computed offline from the SASS and the recorded ncu reports.
+
+def fp16_bf16_sass(stage: int, D: int, arch: str = "sm_90a", bf16_defines: dict | None = None
+                   ) -> dict:
+    """Stage `stage`'s kernel compiled offline in fp16 and in bf16 at head dim D: per dtype
+    {'registers', 'spill_bytes', 'loop' (instructions in the K/V loop), 'mix' (full-opcode
+    Counter of the K/V loop)}, and 'differ': {opcode: (fp16, bf16)} for the opcodes whose K/V
+    loop counts differ. `bf16_defines` are extra defines for the bf16 build (e.g.
+    BF16_GENERIC_FRAGMENT_LOADS: mma.h's own fragment loads, as before stages/attention.cuh's
+    load_fragment)."""
+    import collections
+
+    import stages
+    from lib import nvrtc, sass
+    mod = stages.get(stage)
+    base = dict(mod.config(D)["defines"]) if hasattr(mod, "config") else {}
+    out = {}
+    for dtype in (torch.float16, torch.bfloat16):
+        extra = bf16_defines if dtype == torch.bfloat16 and bf16_defines else {}
+        compiled = nvrtc.compile_stage(mod.SOURCE, arch=arch, dtype=dtype, head_dim=D,
+                                       defines={**base, **extra})
+        p = next(iter(compiled.resource_usage().values()))
+        body = sass.kv_loop(sass.sass_text(compiled.cubin))["body"]
+        out[DTYPE_NAMES[dtype]] = {"registers": p["registers"], "spill_bytes": p["spill_stores"],
+                                   "loop": len(body),
+                                   "mix": collections.Counter(x["full"] for x in body)}
+    a, b = out["float16"]["mix"], out["bfloat16"]["mix"]
+    out["differ"] = {op: (a[op], b[op]) for op in sorted(set(a) | set(b), key=lambda o: -abs(a[o] - b[o]))
+                     if a[op] != b[op]}
+    return out
+
+
+STALL_REASONS = ("short_scoreboard", "long_scoreboard", "barrier", "branch_resolving",
+                 "mio_throttle", "math_pipe_throttle", "wait", "no_instruction", "not_selected")
+# What the profile step asks ncu for beyond its sections (scripts/gpu_session.sh, WARP_METRICS):
+# the share of active warps stalled for each reason, instructions and branches executed.
+NCU_WARP_METRICS = {**{f"stall {r}": f"smsp__warp_issue_stalled_{r}_per_warp_active.pct"
+                       for r in STALL_REASONS},
+                    "instructions executed": "smsp__inst_executed.sum",
+                    "branches executed": "smsp__sass_inst_executed_op_branch.sum",
+                    "uniform branches (%)": "smsp__sass_average_branch_targets_threads_uniform.pct"}
+
+
+def profile_facts(stage: int, shape: str = "throughput") -> dict | None:
+    """What one recorded ncu report says about where a kernel's time goes, as numbers: achieved
+    and theoretical occupancy, warps per scheduler, cycles per issued instruction, the issue
+    rate per scheduler and the instructions each scheduler issued (derived: active cycles ×
+    warps per scheduler ÷ cycles per issued instruction), L1/TEX throughput, the shared-store
+    counters, ncu's short-scoreboard rule where it printed one, and every NCU_WARP_METRICS value
+    the report holds (None for those it lacks). None when there is no report."""
+    rep = ncu_report(stage, shape)
+    if rep is None or not rep["kernels"]:
+        return None
+    k = rep["kernels"][0]
+    text = (ROOT / rep["path"]).read_text()
+
+    def value(name):
+        m = re.search(rf"^\s+{re.escape(name)}\s+(?:\S+\s+)?([\d,.]+)\s*$", text, re.M)
+        return float(m.group(1).replace(",", "")) if m else None
+
+    m = k["metrics"]
+    warps = value("Achieved Active Warps Per SM")
+    cpi = m.get("Warp Cycles Per Issued Instruction", (None,))[0]
+    active = value("SM Active Cycles")
+    per_sched = warps / 4 if warps else None
+    facts = {"commit": re.search(r"commit (\w+)", rep["header"]).group(1) if "commit" in rep["header"] else None,
+             "duration_ms": m.get("Duration", (None,))[0],
+             "achieved_occupancy": m.get("Achieved Occupancy", (None,))[0],
+             "theoretical_occupancy": m.get("Theoretical Occupancy", (None,))[0],
+             "warps_per_scheduler": per_sched, "cycles_per_issue": cpi,
+             "issue_rate": per_sched / cpi if per_sched and cpi else None,
+             "issued_per_scheduler": active * per_sched / cpi if active and per_sched and cpi else None,
+             "l1tex_pct": m.get("L1/TEX Cache Throughput", (None,))[0],
+             "shared_stores": k["shared"].get("stores"), "shared_loads": k["shared"].get("loads")}
+    flat = re.sub(r"\s+", " ", text)
+    mm = re.search(r"spends ([\d.]+) cycles being stalled waiting for a scoreboard dependency on a MIO", flat)
+    facts["short_scoreboard_cycles"] = float(mm.group(1)) if mm else None
+    for what, metric in NCU_WARP_METRICS.items():
+        mm = re.search(_metric_pattern(metric).replace(r"([\d,]+)", r"([\d,.]+)"), text, re.M)
+        facts[what] = float(mm.group(1).replace(",", "")) if mm else None
+    return facts
+
+
+def softmax_control_flow(stage: int, D: int, tiles=None, dtype=torch.float16,
+                         arch: str = "sm_90a") -> dict:
+    """The softmax of one warp and one K/V tile, read off the SASS of the K/V loop (from the
+    first FMNMX to the last shared store before the P·V product): instructions and control-flow
+    instructions (BRA, BSSY, BSYNC, BREAK, WARPSYNC), static and weighted by the trips of the
+    softmax loops (a pass with fewer MUFU or FMNMX than the lane's columns is a loop run
+    columns ÷ per-trip times), plus the columns per lane. Counts both sides of each branch: an
+    upper bound on what one path executes."""
+    import collections
+
+    import stages
+    from lib import sass
+    mod = stages.get(stage)
+    kw = {"tiles": tiles} if tiles is not None and stage == 4 else {}
+    compiled = next(iter(mod.compile_for(arch, dtype, D, **kw).values()))
+    L = sass.listing(sass.sass_text(compiled.cubin), "attention_fused")
+    lo, hi = (lambda kv: (kv["body"][0]["addr"], kv["body"][-1]["addr"]))(
+        sass.kv_loop(sass.sass_text(compiled.cubin)))
+    body = [x for x in L if lo <= x["addr"] <= hi]
+    first = next(x["addr"] for x in body if x["op"] == "FMNMX")
+    pv = min(x["addr"] for x in body if x["op"] == "HMMA" and x["addr"] > first)
+    last = max(x["addr"] for x in body if x["op"] == "STS" and x["addr"] < pv)
+    block_k = 32 if stage == 3 else (tiles or mod.TILES[D])[1]
+    cols = block_k // 2
+    loops = [(sass.branch_target(x), x["addr"]) for x in body if x["op"] == "BRA"
+             and sass.branch_target(x) is not None and sass.branch_target(x) < x["addr"]
+             and first - 0x400 <= sass.branch_target(x) and x["addr"] < pv]
+    weight = {}
+    for a, b in loops:
+        inner = collections.Counter(x["op"] for x in body if a <= x["addr"] <= b)
+        per_trip = inner["MUFU"] or inner["FMNMX"]
+        if per_trip:
+            for x in body:
+                if a <= x["addr"] <= b:
+                    weight[x["addr"]] = cols // per_trip
+    start, end = min([first] + [a for a, _ in loops]), max([last] + [b for _, b in loops])
+    region = [x for x in body if start <= x["addr"] <= end]
+    ctrl = ("BRA", "BSSY", "BSYNC", "BREAK", "WARPSYNC")
+    w = lambda xs: sum(weight.get(x["addr"], 1) for x in xs)
+    return {"columns_per_lane": cols, "static": len(region),
+            "static_control": sum(x["op"] in ctrl for x in region),
+            "per_tile": w(region), "control_per_tile": w([x for x in region if x["op"] in ctrl]),
+            "per_tile_by_op": {op: w([x for x in region if x["op"] == op]) for op in ctrl}}
+
+
+def column_store_ways(block_q: int, ld_p: int, item: int = 2) -> int:
+    """Shared-memory passes of one warp's store of P in the stage 3/4 softmax: lane l writes
+    p_t[l % 2][row0 + l / 2] (two lanes per row, neighbouring columns) into a column-major tile
+    of column stride ld_p elements of `item` bytes. The most distinct 4-byte words in one bank."""
+    banks = {}
+    for lane in range(32):
+        word = ((lane % 2) * ld_p + lane // 2) * item // 4
+        banks.setdefault(word % 32, set()).add(word)
+    return max(len(s) for s in banks.values())

@@ -74,6 +74,11 @@ step_stage6() {  # stage 6 idea by idea (schedules), its tile choices and a meas
 # and wavefronts per load/store, ldmatrix instructions) rather than ncu's derived ratios.
 SMEM_METRICS=l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_shared_st.sum,smsp__sass_inst_executed_op_ldsm.sum
 
+# Where the warps wait and how much they branch (the stage 3 and 4 notebooks test their
+# hypotheses with these; lib.notebook.NCU_WARP_METRICS reads them): the share of active warps
+# stalled for each reason, instructions and branch instructions executed, branch uniformity.
+WARP_METRICS=smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_branch_resolving_per_warp_active.pct,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct,smsp__warp_issue_stalled_not_selected_per_warp_active.pct,smsp__inst_executed.sum,smsp__sass_inst_executed_op_branch.sum,smsp__sass_average_branch_targets_threads_uniform.pct
+
 profile_one() {  # profile_one NAME REPORT NCU-ARGS... -- one_call.py ARGS...: replace REPORT only on success
   local name=$1 report=$2; shift 2
   local ncu_args=() call_args=()
@@ -100,7 +105,7 @@ step_profile() {
   for n in $(python3 -c "import stages; print(*[m.INFO.number for m in stages.all_stages() if m.INFO.backend == 'nvrtc'])"); do
     profile_one "profile-stage$n" "results/profiles/stage$n-throughput.ncu.txt" \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables \
-      --metrics "$SMEM_METRICS" -- "$n" throughput
+      --metrics "$SMEM_METRICS,$WARP_METRICS" -- "$n" throughput
   done
   # Stage 5's swizzle, before and after: the same call with plain rows, for the bank conflicts.
   profile_one profile-stage5-noswizzle results/profiles/stage5-noswizzle-throughput.ncu.txt \

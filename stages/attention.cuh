@@ -127,3 +127,40 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict_
 __device__ __forceinline__ bool key_visible(int key, int query, int n_keys, bool causal) {
     return key < n_keys && (!causal || key <= query);
 }
+
+// A WMMA operand fragment (m16n16k16, matrix_a or matrix_b, either layout) loaded from shared
+// memory: wmma::load_matrix_sync, except that in bfloat16 the PTX instruction names its state
+// space. NVRTC turns mma.h's bf16 loads into wmma.load ... .bf16 on a *generic* address, while
+// it gives the fp16 ones .shared; without .shared ptxas cannot use ldmatrix (LDSM) and loads
+// each fragment as four generic 32-bit loads (LD.E), plus register transposes (MOVM) for the
+// layouts ldmatrix would have transposed. Issued with .shared, a bf16 fragment compiles to one
+// LDSM as in fp16. Same instruction, same registers: only where the address points is said.
+// Defining BF16_GENERIC_FRAGMENT_LOADS restores mma.h's loads (the stage 3 notebook compiles
+// both to show the difference).
+namespace frag_detail {
+template <class A, class B> struct same { static constexpr bool value = false; };
+template <class A> struct same<A, A> { static constexpr bool value = true; };
+}  // namespace frag_detail
+
+template <class Use, class Layout>
+__device__ __forceinline__ void load_fragment(
+        nvcuda::wmma::fragment<Use, 16, 16, 16, elem_t, Layout>& f, const elem_t* p, unsigned ld) {
+#if defined(ELEM_BF16) && !defined(BF16_GENERIC_FRAGMENT_LOADS)
+    using namespace nvcuda::wmma;
+    static_assert(sizeof(f.x) == 16, "an m16n16k16 bf16 operand fragment is four 32-bit registers");
+    unsigned* x = reinterpret_cast<unsigned*>(&f.x[0]);
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    constexpr bool is_a = frag_detail::same<Use, matrix_a>::value;
+    constexpr bool row = frag_detail::same<Layout, row_major>::value;
+#define FRAG_LOAD(OP)                                                                      \
+    asm volatile(OP " {%0, %1, %2, %3}, [%4], %5;"                                        \
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "r"(a), "r"(ld) : "memory")
+    if constexpr (is_a && row) FRAG_LOAD("wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16");
+    else if constexpr (is_a) FRAG_LOAD("wmma.load.a.sync.aligned.col.m16n16k16.shared.bf16");
+    else if constexpr (row) FRAG_LOAD("wmma.load.b.sync.aligned.row.m16n16k16.shared.bf16");
+    else FRAG_LOAD("wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16");
+#undef FRAG_LOAD
+#else
+    nvcuda::wmma::load_matrix_sync(f, p, ld);
+#endif
+}

@@ -49,8 +49,8 @@ attention_scores(const elem_t* q, const elem_t* k, float* s, int Sq, int Sk, int
         wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> a;
         // Kᵀ read column-major is K read row-major: no transpose is ever materialised.
         wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> b;
-        wmma::load_matrix_sync(a, &q_tile[wr * 16][0], K_STEP);
-        wmma::load_matrix_sync(b, &k_tile[wc * 16][0], K_STEP);
+        load_fragment(a, &q_tile[wr * 16][0], K_STEP);
+        load_fragment(b, &k_tile[wc * 16][0], K_STEP);
         wmma::mma_sync(acc, a, b, acc);
         __syncthreads();  // before the next step overwrites the tiles
     }
@@ -134,8 +134,8 @@ attention_pv(const elem_t* p, const elem_t* v, elem_t* out, int Sq, int Sk, int 
         __syncthreads();
         wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> b;
-        wmma::load_matrix_sync(a, &p_tile[wr * 16][0], K_STEP);
-        wmma::load_matrix_sync(b, &v_tile[0][wc * 16], TILE);
+        load_fragment(a, &p_tile[wr * 16][0], K_STEP);
+        load_fragment(b, &v_tile[0][wc * 16], TILE);
         wmma::mma_sync(acc, a, b, acc);
         __syncthreads();
     }

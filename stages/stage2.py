@@ -33,6 +33,10 @@ INFO = StageInfo(
     prediction={"tflops": (118.6, 740.0),
                 "basis": "issue slots per K/V tile counted from the SASS (low) to the "
                          "tensor-core roofline (high)"},
+    # With its fragments loaded by ldmatrix (attention.cuh's load_fragment), the bfloat16 D128
+    # build for sm_80 keeps one 4-byte value on the stack (168 registers; one LDL per K/V tile);
+    # the sm_90 builds spill nothing. The offline test allows that much.
+    extra={"spill_bytes_allowed": {128: 8}},
 )
 
 

@@ -86,7 +86,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     // Each warp keeps its 16 rows of Q in registers, as WMMA fragments, for the whole loop.
     wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::row_major> q_frag[D / 16];
 #pragma unroll
-    for (int d = 0; d < D / 16; ++d) wmma::load_matrix_sync(q_frag[d], &tiles.q[warp * 16][d * 16], LD);
+    for (int d = 0; d < D / 16; ++d) load_fragment(q_frag[d], &tiles.q[warp * 16][d * 16], LD);
     // O (16 rows × D per warp) stays in accumulator fragments. To rescale a row we must know
     // which row each of a fragment's elements belongs to, and WMMA does not say. Loading a
     // matrix whose every element is its row number into a fragment of the same kind tells us:
@@ -121,7 +121,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 #pragma unroll
             for (int d = 0; d < D / 16; ++d) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::col_major> k_frag;
-                wmma::load_matrix_sync(k_frag, &tiles.step.k[n * 16][d * 16], LD);
+                load_fragment(k_frag, &tiles.step.k[n * 16][d * 16], LD);
                 wmma::mma_sync(s_frag, q_frag[d], k_frag, s_frag);
             }
             wmma::store_matrix_sync(&tiles.step.s_t[n * 16][warp * 16], s_frag, LD_S, wmma::mem_col_major);
@@ -171,8 +171,8 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             for (int c = 0; c < BLOCK_K / 16; ++c) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, elem_t, wmma::col_major> p_frag;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, elem_t, wmma::row_major> v_frag;
-                wmma::load_matrix_sync(p_frag, &tiles.step.p_t[c * 16][warp * 16], LD_P);
-                wmma::load_matrix_sync(v_frag, &tiles.step.v[c * 16][n * 16], LD);
+                load_fragment(p_frag, &tiles.step.p_t[c * 16][warp * 16], LD_P);
+                load_fragment(v_frag, &tiles.step.v[c * 16][n * 16], LD);
                 wmma::mma_sync(o_frag[n], p_frag, v_frag, o_frag[n]);
             }
         }
