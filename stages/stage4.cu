@@ -41,7 +41,11 @@ constexpr int D = HEAD_DIM;
 constexpr int LD = D + 8;                // row stride of the Q, K and V tiles (elements)
 constexpr int LD_O = D + 4;              // ... of the O tile (floats)
 constexpr int LD_S = BLOCK_Q + 16;       // column stride of S (floats)
-constexpr int LD_P = BLOCK_Q + 8;        // column stride of P (elements)
+// P's column stride: BLOCK_Q + 8 (stage 2's) at BLOCK_Q = 64 puts the two lanes that store one
+// row's neighbouring columns 4 banks apart, inside the 8 banks the 16 rows of a column span
+// (2-way conflicts); + 24 puts them 12 banks apart and keeps the WMMA loads' 8 rows on distinct
+// banks (an odd number of 16-byte units per column).
+constexpr int LD_P = BLOCK_Q + 24;
 
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
 

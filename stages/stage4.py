@@ -54,7 +54,7 @@ INFO = StageInfo(
 def smem_bytes(head_dim: int, block_q: int, block_k: int, item: int = 2) -> int:
     """Dynamic shared memory of one block: the largest member of the .cu file's `Tiles` (Q; or
     K, V, S and P of a step; or O), with the same padding. The kernel checks it at compile time."""
-    ld, ld_o, ld_s, ld_p = head_dim + 8, head_dim + 4, block_q + 16, block_q + 8
+    ld, ld_o, ld_s, ld_p = head_dim + 8, head_dim + 4, block_q + 16, block_q + 24
     step = 2 * block_k * ld * item + block_k * ld_s * 4 + block_k * ld_p * item
     return max(block_q * ld * item, step, block_q * ld_o * 4)
 
