@@ -71,18 +71,29 @@ def resources(ideas, D) -> dict:
             "smem_bytes": s5.config(D, None, True, tuple(sorted(ideas.items())))["smem"]}
 
 
+def _us(t) -> str:
+    return "—" if t is None else f"{t:,.1f} µs"
+
+
+def _x(a, b) -> str:
+    """a / b as a speed ratio, or — when either is missing."""
+    return f"{a / b:.2f}×" if a and b else "—"
+
+
 def tables(rows: list[dict]) -> str:
     """Markdown: per shape and mask, the waterfall (× stage 4, × previous step), then the
-    leave-one-out variants and alternatives (× stage 4, × stage 5)."""
+    leave-one-out variants and alternatives (× stage 4, × stage 5). Rows missing (a variant
+    that failed its check) leave their ratios as —."""
     out = []
     groups = {}
     for r in rows:
         groups.setdefault((r["D"], r["B"], r["H"], r["S"], r["causal"]), []).append(r)
     for (D, B, H, S, causal), rs in groups.items():
         by = {r["variant"]: r for r in rs}
-        full = by[s5.waterfall()[-1][0]]
+        full = by.get(s5.waterfall()[-1][0], {})
+        t4 = by.get("stage 4", {}).get("us")
         out.append(f"\nB{B} H{H} S{S} D{D} fp16 {'causal' if causal else 'full'} (SDPA default "
-                   f"{rs[0]['sdpa_us']:,.1f} µs, FLASH {rs[0]['sdpa_flash_us']:,.1f} µs)\n")
+                   f"{_us(rs[0]['sdpa_us'])}, FLASH {_us(rs[0]['sdpa_flash_us'])})\n")
         out.append("| step | µs | TFLOPS | × stage 4 | × previous step | registers | spill B | smem B |")
         out.append("|---|---|---|---|---|---|---|---|")
         prev = None
@@ -90,8 +101,8 @@ def tables(rows: list[dict]) -> str:
             if r["kind"] not in ("stage 4", "waterfall"):
                 continue
             name = r["variant"] if r["kind"] == "stage 4" or prev is None else "+ " + r["variant"]
-            step = "—" if prev is None or r["kind"] == "stage 4" else f"{prev['us'] / r['us']:.2f}×"
-            out.append(f"| {name} | {r['us']:,.1f} | {r['tflops']:.0f} | {r['x_stage4']:.2f}× | {step} | "
+            step = "—" if prev is None or r["kind"] == "stage 4" else _x(prev["us"], r["us"])
+            out.append(f"| {name} | {r['us']:,.1f} | {r['tflops']:.0f} | {_x(t4, r['us'])} | {step} | "
                        f"{r.get('registers', '—')} | {r.get('spill_bytes', '—')} | {r.get('smem_bytes', '—')} |")
             if r["kind"] == "waterfall":
                 prev = r
@@ -100,8 +111,8 @@ def tables(rows: list[dict]) -> str:
         out.append("|---|---|---|---|---|---|---|---|")
         for r in rs:
             if r["kind"] in ("leave-one-out", "alternative"):
-                out.append(f"| {r['variant']} | {r['us']:,.1f} | {r['tflops']:.0f} | {r['x_stage4']:.2f}× | "
-                           f"{full['us'] / r['us']:.2f}× | {r['registers']} | {r['spill_bytes']} | {r['smem_bytes']} |")
+                out.append(f"| {r['variant']} | {r['us']:,.1f} | {r['tflops']:.0f} | {_x(t4, r['us'])} | "
+                           f"{_x(full.get('us'), r['us'])} | {r['registers']} | {r['spill_bytes']} | {r['smem_bytes']} |")
     return "\n".join(out)
 
 
@@ -120,10 +131,11 @@ def main() -> int:
         q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
         for causal in ((False,) if a.quick else (False, True)):
             flops = attention_flops(B, H, S, S, D, causal)
-            t_sd = time_cuda(sdpa_call(q, k, v, causal=causal), budget_s=budget).median_us
-            t_sf = time_cuda(sdpa_call(q, k, v, causal=causal, backend="flash"), budget_s=budget).median_us
-            print(f"B{B} H{H} S{S} D{D} fp16 {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs, "
-                  f"FLASH {t_sf:,.1f} µs", flush=True)
+            t_sd, t_sf = (time_cuda(f, budget_s=budget).median_us if f else None
+                          for f in (sdpa_call(q, k, v, causal=causal),
+                                    sdpa_call(q, k, v, causal=causal, backend="flash")))
+            print(f"B{B} H{H} S{S} D{D} fp16 {'causal' if causal else 'full'}: SDPA default {_us(t_sd)}, "
+                  f"FLASH {_us(t_sf)}", flush=True)
             t4 = None
             for kind, name, ideas in variants():
                 fn = runner(ideas)
@@ -147,16 +159,16 @@ def main() -> int:
                 print(f"  {kind:13s} {name:32s} {t.median_us:10,.1f} µs {row['tflops']:6.1f} TFLOPS "
                       f"{'pass' if passed else 'FAIL after timing: ' + why} ({time.time() - t0:.1f} s)", flush=True)
         del q, k, v
-    print(tables(rows))
     if a.record and not ok:
         print("not recorded: a variant failed its correctness check", file=sys.stderr)
-    elif a.record:
+    elif a.record:  # before the tables: nothing after the timing may cost the record
         env = R.capture_env()
         path = R.save_extra(env["gpu"], "stage5_ideas", {
             "env": env, "sha256": {"4": R.stage_sha256(s4.INFO), "5": R.stage_sha256(s5.INFO)},
             "baseline": s5.BASELINE, "ideas": s5.IDEAS, "alternatives": s5.ALTERNATIVES,
             "quick": a.quick, "rows": rows})
         print(f"recorded in {path}")
+    print(tables(rows))
     return 0 if ok else 1
 
 

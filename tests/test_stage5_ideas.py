@@ -182,3 +182,26 @@ def test_every_variant_strided_gqa_and_negative_scale(name, seed):
             out = s5.attention(q, k, v, causal=causal, scale=scale, ideas=ideas)
             c = check_output(out, q, k, v, causal=causal, scale=scale)
             assert c.passed, f"{name} D{D} causal={causal} scale={scale} seed {seed}: {c.summary()}"
+
+
+def test_script_tables_from_rows():
+    """The script's tables from made-up rows (no GPU): the ratios, and a missing row (a variant
+    that failed its check) as —, not a crash after the timing."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("stage5_ideas", ROOT / "scripts" / "stage5_ideas.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    shape = {"B": 16, "H": 16, "S": 2048, "D": 64, "causal": False, "sdpa_us": 100.0, "sdpa_flash_us": 120.0}
+    rows = [{**shape, "kind": "stage 4", "variant": "stage 4", "us": 400.0, "tflops": 1.0}]
+    us = 300.0
+    for name, _ in s5.waterfall()[:-1]:  # the stage's own build is missing
+        rows.append({**shape, "kind": "waterfall", "variant": name, "us": us, "tflops": 1.0,
+                     "registers": 200, "spill_bytes": 0, "smem_bytes": 1})
+        us /= 1.25
+    rows.append({**shape, "kind": "leave-one-out", "variant": "without P in registers", "us": 150.0,
+                 "tflops": 1.0, "registers": 200, "spill_bytes": 0, "smem_bytes": 1})
+    text = mod.tables(rows)
+    assert "| stage-4-like | 300.0 | 1 | 1.33× | — |" in text
+    assert "| + 16-byte copies | 240.0 | 1 | 1.67× | 1.25× |" in text
+    assert "| without P in registers | 150.0 | 1 | 2.67× | — |" in text
+    assert "SDPA default 100.0 µs, FLASH 120.0 µs" in text
