@@ -205,3 +205,34 @@ def test_script_tables_from_rows():
     assert "| + 16-byte copies | 240.0 | 1 | 1.67× | 1.25× |" in text
     assert "| without P in registers | 150.0 | 1 | 2.67× | — |" in text
     assert "SDPA default 100.0 µs, FLASH 120.0 µs" in text
+
+
+def test_notebook_reads_a_record(monkeypatch, capsys):
+    """lib.notebook.show_stage5_ideas on a made-up record shaped like the script's (no GPU):
+    the waterfall, the leave-one-out table and the computed largest step; and the line it
+    prints when nothing is recorded."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import lib.notebook as N
+    shown = []
+    monkeypatch.setattr(N, "_md", shown.append)
+    monkeypatch.setattr(N, "stage5_ideas_record", lambda: None)
+    assert N.show_stage5_ideas() is None
+    assert N.STAGE5_IDEAS_MISSING in capsys.readouterr().out
+    rows = []
+    for D in (64, 128):
+        shape = {"B": 16, "H": 16, "S": 2048, "D": D, "causal": False, "sdpa_us": 100.0}
+        rows.append({**shape, "kind": "stage 4", "variant": "stage 4", "us": 500.0, "tflops": 10.0})
+        for i, (name, _) in enumerate(s5.waterfall()):
+            rows.append({**shape, "kind": "waterfall", "variant": name, "us": [400.0, 350.0, 200.0, 190.0, 170.0, 160.0][i],
+                         "tflops": 10.0 + i, "default": i == len(s5.IDEAS)})
+        for name, _ in s5.leave_one_out():
+            rows.append({**shape, "kind": "leave-one-out", "variant": name, "us": 200.0, "tflops": 9.0})
+    rec = {"env": {"gpu": "test GPU", "commit": "0123456789abc", "date": "today"},
+           "sha256": {"5": "old"}, "rows": rows}
+    monkeypatch.setattr(N, "stage5_ideas_record", lambda: rec)
+    assert N.show_stage5_ideas() is rec
+    out = capsys.readouterr().out
+    assert "stage 5 2.50× in all; the largest step is 'K/V ring of 2' (1.75×)" in out, out
+    text = "\n".join(shown)
+    assert "sources changed since" in text and "| without P in registers | 9 | 0.80× | 9 | 0.80× |" in text
