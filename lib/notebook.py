@@ -535,12 +535,6 @@ def execute(paths, timeout=1200) -> int:
     return 1 if failed else 0
 
 
-if __name__ == "__main__":
-    import argparse
-    import sys
-    ap = argparse.ArgumentParser(description="Execute notebooks in place, keeping outputs.")
-    ap.add_argument("--execute", nargs="+", required=True, metavar="NOTEBOOK")
-    sys.exit(execute(ap.parse_args().execute))
 
 
 # ============================================================================================
@@ -682,3 +676,124 @@ def column_store_ways(block_q: int, ld_p: int, item: int = 2) -> int:
         word = ((lane % 2) * ld_p + lane // 2) * item // 4
         banks.setdefault(word % 32, set()).add(word)
     return max(len(s) for s in banks.values())
+
+# --------------------------------------------------------------------------------------------
+# Stage 5 idea by idea (scripts/stage5_ideas.py records it under "stage5_ideas"; issue 12).
+
+STAGE5_IDEAS_MISSING = ("not recorded yet: run scripts/stage5_ideas.py --record on a GPU "
+                        "(or the stage5 step of scripts/gpu_session.sh)")
+
+
+def stage5_ideas_record() -> dict | None:
+    """The recorded "stage5_ideas" block of the results file, or None."""
+    data = R.load()
+    return (data or {}).get("stage5_ideas")
+
+
+def show_stage5_ideas(causal: bool = False) -> dict | None:
+    """From the record: per head dim, the waterfall (stage 4, then the stage-4-like build of
+    the stage 5 kernel and each idea added, lib.plots.plot_waterfall) and the leave-one-out
+    table; a line naming each head dim's largest step, computed from the rows. Prints
+    STAGE5_IDEAS_MISSING when nothing is recorded; returns the record."""
+    import matplotlib.pyplot as plt
+
+    import stages.stage5 as s5
+    from lib.plots import plot_waterfall
+    rec = stage5_ideas_record()
+    rows = [r for r in (rec or {}).get("rows", []) if r["causal"] == causal]
+    if not rows:
+        print(STAGE5_IDEAS_MISSING if not rec else
+              f"not recorded yet with causal={causal}: run scripts/stage5_ideas.py --record on a GPU")
+        return rec
+    e = rec["env"]
+    stale = rec.get("sha256", {}).get("5") != R.stage_sha256(s5.INFO)
+    _md(f"*Recorded, not measured in this session:* {e['gpu']}, commit {e['commit'][:10]}, "
+        f"{e['date']}" + (" — **stage 5's sources changed since: re-run the script**" if stale else ""))
+    dims = sorted({r["D"] for r in rows})
+    fig, axes = plt.subplots(1, len(dims), figsize=(6.5 * len(dims), 3.6), squeeze=False)
+    lines = ["| stage 5 with one idea undone | " + " | ".join(
+        f"D {D}: TFLOPS | D {D}: × stage 5" for D in dims) + " |", "|---|" + "---|---|" * len(dims)]
+    loo = {}
+    for ax, D in zip(axes[0], dims):
+        rs = [r for r in rows if r["D"] == D]
+        steps = [r for r in rs if r["kind"] in ("stage 4", "waterfall")]
+        bars = [{"variant": r["variant"] if r["kind"] == "stage 4" or i == 1 else "+ " + r["variant"],
+                 "tflops": r["tflops"]} for i, r in enumerate(steps)]
+        r0 = rs[0]  # SDPA's TFLOPS: the same FLOPs in SDPA's time
+        sdpa_tflops = r0["tflops"] * r0["us"] / r0["sdpa_us"] if r0.get("sdpa_us") else None
+        plot_waterfall(bars, f"stage 5 idea by idea, B{r0['B']} H{r0['H']} S{r0['S']} D{D} fp16 "
+                       f"{'causal' if causal else 'full'}", sdpa_tflops=sdpa_tflops, ax=ax)
+        gains = [(steps[i + 2]["variant"], steps[i + 1]["us"] / steps[i + 2]["us"])
+                 for i in range(len(steps) - 2)]
+        if gains:
+            best = max(gains, key=lambda g: g[1])
+            whole = steps[1]["us"] / steps[-1]["us"]
+            print(f"D {D}: from the stage-4-like build to stage 5 {whole:.2f}× in all; the largest "
+                  f"step is {best[0]!r} ({best[1]:.2f}×); steps: "
+                  + ", ".join(f"{n} {x:.2f}×" for n, x in gains))
+        full = next((r for r in rs if r.get("default")), None)
+        for r in rs:
+            if r["kind"] in ("leave-one-out", "alternative"):
+                loo.setdefault(r["variant"], {})[D] = (r["tflops"], full and full["us"] / r["us"])
+    for name, per_d in loo.items():
+        cells = []
+        for D in dims:
+            t, x = per_d.get(D, (None, None))
+            cells += ["—" if t is None else f"{t:.0f}", "—" if x is None else f"{x:.2f}×"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    fig.tight_layout()
+    plt.show()
+    _md("× stage 5 = stage 5's time / the variant's time: below 1, the idea it lacks (or the "
+        "alternative it takes) costs that much.\n\n" + "\n".join(lines))
+    return rec
+
+
+def stage5_variant_sass(head_dims=(64, 128), arch: str = "sm_90", dtype=torch.float16) -> list[dict]:
+    """Each stage 5 variant (waterfall, leave-one-out, alternatives) compiled offline: its
+    registers, spills and shared memory, and per K/V tile (the loop's common path, lib.sass.
+    kv_loop) the instructions that tell the ideas apart. One dict per (variant, head dim)."""
+    import stages.stage5 as s5
+    from lib.sass import exp2_fixups, inspect_cubin, instruction_mix, kv_loop
+    names = list(dict.fromkeys([n for n, _ in s5.waterfall()] + [n for n, _ in s5.leave_one_out()]
+                               + list(s5.ALTERNATIVES)))
+    out = []
+    for D in head_dims:
+        for name in names:
+            ideas = s5.variant(name)
+            c = next(iter(s5.compile_for(arch, dtype, D, ideas=ideas).values()))
+            ins = inspect_cubin(c.cubin, arch, c.resource_usage())
+            full = instruction_mix(ins.sass, full=True)
+            loop = kv_loop(ins.sass)
+            common = loop["common"]
+            (p,) = ins.ptxas.values()
+            out.append({
+                "variant": name, "D": D, "registers": p["registers"], "spill_bytes": p["spill_stores"],
+                "smem_bytes": s5.config(D, None, True, tuple(sorted(ideas.items())))["smem"],
+                "LDGSTS.128": sum(n for op, n in full.items() if op.startswith("LDGSTS") and ".128" in op),
+                "2-byte loads": sum(n for op, n in full.items() if op.startswith(("LDG.E.U16", "LD.E.U16"))),
+                "BAR / tile": sum(y["op"] == "BAR" for y in loop["body"]),
+                "LDSM / tile": sum(y["op"] == "LDSM" for y in common),
+                "STS / tile": sum(y["op"] == "STS" for y in common),
+                "exp2f fix-ups / tile": exp2_fixups(common),
+                "LDL+STL / tile": sum(y["op"] in ("LDL", "STL") for y in common),
+                "instructions / tile": len(common)})
+    return out
+
+
+def show_stage5_variant_sass(rows: list[dict]) -> None:
+    """stage5_variant_sass's rows as one table per head dim."""
+    cols = [k for k in rows[0] if k not in ("variant", "D")]
+    for D in sorted({r["D"] for r in rows}):
+        lines = ["| variant | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        for r in rows:
+            if r["D"] == D:
+                lines.append(f"| {r['variant']} | " + " | ".join(f"{r[c]:,}" for c in cols) + " |")
+        _md(f"**D {D}** (fp16, compiled offline; static counts: the K/V loop's instructions "
+            "once each, the mask region left out)\n\n" + "\n".join(lines))
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(description="Execute notebooks in place, keeping outputs.")
+    ap.add_argument("--execute", nargs="+", required=True, metavar="NOTEBOOK")
+    sys.exit(execute(ap.parse_args().execute))

@@ -2,6 +2,8 @@
 # Every GPU step of a session in one go, on a machine with a CUDA GPU:
 #   bench      the benchmark in record mode (results/<gpu>.json, plots, README table)
 #   tiles      the tile choices of stages 4 and 5 (scripts/tile_sweep.py --record)
+#   stage6     stage 6 idea by idea (scripts/stage6_schedules.py --record)
+#   stage5     stage 5 idea by idea: waterfall and leave-one-out (scripts/stage5_ideas.py --record)
 #   profile    Nsight Compute on one call of every CUDA C++ stage (results/profiles/)
 #   notebooks  every notebook executed with outputs
 #   pytest     the whole suite with nbval (stages running for real)
@@ -31,7 +33,7 @@
 # times with distinct names), and add NAME to ALL_STEPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_STEPS="bench tiles stage6 profile notebooks pytest sanitize"
+ALL_STEPS="bench tiles stage6 stage5 profile notebooks pytest sanitize"
 
 refuse() {  # refuse WHY: nothing has run yet
   echo "gpu_session.sh: $1" >&2
@@ -68,6 +70,10 @@ step_tiles() {  # every tile choice of stages 4 and 5 (and stage 5 unswizzled), 
 
 step_stage6() {  # stage 6 idea by idea (schedules), its tile choices and a measured timeline
   run stage6 python3 scripts/stage6_schedules.py --record
+}
+
+step_stage5() {  # stage 5 idea by idea: the waterfall from stage-4-like and the leave-one-out variants
+  run stage5 python3 scripts/stage5_ideas.py --record
 }
 
 # Raw shared-memory counters, so the notebooks show bank conflicts as measured counts (conflicts

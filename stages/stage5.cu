@@ -28,10 +28,37 @@
 //      which element, so the softmax can work on S in the accumulator registers, and P can
 //      feed the second product directly. S and P no longer go through shared memory, and the
 //      rescale needs no row map: thread t holds rows t/4 and t/4 + 8 of its warp's 16.
+//
+// Idea by idea: each idea is a compile-time switch, so that its gain can be measured alone
+// (stages/stage5.py: IDEAS). The defaults below are the stage's build; the other values undo
+// one idea each, back towards stage 4:
+//   COPY_BYTES      16: 16-byte cp.async copies;  2: one element per copy, through registers
+//   STAGES          K/V ring depth, set with the tiles (2);  1: copy, wait, then compute
+//   NO_SWIZZLE      1: plain rows (8-way bank conflicts);   PAD_ROWS 1: rows padded by 16 bytes
+//   P_IN_REGISTERS  1: P feeds P·V from registers;  0: P goes through shared memory, as in stage 4
+//   FAST_EXP2       1: ex2.approx.ftz;  0: exp2f, with its range fix-ups
 #include "attention.cuh"
 
 #if !defined(BLOCK_Q) || !defined(BLOCK_K) || !defined(STAGES) || !defined(WARP_Q)
 #error "BLOCK_Q, BLOCK_K, STAGES and WARP_Q are set by stages/stage5.py"
+#endif
+#ifndef COPY_BYTES
+#define COPY_BYTES 16
+#endif
+#ifndef NO_SWIZZLE
+#define NO_SWIZZLE 0
+#endif
+#ifndef PAD_ROWS
+#define PAD_ROWS 0
+#endif
+#ifndef P_IN_REGISTERS
+#define P_IN_REGISTERS 1
+#endif
+#ifndef FAST_EXP2
+#define FAST_EXP2 1
+#endif
+#if (COPY_BYTES != 16 && COPY_BYTES != 2) || STAGES < 1 || (NO_SWIZZLE && PAD_ROWS)
+#error "COPY_BYTES is 16 or 2, STAGES at least 1, and padded rows are not swizzled (PAD_ROWS or NO_SWIZZLE)"
 #endif
 constexpr int M_TILES = WARP_Q / 16;     // 16-row slices per warp
 constexpr int WARPS = BLOCK_Q / WARP_Q;  // warp w computes query rows [WARP_Q·w, WARP_Q·(w + 1))
@@ -41,8 +68,15 @@ constexpr int CHUNKS = D / 8;            // 16-byte chunks per row of a tile
 constexpr int KT = D / 16;               // k-steps of S = Q·Kᵀ (16 of D each)
 constexpr int NT_S = BLOCK_K / 8;        // n-tiles of S (8 keys each)
 constexpr int NT_O = D / 8;              // n-tiles of O (8 of D each)
-// Shared memory: Q, then STAGES K tiles and STAGES V tiles; O reuses Q's place at the end.
-constexpr int SMEM_ELEMS = (BLOCK_Q + 2 * STAGES * BLOCK_K) * D;
+// Row stride of the Q, K and V tiles (elements): padding shifts each row by 16 bytes (stage 4).
+constexpr int LD = PAD_ROWS ? D + 8 : D;
+// Without P_IN_REGISTERS each warp stores its P (WARP_Q × BLOCK_K) in shared memory, rows
+// padded by 16 bytes: the 4-byte stores of the accumulator layout and the ldmatrix reads are
+// then both conflict-free.
+constexpr int LD_P = BLOCK_K + 8;
+// Shared memory: Q, then STAGES K tiles and STAGES V tiles (then P, without P_IN_REGISTERS);
+// O reuses Q's place at the end.
+constexpr int SMEM_ELEMS = (BLOCK_Q + 2 * STAGES * BLOCK_K) * LD + (P_IN_REGISTERS ? 0 : BLOCK_Q * LD_P);
 
 // ---- the PTX instructions this stage adds ---------------------------------------------------
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -92,6 +126,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
+// The 2^x of the softmax: FAST_EXP2 0 measures what fast_exp2 saves over exp2f.
+#if FAST_EXP2
+#define EXP2 fast_exp2
+#else
+#define EXP2 exp2f
+#endif
 
 // Two floats → two 16-bit elements in one register (the low half is the first).
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
@@ -105,10 +145,11 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 
 // ---- the layout ------------------------------------------------------------------------------
 // Where element (row, col) of a tile with D columns sits: its 16-byte chunk is XOR-ed with
-// row % 8 (col must be a multiple of 8 for the address of a whole chunk).
+// row % 8 (col must be a multiple of 8 for the address of a whole chunk). Plain and padded
+// rows, for the comparison, keep the chunk where it is.
 __device__ __forceinline__ int at(int row, int col) {
-#ifdef NO_SWIZZLE
-    return row * D + col;
+#if NO_SWIZZLE || PAD_ROWS
+    return row * LD + col;
 #else
     return row * D + (((col / 8) ^ (row % 8)) * 8) + col % 8;
 #endif
@@ -131,8 +172,42 @@ __device__ __forceinline__ void copy_tile_async(elem_t* tile, const elem_t* src,
 #pragma unroll
     for (int i = 0; i < ROWS / STEP_ROWS; ++i) {
         const bool inside = i * STEP_ROWS < rows_left;
-        cp_async_16(to + i * STEP_ROWS * D, inside ? from + i * step : src, inside ? 16 : 0);
+        cp_async_16(to + i * STEP_ROWS * LD, inside ? from + i * step : src, inside ? 16 : 0);
     }
+}
+
+// COPY_BYTES 2: the same copy as stage 4's, one 2-byte element per thread and step, through
+// registers: up to 16 loads in flight, then their stores. The thread waits for its loads, so
+// its copies overlap none of its own arithmetic (cp.async copies at least 4 bytes).
+template <int ROWS>
+__device__ __forceinline__ void copy_tile_elements(elem_t* tile, const elem_t* src, int row0, int n_rows, int ld) {
+    constexpr int STEP_ROWS = THREADS / D;  // whole rows per step of the block
+    constexpr int STEPS = ROWS / STEP_ROWS, BATCH = STEPS < 16 ? STEPS : 16;
+    static_assert(THREADS % D == 0 && ROWS % STEP_ROWS == 0 && STEPS % BATCH == 0, "tile and block sizes");
+    const int r = threadIdx.x / D, c = threadIdx.x % D;
+    const elem_t* from = src + (size_t)(row0 + r) * ld + c;
+    const int rows_left = n_rows - row0 - r;
+#pragma unroll 1
+    for (int b = 0; b < STEPS; b += BATCH) {
+        elem_t x[BATCH];
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            x[j] = (b + j) * STEP_ROWS < rows_left ? *from : to_elem(0.0f);
+            from += (size_t)STEP_ROWS * ld;
+            asm volatile("" : "+l"(from));  // one add per row: no 64-bit offsets held in registers
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) tile[at(r + (b + j) * STEP_ROWS, c)] = x[j];
+    }
+}
+
+template <int ROWS>
+__device__ __forceinline__ void copy_tile(elem_t* tile, const elem_t* src, int row0, int n_rows, int ld) {
+#if COPY_BYTES == 16
+    copy_tile_async<ROWS>(tile, src, row0, n_rows, ld);
+#else
+    copy_tile_elements<ROWS>(tile, src, row0, n_rows, ld);
+#endif
 }
 
 // Flip the sign of the Q chunks this thread copied (copy_tile_async's mapping), in place.
@@ -141,7 +216,7 @@ __device__ __forceinline__ void negate_own_chunks(elem_t* tile) {
     elem_t* const mine = tile + at(threadIdx.x / CHUNKS, (threadIdx.x % CHUNKS) * 8);
 #pragma unroll
     for (int i = 0; i < BLOCK_Q / STEP_ROWS; ++i) {
-        uint4* const chunk = reinterpret_cast<uint4*>(mine + i * STEP_ROWS * D);
+        uint4* const chunk = reinterpret_cast<uint4*>(mine + i * STEP_ROWS * LD);
         const uint4 x = *chunk;
         *chunk = make_uint4(x.x ^ 0x80008000u, x.y ^ 0x80008000u, x.z ^ 0x80008000u, x.w ^ 0x80008000u);
     }
@@ -155,8 +230,8 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     q_row = row_stride(q_row), k_row = row_stride(k_row), v_row = row_stride(v_row);  // attention.cuh
     extern __shared__ __align__(128) unsigned char smem_raw[];
     elem_t* const q_tile = reinterpret_cast<elem_t*>(smem_raw);
-    elem_t* const k_tiles = q_tile + BLOCK_Q * D;              // STAGES tiles of BLOCK_K × D
-    elem_t* const v_tiles = k_tiles + STAGES * BLOCK_K * D;
+    elem_t* const k_tiles = q_tile + BLOCK_Q * LD;             // STAGES tiles of BLOCK_K × D
+    elem_t* const v_tiles = k_tiles + STAGES * BLOCK_K * LD;
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, i4 = lane % 4;  // this thread's rows g, g + 8 and columns 2·i4, 2·i4 + 1
@@ -174,13 +249,13 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     const int n_tiles = (n_keys + BLOCK_K - 1) / BLOCK_K;
 
     // The pipeline's start: Q, then the first STAGES − 1 K/V tiles, one commit group each.
-    copy_tile_async<BLOCK_Q>(q_tile, q, q0, Sq, q_row);
+    copy_tile<BLOCK_Q>(q_tile, q, q0, Sq, q_row);
     cp_async_commit();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < n_tiles) {
-            copy_tile_async<BLOCK_K>(k_tiles + s * BLOCK_K * D, k, s * BLOCK_K, Sk, k_row);
-            copy_tile_async<BLOCK_K>(v_tiles + s * BLOCK_K * D, v, s * BLOCK_K, Sk, v_row);
+            copy_tile<BLOCK_K>(k_tiles + s * BLOCK_K * LD, k, s * BLOCK_K, Sk, k_row);
+            copy_tile<BLOCK_K>(v_tiles + s * BLOCK_K * LD, v, s * BLOCK_K, Sk, v_row);
         }
         cp_async_commit();
     }
@@ -198,13 +273,22 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         k_off[t] = at((lane / 16) * 8 + lane % 8, (2 * t + (lane / 8) % 2) * 8);
         qv_off[t] = at(lane % 16, (2 * t + lane / 16) * 8);
     }
-    const elem_t* const q_warp = q_tile + warp * WARP_Q * D;  // this warp's rows of Q
+    const elem_t* const q_warp = q_tile + warp * WARP_Q * LD;  // this warp's rows of Q
     // The softmax below takes each row's max of the raw scores and applies the scale in one
     // FFMA per score, which needs scale > 0. For a negative scale, s·scale = (−s)·|scale|:
     // negate Q once (the sign bit of each 16-bit element) and use |scale|.
     if (scale_log2 < 0.0f) {
+#if COPY_BYTES == 16
         cp_async_wait<STAGES - 1>();  // this thread's own Q chunks have landed
         negate_own_chunks(q_tile);    // the loop's first barrier publishes them
+#else
+        __syncthreads();              // element copies: chunks come from several threads
+        for (int i = tid; i < BLOCK_Q * CHUNKS; i += THREADS) {
+            uint4* const chunk = reinterpret_cast<uint4*>(q_tile + at(i / CHUNKS, (i % CHUNKS) * 8));
+            const uint4 x = *chunk;
+            *chunk = make_uint4(x.x ^ 0x80008000u, x.y ^ 0x80008000u, x.z ^ 0x80008000u, x.w ^ 0x80008000u);
+        }
+#endif
         scale_log2 = -scale_log2;
     }
     // Scale 0: every visible key weighs the same, but 0 × a masked −∞ would be NaN. The smallest
@@ -223,24 +307,38 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 #pragma unroll
     for (int m = 0; m < M_TILES; ++m) row_max[m][0] = row_max[m][1] = NEG_INF, row_sum[m][0] = row_sum[m][1] = 0.0f;
     const int row0 = q0 + warp * WARP_Q + g;  // this thread's first query row; the others + 8, + 16, …
+#if !P_IN_REGISTERS
+    elem_t* const p_warp = v_tiles + STAGES * BLOCK_K * LD + warp * WARP_Q * LD_P;  // this warp's P
+#endif
 
     for (int j = 0; j < n_tiles; ++j) {
+#if STAGES == 1
+        // No ring: once every warp is done with tile j − 1, tile j is copied into the one
+        // buffer, and everybody waits for it. Copy and compute take turns.
+        __syncthreads();
+        copy_tile<BLOCK_K>(k_tiles, k, j * BLOCK_K, Sk, k_row);
+        copy_tile<BLOCK_K>(v_tiles, v, j * BLOCK_K, Sk, v_row);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+#else
         // Tile j has landed for this thread; the barrier makes it so for all, and makes sure
         // that every warp is done with tile j − 1, whose buffer the next copy overwrites.
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         const int next = j + STAGES - 1;
         if (next < n_tiles) {
-            copy_tile_async<BLOCK_K>(k_tiles + (next % STAGES) * BLOCK_K * D, k, next * BLOCK_K, Sk, k_row);
-            copy_tile_async<BLOCK_K>(v_tiles + (next % STAGES) * BLOCK_K * D, v, next * BLOCK_K, Sk, v_row);
+            copy_tile<BLOCK_K>(k_tiles + (next % STAGES) * BLOCK_K * LD, k, next * BLOCK_K, Sk, k_row);
+            copy_tile<BLOCK_K>(v_tiles + (next % STAGES) * BLOCK_K * LD, v, next * BLOCK_K, Sk, v_row);
         }
         cp_async_commit();  // possibly empty: keeps one group per tile, so the wait above counts right
+#endif
         const int k0 = j * BLOCK_K;
         // Causal: a tile whose first key is past this warp's last row is all masked for it
         // (the warp still takes part in the copies and barriers).
         if (causal && k0 > q0 + warp * WARP_Q + WARP_Q - 1) continue;
-        const elem_t* k_tile = k_tiles + (j % STAGES) * BLOCK_K * D;
-        const elem_t* v_tile = v_tiles + (j % STAGES) * BLOCK_K * D;
+        const elem_t* k_tile = k_tiles + (j % STAGES) * BLOCK_K * LD;
+        const elem_t* v_tile = v_tiles + (j % STAGES) * BLOCK_K * LD;
 
         // S = Q·Kᵀ, slice by slice of 16 rows: s[m][n] is the m16n8 tile of rows 16m … and keys
         // 8n … . Every K fragment read goes to all M_TILES slices.
@@ -253,11 +351,11 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         for (int kt = 0; kt < KT; ++kt) {
             unsigned a[M_TILES][4];
 #pragma unroll
-            for (int m = 0; m < M_TILES; ++m) ldmatrix_x4(a[m], q_warp + m * 16 * D + (kt / 4) * 64 + qv_off[kt % 4]);
+            for (int m = 0; m < M_TILES; ++m) ldmatrix_x4(a[m], q_warp + m * 16 * LD + (kt / 4) * 64 + qv_off[kt % 4]);
 #pragma unroll
             for (int n = 0; n < NT_S; n += 2) {
                 unsigned b[4];
-                ldmatrix_x4(b, k_tile + n * 8 * D + (kt / 4) * 64 + k_off[kt % 4]);  // = at(key, col)
+                ldmatrix_x4(b, k_tile + n * 8 * LD + (kt / 4) * 64 + k_off[kt % 4]);  // = at(key, col)
 #pragma unroll
                 for (int m = 0; m < M_TILES; ++m) {
                     mma_16816(s[m][n], a[m], b[0], b[1]);
@@ -295,13 +393,13 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
                 // and one MUFU.EX2 (fast_exp2) per score. A row with no visible key yet keeps max −∞: subtract
                 // 0 instead (no NaN).
                 const float base = mx == NEG_INF ? 0.0f : mx * scale_log2;
-                const float rescale = fast_exp2(row_max[m][h] * scale_log2 - base);  // O and l were summed against the old max
+                const float rescale = EXP2(row_max[m][h] * scale_log2 - base);  // O and l were summed against the old max
                 row_max[m][h] = mx;
                 float sum = 0.0f;
 #pragma unroll
                 for (int n = 0; n < NT_S; ++n) {
-                    s[m][n][2 * h] = fast_exp2(fmaf(s[m][n][2 * h], scale_log2, -base));
-                    s[m][n][2 * h + 1] = fast_exp2(fmaf(s[m][n][2 * h + 1], scale_log2, -base));
+                    s[m][n][2 * h] = EXP2(fmaf(s[m][n][2 * h], scale_log2, -base));
+                    s[m][n][2 * h + 1] = EXP2(fmaf(s[m][n][2 * h + 1], scale_log2, -base));
                     sum += s[m][n][2 * h] + s[m][n][2 * h + 1];
                 }
                 row_sum[m][h] = row_sum[m][h] * rescale + sum;  // reduced over the 4 threads at the end
@@ -317,20 +415,37 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         // exactly the A fragment of P's k-step kt (16 rows × 16 keys). V's B operand (16 keys ×
         // 8 of D) needs V transposed: ldmatrix.trans, lane t giving key 16·kt + t % 16 at
         // column n·8 + 8·(t / 16). Every V fragment read goes to all M_TILES slices.
+#if !P_IN_REGISTERS
+        // The round trip that P_IN_REGISTERS saves: the warp stores its P, 16-bit, where the
+        // accumulator layout has it (row, key), and reads it back below as Q is read.
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+            for (int n = 0; n < NT_S; ++n) {
+                elem_t* const at_p = p_warp + (16 * m + g) * LD_P + 8 * n + 2 * i4;
+                *reinterpret_cast<unsigned*>(at_p) = pack2(s[m][n][0], s[m][n][1]);
+                *reinterpret_cast<unsigned*>(at_p + 8 * LD_P) = pack2(s[m][n][2], s[m][n][3]);
+            }
+        __syncwarp();
+#endif
 #pragma unroll
         for (int kt = 0; kt < BLOCK_K / 16; ++kt) {
             unsigned p[M_TILES][4];
 #pragma unroll
             for (int m = 0; m < M_TILES; ++m) {
+#if P_IN_REGISTERS
                 p[m][0] = pack2(s[m][2 * kt][0], s[m][2 * kt][1]);
                 p[m][1] = pack2(s[m][2 * kt][2], s[m][2 * kt][3]);
                 p[m][2] = pack2(s[m][2 * kt + 1][0], s[m][2 * kt + 1][1]);
                 p[m][3] = pack2(s[m][2 * kt + 1][2], s[m][2 * kt + 1][3]);
+#else
+                ldmatrix_x4(p[m], p_warp + (16 * m + lane % 16) * LD_P + 16 * kt + 8 * (lane / 16));
+#endif
             }
 #pragma unroll
             for (int n = 0; n < NT_O; n += 2) {
                 unsigned b[4];
-                ldmatrix_x4_trans(b, v_tile + kt * 16 * D + (n / 8) * 64 + qv_off[(n / 2) % 4]);
+                ldmatrix_x4_trans(b, v_tile + kt * 16 * LD + (n / 8) * 64 + qv_off[(n / 2) % 4]);
 #pragma unroll
                 for (int m = 0; m < M_TILES; ++m) {
                     mma_16816(o[m][n], p[m], b[0], b[1]);

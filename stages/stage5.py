@@ -6,6 +6,11 @@ ldmatrix and mma.sync m16n8k16, so the softmax runs on S in the accumulator regi
 goes from registers straight into the second product; output through shared memory in
 16-byte stores. The 16-byte copies need 16-byte-aligned rows: the data pointers and the batch,
 head and sequence strides of q, k and v must be multiples of 8 elements (INFO.align_bytes).
+
+Each of the stage's ideas is a compile-time switch of the kernel (IDEAS), so that it can be
+measured alone: `attention(q, k, v, ideas={"COPY_BYTES": 2})` runs the stage with 2-byte
+copies, `waterfall()` lists the builds from a stage-4-like one to the stage's own, one idea
+added per step, and `leave_one_out()` the stage's build with one idea taken out.
 """
 from __future__ import annotations
 
@@ -51,38 +56,131 @@ INFO = StageInfo(
 )
 
 
+# ---- idea by idea ----------------------------------------------------------------------------
+# The kernel's switches (stages/stage5.cu) and the values each may take; the first is the
+# stage's own build. STAGES (the K/V ring depth) is also part of the tiles: set here, it
+# overrides theirs.
+SWITCHES = {"COPY_BYTES": (16, 2), "STAGES": (2, 1, 3), "NO_SWIZZLE": (0, 1), "PAD_ROWS": (0, 1),
+            "P_IN_REGISTERS": (1, 0), "FAST_EXP2": (1, 0)}
+# The stage-4-like start of the waterfall: every idea of this stage undone, on stage 5's
+# tiles, warps and mma.sync (stage 4 itself is timed next to it, for reference).
+BASELINE = {"COPY_BYTES": 2, "STAGES": 1, "PAD_ROWS": 1, "P_IN_REGISTERS": 0, "FAST_EXP2": 0}
+# The ideas in the order the waterfall adds them, each with the defines that turn it on. The
+# order makes each step meaningful: cp.async copies 4, 8 or 16 bytes, so the wider copies come
+# before the ring that lets them run under the compute; the swizzle then replaces the padding
+# of the tiles the ring has multiplied; P in registers and the cheaper 2^x then trim the
+# loop's own instructions.
+IDEAS = {
+    "16-byte copies": {"COPY_BYTES": 16},
+    "K/V ring of 2": {"STAGES": 2},
+    "swizzle for padding": {"PAD_ROWS": 0},
+    "P in registers": {"P_IN_REGISTERS": 1},
+    "ex2.approx.ftz": {"FAST_EXP2": 1},
+}
+# Measured next to the ideas, not one of them: a deeper ring, and plain rows (bank conflicts).
+ALTERNATIVES = {"ring of 3": {"STAGES": 3}, "plain rows": {"NO_SWIZZLE": 1}}
+# Spills: none at D 64. At D 128 the variants sit at the 255-register limit like the stage's
+# build, and ptxas spills several of them more than it (with NVRTC 13.x up to 124 bytes, e.g.
+# the stage-4-like build and exp2f; the notebook's SASS table lists each): all within
+# INFO.extra["spill_bytes_allowed"], which the offline test holds every variant to.
+
+
+def check_ideas(ideas: dict | None) -> dict:
+    """The switches of `ideas` (a dict of the kernel's defines), checked: a ValueError names
+    an unknown switch or a value it cannot take."""
+    ideas = dict(ideas or {})
+    for name, value in ideas.items():
+        if name not in SWITCHES:
+            raise ValueError(f"ideas: unknown switch {name!r}; the switches of stages/stage5.cu "
+                             f"are {list(SWITCHES)}")
+        if isinstance(value, bool) or value not in SWITCHES[name]:
+            raise ValueError(f"ideas: {name} must be one of {SWITCHES[name]}, got {value!r}")
+    if ideas.get("NO_SWIZZLE") and ideas.get("PAD_ROWS"):
+        raise ValueError("ideas: NO_SWIZZLE (plain rows) and PAD_ROWS (padded rows) are two "
+                         "layouts: set one of them")
+    return ideas
+
+
+def waterfall() -> list[tuple[str, dict]]:
+    """(name, ideas) from the stage-4-like build to the stage's own, one idea added per step:
+    the first is "stage-4-like", the others are the names of IDEAS."""
+    steps, ideas = [("stage-4-like", dict(BASELINE))], dict(BASELINE)
+    for name, on in IDEAS.items():
+        ideas = {**ideas, **on}
+        steps.append((name, ideas))
+    return steps
+
+
+def leave_one_out() -> list[tuple[str, dict]]:
+    """("without <idea>", ideas) for each idea: the stage's build with that one idea undone."""
+    return [(f"without {name}", {key: BASELINE[key] for key in on}) for name, on in IDEAS.items()]
+
+
+def variant(name: str) -> dict:
+    """The ideas of a variant by its name (waterfall(), leave_one_out() or ALTERNATIVES);
+    "stage 5" is the stage's own build."""
+    table = {"stage 5": {}, **dict(waterfall()), **dict(leave_one_out()), **ALTERNATIVES}
+    if name not in table:
+        raise ValueError(f"no stage 5 variant {name!r}; the variants are {list(table)}")
+    return dict(table[name])
+
+
+def _idea_defines(ideas: dict) -> tuple:
+    """The defines of `ideas` that differ from the stage's build (which then needs none)."""
+    return tuple((k, v) for k, v in sorted(ideas.items())
+                 if k != "STAGES" and v != SWITCHES[k][0])
+
+
+def smem_bytes(head_dim: int, block_q: int, block_k: int, stages: int, ideas: dict | None = None) -> int:
+    """Dynamic shared memory of one block (stages/stage5.cu: SMEM_ELEMS): Q plus STAGES tiles
+    of K and of V, rows padded by 8 elements with PAD_ROWS; P's tiles without P_IN_REGISTERS."""
+    ideas = ideas or {}
+    ld = head_dim + 8 if ideas.get("PAD_ROWS") else head_dim
+    p = 0 if ideas.get("P_IN_REGISTERS", 1) else block_q * (block_k + 8)
+    return ((block_q + 2 * stages * block_k) * ld + p) * 2
+
+
 @lru_cache(maxsize=None)  # attention() asks on every call: made once
 def config(head_dim: int, tiles: tuple[int, int, int, int] | None = None,
-           swizzle: bool = True) -> dict:
+           swizzle: bool = True, ideas: tuple = ()) -> dict:
     """Launch settings for one choice of (BLOCK_Q, BLOCK_K, STAGES, WARP_Q): block_q, threads
     (a warp per WARP_Q rows), dynamic shared memory (Q plus STAGES tiles of K and of V), and
-    the kernel's defines."""
-    bq, bk, stages, warp_q = tiles or TILES[head_dim]
-    defines = (("BLOCK_Q", bq), ("BLOCK_K", bk), ("STAGES", stages), ("WARP_Q", warp_q))
+    the kernel's defines. `ideas`: the switches of a variant, as sorted (name, value) pairs."""
+    ideas = check_ideas(dict(ideas))
     if not swizzle:
-        defines += (("NO_SWIZZLE", 1),)
+        ideas = check_ideas({**ideas, "NO_SWIZZLE": 1})
+    bq, bk, stages, warp_q = tiles or TILES[head_dim]
+    stages = ideas.get("STAGES", stages)
+    defines = (("BLOCK_Q", bq), ("BLOCK_K", bk), ("STAGES", stages), ("WARP_Q", warp_q))
+    defines += _idea_defines(ideas)
     return {"block_q": bq, "threads": 32 * bq // warp_q,
-            "smem": (bq + 2 * stages * bk) * head_dim * 2, "defines": defines}
+            "smem": smem_bytes(head_dim, bq, bk, stages, ideas), "defines": defines}
+
+
+def _ideas_key(ideas) -> tuple:
+    return tuple(sorted(check_ideas(ideas).items()))
 
 
 def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
-                swizzle: bool = True, packed: bool = True) -> dict:
+                swizzle: bool = True, ideas: dict | None = None, packed: bool = True) -> dict:
     """The stage's kernel compiled for `arch` without a GPU, for lib.sass: the build contiguous
     inputs run (row strides the constant D), or with packed=False the one for any row stride."""
-    cfg = config(head_dim, tiles and tuple(tiles), swizzle)
+    cfg = config(head_dim, tiles and tuple(tiles), swizzle, _ideas_key(ideas))
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"] + (nvrtc.PACKED_ROWS if packed else ())))}
 
 
-def attention(q, k, v, *, causal=False, scale=None, tiles=None, swizzle=True):
+def attention(q, k, v, *, causal=False, scale=None, tiles=None, swizzle=True, ideas=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
     place with their strides; output a new contiguous tensor in q's dtype. `tiles` = (BLOCK_Q,
-    BLOCK_K, STAGES, WARP_Q), one of CHOICES, and swizzle=False (plain rows, bank conflicts) are
-    for measuring the alternatives."""
+    BLOCK_K, STAGES, WARP_Q), one of CHOICES, swizzle=False (plain rows, bank conflicts) and
+    `ideas` (a dict of the kernel's switches, SWITCHES; `variant(name)` gives those of a named
+    variant) are for measuring the alternatives."""
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None
-    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), swizzle)
+    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), swizzle,
+                 _ideas_key(ideas) if ideas else ())
     return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale, **cfg)
