@@ -138,6 +138,9 @@ def save(env: dict, stage_infos, runs: list[dict], extra: dict | None = None,
     for info in stage_infos:
         data["stages"][str(info.number)] = {**stage_entry(info), "commit": env["commit"],
                                             "date": env["date"]}
+        data.get("pending_rerecord", {}).pop(str(info.number), None)  # recorded now
+    if not data.get("pending_rerecord", True):
+        data.pop("pending_rerecord")
     data["stages"] = dict(sorted(data["stages"].items(), key=lambda kv: int(kv[0])))
     data["runs"] += runs
     data["runs"].sort(key=lambda r: (r["stage"], r.get("suite", ""), r["D"], r["Sq"], r["B"],
@@ -161,18 +164,50 @@ def save_extra(gpu_name: str, key: str, value) -> Path:
 
 
 def stale_stages(data: dict, stage_modules) -> list[str]:
-    """Why each registered stage's recorded results do not match its current sources."""
+    """Why each registered stage's recorded results do not match its current sources. A stage
+    whose sources changed is accepted only while a pending re-record is declared for exactly
+    its current sources (declare_pending): the change is then said, in the results file and
+    in every provenance line, instead of hidden; editing the sources again needs a new
+    declaration, and the next `lib.bench --record` of the stage clears it."""
     problems = []
+    pending = data.get("pending_rerecord", {})
     for mod in stage_modules:
         n = str(mod.INFO.number)
         rec = data["stages"].get(n)
+        now = stage_sha256(mod.INFO)
         if rec is None:
             problems.append(f"stage {n} has no recorded results in {data.get('_path')}")
-        elif rec["sha256"] != stage_sha256(mod.INFO):
+        elif rec["sha256"] != now and pending.get(n, {}).get("sha256") != now:
             problems.append(f"stage {n}'s sources changed since they were recorded "
                             f"({rec.get('commit', '?')[:10]}, {rec.get('date', '?')}): "
-                            "re-run `python -m lib.bench --record` on a GPU")
+                            "re-run `python -m lib.bench --record` on a GPU (without one: "
+                            "`python -m lib.results --pending N --why '...'` says so in the record)")
     return problems
+
+
+def declare_pending(path: str | Path, numbers, why: str) -> dict:
+    """Say in a results file that stages `numbers` changed since their record and are not
+    re-recorded yet (no GPU this time), pinned to their current sources' sha256."""
+    import stages
+    path = Path(path)
+    data = load(path)
+    data.pop("_path", None)
+    pending = data.setdefault("pending_rerecord", {})
+    for n in numbers:
+        info = stages.get(int(n)).INFO
+        pending[str(info.number)] = {"sha256": stage_sha256(info), "why": why,
+                                     "since_commit": data["stages"][str(info.number)]["commit"],
+                                     "declared_at": git_commit()}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return pending
+
+
+def pending_text(data: dict, stage_numbers=None) -> str:
+    """One sentence per stage whose re-record is pending, or ''."""
+    items = [(int(n), p) for n, p in data.get("pending_rerecord", {}).items()
+             if stage_numbers is None or int(n) in stage_numbers]
+    return " ".join(f"**Stage {n}: sources changed after its record ({p['since_commit'][:10]}), "
+                    f"re-record pending** — {p['why']}" for n, p in sorted(items, key=lambda x: x[0]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,7 +347,8 @@ def provenance(data: dict, stage_numbers=None) -> str:
                          for (c, d), ns in sorted(groups.items(), key=lambda kv: min(kv[1])))
     rebuilt = (" Rebuilt from the session's printed logs (env.recorded_from says which values are "
                "derived and which carried over)." if e.get("recorded_from") else "")
-    return f"{where}, {when}; file `{data.get('_path', '')}`.{rebuilt}"
+    pending = pending_text(data, stage_numbers)
+    return f"{where}, {when}; file `{data.get('_path', '')}`.{rebuilt}" + (f" {pending}" if pending else "")
 
 
 def standard_runs(data: dict) -> list[dict]:
@@ -366,3 +402,18 @@ def update_readme(block: str, readme: Path = README) -> None:
     head, rest = text.split(TABLE_BEGIN, 1)
     _, tail = rest.split(TABLE_END, 1)
     readme.write_text(head + TABLE_BEGIN + "\n" + block + "\n" + TABLE_END + tail)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="Recorded results. --pending: say in the results "
+                                 "file that stages changed since their record (no GPU to "
+                                 "re-record them now); the freshness test then accepts exactly "
+                                 "their current sources, and every provenance line says so.")
+    ap.add_argument("--pending", nargs="+", type=int, required=True, metavar="N")
+    ap.add_argument("--why", required=True, help="what changed, and why it is not re-recorded")
+    ap.add_argument("--file", help="the results file (default: the one lib.results.load finds)")
+    a = ap.parse_args()
+    target = a.file or load()["_path"]
+    for n, p in declare_pending(target, a.pending, a.why).items():
+        print(f"stage {n}: pending re-record, sources {p['sha256'][:12]}")

@@ -258,6 +258,17 @@ def test_results_roundtrip_table_and_staleness(tmp_path, monkeypatch):
     assert results.stale_stages(data, [Mod]) == []
     src.write_text("print('kernel v2')\n")  # edit the kernel without re-recording
     assert "changed" in results.stale_stages(data, [Mod])[0]
+    # Declared pending (no GPU): accepted for exactly these sources, and said in provenance.
+    data["pending_rerecord"] = {"7": {"sha256": results.stage_sha256(info), "why": "no GPU",
+                                      "since_commit": "abc1234"}}
+    assert results.stale_stages(data, [Mod]) == []
+    assert "re-record pending" in results.provenance(data) and "no GPU" in results.provenance(data)
+    src.write_text("print('kernel v3')\n")  # edited again after the declaration
+    assert "changed" in results.stale_stages(data, [Mod])[0]
+    # The next record of the stage clears its declaration.
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "_path"}))
+    results.save(results.load(path)["env"], [info], [])
+    assert "pending_rerecord" not in results.load(path)
 
 
 def test_readme_table_between_markers(tmp_path):
