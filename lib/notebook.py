@@ -791,6 +791,46 @@ def show_stage5_variant_sass(rows: list[dict]) -> None:
         _md(f"**D {D}** (fp16, compiled offline; static counts: the K/V loop's instructions "
             "once each, the mask region left out)\n\n" + "\n".join(lines))
 
+
+# --------------------------------------------------------------------------------------------
+# A GPU check run that is not (yet) in the record: its printed log, next to the recorded rows.
+
+CHECK_RUN_LOG = ROOT / "results" / "logs" / "2026-11-23-a24557c-check" / "bench.log"
+_CHECK_ROW = re.compile(r"\[stage (\d+)\] B(\d+) H(\d+) S(\d+) D(\d+) (\w+) (full|causal): "
+                        r"([\d,.]+) µs")
+
+
+def check_run_rows(log: Path = CHECK_RUN_LOG) -> list[dict]:
+    """The rows `python -m lib.bench` printed in a check run's log (stage, shape, µs)."""
+    if not log.exists():
+        return []
+    rows = []
+    for m in _CHECK_ROW.finditer(log.read_text()):
+        n, B, H, S, D = map(int, m.groups()[:5])
+        rows.append({"stage": n, "B": B, "H": H, "Sq": S, "Sk": S, "D": D, "dtype": m.group(6),
+                     "causal": m.group(7) == "causal", "us": float(m.group(8).replace(",", ""))})
+    return rows
+
+
+def show_check_run(stage_numbers, log: Path = CHECK_RUN_LOG) -> None:
+    """This stage's rows of the check run next to the recorded ones (fp16, standard shapes)."""
+    rows = [r for r in check_run_rows(log) if r["stage"] in stage_numbers]
+    if not rows:
+        print(f"no check-run rows for stages {list(stage_numbers)} in {log.relative_to(ROOT)}")
+        return
+    recorded = {(r["stage"], r["B"], r["H"], r["Sq"], r["D"], r["causal"]): r["us"]
+                for r in recorded_runs() if r.get("dtype") == "float16" and r.get("us")}
+    lines = ["| stage | shape | mask | recorded µs | check run µs | recorded ÷ check run |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        old = recorded.get((r["stage"], r["B"], r["H"], r["Sq"], r["D"], r["causal"]))
+        now = r["us"]
+        lines.append(f"| {r['stage']} | B{r['B']} H{r['H']} S{r['Sq']} D{r['D']} | "
+                     f"{'causal' if r['causal'] else 'full'} | {'—' if old is None else f'{old:,.1f}'} | "
+                     f"{now:,.1f} | {'—' if old is None else f'{old / now:.2f}×'} |")
+    _md(f"Check run, printed only (`{log.relative_to(ROOT)}`; see the README there):\n\n" + "\n".join(lines))
+
+
 if __name__ == "__main__":
     import argparse
     import sys
