@@ -301,3 +301,62 @@ def timeline_summary(tl: dict) -> str:
     return "\n".join(f"  {name:28s} " + "; ".join(
         f"consumer {c}: {p['tile']:,.0f} cycles per key tile, S wait {p['wait_s']:,.0f}, softmax {p['softmax']:,.0f}"
         for c, p in enumerate(per, 1)) for name, per in timeline_phases(tl).items())
+
+
+# ============================================================================================
+# Host time per call against GPU time per call (the journey's "host time against kernel time";
+# issue 11): what a model making many small attention calls waits on.
+
+HOST_COLORS = {"host_us": "tab:orange", "host_gpu_us": "tab:blue"}
+
+
+def plot_host_time(rows: dict, title: str, ax=None):
+    """Grouped bars at one shape, from recorded rows ({stage: row}, rows with "host_us"): per
+    stage its host µs/call (wall time of many back-to-back calls ÷ calls) and its GPU µs/call
+    (CUDA events around the same calls), then SDPA's pair as a last group: the median over
+    the rows (every stage's run timed SDPA again), the whiskers its range. A black tick on each
+    stage's group marks SDPA's host µs/call from that stage's own run. Log scale."""
+    import statistics
+    ax = ax or plt.subplots(figsize=(7, 3.6))[1]
+    order = sorted(rows)
+    width = 0.38
+    top, bottom = 1.0, float("inf")
+
+    def bar(x, y, key, err=None):
+        nonlocal top, bottom
+        if not y:
+            return
+        ax.bar(x, y, width, color=HOST_COLORS[key], yerr=err, capsize=2 if err else 0,
+               error_kw={"lw": 0.8})
+        ax.text(x, (y if err is None else y + err[1][0]) * 1.08,
+                f"{y:,.0f}" if y >= 100 else f"{y:.3g}",
+                ha="center", va="bottom", fontsize=6, rotation=90)
+        top, bottom = max(top, y if err is None else y + err[1][0]), min(bottom, y)
+
+    for i, n in enumerate(order):
+        r = rows[n]
+        bar(i - width / 2, r["host_us"], "host_us")
+        bar(i + width / 2, r.get("host_gpu_us"), "host_gpu_us")
+        if r.get("sdpa_host_us"):
+            ax.plot([i - width, i + width], [r["sdpa_host_us"]] * 2, color="k", lw=1.2)
+    x = len(order)
+    for key, sdpa_key, dx in (("host_us", "sdpa_host_us", -width / 2),
+                              ("host_gpu_us", "sdpa_host_gpu_us", width / 2)):
+        xs = [r[sdpa_key] for r in rows.values() if r.get(sdpa_key)]
+        if xs:
+            med = statistics.median(xs)
+            bar(x + dx, med, key, err=[[med - min(xs)], [max(xs) - med]])
+    ax.set_yscale("log")
+    ax.set_ylim(bottom / 2 if bottom < float("inf") else 1, top * 6)
+    ax.set_xticks(range(len(order) + 1), [f"stage {n}" for n in order] + ["SDPA\n(median)"],
+                  fontsize=7)
+    ax.set_ylabel("µs per call (log)")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=HOST_COLORS["host_us"]),
+                       plt.Rectangle((0, 0), 1, 1, color=HOST_COLORS["host_gpu_us"]),
+                       plt.Line2D([], [], color="k", lw=1.2)],
+              labels=["host µs/call (back-to-back calls)", "GPU µs/call (CUDA events)",
+                      "SDPA's host µs/call, same run as the stage"],
+              fontsize=7, loc="upper right")
+    ax.grid(axis="y", alpha=0.3, which="both")
+    ax.set_title(title, fontsize=9)
+    return ax
