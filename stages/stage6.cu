@@ -284,7 +284,12 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     extern __shared__ unsigned char smem_raw[];
     // wgmma's swizzled layout repeats every 1024 bytes: align the tiles to that.
     Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
-    const int wg = threadIdx.x / 128;
+    // The warpgroup index, read from lane 0: the same number, but now the compiler knows it is
+    // the same in every lane of a warp. Everything computed from it (the consumer's rows of Q,
+    // the wgmma descriptors, the ring positions) then lives in uniform registers, where wgmma
+    // reads its descriptors: without this, ptxas builds each descriptor in ordinary registers
+    // and copies it over (R2UR) before every wgmma, ~100 extra instructions per key tile at D128.
+    const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
     if (threadIdx.x == 0) {
         mbar_init(&sm.q_full, 1);
         mbar_init(&sm.q_empty, 4 * CONSUMERS);
