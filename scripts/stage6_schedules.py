@@ -38,6 +38,9 @@ def variants():
         yield "tiles", str(t), {"tiles": t}
     for e in (0, 2, 3, 4):
         yield "exp2_poly", f"{e}/8 of exp2 by polynomial", {"exp2_poly": e}
+    for r in (-1, 0, 8):
+        yield "rescale", {-1: "O rescaled every tile", 0: "O rescaled when a max grew"}.get(
+            r, f"O rescaled past 2^{r} growth"), {"lazy_rescale": r}
 
 
 def timeline(D: int = 128) -> dict:

@@ -34,6 +34,11 @@
 //                       still in the tensor cores.
 //      WARP_SPECIALIZED=0 builds the baseline without a producer: consumer 0's first thread
 //      issues the copies itself, between its own products.
+//   5. LAZY_RESCALE (FlashAttention-4's conditional rescaling): -1 rescales O by every tile's
+//      correction factor, as FlashAttention-3 does (64 FMUL per tile and thread at D128); k >= 0
+//      keeps a row's running max until a tile's exceeds it by more than 2^k, and a warp skips
+//      the rescale when none of its rows changed max (one vote). With k = 8 O is in practice
+//      rescaled only after the first tile; P then reaches up to 2^8, harmless in fp16/bf16.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -59,6 +64,9 @@
 #endif
 #ifndef EXP2_POLY_EIGHTHS
 #define EXP2_POLY_EIGHTHS 0
+#endif
+#ifndef LAZY_RESCALE
+#define LAZY_RESCALE -1
 #endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
@@ -224,8 +232,17 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
     for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+#if LAZY_RESCALE >= 0
+        // Keep the running max unless this tile's is more than 2^LAZY_RESCALE beyond it (in the
+        // scaled log2 units of the exponent): P and l then grow up to 2^LAZY_RESCALE instead of
+        // 1, and O and l, which share the max, stay exact. A kept max gives alpha = 1 exactly.
+        if (!(mx[r] * scale_log2 > m[r] * scale_log2 + float(LAZY_RESCALE))) mx[r] = m[r];
+        base[r] = mx[r] == NEG_INF ? 0.0f : mx[r] * scale_log2;
+        alpha[r] = mx[r] == m[r] ? 1.0f : fast_exp2(m[r] * scale_log2 - base[r]);
+#else
         base[r] = mx[r] == NEG_INF ? 0.0f : mx[r] * scale_log2;  // a row with nothing visible yet
         alpha[r] = fast_exp2(m[r] * scale_log2 - base[r]);       // 0 on the first tile (m = −∞)
+#endif
         m[r] = mx[r];
     }
 #pragma unroll
@@ -242,6 +259,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
 }
 __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+#if LAZY_RESCALE >= 0
+    // A warp's 16 rows kept their maxima: nothing to scale (one vote, warp-uniform branch).
+    if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
+#endif
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
         o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];

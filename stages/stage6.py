@@ -60,6 +60,11 @@ def default_schedule(head_dim: int) -> str:
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
 # (stages/stage6.cu: poly_exp2), per head dim.
 EXP2_POLY = {64: 0, 128: 0}
+# When the softmax rescales O (stages/stage6.cu: LAZY_RESCALE), per head dim: -1 every tile, as
+# FlashAttention-3 does; 0 only in warps where a row's max grew; k > 0 keeps a row's max until a
+# tile's exceeds it by more than 2^k (FlashAttention-4's threshold, 8), so O is almost never
+# rescaled after the first tile (P up to 2^k: fine in fp16/bf16).
+LAZY_RESCALE = {64: 8, 128: 8}
 TIMELINE_TILES, TIMELINE_EVENTS = 16, 4
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 
@@ -97,7 +102,7 @@ INFO = StageInfo(
 
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
-           exp2_poly: int | None = None) -> dict:
+           exp2_poly: int | None = None, lazy_rescale: int | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (Q, the K and V rings, the barriers, and 1 KB of
     slack to align the tiles to 1024 bytes) and the kernel's defines."""
@@ -115,19 +120,24 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     eighths = EXP2_POLY[head_dim] if exp2_poly is None else exp2_poly
     if not 0 <= eighths <= 8:
         raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {eighths}")
+    lazy = LAZY_RESCALE[head_dim] if lazy_rescale is None else lazy_rescale
+    if not (isinstance(lazy, int) and -1 <= lazy <= 10):
+        raise ValueError(f"lazy_rescale is -1 (rescale every tile) or a threshold 0 to 10 (log2); got {lazy!r}")
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
-               *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths))
+               *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
+               ("LAZY_RESCALE", lazy))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": tiles_bytes + 8 * (1 + 4 * stages) + 1024, "defines": defines}
 
 
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
-                schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None) -> dict:
+                schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
+                lazy_rescale: int | None = None) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass. Only sm_90a has the
     instructions; any other arch is refused."""
     if arch != ARCH:
         raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
-    cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly)
+    cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly, lazy_rescale)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -203,7 +213,7 @@ class _Address:
                                          "data": (t.data_ptr(), False), "strides": None}
 
 
-def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly) -> _Plan:
+def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
@@ -214,7 +224,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly) -> 
         return plan
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
-    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly)
+    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly, lazy_rescale)
     bn = (tiles or TILES[D])[0]
     # Work tiles: (batch·head, block of query rows); one grid dimension holds up to 2³¹ − 1.
     n_work = B * H * ((Sq + cfg["block_m"] - 1) // cfg["block_m"])
@@ -232,18 +242,20 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly) -> 
 
 
 def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
-              timeline=None, exp2_poly=None):
+              timeline=None, exp2_poly=None, lazy_rescale=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
     `tiles` (one of CHOICES), `schedule` (a key of ALL_SCHEDULES; default: the head dim's, see
-    DEFAULT_SCHEDULES) and `exp2_poly` (eighths of the exponentials computed by polynomial, 0–8)
-    are for measuring the alternatives; `timeline`, an int64 CUDA tensor of
+    DEFAULT_SCHEDULES), `exp2_poly` (eighths of the exponentials computed by polynomial, 0–8)
+    and `lazy_rescale` (-1: rescale O every tile; k >= 0: only when a row max grew by more than
+    2^k, see LAZY_RESCALE) are for measuring the alternatives; `timeline`, an int64 CUDA tensor of
     (1 + CONSUMERS)·16·4 elements, receives clock64 stamps of block 0's first work tile (see
     stages/stage6.cu)."""
     try:  # attributes a non-tensor lacks: the full validation in _make_plan says what is wrong
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
-               None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly)
+               None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
+               lazy_rescale)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -253,7 +265,8 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
         if (ptrs[0] | ptrs[1] | ptrs[2]) % INFO.align_bytes:
             plan = None  # validate() explains the misaligned pointer
     if plan is None:
-        plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly)
+        plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
+                          lazy_rescale)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

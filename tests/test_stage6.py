@@ -51,6 +51,25 @@ def test_compiles_to_hopper_instructions(D, dtype, schedule):
         assert "SETMAXREG" in sass, "setmaxnreg must survive to the SASS"
 
 
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("lazy", [-1, 0, 8])
+def test_lazy_rescale_compiles_without_serializing(D, lazy):
+    """The rescale of O behind a warp vote (LAZY_RESCALE >= 0) is a branch between wgmma issues:
+    it must not make ptxas serialize them, and the vote must be there (and only there)."""
+    (compiled,) = s6.compile_for(s6.ARCH, torch.float16, D, lazy_rescale=lazy).values()
+    assert not SERIALIZING.search(compiled.log), compiled.log
+    (usage,) = compiled.resource_usage().values()
+    assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, usage
+    assert ("VOTE.ANY" in sass_text(compiled.cubin)) == (lazy >= 0)
+
+
+def test_lazy_rescale_setting_checked():
+    with pytest.raises(ValueError, match="lazy_rescale"):
+        s6.config(128, lazy_rescale=11)
+    assert dict(s6.config(128)["defines"])["LAZY_RESCALE"] == s6.LAZY_RESCALE[128]
+    assert dict(s6.config(64, lazy_rescale=-1)["defines"])["LAZY_RESCALE"] == -1
+
+
 def test_other_arch_refused():
     with pytest.raises(NotImplementedError, match="sm_90a"):
         s6.compile_for("sm_90", torch.float16, 64)
@@ -105,6 +124,25 @@ def test_polynomial_exp2_matches_reference(eighths, seed):
                 out = s6.attention(q, k, v, causal=causal, exp2_poly=eighths)
                 c = check_output(out, q, k, v, causal=causal)
                 assert c.passed, f"exp2_poly={eighths} D{D} {dtype} causal={causal} seed {seed}: {c.summary()}"
+
+
+@on_hopper
+@pytest.mark.parametrize("lazy", [-1, 0, 8])
+def test_lazy_rescale_matches_reference(lazy, seed):
+    """Scores that keep growing along the keys (row maxima rise by far more than 2^8 over the
+    sequence, so O is rescaled in the lazy builds too), plain random ones (the lazy build then
+    keeps the first tile's max to the end) and odd lengths, causal and not."""
+    for D in s6.INFO.head_dims:
+        for dtype in s6.INFO.dtypes:
+            for causal in (False, True):
+                for grow in (0.0, 12.0):
+                    q, k, v = make_qkv(2, 2, 333, D, Sk=1100, dtype=dtype, seed=seed)
+                    ramp = 1 + grow * torch.arange(k.shape[2], device=k.device, dtype=torch.float32) / k.shape[2]
+                    k = (k.float() * ramp[:, None]).to(dtype)
+                    with poisoned_outputs():
+                        out = s6.attention(q, k, v, causal=causal, lazy_rescale=lazy)
+                    c = check_output(out, q, k, v, causal=causal)
+                    assert c.passed, f"lazy_rescale={lazy} grow={grow} D{D} {dtype} causal={causal} seed {seed}: {c.summary()}"
 
 
 def test_polynomial_exp2_on_the_cpu():
