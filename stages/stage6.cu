@@ -392,6 +392,24 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         }
         // A tile needs masking if it reaches past Sk, or (causal) past this warpgroup's first row.
         const int first_row = t.q0 + 64 * c;
+        // Causal: the block's tiles reach its last consumer's diagonal, but this consumer's rows
+        // end at first_row + 63, and the last tiles may lie wholly past them. It skips their
+        // products and only hands their buffers (and, with ping-pong, its turns) on: pass_on.
+        // (Without a producer, consumer 0 refills the ring inside its loop: it keeps every tile.)
+        const int my_tiles = causal && WARP_SPECIALIZED
+                                 ? min(n_tiles, (min(Sk, first_row + 64) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
+        auto pass_on = [&](int cur, int turns) {
+            for (int i = 0; i < turns; ++i) {
+                turn_begin(c);
+                turn_end(c, false);
+            }
+            // Released only once full: an early arrival would count towards the buffer's
+            // previous use, which another consumer may still be reading.
+            mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
+            release(&sm.k_empty[cur % STAGES]);
+            mbar_wait(&sm.v_full[cur % STAGES], (cur / STAGES) & 1);
+            release(&sm.v_empty[cur % STAGES]);
+        };
         auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
             if ((j + 1) * BLOCK_N > Sk || (causal && (j + 1) * BLOCK_N - 1 > first_row))
                 softmax_tile<true>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
@@ -422,7 +440,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         softmax(s, m, l, alpha, 0);
         to_operand(s, p);
         STAMP(role, 0, 2);
-        for (int j = 1; j < n_tiles; ++j) {
+        for (int j = 1; j < my_tiles; ++j) {
             const int cur = pos + j, prev = cur - 1;
             mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
             mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
@@ -445,7 +463,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             to_operand(s, p);
         }
         release(&sm.q_empty);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
-        const int last = pos + n_tiles - 1;
+        const int last = pos + my_tiles - 1;
         mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
         turn_begin(c);
         rescale(o, alpha);
@@ -454,10 +472,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         wgmma_wait<0>();
         fence_registers(o);
         release(&sm.v_empty[last % STAGES]);
-        STAMP(role, n_tiles - 1, 3);
+        STAMP(role, my_tiles - 1, 3);
+        for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 1);  // one turn per tile above
 #else
         // One tile at a time: S, its softmax, then P·V, each product waited for at once.
-        for (int j = 0; j < n_tiles; ++j) {
+        for (int j = 0; j < my_tiles; ++j) {
             const int cur = pos + j, st = cur % STAGES;
             mbar_wait(&sm.k_full[st], (cur / STAGES) & 1);
             STAMP(role, j, 0);
@@ -467,7 +486,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             wgmma_wait<0>();
             fence_registers(s);
             release(&sm.k_empty[st]);
-            if (j == n_tiles - 1) release(&sm.q_empty);
+            if (j == my_tiles - 1) release(&sm.q_empty);
             STAMP(role, j, 1);
             softmax(s, m, l, alpha, j);
             rescale(o, alpha);
@@ -476,7 +495,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
             turn_begin(c);
             issue_pv(o, p, v_desc(st));
-            turn_end(c, j == n_tiles - 1);
+            turn_end(c, j == my_tiles - 1);
             wgmma_wait<0>();
             fence_registers(o);
             release(&sm.v_empty[st]);
@@ -488,6 +507,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             }
 #endif
         }
+        for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 2);  // two turns per tile above
 #endif
         pos += n_tiles;
 
