@@ -34,6 +34,12 @@
 //                       still in the tensor cores.
 //      WARP_SPECIALIZED=0 builds the baseline without a producer: consumer 0's first thread
 //      issues the copies itself, between its own products.
+//        DYNAMIC_WORK   for a persistent launch (one block per SM): the producer takes each
+//                       next work tile from a global counter (atomicAdd) instead of the fixed
+//                       stride blockIdx.x + k·gridDim.x, and tells the consumers which one it
+//                       took through shared memory. With causal masking the work tiles of a
+//                       head differ in length; a fixed stride can hand some SMs mostly long
+//                       ones, a counter hands each SM the next tile as soon as it is free.
 //   5. LAZY_RESCALE (FlashAttention-4's conditional rescaling): -1 rescales O by every tile's
 //      correction factor, as FlashAttention-3 does (64 FMUL per tile and thread at D128); k >= 0
 //      keeps a row's running max until a tile's exceeds it by more than 2^k, and a warp skips
@@ -68,9 +74,13 @@
 #ifndef LAZY_RESCALE
 #define LAZY_RESCALE -1
 #endif
+#ifndef DYNAMIC_WORK
+#define DYNAMIC_WORK 0
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
+static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
 
 constexpr int D = HEAD_DIM;
 constexpr int BLOCK_M = 64 * CONSUMERS;           // query rows per block, 64 per consumer
@@ -95,6 +105,7 @@ struct Smem {
     elem_t k[STAGES][ATOMS][BLOCK_N][64];
     elem_t v[STAGES][ATOMS][BLOCK_N][64];
     unsigned long long q_full, q_empty, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
+    int work;  // DYNAMIC_WORK: the work tile whose Q the producer loads next (n_work: none left)
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
@@ -137,8 +148,14 @@ constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
 
 // ---- the producer's copies -------------------------------------------------------------------
 // The Q buffer is reused by the block's next work tile once every consumer warp released it.
-__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int work_count, int q0, int h, int b) {
+// With DYNAMIC_WORK it also tells the consumers which work tile w this is: the store comes
+// before the arrival on q_full (an arrive releases, a wait acquires), so a consumer that has
+// waited for q_full reads this w. Nothing overwrites it before every consumer has read it:
+// the next store waits for q_empty, which the consumers release after reading.
+__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int work_count, int q0, int h, int b,
+                                       int w) {
     mbar_wait(&sm.q_empty, (work_count & 1) ^ 1);
+    if (DYNAMIC_WORK) sm.work = w;
     mbar_arrive_expect_bytes(&sm.q_full, Q_BYTES);
 #pragma unroll
     for (int a = 0; a < ATOMS; ++a) tma_load_4d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, h, b);
@@ -296,7 +313,8 @@ __device__ __forceinline__ void release(unsigned long long* empty) {
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, elem_t* __restrict__ out, int Sq, int Sk,
-                int H, int group, float scale_log2, int causal, int n_work, long long* timeline) {
+                int H, int group, float scale_log2, int causal, int n_work, long long* timeline,
+                int* work_queue) {
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
     // work w = blockIdx.x, + gridDim.x, ...: the producer then fetches the next tile's Q and
@@ -330,16 +348,32 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (SETMAXNREG) regs_release<PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int pos = 0;  // ring position
-            for (int w = blockIdx.x, count = 0; w < n_work; w += gridDim.x, ++count) {
+            int count = 0;
+            for (int w = blockIdx.x, next; w < n_work; w = next, ++count) {
+                // The next work tile: asked for now, its answer needed only after this one's copies.
+                next = DYNAMIC_WORK ? atomicAdd(&work_queue[0], 1) + (int)gridDim.x : w + (int)gridDim.x;
                 const Work t = work_tile(w, n_qb, H, group, Sk, causal);
                 long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
                 (void)stamps;
-                load_q(sm, &q_map, count, t.q0, t.h, t.b);
+                load_q(sm, &q_map, count, t.q0, t.h, t.b, w);
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, j, t.hk, t.b);
                     STAMP(0, j, 0);
                     load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, j, t.hk, t.b);
                     STAMP(0, j, 1);
+                }
+            }
+            if (DYNAMIC_WORK) {
+                // No work left: say so through the Q slot (a plain arrival, no bytes), then count
+                // this block out. The last block out resets the queue for the next launch: by then
+                // every block has taken its last index, so nothing reads the counter any more.
+                mbar_wait(&sm.q_empty, (count & 1) ^ 1);
+                sm.work = n_work;
+                mbar_arrive(&sm.q_full);
+                __threadfence();  // this block's last take from the counter before its count-out
+                if (atomicAdd(&work_queue[1], 1) == (int)gridDim.x - 1) {
+                    atomicExch(&work_queue[0], 0);
+                    atomicExch(&work_queue[1], 0);
                 }
             }
         }
@@ -363,7 +397,12 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     auto v_desc = [&](int st) { return smem_desc(&sm.v[st][0][0][0], BLOCK_N * 128); };
 
     int pos = 0;  // ring position, as the producer counts it
-    for (int w = blockIdx.x, count = 0; w < n_work; w += gridDim.x, ++count) {
+    for (int w = blockIdx.x, count = 0;; w += gridDim.x, ++count) {
+        if (DYNAMIC_WORK) {  // which work tile the producer took: published with its Q
+            mbar_wait(&sm.q_full, count & 1);
+            w = *reinterpret_cast<volatile int*>(&sm.work);
+        }
+        if (w >= n_work) break;
         const Work t = work_tile(w, n_qb, H, group, Sk, causal);
         long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
         (void)stamps;
@@ -371,7 +410,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         const int row0 = t.q0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
 #if !WARP_SPECIALIZED
         if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
-            load_q(sm, &q_map, count, t.q0, t.h, t.b);
+            load_q(sm, &q_map, count, t.q0, t.h, t.b, w);
             for (int j = 0; j < min(STAGES, n_tiles); ++j) {
                 load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos + j, j, t.hk, t.b);
                 load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos + j, j, t.hk, t.b);

@@ -34,19 +34,22 @@ TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
 CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3)]
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
 # PERSISTENT is the launch, not the kernel: one block per SM walking the work tiles, instead of
-# one block per work tile.
+# one block per work tile; in a fixed stride, or (DYNAMIC_WORK) taking the next from a counter.
+_FA3 = dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1)
 SCHEDULES = {
-    "no warp specialization": dict(WARP_SPECIALIZED=0, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0),
-    "+ producer warpgroup": dict(WARP_SPECIALIZED=1, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0),
-    "+ setmaxnreg": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0),
-    "+ ping-pong": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=0, PERSISTENT=0),
-    "+ intra-warpgroup overlap": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=0),
-    "+ persistent blocks": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=1, PERSISTENT=1),
+    "no warp specialization": dict(WARP_SPECIALIZED=0, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0, DYNAMIC_WORK=0),
+    "+ producer warpgroup": dict(WARP_SPECIALIZED=1, SETMAXNREG=0, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0, DYNAMIC_WORK=0),
+    "+ setmaxnreg": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=0, INTRA_OVERLAP=0, PERSISTENT=0, DYNAMIC_WORK=0),
+    "+ ping-pong": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=1, INTRA_OVERLAP=0, PERSISTENT=0, DYNAMIC_WORK=0),
+    "+ intra-warpgroup overlap": dict(_FA3, PERSISTENT=0, DYNAMIC_WORK=0),
+    "+ persistent blocks": dict(_FA3, PERSISTENT=1, DYNAMIC_WORK=0),
+    "+ work queue": dict(_FA3, PERSISTENT=1, DYNAMIC_WORK=1),
 }
 # Other combinations worth measuring, outside the waterfall's order: FlashAttention-3 itself runs
 # its head-dim-64 kernel (three consumer warpgroups) with the overlap but without ping-pong.
 VARIANTS = {
-    "overlap without ping-pong": dict(WARP_SPECIALIZED=1, SETMAXNREG=1, PINGPONG=0, INTRA_OVERLAP=1, PERSISTENT=0),
+    "overlap without ping-pong": dict(_FA3, PINGPONG=0, PERSISTENT=0, DYNAMIC_WORK=0),
+    "work queue without ping-pong": dict(_FA3, PINGPONG=0, PERSISTENT=1, DYNAMIC_WORK=1),
 }
 ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
 # The schedule each head dim runs by default: the fastest measured (scripts/stage6_schedules.py).
@@ -65,14 +68,14 @@ EXP2_POLY = {64: 0, 128: 0}
 # tile's exceeds it by more than 2^k (FlashAttention-4's threshold, 8), so O is almost never
 # rescaled after the first tile (P up to 2^k: fine in fp16/bf16).
 LAZY_RESCALE = {64: 8, 128: 8}
-TIMELINE_TILES, TIMELINE_EVENTS = 16, 4
+TIMELINE_TILES, TIMELINE_EVENTS = 16, 4  # stages/stage6.cu: TL_TILES, TL_EVENTS
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 
 
 def fits(head_dim: int, tiles) -> bool:
     """Whether a tile choice fits in one block's shared memory at this head dim."""
     bn, stages, consumers = tiles
-    return (64 * consumers + 2 * stages * bn) * head_dim * 2 + 1024 + 8 * (1 + 4 * stages) <= MAX_SMEM  # stages/stage6.cu: TL_TILES, TL_EVENTS
+    return (64 * consumers + 2 * stages * bn) * head_dim * 2 + 1024 + 8 * (3 + 4 * stages) <= MAX_SMEM
 
 INFO = StageInfo(
     number=6,
@@ -112,6 +115,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     bn, stages, consumers = tiles or TILES[head_dim]
     sw = dict(ALL_SCHEDULES[schedule])
     persistent = bool(sw.pop("PERSISTENT"))
+    assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
     tiles_bytes = (block_m + 2 * stages * bn) * head_dim * 2
     if tiles_bytes + 1024 > MAX_SMEM:
@@ -127,7 +131,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
                ("LAZY_RESCALE", lazy))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
-            "smem": tiles_bytes + 8 * (1 + 4 * stages) + 1024, "defines": defines}
+            "smem": tiles_bytes + 8 * (3 + 4 * stages) + 1024, "defines": defines}  # Smem's barriers and work
 
 
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
@@ -196,7 +200,7 @@ class _Plan:
     tensor maps are kept too; when a later call brings new tensors of the same layout, only
     their addresses are replaced (cuTensorMapReplaceAddress), not the whole map encoded."""
 
-    __slots__ = ("kernel", "config", "args", "rows", "maps", "ptrs", "trivial")
+    __slots__ = ("kernel", "config", "args", "rows", "maps", "ptrs", "trivial", "queues")
 
 
 _plans: dict = {}
@@ -238,7 +242,20 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.rows = (cfg["block_m"], bn, bn)
     plan.maps = [tensor_map(t, r) for t, r in zip((q, k, v), plan.rows)]
     plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+    # DYNAMIC_WORK: the work counter (next, blocks done), zero between launches (the kernel's
+    # last block resets it). One per stream: launches on two streams at once must not share one.
+    plan.queues = {} if dict(cfg["defines"])["DYNAMIC_WORK"] else None
     return plan
+
+
+def _queue(plan: _Plan, device) -> int:
+    if plan.queues is None:
+        return 0
+    stream = torch.cuda.current_stream(device).cuda_stream
+    queue = plan.queues.get(stream)
+    if queue is None:
+        queue = plan.queues[stream] = torch.zeros(2, dtype=torch.int32, device=device)
+    return queue.data_ptr()
 
 
 def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
@@ -280,7 +297,7 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
     out = new_output(q)
     nvrtc.launch_prepared(plan.kernel, plan.config,
                           (*plan.maps, out.data_ptr(), *plan.args,
-                           timeline.data_ptr() if timeline is not None else 0))
+                           timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device)))
     return out
 
 

@@ -260,3 +260,37 @@ def test_timeline_stamps_are_ordered():
         for j in range(8):
             assert t[c, j, 0] <= t[c, j, 1] <= t[c, j, 2] <= t[c, j, 3], t[c, j]
     assert (t[0, :8, 0] > 0).all(), "the producer stamped every copy"
+
+
+@on_hopper
+@pytest.mark.parametrize("schedule", [n for n, sw in s6.ALL_SCHEDULES.items() if sw["DYNAMIC_WORK"]])
+def test_work_queue_hands_out_every_tile_once(schedule, seed):
+    """The work queue with more work tiles than SMs (so blocks take several each from the
+    counter), causal and not, GQA, odd lengths: every output row written once and right (the
+    output starts NaN-poisoned). Called again and again, on two streams in turn: the counter
+    must be back at zero after every launch, or the next launch would skip tiles."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    side = torch.cuda.Stream()
+    for D in s6.INFO.head_dims:
+        B, Sq, Sk = 2, 333, 517
+        n_qb = -(-Sq // s6.config(D, schedule=schedule)["block_m"])
+        H = 3 * sms // (B * n_qb) + 1  # about 3 work tiles per SM
+        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=1, dtype=torch.bfloat16, seed=seed)
+        assert B * H * n_qb > 2 * sms
+        for i in range(4):
+            causal = i % 2 == 1
+            stream = side if i >= 2 else torch.cuda.current_stream()
+            with torch.cuda.stream(stream), poisoned_outputs():
+                out = s6.attention(q, k, v, causal=causal, schedule=schedule)
+            stream.synchronize()
+            c = check_output(out, q, k, v, causal=causal)
+            assert c.passed, f"{schedule} D{D} call {i} causal={causal} seed {seed}: {c.summary()}"
+
+
+def test_work_queue_compiles_to_an_atomic():
+    """The work queue's build takes tiles with a global atomic (and only that build)."""
+    for name in ("+ persistent blocks", "+ work queue"):
+        (compiled,) = s6.compile_for(s6.ARCH, torch.float16, 64, schedule=name).values()
+        assert not SERIALIZING.search(compiled.log), compiled.log
+        atomics = [ln for ln in sass_text(compiled.cubin).splitlines() if "ATOMG" in ln or "RED." in ln]
+        assert bool(atomics) == bool(s6.ALL_SCHEDULES[name]["DYNAMIC_WORK"]), atomics
