@@ -52,9 +52,9 @@ VARIANTS = {
     "work queue without ping-pong": dict(_FA3, PINGPONG=0, PERSISTENT=1, DYNAMIC_WORK=1),
 }
 ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
-# The schedule each head dim runs by default: the fastest measured (scripts/stage6_schedules.py).
-# At D128 the full FA3 schedule. At D64, where a tile's products are half as long and the
-# softmax is as long as at D128, ping-pong's turns cost more than they hide (three consumers).
+# The schedule each head dim runs by default: the pick of `scripts/stage6_schedules.py --pick` on
+# the H100 (candidates and rule fixed before measuring: PICK_CANDIDATES, PICK_RULE there; the
+# rounds it timed are in results/logs/). Schedules a few percent apart need those repeated rounds.
 DEFAULT_SCHEDULES = {64: "+ setmaxnreg", 128: "+ intra-warpgroup overlap"}
 
 
