@@ -55,7 +55,7 @@ ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
 # The schedule each head dim runs by default: the pick of `scripts/stage6_schedules.py --pick` on
 # the H100 (candidates and rule fixed before measuring: PICK_CANDIDATES, PICK_RULE there; the
 # rounds it timed are in results/logs/). Schedules a few percent apart need those repeated rounds.
-DEFAULT_SCHEDULES = {64: "+ setmaxnreg", 128: "+ intra-warpgroup overlap"}
+DEFAULT_SCHEDULES = {64: "+ intra-warpgroup overlap", 128: "+ intra-warpgroup overlap"}
 
 
 def default_schedule(head_dim: int) -> str:
