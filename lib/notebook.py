@@ -790,3 +790,11 @@ def show_stage5_variant_sass(rows: list[dict]) -> None:
                 lines.append(f"| {r['variant']} | " + " | ".join(f"{r[c]:,}" for c in cols) + " |")
         _md(f"**D {D}** (fp16, compiled offline; static counts: the K/V loop's instructions "
             "once each, the mask region left out)\n\n" + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(description="Execute notebooks in place, keeping outputs.")
+    ap.add_argument("--execute", nargs="+", required=True, metavar="NOTEBOOK")
+    sys.exit(execute(ap.parse_args().execute))
