@@ -29,7 +29,7 @@ TABLE = re.compile(rf"^\| (\d+) \| B(\d+) H(\d+) S(\d+) D(\d+) \| (\w+) \| (yes|
 HOST = re.compile(rf"^\| (\d+) \| B(\d+) H(\d+) S(\d+) D(\d+) \| (\w+) \| (yes|no) \| {NUM} \| {NUM} \| {NUM} \| {NUM} \|$")
 OWN = re.compile(rf"^† stage (\d+), B(\d+) H(\d+) S(\d+) D(\d+) (\w+) (full|causal): its own SDPA (default|flash) time, {NUM} µs")
 S6_SHAPE = re.compile(rf"^B(\d+) H(\d+) S(\d+) D(\d+) (\w+) (full|causal): SDPA default {NUM} µs .*FLASH {NUM} µs")
-S6_ROW = re.compile(rf"^  (schedule|tiles|exp2_poly|rescale) +(.+?) +{NUM} µs +{NUM} TFLOPS +{NUM}× SDPA +{NUM}× FLASH (pass|FAIL)")
+S6_ROW = re.compile(rf"^  (\w+) +(.+?) +{NUM} µs +{NUM} TFLOPS +{NUM}× SDPA +{NUM}× FLASH (pass|FAIL)")
 
 
 def f(x: str) -> float:
