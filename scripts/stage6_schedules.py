@@ -10,7 +10,7 @@ against the reference on an odd shape before it is timed.
     python scripts/stage6_schedules.py --pick      # the default schedule per head dim, by PICK_RULE
 
 Schedules that differ by a few percent cannot be told apart by one timing each (the same kernel
-timed twice in one run differs by up to 4% on the H100), so --pick times the candidates of
+timed repeatedly in one run differed by up to 8.5% on the H100), so --pick times the candidates of
 each head dim in interleaved rounds and compares medians over the rounds.
 """
 import argparse
