@@ -91,8 +91,10 @@ profile_one() {  # profile_one NAME REPORT NCU-ARGS... -- one_call.py ARGS...: r
   while [ "$1" != "--" ]; do ncu_args+=("$1"); shift; done
   shift
   call_args=("$@")
-  if run "$name" "$NCU" -k regex:attention "${ncu_args[@]}" python3 scripts/one_call.py "${call_args[@]}"; then
-    { echo "# ncu -k regex:attention ${ncu_args[*]} python3 scripts/one_call.py ${call_args[*]}; commit $(commit_short), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
+  # --clock-control none: ncu would otherwise lock the GPU's clocks to base for the run; the
+  # curriculum leaves the clocks alone (and times the kernels at the clocks they really get).
+  if run "$name" "$NCU" --clock-control none -k regex:attention "${ncu_args[@]}" python3 scripts/one_call.py "${call_args[@]}"; then
+    { echo "# ncu --clock-control none -k regex:attention ${ncu_args[*]} python3 scripts/one_call.py ${call_args[*]}; commit $(commit_short), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
       cat "$OUT/logs/$name.log"; } > "$report"
   fi
 }
@@ -112,6 +114,14 @@ step_profile() {
     profile_one "profile-stage$n" "results/profiles/stage$n-throughput.ncu.txt" \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables \
       --metrics "$SMEM_METRICS,$WARP_METRICS" -- "$n" throughput
+  done
+  # Stage 3 at D 128 (the long shape), fp16 and bf16: where its D 128 time goes, and whether
+  # bf16 runs the same loop as fp16 (the stage 3 notebook reads these).
+  local dt
+  for dt in float16 bfloat16; do
+    profile_one "profile-stage3-long-$dt" "results/profiles/stage3-long-$dt.ncu.txt" \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --metrics "$WARP_METRICS" -- 3 long --dtype "$dt"
   done
   # Stage 5's swizzle, before and after: the same call with plain rows, for the bank conflicts.
   profile_one profile-stage5-noswizzle results/profiles/stage5-noswizzle-throughput.ncu.txt \
