@@ -6,6 +6,7 @@ printed as a markdown table, with a progress line per stage and shape on stderr.
     python -m lib.bench --record        # ... and write results/<gpu>.json, the plots, README
     python -m lib.bench --stages 0 --shapes latency
     python -m lib.bench --all           # no time-based skips (stage 0, long shape: ~5 s a call)
+    python -m lib.bench --record --stages 6 --dtype float16 bfloat16   # fp16 and bf16 rows
 
 Without a GPU it runs the simulator (numba stages, tiny shapes) and the offline compile
 (CUDA C++ stages), then prints the recorded table, labelled as recorded.
@@ -93,17 +94,20 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     return row
 
 
-def plan(shapes, sweep: bool):
-    """(suite, shape name, B, H, S, D, causal) in order of growing work, so predictions come
-    from measurements on smaller shapes."""
+def plan(shapes, sweep: bool, dtypes=("float16",)):
+    """(suite, shape name, B, H, S, D, causal, dtype name): the standard shapes in each dtype,
+    then the sweep in the first dtype only (it is one series on the plots, and the longest part
+    of a run); within a dtype in order of growing work, so predictions come from measurements
+    on smaller shapes."""
     out = []
-    for name, B, H, S, D in STANDARD_SHAPES:
-        if name in shapes:
-            out += [("standard", name, B, H, S, D, c) for c in (False, True)]
-    if sweep:
+    for dtype in dtypes:
+        for name, B, H, S, D in STANDARD_SHAPES:
+            if name in shapes:
+                out += [("standard", name, B, H, S, D, c, dtype) for c in (False, True)]
+    if sweep and dtypes:
         for D in (64, 128):
-            out += [("sweep", f"S{S}", SWEEP_TOKENS // S, 16, S, D, c) for S in SWEEP_SEQS
-                    for c in (False, True)]
+            out += [("sweep", f"S{S}", SWEEP_TOKENS // S, 16, S, D, c, dtypes[0])
+                    for S in SWEEP_SEQS for c in (False, True)]
     return out
 
 
@@ -122,12 +126,11 @@ def progress_line(row) -> str:
             f"{'pass' if row['passed'] else 'FAIL'}")
 
 
-def run_gpu(mods, shapes, sweep, dtype, max_call_s, sweep_max_call_s):
-    """Rows of every stage at every planned shape; stages this GPU or dtype cannot run are
-    named in the second list."""
+def run_gpu(mods, shapes, sweep, dtypes, max_call_s, sweep_max_call_s):
+    """Rows of every stage at every planned shape and dtype (names, e.g. ["float16"]); stages
+    this GPU cannot run, and dtypes a stage has no kernel for, are named in the second list."""
     import torch
 
-    from lib.inputs import DTYPE_NAMES
     from lib.reference import attention_flops
     runs, not_run = [], []
     cc = torch.cuda.get_device_capability()
@@ -138,22 +141,25 @@ def run_gpu(mods, shapes, sweep, dtype, max_call_s, sweep_max_call_s):
                            f"{info.min_cc[0]}.{info.min_cc[1]}, this GPU has {cc[0]}.{cc[1]}")
             log(f"[stage {info.number}] skipped: {not_run[-1]}")
             continue
-        if dtype not in info.dtypes:
-            not_run.append(f"stage {info.number} has no {DTYPE_NAMES[dtype]} kernel")
+        lacking = [d for d in dtypes if getattr(torch, d) not in info.dtypes]
+        for d in lacking:
+            not_run.append(f"stage {info.number} has no {d} kernel")
             log(f"[stage {info.number}] skipped: {not_run[-1]}")
-            continue
-        rate = None  # the stage's best measured FLOP/s so far, for predicting the next shape
-        for suite, name, B, H, S, D, causal in plan(shapes, sweep):
-            if D not in info.head_dims:
+        # the stage's best measured FLOP/s so far per dtype, for predicting the next shape
+        # (per dtype, so that a shape is skipped or not in each dtype as in a run of that alone)
+        rate = {}
+        for suite, name, B, H, S, D, causal, dtype in plan(shapes, sweep, dtypes):
+            if D not in info.head_dims or dtype in lacking:
                 continue
-            predicted = attention_flops(B, H, S, S, D, causal) / rate if rate else None
+            predicted = attention_flops(B, H, S, S, D, causal) / rate[dtype] if dtype in rate \
+                else None
             t0 = time.time()
-            row = measure(mod, B, H, S, S, D, dtype, causal, suite=suite,
+            row = measure(mod, B, H, S, S, D, getattr(torch, dtype), causal, suite=suite,
                           max_call_s=max_call_s if suite == "standard" else sweep_max_call_s,
                           predicted_s=predicted,
                           host_calls=HOST_CALLS if name in HOST_TIMED_SHAPES else 0)
-            if not row.get("skipped"):
-                rate = max(rate or 0.0, row["tflops"] * 1e12)  # small shapes underfill the GPU
+            if not row.get("skipped"):  # the best, as small shapes underfill the GPU
+                rate[dtype] = max(rate.get(dtype, 0.0), row["tflops"] * 1e12)
             log(progress_line(row) + ("" if row.get("skipped") else f" ({time.time() - t0:.1f} s)"))
             runs.append(row)
     return runs, not_run
@@ -205,12 +211,12 @@ def _numbers(ns) -> str:
     return ", ".join(map(str, ns)) if ns else "none"
 
 
-def recorded_rows(data, stage_numbers, shapes, dtype) -> list[dict]:
-    """The recorded standard rows the command line asked for."""
+def recorded_rows(data, stage_numbers, shapes, dtypes) -> list[dict]:
+    """The recorded standard rows the command line asked for (dtypes: names)."""
     from lib.results import standard_runs
     dims = {(B, H, S, D) for name, B, H, S, D in STANDARD_SHAPES if name in shapes}
     return [r for r in standard_runs(data) if r["stage"] in stage_numbers
-            and (r["B"], r["H"], r["Sq"], r["D"]) in dims and r["dtype"] == dtype]
+            and (r["B"], r["H"], r["Sq"], r["D"]) in dims and r["dtype"] in dtypes]
 
 
 def main_cpu(a, ap, mods, t0) -> int:
@@ -239,7 +245,7 @@ def main_cpu(a, ap, mods, t0) -> int:
             print(R.results_block(data, rows))
         else:
             print(f"No recorded rows for stages {_numbers(numbers)} at {', '.join(a.shapes)} "
-                  f"in {a.dtype} in `{data['_path']}`.")
+                  f"in {', '.join(a.dtype)} in `{data['_path']}`.")
         table = f"{len(rows)} recorded rows printed from {data['_path']} (not measured here)"
     else:
         table = ("no recorded results in results/ yet: run `python -m lib.bench --record` "
@@ -258,11 +264,10 @@ def main_gpu(a, mods, t0) -> int:
     import torch
 
     from lib import results as R
-    dtype = getattr(torch, a.dtype)
     max_call_s = math.inf if a.all else a.max_call_s
     sweep_max_call_s = math.inf if a.all else a.sweep_max_call_s
-    runs, not_run = run_gpu(mods, a.shapes, a.sweep, dtype, max_call_s, sweep_max_call_s)
-    std = [r for r in runs if r["suite"] == "standard"]
+    runs, not_run = run_gpu(mods, a.shapes, a.sweep, a.dtype, max_call_s, sweep_max_call_s)
+    std = R.fp16_first([r for r in runs if r["suite"] == "standard"])
     # % of matmul peak needs the GPU's matmul rate: the one recorded for this GPU model, if any
     recorded = R.results_path(torch.cuda.get_device_name(0))
     ceilings = (R.load(recorded).get("ceilings") or {}) if recorded.exists() else {}
@@ -328,7 +333,9 @@ def parser() -> argparse.ArgumentParser:
                          "and D128")
     ap.add_argument("--all", action="store_true",
                     help="GPU: no time-based skips (--max-call-s and --sweep-max-call-s off)")
-    ap.add_argument("--dtype", default="float16", choices=DTYPES, help="the dtype timed")
+    ap.add_argument("--dtype", nargs="+", default=["float16"], choices=DTYPES, metavar="DTYPE",
+                    help=f"the dtypes timed, from {', '.join(DTYPES)}: every standard shape in "
+                         "each; the sweep in the first one only")
     ap.add_argument("--max-call-s", type=float, default=1.0,
                     help="GPU: skip a standard shape whose predicted time per call exceeds this "
                          "(the skip and its reason go in the table)")
@@ -339,7 +346,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--record", action="store_true",
                     help="GPU: measure every standard shape and the sweep, and write "
                          "results/<gpu>.json, the plots and the README table (not when a check "
-                         "fails); the stages not run keep their recorded rows")
+                         "fails); the stages not run keep their recorded rows, the stages run "
+                         "keep only this run's (so list every dtype they should have, float16 "
+                         "first)")
     return ap
 
 
@@ -351,6 +360,10 @@ def main(argv=None) -> int:
         ap.error("--record replaces every recorded row of the stages it runs, so it measures "
                  "every standard shape: leave out --shapes (or drop --record)")
     a.sweep |= a.record  # likewise the sweep: recording without it would drop the recorded one
+    a.dtype = list(dict.fromkeys(a.dtype))  # each once, in the order given
+    if a.record and a.dtype[0] != "float16":
+        ap.error("--record replaces every recorded row of the stages it runs, and the plots, "
+                 "notebooks and the sweep read float16: list float16 first in --dtype")
     a.stages = sorted(set(a.stages))
     a.shapes = [s[0] for s in STANDARD_SHAPES if s[0] in a.shapes]  # in order of growing work
 
@@ -361,7 +374,7 @@ def main(argv=None) -> int:
     if a.check:
         import torch
         passed, failed = check_all(mods, CHECK_SHAPES if HAS_GPU else SIM_SHAPES,
-                                   [getattr(torch, a.dtype)])
+                                   [getattr(torch, d) for d in a.dtype])
         print(f"\nsummary: {passed} checks passed, {failed} failed", flush=True)
         return 0 if failed == 0 else 1
     return main_gpu(a, mods, t0) if HAS_GPU else main_cpu(a, ap, mods, t0)

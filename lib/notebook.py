@@ -90,16 +90,20 @@ def verdict(checks) -> None:
           else f"verdict: FAIL — {bad} case(s) outside the bound")
 
 
-def recorded_runs(stage: int | None = None, suite: str | None = "standard") -> list[dict]:
-    """The recorded rows of `stage` (every stage: None) in `suite` (every suite: None)."""
+def recorded_runs(stage: int | None = None, suite: str | None = "standard",
+                  dtype: str | None = "float16") -> list[dict]:
+    """The recorded rows of `stage` (every stage: None) in `suite` (every suite: None) and
+    `dtype` (every dtype: None). float16 by default: a stage may have rows in several dtypes,
+    and a reader matching rows by stage, shape and mask would otherwise mix them."""
     data = R.load()
     if not data:
         return []
     return [r for r in data["runs"] if suite in (None, r.get("suite", "standard"))
-            and (stage is None or r["stage"] == stage)]
+            and (stage is None or r["stage"] == stage) and dtype in (None, r["dtype"])]
 
 
-def show_recorded(stage: int | None = None, suite: str = "standard") -> None:
+def show_recorded(stage: int | None = None, suite: str = "standard",
+                  dtype: str | None = "float16") -> None:
     """The recorded table (from results/), labelled with its device, date and commit."""
     data = R.load()
     if not data:
@@ -107,7 +111,7 @@ def show_recorded(stage: int | None = None, suite: str = "standard") -> None:
         return
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
     _md(f"*Recorded, not measured in this session.* {R.provenance(data)}\n\n"
-        + R.markdown_table(recorded_runs(stage, suite), peak))
+        + R.markdown_table(recorded_runs(stage, suite, dtype), peak))
 
 
 def gpu_only(what: str) -> bool:
@@ -342,8 +346,8 @@ def recorded_verdicts(stage: int) -> list:
     """Without a GPU, a CUDA C++ stage cannot run here: its verdict comes from the recorded
     benchmark rows instead (each was checked twice on fresh inputs when it was timed)."""
     from types import SimpleNamespace
-    return [SimpleNamespace(passed=bool(r["passed"])) for r in recorded_runs(stage, suite=None)
-            if not r.get("skipped")]
+    return [SimpleNamespace(passed=bool(r["passed"]))
+            for r in recorded_runs(stage, suite=None, dtype=None) if not r.get("skipped")]
 
 
 def sdpa_median_us(B, H, S, D, causal, field="sdpa_us", dtype="float16") -> tuple | None:
@@ -351,7 +355,7 @@ def sdpa_median_us(B, H, S, D, causal, field="sdpa_us", dtype="float16") -> tupl
     SDPA again on its own inputs, so take the median over those rows: (median µs, number of
     rows, min, max), or None when nothing is recorded."""
     import statistics
-    xs = [r[field] for r in recorded_runs() if not r.get("skipped") and r.get(field)
+    xs = [r[field] for r in recorded_runs(dtype=dtype) if not r.get("skipped") and r.get(field)
           and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
           == (B, H, S, S, D, dtype, causal)]
     return (statistics.median(xs), len(xs), min(xs), max(xs)) if xs else None
@@ -363,7 +367,8 @@ def sdpa_median_of(row: dict, field: str = "sdpa_us") -> float | None:
     its own inputs), rather than the one timing next to that stage. None when none has it."""
     import statistics
     k = ("B", "H", "Sq", "Sk", "D", "dtype", "causal")
-    xs = [r[field] for r in recorded_runs(suite=None) if not r.get("skipped") and r.get(field)
+    xs = [r[field] for r in recorded_runs(suite=None, dtype=row["dtype"])
+          if not r.get("skipped") and r.get(field)
           and all(r[x] == row[x] for x in k) and r.get("Hkv", r["H"]) == row.get("Hkv", row["H"])]
     return statistics.median(xs) if xs else None
 
@@ -377,7 +382,7 @@ def recorded_row(stage: int, shape: str = "throughput", causal: bool = False,
     """The recorded row of `stage` at a named standard shape (fp16 unless `dtype`), or None."""
     from lib.bench import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
-    return next((r for r in recorded_runs(stage) if not r.get("skipped")
+    return next((r for r in recorded_runs(stage, dtype=dtype) if not r.get("skipped")
                  and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
                  == (B, H, S, S, D, dtype, causal)), None)
 

@@ -8,9 +8,11 @@ import matplotlib.pyplot as plt
 from lib.results import shape_text, standard_runs
 
 
-def plot_stages(data: dict, path: Path | None = None):
-    """TFLOPS of every stage at each standard shape, next to SDPA's two backends (log scale)."""
-    runs = [r for r in standard_runs(data) if not r.get("skipped")]
+def plot_stages(data: dict, path: Path | None = None, dtype: str = "float16"):
+    """TFLOPS of every stage at each standard shape in `dtype` (one series per stage: the
+    other dtypes' rows of a stage would land on the same bar), next to SDPA's two backends
+    (log scale)."""
+    runs = [r for r in standard_runs(data) if not r.get("skipped") and r["dtype"] == dtype]
     keys = list(dict.fromkeys((shape_text(r), r["causal"]) for r in runs))
     stages = sorted({r["stage"] for r in runs})
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(keys)), 4))
@@ -29,7 +31,7 @@ def plot_stages(data: dict, path: Path | None = None):
     ax.set_xticklabels([f"{s}\n{'causal' if c else 'full'}" for s, c in keys], fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("TFLOPS (log scale)")
-    ax.set_title(f"Attention forward on {data['env']['gpu']} ({runs[0]['dtype'] if runs else ''})")
+    ax.set_title(f"Attention forward on {data['env']['gpu']} ({dtype})")
     ax.legend(fontsize=8, ncol=2)
     ax.grid(axis="y", alpha=0.3, which="both")
     fig.tight_layout()
@@ -39,10 +41,11 @@ def plot_stages(data: dict, path: Path | None = None):
     return Path(path) if path else fig
 
 
-def plot_sweep(data: dict, path: Path | None = None):
-    """TFLOPS against sequence length (B·S fixed), one panel per head dim, non-causal."""
+def plot_sweep(data: dict, path: Path | None = None, dtype: str = "float16"):
+    """TFLOPS against sequence length (B·S fixed), one panel per head dim, non-causal, in
+    `dtype` (lib.bench sweeps in one dtype, float16 when recording)."""
     runs = [r for r in data["runs"] if r.get("suite") == "sweep" and not r.get("skipped")
-            and not r["causal"]]
+            and not r["causal"] and r["dtype"] == dtype]
     dims = sorted({r["D"] for r in runs})
     fig, axes = plt.subplots(1, max(1, len(dims)), figsize=(5 * max(1, len(dims)), 3.6),
                              squeeze=False)

@@ -144,7 +144,7 @@ def save(env: dict, stage_infos, runs: list[dict], extra: dict | None = None,
     data["stages"] = dict(sorted(data["stages"].items(), key=lambda kv: int(kv[0])))
     data["runs"] += runs
     data["runs"].sort(key=lambda r: (r["stage"], r.get("suite", ""), r["D"], r["Sq"], r["B"],
-                                     r["causal"]))
+                                     r["causal"], dtype_rank(r["dtype"])))
     data.update(extra or {})
     RESULTS_DIR.mkdir(exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -231,6 +231,17 @@ SDPA_OUTLIER = 0.05  # a row's own SDPA time this far from the median of its sha
 SDPA_COLUMNS = (("sdpa_us", "default"), ("sdpa_flash_us", "flash"))
 
 
+def dtype_rank(dtype: str) -> tuple:
+    """float16 first (the curriculum's main series, and what every reader shows by default),
+    then the others by name."""
+    return (dtype != "float16", dtype)
+
+
+def fp16_first(runs: list[dict]) -> list[dict]:
+    """`runs` with each dtype's rows together, float16's first, in their order otherwise."""
+    return sorted(runs, key=lambda r: dtype_rank(r["dtype"]))
+
+
 def shape_key(r) -> tuple:
     """Rows with the same key ran SDPA on the same problem."""
     return (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
@@ -268,8 +279,22 @@ def markdown_table(runs: list[dict], peak_tflops: float | None = None,
                    medians: dict | None = None) -> str:
     """The results table: one row per (stage, shape), with both SDPA ratios. The ratios use
     the median SDPA time of each shape over `medians` (default: over `runs` themselves); †
-    marks a row whose own SDPA time is more than 5% off it (sdpa_outliers says how far)."""
+    marks a row whose own SDPA time is more than 5% off it (sdpa_outliers says how far).
+    Rows of a dtype other than float16 follow in a table of their own, one per dtype, so that
+    the float16 table reads the same whichever stages have other dtypes recorded."""
     medians = sdpa_medians(runs) if medians is None else medians
+    groups: dict = {}
+    for r in fp16_first(runs):
+        groups.setdefault(r["dtype"], []).append(r)
+    tables = [_table(rows, peak_tflops, medians) for rows in groups.values()]
+    labels = [""] + [f"\n\n{dtype} rows (the stages recorded in {dtype}; SDPA timed in "
+                     f"{dtype} on the same inputs):\n\n"
+                     for dtype in list(groups)[1:]]
+    return "".join(label + table for label, table in zip(labels, tables)) or \
+        _table([], peak_tflops, medians)
+
+
+def _table(runs: list[dict], peak_tflops, medians) -> str:
     cols = ["stage", "shape", "dtype", "causal", "µs", "TFLOPS"]
     if peak_tflops:
         cols.append("% of matmul peak")
@@ -370,7 +395,7 @@ def results_block(data: dict, runs: list[dict] | None = None,
     the SDPA outliers and the host-time table: the README's block, and what the main job
     prints without a GPU."""
     std = standard_runs(data)
-    runs = std if runs is None else runs
+    runs = fp16_first(std if runs is None else runs)  # float16's table, notes and host rows first
     medians = sdpa_medians(std)  # over the whole record, whatever subset is shown
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
     stage_numbers = sorted({r["stage"] for r in runs}) or None

@@ -28,7 +28,7 @@ def test_help_is_fast_shows_defaults_and_imports_no_torch():
     elapsed = time.time() - t0
     assert r.returncode == 0, r.stderr
     text = " ".join(r.stdout.split())  # help wraps its lines
-    assert "(default: 1.0)" in text and "(default: float16)" in text
+    assert "(default: 1.0)" in text and "(default: ['float16'])" in text
     assert "--all" in text and "long (B4 H16 S8192 D128)" in text
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()}
     assert "torch" not in imported and "numba" not in imported
@@ -46,7 +46,9 @@ def test_unknown_stage_is_a_usage_error_not_a_traceback():
                                           (["--stages", "x"], "invalid int value"),
                                           (["--dtype", "float8"], "invalid choice"),
                                           (["--record", "--shapes", "latency"],
-                                           "--record replaces every recorded row")])
+                                           "--record replaces every recorded row"),
+                                          (["--record", "--dtype", "bfloat16", "float16"],
+                                           "list float16 first in --dtype")])
 def test_bad_options_are_usage_errors(args, message, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(args)
@@ -58,6 +60,21 @@ def test_plan_orders_shapes_and_adds_the_sweep():
     assert [(p[1], p[6]) for p in std] == [("latency", False), ("latency", True),
                                            ("long", False), ("long", True)]
     assert len(bench.plan(["latency"], sweep=True)) == 2 + 2 * 2 * len(bench.SWEEP_SEQS)
+
+
+def test_dtype_takes_several_and_the_sweep_runs_in_the_first_only():
+    a = bench.parser().parse_args(["--dtype", "float16", "bfloat16"])
+    assert a.dtype == ["float16", "bfloat16"]
+    assert bench.parser().parse_args([]).dtype == ["float16"]
+    steps = bench.plan(["latency", "long"], sweep=True, dtypes=["float16", "bfloat16"])
+    std = [(p[1], p[6], p[7]) for p in steps if p[0] == "standard"]
+    assert std == [(n, c, d) for d in ("float16", "bfloat16") for n in ("latency", "long")
+                   for c in (False, True)]
+    sweep = [p for p in steps if p[0] == "sweep"]
+    assert len(sweep) == 2 * 2 * len(bench.SWEEP_SEQS) and {p[7] for p in sweep} == {"float16"}
+    assert {p[7] for p in bench.plan(["latency"], True, ["bfloat16", "float16"])
+            if p[0] == "sweep"} == {"bfloat16"}
+    assert steps.index(sweep[0]) > max(steps.index(p) for p in steps if p[0] == "standard")
 
 
 def test_predicted_slow_shape_is_skipped_with_reason():
@@ -131,6 +148,18 @@ def test_sdpa_ratio_uses_the_median_and_flags_outliers():
     notes = results.sdpa_outliers(runs, medians)
     assert len(notes) == 1 and "stage 2" in notes[0] and "+18%" in notes[0]
     assert "own ratio 0.12×" in notes[0]
+
+
+def test_other_dtypes_get_their_own_table_after_float16s():
+    fp16 = [_row(5, 10.0), _row(6, 10.0)]
+    bf16 = [_row(6, 11.0, dtype="bfloat16", us=50.0)]
+    alone = results.markdown_table(fp16)
+    both = results.markdown_table([fp16[0], bf16[0], fp16[1]])  # as save() orders a stage's rows
+    assert both.startswith(alone + "\n\nbfloat16 rows")
+    tail = both[len(alone):].splitlines()
+    assert tail[-3].startswith("| stage") and tail[-1].startswith("| 6 | B1 H8 S512 D64 | bfloat16")
+    assert "0.22×" in tail[-1]  # against bf16's own SDPA time (11 / 50), not fp16's
+    assert "bfloat16" not in alone
 
 
 def test_recorded_table_matches_the_readme():

@@ -271,6 +271,39 @@ def test_results_roundtrip_table_and_staleness(tmp_path, monkeypatch):
     assert "pending_rerecord" not in results.load(path)
 
 
+def test_save_keeps_every_dtype_of_a_stage_and_replaces_its_old_rows(tmp_path, monkeypatch):
+    info = __import__("stages").get(0).INFO
+    path = _fake_results(tmp_path, monkeypatch, info)  # two fp16 rows, us 10 and 11
+    env = {**results.load(path)["env"], "commit": "def"}
+    row = {"stage": 0, "suite": "standard", "B": 1, "H": 2, "Sq": 3, "Sk": 3, "D": 4,
+           "causal": False, "tflops": 1.0, "sdpa_us": 5.0, "passed": True}
+    new = [{**row, "dtype": "bfloat16", "us": 21.0}, {**row, "dtype": "float16", "us": 20.0}]
+    data = results.load(results.save(env, [info], new))
+    assert [(r["dtype"], r["us"]) for r in data["runs"]] == [("float16", 20.0), ("bfloat16", 21.0)]
+    assert data["stages"]["0"]["commit"] == "def"
+
+
+def test_readers_default_to_float16(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from lib import notebook, plots
+    info = __import__("stages").get(0).INFO
+    data = results.load(_fake_results(tmp_path, monkeypatch, info))
+    bf16 = [{**r, "dtype": "bfloat16", "us": 2 * r["us"], "tflops": 0.75, "sdpa_us": 7.0}
+            for r in data["runs"]]
+    data["runs"] += bf16
+    monkeypatch.setattr(results, "load", lambda *a: data)
+    assert {r["dtype"] for r in notebook.recorded_runs(0)} == {"float16"}
+    assert len(notebook.recorded_runs(0, dtype=None)) == 4
+    assert notebook.recorded_runs(0, dtype="bfloat16") == bf16
+    assert notebook.sdpa_median_of(bf16[0]) == 7.0  # bf16's SDPA time, not the fp16 rows'
+    assert len(notebook.recorded_verdicts(0)) == 4   # every recorded check counts
+    fig = plots.plot_stages(data)
+    heights = {round(b.get_height(), 3) for b in fig.axes[0].patches}
+    assert 1.5 in heights and 0.75 not in heights and "float16" in fig.axes[0].get_title()
+    plt.close(fig)
+
+
 def test_readme_table_between_markers(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{results.TABLE_BEGIN}\nold\n{results.TABLE_END}\noutro\n")
