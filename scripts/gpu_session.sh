@@ -115,13 +115,15 @@ step_profile() {
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis_Tables \
       --metrics "$SMEM_METRICS,$WARP_METRICS" -- "$n" throughput
   done
-  # Stage 3 at D 128 (the long shape), fp16 and bf16: where its D 128 time goes, and whether
-  # bf16 runs the same loop as fp16 (the stage 3 notebook reads these).
-  local dt
-  for dt in float16 bfloat16; do
-    profile_one "profile-stage3-long-$dt" "results/profiles/stage3-long-$dt.ncu.txt" \
-      --section SpeedOfLight --section Occupancy --section WarpStateStats \
-      --metrics "$WARP_METRICS" -- 3 long --dtype "$dt"
+  # Stage 3 in both dtypes at D 64 (throughput) and D 128 (long), with the registers a thread
+  # got (LaunchStats): where its time goes, and whether bf16 runs as fp16 (its notebook reads these).
+  local dt shape
+  for shape in throughput long; do
+    for dt in float16 bfloat16; do
+      profile_one "profile-stage3-$shape-$dt" "results/profiles/stage3-$shape-$dt.ncu.txt" \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --metrics "$WARP_METRICS" -- 3 "$shape" --dtype "$dt"
+    done
   done
   # Stage 5's swizzle, before and after: the same call with plain rows, for the bank conflicts.
   profile_one profile-stage5-noswizzle results/profiles/stage5-noswizzle-throughput.ncu.txt \

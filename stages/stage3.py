@@ -31,6 +31,10 @@ INFO = StageInfo(
     head_dims=(64, 128),
     sources=("stages/stage3.py", "stages/stage3.cu", "stages/attention.cuh"),
     gqa=True,
+    # At D 128 the kernel asks for 6 blocks per SM (168 registers a thread, stages/stage3.cu);
+    # under that bound NVRTC 13.0 (the H100 machine's) spills 44 bytes of the bf16 build, one
+    # value stored and reloaded per K/V tile; 13.5 spills nothing. The offline test allows it.
+    extra={"spill_bytes_allowed": {128: 64}},
     prediction={"speedup": (1.22, 1.80),
                 "basis": "instructions per tile from the SASS: issue-bound (low) to "
                          "latency-bound, the serial chain (high)"},

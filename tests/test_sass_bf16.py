@@ -52,9 +52,12 @@ def test_bf16_compiles_like_fp16(n, D):
     assert half.keys() == bf16.keys()
     for kernel in half:
         (p16, m16), (pbf, mbf) = half[kernel], bf16[kernel]
-        assert pbf["spill_stores"] <= p16["spill_stores"], \
+        # a stage may allow a few spilled bytes where its bound is tight (INFO.extra, stage 3 at
+        # D 128): within that allowance bf16 may spill where fp16 does not (compilers differ)
+        allowed = stages.get(n).INFO.extra.get("spill_bytes_allowed", {}).get(D, 0)
+        assert pbf["spill_stores"] <= max(p16["spill_stores"], allowed), \
             f"stage {n} {kernel} D{D}: bf16 spills {pbf['spill_stores']} B, fp16 {p16['spill_stores']} B"
-        for prefix in ("LD.E", "LDL", "STL", "MOVM"):
+        for prefix in ("LD.E", "MOVM") + (("LDL", "STL") if not allowed else ()):
             a, b = (sum(v for k, v in m.items() if k.startswith(prefix)) for m in (m16, mbf))
             assert b <= a, f"stage {n} {kernel} D{D}: {prefix} fp16 {a}, bf16 {b}"
         assert mbf["HMMA.16816.F32.BF16"] == m16["HMMA.16816.F32"]
