@@ -304,20 +304,23 @@ def show_target(stage: int, factor: float, shape: str = "throughput") -> None:
         f"**{ratio:.2f}×, target {'met' if ratio >= factor else 'missed'}**.")
 
 
+DTYPE_SHORT = {"float16": "fp16", "bfloat16": "bf16"}
+
+
 def show_target_sdpa(stage: int, factor: float, shape: str = "long", causal: bool = False,
-                     backend: str = "flash") -> None:
-    """A speed target against SDPA: at the named standard shape (fp16), at least `factor` times
-    the speed of SDPA's `backend` ("flash": FLASH_ATTENTION, "default"), timed in the same
-    recorded benchmark row as the stage."""
+                     backend: str = "flash", dtype: str = "float16") -> None:
+    """A speed target against SDPA: at the named standard shape and dtype, at least `factor`
+    times the speed of SDPA's `backend` ("flash": FLASH_ATTENTION, "default"), timed in the
+    same recorded benchmark row as the stage."""
     from lib.bench import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
     key, name = {"flash": ("sdpa_flash_us", "SDPA FLASH_ATTENTION"),
                  "default": ("sdpa_us", "SDPA default")}[backend]
-    what = f"stage {stage} ≥ {factor:g}× {name} at B{B} H{H} S{S} D{D} fp16 " \
+    what = f"stage {stage} ≥ {factor:g}× {name} at B{B} H{H} S{S} D{D} {DTYPE_SHORT[dtype]} " \
            f"({'causal' if causal else 'full'})"
-    row = next((r for r in recorded_runs(stage) if not r.get("skipped") and r.get(key)
+    row = next((r for r in recorded_runs(stage, dtype=dtype) if not r.get("skipped") and r.get(key)
                 and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
-                == (B, H, S, S, D, "float16", causal)), None)
+                == (B, H, S, S, D, dtype, causal)), None)
     if row is None:
         print(f"target: {what} — not recorded yet")
         return
@@ -550,7 +553,8 @@ def fp16_bf16_sass(stage: int, D: int, arch: str = "sm_90a", bf16_defines: dict 
                    ) -> dict:
     """Stage `stage`'s kernel compiled offline in fp16 and in bf16 at head dim D: per dtype
     {'registers', 'spill_bytes', 'loop' (instructions in the K/V loop), 'mix' (full-opcode
-    Counter of the K/V loop)}, and 'differ': {opcode: (fp16, bf16)} for the opcodes whose K/V
+    Counter of the K/V loop), 'loads_in_flight' (global loads the K/V copy issues before its
+    first store to shared memory: how many it keeps in flight)}, and 'differ': {opcode: (fp16, bf16)} for the opcodes whose K/V
     loop counts differ. `bf16_defines` are extra defines for the bf16 build (e.g.
     BF16_GENERIC_FRAGMENT_LOADS: mma.h's own fragment loads, as before stages/attention.cuh's
     load_fragment)."""
@@ -559,7 +563,8 @@ def fp16_bf16_sass(stage: int, D: int, arch: str = "sm_90a", bf16_defines: dict 
     import stages
     from lib import nvrtc, sass
     mod = stages.get(stage)
-    base = dict(mod.config(D)["defines"]) if hasattr(mod, "config") else {}
+    # the build contiguous inputs run (row strides the constant D), as the stages' compile_for
+    base = dict(mod.config(D)["defines"]) if hasattr(mod, "config") else dict(nvrtc.PACKED_ROWS)
     out = {}
     for dtype in (torch.float16, torch.bfloat16):
         extra = bf16_defines if dtype == torch.bfloat16 and bf16_defines else {}
@@ -569,11 +574,19 @@ def fp16_bf16_sass(stage: int, D: int, arch: str = "sm_90a", bf16_defines: dict 
         body = sass.kv_loop(sass.sass_text(compiled.cubin))["body"]
         out[DTYPE_NAMES[dtype]] = {"registers": p["registers"], "spill_bytes": p["spill_stores"],
                                    "loop": len(body),
-                                   "mix": collections.Counter(x["full"] for x in body)}
+                                   "mix": collections.Counter(x["full"] for x in body),
+                                   "loads_in_flight": loads_before_first_store(body)}
     a, b = out["float16"]["mix"], out["bfloat16"]["mix"]
     out["differ"] = {op: (a[op], b[op]) for op in sorted(set(a) | set(b), key=lambda o: -abs(a[o] - b[o]))
                      if a[op] != b[op]}
     return out
+
+
+def loads_before_first_store(body: list[dict]) -> int:
+    """Global loads (LDG) a K/V loop issues before its first shared-memory store (STS): the
+    loads a warp has in flight at once before it must wait for the first of them."""
+    ops = [x["op"] for x in body]
+    return ops[:ops.index("STS")].count("LDG") if "STS" in ops else ops.count("LDG")
 
 
 STALL_REASONS = ("short_scoreboard", "long_scoreboard", "barrier", "branch_resolving",
