@@ -197,6 +197,11 @@ def _shared_counters(block: str, kind: str) -> dict | None:
             raw[field] = int(m.group(1).replace(",", ""))
     if "wavefronts" in raw and "conflicts" in raw:
         source = "ncu metrics"
+        # ldmatrix (LDSM) reads shared memory too, but ncu counts it apart from the other
+        # shared loads: a request is either
+        ldsm = re.search(_metric_pattern(NCU_LDSM_METRIC), block, re.M)
+        if kind == "loads" and ldsm and "requests" in raw:
+            raw["requests"] += int(ldsm.group(1).replace(",", ""))
     else:
         text = re.sub(r"\s+", " ", block)
         m = re.search(rf"across all ([\d,]+) shared {kind[:-1]} requests\.? ?This results in "

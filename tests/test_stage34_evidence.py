@@ -48,3 +48,15 @@ def test_stage3_d128_keeps_six_blocks_per_sm():
         for compiled in stages.get(3).compile_for("sm_90a", dtype, 128).values():
             usage = next(iter(compiled.resource_usage().values()))
             assert usage["registers"] <= 168, usage
+
+
+def test_shared_load_requests_count_ldmatrix():
+    # stage 5 reads shared memory almost only with ldmatrix.x4: 4 wavefronts per request at
+    # best. Counting only the other shared loads as requests gave hundreds per request.
+    rep = nb.ncu_report(5)
+    if rep is None or not rep["kernels"]:
+        return
+    c = rep["kernels"][0]["shared"]["loads"]
+    if c is None or c["source"] != "ncu metrics":
+        return
+    assert 1 <= c["wavefronts_per_request"] <= 8, c
