@@ -61,7 +61,9 @@ step_bench() {
   # --max-call-s 10 keeps recording stage 0 at the long shape (about 5 s a call), as before
   # the 1 s default of an interactive run.
   # shellcheck disable=SC2086  # FA_BENCH_ARGS is a list of arguments
-  run bench python3 -m lib.bench --record --sweep --max-call-s 10 ${FA_BENCH_ARGS:-}
+  # Both dtypes: a record replaces all of a stage's rows, so an fp16-only run would drop the
+  # bf16 rows the record holds (the sweep runs in fp16 only).
+  run bench python3 -m lib.bench --record --sweep --max-call-s 10 --dtype float16 bfloat16 ${FA_BENCH_ARGS:-}
 }
 
 step_tiles() {  # every tile choice of stages 4 and 5 (and stage 5 unswizzled), next to the table
