@@ -164,9 +164,12 @@ NCU_METRICS = ("Duration", "SM Frequency", "Compute (SM) Throughput", "Memory Th
 # Raw shared-memory counters the profile step asks ncu for (--metrics), read when present:
 # wavefronts are the passes the shared-memory pipe makes, bank conflicts the extra ones.
 NCU_SHARED_METRICS = {
+    # ncu counts ldmatrix (LDSM) apart from the other shared loads: the load requests are the
+    # sum of the two ("ldsm" is added to "requests" where both were recorded)
     "loads": {"wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
               "conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
-              "requests": "smsp__sass_inst_executed_op_shared_ld.sum"},
+              "requests": "smsp__sass_inst_executed_op_shared_ld.sum",
+              "ldsm": "smsp__sass_inst_executed_op_ldsm.sum"},
     "stores": {"wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
                "conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
                "requests": "smsp__sass_inst_executed_op_shared_st.sum"},
@@ -195,13 +198,11 @@ def _shared_counters(block: str, kind: str) -> dict | None:
         m = re.search(_metric_pattern(metric), block, re.M)
         if m:
             raw[field] = int(m.group(1).replace(",", ""))
+    ldsm = raw.pop("ldsm", 0)
     if "wavefronts" in raw and "conflicts" in raw:
         source = "ncu metrics"
-        # ldmatrix (LDSM) reads shared memory too, but ncu counts it apart from the other
-        # shared loads: a request is either
-        ldsm = re.search(_metric_pattern(NCU_LDSM_METRIC), block, re.M)
-        if kind == "loads" and ldsm and "requests" in raw:
-            raw["requests"] += int(ldsm.group(1).replace(",", ""))
+        if "requests" in raw:
+            raw["requests"] += ldsm
     else:
         text = re.sub(r"\s+", " ", block)
         m = re.search(rf"across all ([\d,]+) shared {kind[:-1]} requests\.? ?This results in "
@@ -559,8 +560,8 @@ def fp16_bf16_sass(stage: int, D: int, arch: str = "sm_90a", bf16_defines: dict 
     """Stage `stage`'s kernel compiled offline in fp16 and in bf16 at head dim D: per dtype
     {'registers', 'spill_bytes', 'loop' (instructions in the K/V loop), 'mix' (full-opcode
     Counter of the K/V loop), 'loads_in_flight' (global loads the K/V copy issues before its
-    first store to shared memory: how many it keeps in flight)}, and 'differ': {opcode: (fp16, bf16)} for the opcodes whose K/V
-    loop counts differ. `bf16_defines` are extra defines for the bf16 build (e.g.
+    first store to shared memory: how many it keeps in flight)}, and 'differ': {opcode: (fp16,
+    bf16)} for the opcodes whose K/V loop counts differ. `bf16_defines` are extra defines for the bf16 build (e.g.
     BF16_GENERIC_FRAGMENT_LOADS: mma.h's own fragment loads, as before stages/attention.cuh's
     load_fragment)."""
     import collections

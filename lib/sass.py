@@ -132,10 +132,12 @@ def numba_cubin(module: str, kernel: str, signature: str, cc=(9, 0)) -> bytes:
     return Program(r.stdout, "ptx", ProgramOptions(arch=arch)).compile("cubin").code
 
 
-def inspect_stage(n: int, arch: str = "sm_90a") -> dict[str, Inspection]:
+def inspect_stage(n: int, arch: str = "sm_90a", dtype=None, head_dim: int = 64
+                  ) -> dict[str, Inspection]:
     """Compile stage n for `arch` without a GPU and inspect every kernel module it has:
     {module name: Inspection}. numba stages list (kernel, signature) in
-    INFO.extra['numba_kernels']; CUDA C++ stages provide compile_for(arch)."""
+    INFO.extra['numba_kernels']; CUDA C++ stages provide compile_for(arch, dtype, head_dim)
+    (dtype None: float16)."""
     import stages
     mod = stages.get(n)
     out = {}
@@ -149,24 +151,37 @@ def inspect_stage(n: int, arch: str = "sm_90a") -> dict[str, Inspection]:
             ins.resources = {kernel: r for name, r in ins.resources.items() if kernel in name}
             out[kernel] = ins
     else:
-        for name, compiled in mod.compile_for(arch).items():
+        import torch
+        for name, compiled in mod.compile_for(arch, dtype or torch.float16, head_dim).items():
             out[name] = inspect_cubin(compiled.cubin, arch, compiled.resource_usage())
     return out
 
 
 def main(argv=None):
     import argparse
-    ap = argparse.ArgumentParser(description="Compile a stage offline and show what the "
-                                             "hardware runs.")
+    ap = argparse.ArgumentParser(
+        description="Compile a stage offline and show what the hardware runs (registers, "
+                    "spills, instruction mix), with the NVRTC this process loads. ptxas's "
+                    "choices change between versions: to see what the H100 machine's NVRTC 13.0 "
+                    "makes of a CUDA C++ stage, download that wheel (pip download "
+                    "nvidia-cuda-nvrtc==13.0.88), unpack it, and run this with LD_PRELOAD set to "
+                    "its nvidia/cu13/lib/libnvrtc.so.13 and LD_LIBRARY_PATH to that folder.")
     ap.add_argument("stage", type=int)
     ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"],
+                    help="CUDA C++ stages")
+    ap.add_argument("--head-dim", type=int, default=64, choices=[64, 128],
+                    help="CUDA C++ stages")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    result = inspect_stage(a.stage, a.arch)
+    import torch
+    result = inspect_stage(a.stage, a.arch, getattr(torch, a.dtype), a.head_dim)
     if a.json:
         print(json.dumps({k: {"arch": v.arch, "resources": v.resources, "mix": dict(v.mix)}
                           for k, v in result.items()}, indent=1))
     else:
+        from lib.nvrtc import nvrtc_version
+        print(f"NVRTC {nvrtc_version()}")
         for name, ins in result.items():
             print(f"== {name}\n{ins.table()}")
 

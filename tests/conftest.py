@@ -20,3 +20,20 @@ def pytest_report_header(config):
 def seed():
     """A fresh seed per test, printed on failure so a case can be replayed."""
     return random.SystemRandom().randrange(2**31)
+
+
+def assert_matches_reference(attention, dtypes, shapes, D, seed, label, **kwargs):
+    """`attention(q, k, v, causal=…, **kwargs)` against the reference for every dtype, every
+    (B, H, Sq, Sk) in `shapes` and both masks, on fresh inputs from `seed`, with NaN-poisoned
+    outputs (an element the kernel never writes fails). `label` names the case on failure."""
+    from lib.inputs import make_qkv, poisoned_outputs
+    from lib.reference import check_output
+    for dtype in dtypes:
+        for B, H, Sq, Sk in shapes:
+            for causal in (False, True):
+                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype, seed=seed)
+                with poisoned_outputs():
+                    out = attention(q, k, v, causal=causal, **kwargs)
+                c = check_output(out, q, k, v, causal=causal)
+                assert c.passed, (f"{label} {dtype} {(B, H, Sq, Sk, D)} causal={causal} "
+                                  f"seed {seed}: {c.summary()}")

@@ -2,6 +2,8 @@
 issue-12 block), and that the GPU profile step asks ncu for the metrics they read."""
 from pathlib import Path
 
+import pytest
+
 from lib import notebook as nb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +42,7 @@ def test_softmax_control_flow_counts():
 
 def test_stage3_d128_keeps_six_blocks_per_sm():
     # 6 blocks of 64 threads per SM leave 168 registers a thread; a build that takes more runs
-    # 4 blocks and was a third slower on the H100 (stages/stage3.cu, MIN_BLOCKS)
+    # 4 blocks and was a third slower on the H100 (stages/stage3.cu, MIN_BLOCKS_PER_SM)
     import torch
 
     import stages
@@ -55,8 +57,8 @@ def test_shared_load_requests_count_ldmatrix():
     # best. Counting only the other shared loads as requests gave hundreds per request.
     rep = nb.ncu_report(5)
     if rep is None or not rep["kernels"]:
-        return
+        pytest.skip("no recorded ncu report of stage 5 in this checkout")
     c = rep["kernels"][0]["shared"]["loads"]
     if c is None or c["source"] != "ncu metrics":
-        return
+        pytest.skip("stage 5's recorded report has no raw shared-memory counters")
     assert 1 <= c["wavefronts_per_request"] <= 8, c

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 import stages.stage5 as s5
-from conftest import cpu_only, gpu
-from lib.inputs import make_qkv, poisoned_outputs
+from conftest import assert_matches_reference, cpu_only, gpu
 from lib.reference import check_output
 from lib.sass import exp2_fixups, inspect_cubin, instruction_mix, kv_loop
 
@@ -157,15 +156,8 @@ SHAPES = [(1, 1, 1, 1), (2, 3, 129, 77), (1, 2, 300, 1000), (1, 1, 1000, 300), (
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_matches_reference(name, D, seed):
-    ideas = s5.variant(name)
-    for dtype in s5.INFO.dtypes:
-        for B, H, Sq, Sk in SHAPES:
-            for causal in (False, True):
-                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype, seed=seed)
-                with poisoned_outputs():
-                    out = s5.attention(q, k, v, causal=causal, ideas=ideas)
-                c = check_output(out, q, k, v, causal=causal)
-                assert c.passed, f"{name} {dtype} {(B, H, Sq, Sk, D)} causal={causal} seed {seed}: {c.summary()}"
+    assert_matches_reference(s5.attention, s5.INFO.dtypes, SHAPES, D, seed, name,
+                             ideas=s5.variant(name))
 
 
 @gpu

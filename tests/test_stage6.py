@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import stages.stage6 as s6
-from conftest import gpu
+from conftest import assert_matches_reference, gpu
 from lib.inputs import make_qkv, poisoned_outputs
 from lib.reference import check_output
 from lib.sass import inspect_cubin, sass_text
@@ -93,14 +93,8 @@ SHAPES = [(1, 1, 1, 1), (2, 3, 129, 77), (1, 2, 300, 1000), (1, 1, 1000, 300), (
 @pytest.mark.parametrize("schedule", list(s6.ALL_SCHEDULES))
 @pytest.mark.parametrize("D", s6.INFO.head_dims)
 def test_every_schedule_matches_reference(schedule, D, seed):
-    for dtype in s6.INFO.dtypes:
-        for B, H, Sq, Sk in SHAPES:
-            for causal in (False, True):
-                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype, seed=seed)
-                with poisoned_outputs():
-                    out = s6.attention(q, k, v, causal=causal, schedule=schedule)
-                c = check_output(out, q, k, v, causal=causal)
-                assert c.passed, f"{schedule} {dtype} {(B, H, Sq, Sk, D)} causal={causal} seed {seed}: {c.summary()}"
+    assert_matches_reference(s6.attention, s6.INFO.dtypes, SHAPES, D, seed, schedule,
+                             schedule=schedule)
 
 
 @on_hopper
