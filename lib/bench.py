@@ -46,7 +46,7 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     With host_calls, also the host time per call of the stage and of SDPA's default."""
     from lib.inputs import DTYPE_NAMES, make_qkv
     from lib.reference import attention_flops, check_attention
-    from lib.timing import sdpa_call, time_cuda, time_host
+    from lib.timing import sdpa_call, time_host, time_interleaved
 
     row = {"stage": mod.INFO.number, "suite": suite, "B": B, "H": H, "Sq": Sq, "Sk": Sk, "D": D,
            "dtype": DTYPE_NAMES[dtype], "causal": causal}
@@ -65,11 +65,12 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     slow = predicted_s is not None and predicted_s > 0.2
     kw = dict(warmup=1, min_runs=3, budget_s=max(3 * (predicted_s or 0), 1.0)) if slow else {}
     call = lambda: mod.attention(q, k, v, causal=causal)  # noqa: E731
-    t = time_cuda(call, **kw)
     sd = sdpa_call(q, k, v, causal=causal)
     sf = sdpa_call(q, k, v, causal=causal, backend="flash")
-    ts = time_cuda(sd) if sd else None
-    tf = time_cuda(sf) if sf else None
+    # the stage and both SDPA backends in turns (rounds), so that a slow spell of the GPU
+    # moves all three a little instead of one of them a lot
+    times = time_interleaved({"stage": call, "sdpa": sd, "flash": sf}, **kw)
+    t, ts, tf = times["stage"], times.get("sdpa"), times.get("flash")
     if host_calls:
         h = time_host(call, calls=host_calls)
         hs = time_host(sd, calls=host_calls) if sd else None
@@ -80,7 +81,8 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     checks.append(check())  # again after the timing loop, on fresh inputs
     flops = attention_flops(B, H, Sq, Sk, D, causal)
     row.update(us=t.median_us, tflops=flops / t.median_us / 1e6, runs=t.runs,
-               p20_us=t.p20_us, p80_us=t.p80_us,
+               p20_us=t.p20_us, p80_us=t.p80_us, us_rounds=t.round_medians_us,
+               sdpa_us_rounds=ts.round_medians_us if ts else None,
                sdpa_us=ts.median_us if ts else None,
                sdpa_flash_us=tf.median_us if tf else None,
                sdpa_tflops=flops / ts.median_us / 1e6 if ts else None,
@@ -272,11 +274,11 @@ def main_gpu(a, mods, t0) -> int:
     recorded = R.results_path(torch.cuda.get_device_name(0))
     ceilings = (R.load(recorded).get("ceilings") or {}) if recorded.exists() else {}
     peak = ceilings.get("matmul_TFLOPS")
-    print("\n" + R.ratio_legend("this run's rows") + (
+    print("\n" + R.ratio_legend("this run's rows", std) + (
         f" % of matmul peak: over the matmul rate recorded for this GPU model in "
         f"{recorded.relative_to(R.ROOT)} ({peak:.0f} TFLOPS)." if peak else ""))
     print("\n" + R.markdown_table(std, peak))
-    notes = R.sdpa_outliers(std, R.sdpa_medians(std))
+    notes = R.sdpa_outliers(std, R.sdpa_medians(std)) + R.unsteady_rows(std)
     host = R.host_table(std)
     print("".join(f"\n{n}" for n in notes) + (f"\n\n{host}" if host else ""))
     timed = [r for r in runs if not r.get("skipped")]

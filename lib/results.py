@@ -130,7 +130,9 @@ def save(env: dict, stage_infos, runs: list[dict], extra: dict | None = None,
     old = load(path) if (merge and path.exists()) else None
     data = {"env": env, "stages": {}, "runs": []}
     if old:
-        data["stages"] = {k: v for k, v in old["stages"].items() if int(k) not in recorded}
+        # a kept stage carries its own commit and date: the file's env is about to be this run's
+        data["stages"] = {k: {"commit": old["env"].get("commit"), "date": old["env"].get("date"),
+                              **v} for k, v in old["stages"].items() if int(k) not in recorded}
         data["runs"] = [r for r in old["runs"] if r["stage"] not in recorded]
         for key, value in old.items():
             if key not in ("env", "stages", "runs", "_path"):
@@ -228,6 +230,7 @@ def shape_text(r) -> str:
 
 
 SDPA_OUTLIER = 0.05  # a row's own SDPA time this far from the median of its shape gets flagged
+UNSTEADY = 0.10  # a row whose slowest round of timing ran this much slower than its fastest
 SDPA_COLUMNS = (("sdpa_us", "default"), ("sdpa_flash_us", "flash"))
 
 
@@ -275,6 +278,28 @@ def sdpa_outliers(runs: list[dict], medians: dict) -> list[str]:
     return notes
 
 
+def round_spread(rounds) -> float | None:
+    """Slowest round median over the fastest (lib.timing.time_interleaved); None without
+    rounds (rows recorded before the timing took turns)."""
+    return max(rounds) / min(rounds) if rounds and min(rounds) > 0 else None
+
+
+def unsteady_rows(runs: list[dict]) -> list[str]:
+    """One line per row whose own timing rounds disagree by more than UNSTEADY: the median
+    over all its runs still stands, but the GPU was not steady while it was taken."""
+    notes = []
+    for r in runs:
+        spread = round_spread(r.get("us_rounds"))
+        if r.get("skipped") or spread is None or spread - 1 <= UNSTEADY:
+            continue
+        notes.append(f"‡ stage {r['stage']}, {shape_text(r)} {r['dtype']} "
+                     f"{'causal' if r['causal'] else 'full'}: its {len(r['us_rounds'])} rounds "
+                     f"of timing had medians from {min(r['us_rounds']):,.1f} to "
+                     f"{max(r['us_rounds']):,.1f} µs (the row shows the median of all runs, "
+                     f"{r['us']:,.1f} µs)")
+    return notes
+
+
 def markdown_table(runs: list[dict], peak_tflops: float | None = None,
                    medians: dict | None = None) -> str:
     """The results table: one row per (stage, shape), with both SDPA ratios. The ratios use
@@ -306,7 +331,9 @@ def _table(runs: list[dict], peak_tflops, medians) -> str:
             cells += ["skipped", "—"] + (["—"] if peak_tflops else []) + ["—", "—", "—",
                                                                          r["skipped"]]
         else:
-            cells += [_fmt(r["us"], ",.1f"), _fmt(r["tflops"], ".3g")]
+            spread = round_spread(r.get("us_rounds"))
+            cells += [_fmt(r["us"], ",.1f") + ("‡" if spread and spread - 1 > UNSTEADY else ""),
+                      _fmt(r["tflops"], ".3g")]
             if peak_tflops:
                 cells.append(_fmt(100 * r["tflops"] / peak_tflops, ".2g"))
             for col, _ in SDPA_COLUMNS:
@@ -380,13 +407,19 @@ def standard_runs(data: dict) -> list[dict]:
     return [r for r in data["runs"] if r.get("suite", "standard") == "standard"]
 
 
-def ratio_legend(over: str) -> str:
-    """How the table's SDPA ratios are computed; `over`: whose rows the median is taken over."""
+def ratio_legend(over: str, runs: list[dict] = ()) -> str:
+    """How the table's SDPA ratios are computed; `over`: whose rows the median is taken over;
+    `runs`: the rows shown (names the stages timed before the timing took turns)."""
+    before = sorted({r["stage"] for r in runs if not r.get("skipped") and not r.get("us_rounds")})
+    older = (f" (stage{'s' if len(before) > 1 else ''} {', '.join(map(str, before))}: recorded "
+             "before that, each timed in one go)") if before else ""
     return ("Speed vs SDPA = SDPA's time / the stage's time (1× = as fast). SDPA's time is the "
             f"median over {over} of the same shape, dtype and causality: every row "
             "timed SDPA itself, the same way, on the same inputs in the same process as the "
             f"stage; † marks a row whose own SDPA time was more than {SDPA_OUTLIER:.0%} off "
-            "that median (listed below the table).")
+            "that median (listed below the table). The stage and SDPA were timed in turns, "
+            f"five rounds each, L2 flushed before every run{older}; ‡ marks a row whose "
+            f"slowest round was more than {UNSTEADY:.0%} slower than its fastest.")
 
 
 def results_block(data: dict, runs: list[dict] | None = None,
@@ -400,12 +433,12 @@ def results_block(data: dict, runs: list[dict] | None = None,
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
     stage_numbers = sorted({r["stage"] for r in runs}) or None
     parts = [provenance(data, stage_numbers), "",
-             ratio_legend("this file's rows") + " % of matmul peak = TFLOPS over the dense "
+             ratio_legend("this file's rows", runs) + " % of matmul peak = TFLOPS over the dense "
              "matrix-product rate measured on the same GPU" +
              (f" ({peak:.0f} TFLOPS, {data['ceilings']['matmul_dtype']} "
               f"{data['ceilings']['matmul_shape']})." if peak else "."), "",
              markdown_table(runs, peak, medians)]
-    notes = sdpa_outliers(runs, medians)
+    notes = sdpa_outliers(runs, medians) + unsteady_rows(runs)
     if notes:
         parts += [""] + [n + ("  " if i < len(notes) - 1 else "") for i, n in enumerate(notes)]
     host = host_table(runs)

@@ -38,24 +38,9 @@ def flush_l2():
     _flush_buffer.zero_()
 
 
-def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=True) -> Timing:
-    """Median device time of fn() in microseconds. Runs as many times as fit in budget_s,
-    between min_runs and max_runs; the first `warmup` calls (compilation, caches) are not
-    counted."""
-    require_gpu("timing")
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    # one probe run sizes the loop
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    if flush:
-        flush_l2()
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    probe_s = start.elapsed_time(end) / 1e3
-    runs = int(min(max_runs, max(min_runs, budget_s / max(probe_s, 1e-6))))
+def _timed_runs(fn, runs: int, flush: bool) -> list[float]:
+    """Device times (µs) of `runs` calls of fn(), an event pair around each, L2 flushed before
+    each when `flush`."""
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(runs)]
     for s, e in events:
@@ -65,10 +50,68 @@ def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=Tru
         fn()
         e.record()
     torch.cuda.synchronize()
-    us = sorted(s.elapsed_time(e) * 1e3 for s, e in events)
+    return [s.elapsed_time(e) * 1e3 for s, e in events]
+
+
+def _runs_for(fn, *, warmup, min_runs, max_runs, budget_s, flush) -> int:
+    """Warm fn() up, time one probe call, and say how many runs fit in budget_s."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    probe_s = _timed_runs(fn, 1, flush)[0] / 1e6
+    return int(min(max_runs, max(min_runs, budget_s / max(probe_s, 1e-6))))
+
+
+def _timing(us: list[float], runs: int) -> Timing:
+    us = sorted(us)
     q = statistics.quantiles(us, n=5) if len(us) > 1 else [us[0]] * 4
     return Timing(median_us=statistics.median(us), min_us=us[0], p20_us=q[0], p80_us=q[3],
                   runs=runs)
+
+
+def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=True) -> Timing:
+    """Median device time of fn() in microseconds. Runs as many times as fit in budget_s,
+    between min_runs and max_runs; the first `warmup` calls (compilation, caches) are not
+    counted."""
+    require_gpu("timing")
+    runs = _runs_for(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
+                     budget_s=budget_s, flush=flush)
+    return _timing(_timed_runs(fn, runs, flush), runs)
+
+
+@dataclass
+class InterleavedTiming(Timing):
+    round_medians_us: list  # the median of each round, in the order they ran
+
+    @property
+    def spread(self) -> float:
+        """Slowest round's median over the fastest's: 1.0 when every round agreed."""
+        return max(self.round_medians_us) / min(self.round_medians_us)
+
+
+def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
+                     budget_s=1.0, flush=True) -> dict:
+    """time_cuda for several callables ({name: fn}; None values are left out) whose runs are
+    split into `rounds` rounds taken in turn: round 1 of every fn, then round 2, ... A slow
+    spell of the GPU (a clock dip, a busy neighbour) that lasts part of the measurement then
+    lands in a few rounds of every fn instead of in all the runs of one, and the median over
+    all runs of a fn stays put. Each fn gets the runs time_cuda would give it."""
+    require_gpu("timing")
+    fns = {name: fn for name, fn in fns.items() if fn is not None}
+    runs = {name: _runs_for(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
+                            budget_s=budget_s, flush=flush) for name, fn in fns.items()}
+    samples = {name: [] for name in fns}
+    medians = {name: [] for name in fns}
+    for r in range(rounds):
+        for name, fn in fns.items():
+            # an even share of the runs, the remainder in the first rounds
+            n = runs[name] // rounds + (1 if r < runs[name] % rounds else 0)
+            if n:
+                us = _timed_runs(fn, n, flush)
+                samples[name] += us
+                medians[name].append(statistics.median(us))
+    return {name: InterleavedTiming(**_timing(samples[name], runs[name]).as_dict(),
+                                    round_medians_us=medians[name]) for name in fns}
 
 
 @dataclass

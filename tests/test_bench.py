@@ -150,6 +150,18 @@ def test_sdpa_ratio_uses_the_median_and_flags_outliers():
     assert "own ratio 0.12×" in notes[0]
 
 
+def test_unsteady_rows_are_flagged_and_older_rows_named():
+    steady = _row(5, 10.0, us_rounds=[100.0, 101.0, 99.0, 100.5, 100.0])
+    unsteady = _row(6, 10.0, us_rounds=[100.0, 101.0, 180.0, 100.5, 100.0])
+    old = _row(4, 10.0)  # recorded before the timing took turns: no rounds
+    table = results.markdown_table([old, steady, unsteady]).splitlines()
+    assert "| 100.0 |" in table[2] and "| 100.0 |" in table[3] and "| 100.0‡ |" in table[4]
+    notes = results.unsteady_rows([old, steady, unsteady])
+    assert len(notes) == 1 and notes[0].startswith("‡ stage 6") and "180.0 µs" in notes[0]
+    assert "stage 4: recorded before" in results.ratio_legend("x", [old, steady])
+    assert "recorded before" not in results.ratio_legend("x", [steady])
+
+
 def test_other_dtypes_get_their_own_table_after_float16s():
     fp16 = [_row(5, 10.0), _row(6, 10.0)]
     bf16 = [_row(6, 11.0, dtype="bfloat16", us=50.0)]

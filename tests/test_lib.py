@@ -219,6 +219,31 @@ def test_time_cuda_median_and_sdpa_backends():
     assert sdpa_call(q, k, v) is not None
 
 
+@gpu
+def test_interleaved_timing_keeps_a_slow_spell_out_of_the_median():
+    """A slow spell that lasts one round of five (here: a GPU spin added to every call of that
+    round) shows in that round's median, and the median over all runs stays near the steady
+    time; each callable gets the runs time_cuda would give it, split over the rounds."""
+    from lib.timing import time_cuda, time_interleaved
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    steady = time_cuda(lambda: a @ a, max_runs=50, budget_s=0.2, flush=False).median_us
+    calls = {"n": 0}
+    per_round = 10
+
+    def spell():  # calls 2 (warm-up) + 1 (probe) come first; round 3 of 5 is slow
+        calls["n"] += 1
+        if 3 + 2 * per_round < calls["n"] <= 3 + 3 * per_round:
+            torch.cuda._sleep(int(2e3 * 5 * steady))  # about 5x the matmul's time at 2 GHz
+        return a @ a
+
+    t = time_interleaved({"spell": spell, "plain": lambda: a @ a, "none": None}, rounds=5,
+                         min_runs=5 * per_round, max_runs=5 * per_round, flush=False)
+    assert set(t) == {"spell", "plain"}
+    assert t["spell"].runs == 5 * per_round and len(t["spell"].round_medians_us) == 5
+    assert t["spell"].round_medians_us[2] > 3 * steady and t["spell"].spread > 3
+    assert t["spell"].median_us < 1.25 * steady and t["plain"].median_us < 1.25 * steady
+
+
 @cpu_only
 def test_timing_needs_a_gpu():
     from lib.timing import time_cuda
@@ -281,6 +306,18 @@ def test_save_keeps_every_dtype_of_a_stage_and_replaces_its_old_rows(tmp_path, m
     data = results.load(results.save(env, [info], new))
     assert [(r["dtype"], r["us"]) for r in data["runs"]] == [("float16", 20.0), ("bfloat16", 21.0)]
     assert data["stages"]["0"]["commit"] == "def"
+
+
+def test_a_stage_kept_by_a_later_record_keeps_its_commit_and_date(tmp_path, monkeypatch):
+    s = __import__("stages")
+    path = _fake_results(tmp_path, monkeypatch, s.get(0).INFO)  # stage 0 at abc, "today"
+    old = results.load(path)
+    old["stages"]["0"].pop("date")  # as files written before stages carried their own dates
+    path.write_text(json.dumps({k: v for k, v in old.items() if k != "_path"}))
+    env = {**old["env"], "commit": "def", "date": "tomorrow"}
+    data = results.load(results.save(env, [s.get(1).INFO], []))
+    assert (data["stages"]["0"]["commit"], data["stages"]["0"]["date"]) == ("abc", "today")
+    assert (data["stages"]["1"]["commit"], data["stages"]["1"]["date"]) == ("def", "tomorrow")
 
 
 def test_readers_default_to_float16(tmp_path, monkeypatch):
