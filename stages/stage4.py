@@ -22,9 +22,11 @@ from lib.inputs import StageInfo
 SOURCE = Path(__file__).with_suffix(".cu")
 # The (BLOCK_Q, BLOCK_K, LOADS_IN_FLIGHT) the kernel is built with, per head dim, from the tile
 # sweep of CHOICES on the H100 (scripts/tile_sweep.py) at B16 H16 S2048 D64 and B4 H16 S8192
-# D128. At D 64 it is within 2% of the fastest measured. At D 128 the sweep measured
-# (64, 64, 32) taking 14% less time (no spills with NVRTC 13.0, where it was measured), but NVRTC 13.4
-# and later spill it (56 B), so the default stays the fastest choice that spills with neither.
+# D128. At D 64 it was within 2% of the fastest measured. At D 128 the sweep at 4506624 measured
+# (64, 64, 32) taking 14% less time, but NVRTC 13.4 and later spilled it then (56 B), so the
+# default became the fastest choice that spilled with neither. Today's sources build (64, 64, 32)
+# without spills in both NVRTCs: the notebook reads the latest sweep and says whether this
+# default is still the fastest (changing it is a change of stage 4, to re-record).
 TILES = {64: (64, 64, 16), 128: (64, 32, 32)}
 CHOICES = [(bq, bk, f) for bq in (64, 128) for bk in (32, 64) for f in (4, 32)] + \
     [(64, 64, 16)]

@@ -42,7 +42,8 @@
 //                       ones, a counter hands each SM the next tile as soon as it is free.
 //   5. LAZY_RESCALE (FlashAttention-4's conditional rescaling): -1 rescales O by every tile's
 //      correction factor, as FlashAttention-3 does (64 FMUL per tile and thread at D128); k >= 0
-//      keeps a row's running max until a tile's exceeds it by more than 2^k, and a warp skips
+//      keeps a row's running max until a tile's exceeds it by a factor over 2^k (k in the
+//      exponent's scaled log2 units), and a warp skips
 //      the rescale when none of its rows changed max (one vote). With k = 8 O is in practice
 //      rescaled only after the first tile; P then reaches up to 2^8, harmless in fp16/bf16.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
@@ -250,8 +251,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
 #if LAZY_RESCALE >= 0
-        // Keep the running max unless this tile's is more than 2^LAZY_RESCALE beyond it (in the
-        // scaled log2 units of the exponent): P and l then grow up to 2^LAZY_RESCALE instead of
+        // Keep the running max unless this tile's exceeds it by more than LAZY_RESCALE in the
+        // exponent's scaled log2 units: P and l then grow up to 2^LAZY_RESCALE instead of
         // 1, and O and l, which share the max, stay exact. A kept max gives alpha = 1 exactly.
         if (!(mx[r] * scale_log2 > m[r] * scale_log2 + float(LAZY_RESCALE))) mx[r] = m[r];
         base[r] = mx[r] == NEG_INF ? 0.0f : mx[r] * scale_log2;

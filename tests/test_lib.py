@@ -375,3 +375,17 @@ def test_bench_cpu_mode_runs_simulator_and_prints_recorded(capsys):
     assert "CPU mode" in out and "(simulator)" in out and "FAIL" not in out
     assert "Recorded results" in out or "No recorded results" in out
     assert SIMULATOR
+
+
+def test_journey_prediction_verdict_and_label():
+    """The journey's verdict on a predicted range, and its short provenance (one commit per
+    group of stages, as the results file records them)."""
+    from lib.notebook import prediction_verdict, recorded_label
+    assert prediction_verdict((2.0, 4.0), 3.0) == ("yes", "1.5, 0.75")
+    assert prediction_verdict((2.0, 4.0), 1.0)[0] == "no, below"
+    assert prediction_verdict((2.0, 4.0), 5.0)[0] == "no, above"
+    assert prediction_verdict((2.0, 2.0), 3.0) == ("— (a single value)", "1.5")
+    assert prediction_verdict(None, 3.0) == ("—", "—")
+    data = {"env": {"gpu": "G", "commit": "bbbbbbb"},
+            "stages": {"0": {"commit": "aaaaaaa"}, "1": {}, "2": {}}}
+    assert recorded_label(data) == "recorded on G, stage 0 at commit aaaaaaa; stages 1–2 at commit bbbbbbb"
