@@ -38,14 +38,19 @@ def flush_l2():
     _flush_buffer.zero_()
 
 
-def _timed_runs(fn, runs: int, flush: bool) -> list[float]:
+def _timed_runs(fn, runs: int, flush: bool, spin_cycles: int = 0) -> list[float]:
     """Device times (µs) of `runs` calls of fn(), an event pair around each, L2 flushed before
-    each when `flush`."""
+    each when `flush`. With spin_cycles, the GPU spins that long before each start event: the
+    host then has queued the call by the time the GPU reaches it, so the pair times the call's
+    GPU work only. Without it, a call whose launch costs the host more than the GPU spends on the
+    flush is timed with the GPU waiting for that launch between the events (small shapes)."""
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(runs)]
     for s, e in events:
         if flush:
             flush_l2()
+        if spin_cycles:
+            torch.cuda._sleep(spin_cycles)
         s.record()
         fn()
         e.record()
@@ -53,13 +58,19 @@ def _timed_runs(fn, runs: int, flush: bool) -> list[float]:
     return [s.elapsed_time(e) * 1e3 for s, e in events]
 
 
-def _runs_for(fn, *, warmup, min_runs, max_runs, budget_s, flush) -> int:
-    """Warm fn() up, time one probe call, and say how many runs fit in budget_s."""
-    for _ in range(warmup):
+def _prepare(fn, *, warmup, min_runs, max_runs, budget_s, flush, hold) -> tuple[int, int]:
+    """Warm fn() up, and say how many runs fit in budget_s (from one probe run) and how long
+    the GPU should spin before each (hold: 3x the host time of the fastest warm-up call, at
+    least 50 µs, in cycles at 2 GHz; a slower clock spins longer, which is as good)."""
+    host_s = []
+    for _ in range(max(warmup, 1 if hold else 0)):
+        t0 = time.perf_counter()
         fn()
+        host_s.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
-    probe_s = _timed_runs(fn, 1, flush)[0] / 1e6
-    return int(min(max_runs, max(min_runs, budget_s / max(probe_s, 1e-6))))
+    spin = int(2e9 * max(50e-6, 3 * min(host_s))) if hold else 0
+    probe_s = _timed_runs(fn, 1, flush, spin)[0] / 1e6
+    return int(min(max_runs, max(min_runs, budget_s / max(probe_s, 1e-6)))), spin
 
 
 def _timing(us: list[float], runs: int) -> Timing:
@@ -69,14 +80,16 @@ def _timing(us: list[float], runs: int) -> Timing:
                   runs=runs)
 
 
-def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=True) -> Timing:
+def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=True,
+              hold=True) -> Timing:
     """Median device time of fn() in microseconds. Runs as many times as fit in budget_s,
     between min_runs and max_runs; the first `warmup` calls (compilation, caches) are not
-    counted."""
+    counted. hold: the GPU spins before each run until the host has queued it (_timed_runs);
+    hold=False times as before 2026-11-23's fix, host launch gaps included."""
     require_gpu("timing")
-    runs = _runs_for(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
-                     budget_s=budget_s, flush=flush)
-    return _timing(_timed_runs(fn, runs, flush), runs)
+    runs, spin = _prepare(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
+                          budget_s=budget_s, flush=flush, hold=hold)
+    return _timing(_timed_runs(fn, runs, flush, spin), runs)
 
 
 @dataclass
@@ -90,7 +103,7 @@ class InterleavedTiming(Timing):
 
 
 def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
-                     budget_s=1.0, flush=True) -> dict:
+                     budget_s=1.0, flush=True, hold=True) -> dict:
     """time_cuda for several callables ({name: fn}; None values are left out) whose runs are
     split into `rounds` rounds taken in turn: round 1 of every fn, then round 2, ... A slow
     spell of the GPU (a clock dip, a busy neighbour) that lasts part of the measurement then
@@ -98,8 +111,9 @@ def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
     all runs of a fn stays put. Each fn gets the runs time_cuda would give it."""
     require_gpu("timing")
     fns = {name: fn for name, fn in fns.items() if fn is not None}
-    runs = {name: _runs_for(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
-                            budget_s=budget_s, flush=flush) for name, fn in fns.items()}
+    plan = {name: _prepare(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
+                           budget_s=budget_s, flush=flush, hold=hold) for name, fn in fns.items()}
+    runs = {name: n for name, (n, _) in plan.items()}
     samples = {name: [] for name in fns}
     medians = {name: [] for name in fns}
     for r in range(rounds):
@@ -107,7 +121,7 @@ def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
             # an even share of the runs, the remainder in the first rounds
             n = runs[name] // rounds + (1 if r < runs[name] % rounds else 0)
             if n:
-                us = _timed_runs(fn, n, flush)
+                us = _timed_runs(fn, n, flush, plan[name][1])
                 samples[name] += us
                 medians[name].append(statistics.median(us))
     return {name: InterleavedTiming(**_timing(samples[name], runs[name]).as_dict(),

@@ -244,6 +244,25 @@ def test_interleaved_timing_keeps_a_slow_spell_out_of_the_median():
     assert t["spell"].median_us < 1.25 * steady and t["plain"].median_us < 1.25 * steady
 
 
+@gpu
+def test_held_timing_leaves_the_hosts_launch_out():
+    """A call that keeps the host busy 300 µs before it launches 20 µs of GPU work: timed
+    without hold, the GPU waits for the host between the events; held, it does not."""
+    import time as _time
+
+    from lib.timing import time_cuda
+
+    def slow_launch():
+        t0 = _time.perf_counter()
+        while _time.perf_counter() - t0 < 300e-6:
+            pass
+        torch.cuda._sleep(40_000)  # about 20 µs at 2 GHz
+
+    old = time_cuda(slow_launch, hold=False, min_runs=20, max_runs=20).median_us
+    held = time_cuda(slow_launch, hold=True, min_runs=20, max_runs=20).median_us
+    assert old > 200 and held < 100, (old, held)
+
+
 @cpu_only
 def test_timing_needs_a_gpu():
     from lib.timing import time_cuda

@@ -135,6 +135,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/one_call.py", "5", "throughput"], "needs a CUDA GPU and none was found"),
     (["scripts/one_call.py", "9", "throughput"], "invalid choice: 9"),
     (["scripts/then_and_now.py", "4506624", "3", "long"], "needs a CUDA GPU and none was found"),
+    (["scripts/launch_gap.py"], "needs a CUDA GPU; none was found"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
     before = _tree_digest(ROOT / "results")
