@@ -121,10 +121,13 @@ def show_recorded(stage: int | None = None, suite: str = "standard",
         return []
     medians = R.sdpa_medians(every)
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
-    notes = R.sdpa_outliers(runs, medians) + R.unsteady_rows(runs)
+    held = R.held_sdpa(data)
+    notes = R.sdpa_outliers(runs, medians) + R.unsteady_rows(runs) + R.launch_gap_notes(
+        runs, medians, held, (data.get("launch_gap") or {}).get("env"))
     _md(f"*Recorded, not measured in this session* ({suite} suite). "
         f"{R.provenance(data, sorted({r['stage'] for r in runs}))} "
-        f"{R.ratio_legend('every stage’s rows', runs)}\n\n" + R.markdown_table(runs, peak, medians)
+        f"{R.ratio_legend('every stage’s rows', runs)}\n\n"
+        + R.markdown_table(runs, peak, medians, held)
         + "".join(f"\n\n{n}" for n in notes))
     return runs
 

@@ -278,6 +278,51 @@ def sdpa_outliers(runs: list[dict], medians: dict) -> list[str]:
     return notes
 
 
+LAUNCH_GAP = 0.10  # a recorded SDPA median this far above SDPA's held time gets marked (§)
+
+
+HOST_BOUND = 1.5  # host time per call over GPU time per call, above which a call is host-bound
+
+
+def held_sdpa(data: dict | None) -> dict:
+    """{(shape key, "sdpa_us"|"sdpa_flash_us"): µs} of SDPA timed with the GPU held before each
+    run (scripts/launch_gap.py --record, "launch_gap" in the results file), at the shapes where
+    SDPA's call is host-bound (its host time per call over HOST_BOUND× its GPU time): there the
+    older timing could time the host's launch as GPU work; elsewhere run-to-run spread, not the
+    launch, separates the two figures, and the median over the record's rows stands."""
+    gap = (data or {}).get("launch_gap") or {}
+    cols = {"SDPA default": "sdpa_us", "SDPA flash": "sdpa_flash_us"}
+    return {((r["B"], r["H"], r["S"], r["S"], r["D"], r.get("dtype", "float16"), r["causal"]),
+             cols[r["call"]]): r["held_us"] for r in gap.get("rows", [])
+            if r["call"] in cols and r["host_us"] > HOST_BOUND * r["gpu_unflushed_us"]}
+
+
+def _gap_factor(key, col, medians, held) -> float | None:
+    h, m = held.get((key, col)), medians.get((key, col))
+    return m / h if h and m and m / h - 1 > LAUNCH_GAP else None
+
+
+def launch_gap_notes(runs: list[dict], medians: dict, held: dict, gap_env: dict | None) -> list[str]:
+    """One line per shape and SDPA backend whose recorded median is more than LAUNCH_GAP above
+    its held time: the ratios there overstate the stages by that factor."""
+    notes, seen = [], set()
+    where = (f"scripts/launch_gap.py, commit {gap_env.get('commit', '?')}, "
+             f"{gap_env.get('date', '?')}") if gap_env else "scripts/launch_gap.py"
+    for r in runs:
+        for col, backend in SDPA_COLUMNS:
+            key = shape_key(r)
+            f = None if r.get("skipped") else _gap_factor(key, col, medians, held)
+            if f is None or (key, col) in seen:
+                continue
+            seen.add((key, col))
+            notes.append(f"§ {shape_text(r)} {r['dtype']} {'causal' if r['causal'] else 'full'}: "
+                         f"SDPA {backend} took {held[(key, col)]:,.1f} µs with the GPU held "
+                         f"before each run ({where}); the {medians[(key, col)]:,.1f} µs median "
+                         "used here includes the host's launch (SDPA is host-bound at this "
+                         f"shape), so the ratios against it overstate the stages {f:.2f}×")
+    return notes
+
+
 def round_spread(rounds) -> float | None:
     """Slowest round median over the fastest (lib.timing.time_interleaved); None without
     rounds (rows recorded before the timing took turns)."""
@@ -301,7 +346,7 @@ def unsteady_rows(runs: list[dict]) -> list[str]:
 
 
 def markdown_table(runs: list[dict], peak_tflops: float | None = None,
-                   medians: dict | None = None) -> str:
+                   medians: dict | None = None, held: dict | None = None) -> str:
     """The results table: one row per (stage, shape), with both SDPA ratios. The ratios use
     the median SDPA time of each shape over `medians` (default: over `runs` themselves); †
     marks a row whose own SDPA time is more than 5% off it (sdpa_outliers says how far).
@@ -311,15 +356,15 @@ def markdown_table(runs: list[dict], peak_tflops: float | None = None,
     groups: dict = {}
     for r in fp16_first(runs):
         groups.setdefault(r["dtype"], []).append(r)
-    tables = [_table(rows, peak_tflops, medians) for rows in groups.values()]
+    tables = [_table(rows, peak_tflops, medians, held or {}) for rows in groups.values()]
     labels = [""] + [f"\n\n{dtype} rows (the stages recorded in {dtype}; SDPA timed in "
                      f"{dtype} on the same inputs):\n\n"
                      for dtype in list(groups)[1:]]
     return "".join(label + table for label, table in zip(labels, tables)) or \
-        _table([], peak_tflops, medians)
+        _table([], peak_tflops, medians, {})
 
 
-def _table(runs: list[dict], peak_tflops, medians) -> str:
+def _table(runs: list[dict], peak_tflops, medians, held) -> str:
     cols = ["stage", "shape", "dtype", "causal", "µs", "TFLOPS"]
     if peak_tflops:
         cols.append("% of matmul peak")
@@ -339,6 +384,7 @@ def _table(runs: list[dict], peak_tflops, medians) -> str:
             for col, _ in SDPA_COLUMNS:
                 own, median = r.get(col), medians.get((shape_key(r), col), r.get(col))
                 flag = "†" if own and median and abs(own / median - 1) > SDPA_OUTLIER else ""
+                flag += "§" if _gap_factor(shape_key(r), col, medians, held) else ""
                 cells.append(_fmt(ratio(median, r["us"]), ".3g") + "×" + flag)
             cells += [_fmt(r.get("max_abs_err"), ".1e"), "pass" if r["passed"] else "**FAIL**"]  # sweep rows rebuilt from logs have none
         lines.append("| " + " | ".join(cells) + " |")
@@ -419,7 +465,8 @@ def ratio_legend(over: str, runs: list[dict] = ()) -> str:
             f"stage; † marks a row whose own SDPA time was more than {SDPA_OUTLIER:.0%} off "
             "that median (listed below the table). The stage and SDPA were timed in turns, "
             f"five rounds each, L2 flushed before every run{older}; ‡ marks a row whose "
-            f"slowest round was more than {UNSTEADY:.0%} slower than its fastest.")
+            f"slowest round was more than {UNSTEADY:.0%} slower than its fastest; § marks a "
+            "ratio whose SDPA time included SDPA's launch on the host (notes below).")
 
 
 def results_block(data: dict, runs: list[dict] | None = None,
@@ -437,8 +484,9 @@ def results_block(data: dict, runs: list[dict] | None = None,
              "matrix-product rate measured on the same GPU" +
              (f" ({peak:.0f} TFLOPS, {data['ceilings']['matmul_dtype']} "
               f"{data['ceilings']['matmul_shape']})." if peak else "."), "",
-             markdown_table(runs, peak, medians)]
-    notes = sdpa_outliers(runs, medians) + unsteady_rows(runs)
+             markdown_table(runs, peak, medians, held_sdpa(data))]
+    notes = sdpa_outliers(runs, medians) + unsteady_rows(runs) + launch_gap_notes(
+        runs, medians, held_sdpa(data), (data.get("launch_gap") or {}).get("env"))
     if notes:
         parts += [""] + [n + ("  " if i < len(notes) - 1 else "") for i, n in enumerate(notes)]
     host = host_table(runs)

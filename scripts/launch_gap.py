@@ -10,6 +10,9 @@ the size of the error in rows recorded the old way can be read off:
 
     python scripts/launch_gap.py                     # print the table
     python scripts/launch_gap.py --json gap.json     # and write the rows
+    python scripts/launch_gap.py --record            # and store them under "launch_gap" in
+                                                     # results/<gpu>.json (its tables mark the
+                                                     # shapes where SDPA's recorded time is off)
 """
 import argparse
 import json
@@ -21,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import stages  # noqa: E402
+from lib import results as R  # noqa: E402
 from lib.bench import STANDARD_SHAPES  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
@@ -46,6 +50,8 @@ def main() -> int:
     ap.add_argument("--stages", nargs="+", type=int, default=[3, 5, 6], choices=stages.NUMBERS)
     ap.add_argument("--turns", type=int, default=3, help="old and held timings taken in turns")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--record", action="store_true",
+                    help="store the rows under 'launch_gap' in results/<gpu>.json")
     a = ap.parse_args()
     if not HAS_GPU:
         ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU; none was found\n")
@@ -72,9 +78,12 @@ def main() -> int:
                       f"{row['old_us']:,.1f} | {row['held_us']:,.1f} | "
                       f"{row['old_us'] / row['held_us']:.3f} | {h.host_us:,.1f} | "
                       f"{h.gpu_us:,.1f} |", flush=True)
+    env = R.capture_env()
     if a.json:
-        env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
         Path(a.json).write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
+    if a.record:
+        path = R.save_extra(env["gpu"], "launch_gap", {"env": env, "rows": rows})
+        print(f"recorded under 'launch_gap' in {path}")
     return 0
 
 

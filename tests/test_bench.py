@@ -162,6 +162,26 @@ def test_unsteady_rows_are_flagged_and_older_rows_named():
     assert "recorded before" not in results.ratio_legend("x", [steady])
 
 
+def test_host_bound_sdpa_is_marked_against_its_held_time():
+    """§ where scripts/launch_gap.py found SDPA host-bound and its held time well below the
+    median the table divides by; not where SDPA is GPU-bound, whatever the two figures say."""
+    runs = [_row(5, 20.0), _row(6, 21.0), _row(6, 500.0, B=16, us=1000.0)]
+
+    def gap(B, held, host, gpu):
+        return {"B": B, "H": 8, "S": 512, "D": 64, "causal": False, "call": "SDPA default",
+                "held_us": held, "host_us": host, "gpu_unflushed_us": gpu}
+    data = {"launch_gap": {"env": {"commit": "abc1234", "date": "d"},
+                           "rows": [gap(1, 12.0, 20.0, 11.0), gap(16, 400.0, 520.0, 480.0)]}}
+    held = results.held_sdpa(data)
+    assert list(held.values()) == [12.0]  # the B16 call is GPU-bound: no mark
+    medians = results.sdpa_medians(runs)
+    table = results.markdown_table(runs, medians=medians, held=held).splitlines()
+    assert "×§" in table[2] and "×§" in table[3] and "§" not in table[4]
+    notes = results.launch_gap_notes(runs, medians, held, data["launch_gap"]["env"])
+    assert len(notes) == 1 and "12.0 µs" in notes[0] and "abc1234" in notes[0]
+    assert "1.71×" in notes[0]  # median 20.5 over held 12
+
+
 def test_other_dtypes_get_their_own_table_after_float16s():
     fp16 = [_row(5, 10.0), _row(6, 10.0)]
     bf16 = [_row(6, 11.0, dtype="bfloat16", us=50.0)]
