@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU step of a session in one go, on a machine with a CUDA GPU:
 #   bench      the benchmark in record mode (results/<gpu>.json, plots, README table)
+#   gap        SDPA and stages 3, 5, 6 timed with and without the GPU held (scripts/launch_gap.py)
 #   tiles      the tile choices of stages 4 and 5 (scripts/tile_sweep.py --record)
 #   stage6     stage 6 idea by idea (scripts/stage6_schedules.py --record)
 #   stage5     stage 5 idea by idea: waterfall and leave-one-out (scripts/stage5_ideas.py --record)
@@ -33,7 +34,7 @@
 # times with distinct names), and add NAME to ALL_STEPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_STEPS="bench tiles stage6 stage5 profile notebooks pytest sanitize"
+ALL_STEPS="bench gap tiles stage6 stage5 profile notebooks pytest sanitize"
 
 refuse() {  # refuse WHY: nothing has run yet
   echo "gpu_session.sh: $1" >&2
@@ -64,6 +65,10 @@ step_bench() {
   # Both dtypes: a record replaces all of a stage's rows, so an fp16-only run would drop the
   # bf16 rows the record holds (the sweep runs in fp16 only).
   run bench python3 -m lib.bench --record --sweep --max-call-s 10 --dtype float16 bfloat16 ${FA_BENCH_ARGS:-}
+}
+
+step_gap() {  # how much of an event-timed call the host's launch was (the tables mark it: §)
+  run gap python3 scripts/launch_gap.py --shapes latency throughput long --record
 }
 
 step_tiles() {  # every tile choice of stages 4 and 5 (and stage 5 unswizzled), next to the table
