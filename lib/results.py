@@ -302,10 +302,25 @@ def _gap_factor(key, col, medians, held) -> float | None:
     return m / h if h and m and m / h - 1 > LAUNCH_GAP else None
 
 
+def stage_launch_timed(r: dict) -> bool:
+    """A row whose own time took in the stage's launch: the stage is host-bound at its shape
+    (host time per call over HOST_BOUND× the GPU time of held, unflushed calls: lib.timing's
+    time_host) and its event-timed time is over HOST_BOUND× that GPU time, more than the L2
+    flush accounts for at a shape whose inputs are a few MB."""
+    h, g = r.get("host_us"), r.get("host_gpu_us")
+    return bool(h and g and not r.get("skipped") and h > HOST_BOUND * g and r["us"] > HOST_BOUND * g)
+
+
 def launch_gap_notes(runs: list[dict], medians: dict, held: dict, gap_env: dict | None) -> list[str]:
     """One line per shape and SDPA backend whose recorded median is more than LAUNCH_GAP above
-    its held time: the ratios there overstate the stages by that factor."""
-    notes, seen = [], set()
+    its held time (the ratios there overstate the stages by that factor), and one per row whose
+    own time took in the stage's launch (stage_launch_timed)."""
+    notes = [f"§ stage {r['stage']}, {shape_text(r)} {r['dtype']} "
+             f"{'causal' if r['causal'] else 'full'}: the stage is host-bound here "
+             f"({r['host_us']:,.1f} µs of host time per call against {r['host_gpu_us']:,.1f} µs "
+             f"of GPU work, held and unflushed), and its {r['us']:,.1f} µs includes its launch"
+             for r in runs if stage_launch_timed(r)]
+    seen = set()
     where = (f"scripts/launch_gap.py, commit {gap_env.get('commit', '?')}, "
              f"{gap_env.get('date', '?')}") if gap_env else "scripts/launch_gap.py"
     for r in runs:
@@ -377,7 +392,8 @@ def _table(runs: list[dict], peak_tflops, medians, held) -> str:
                                                                          r["skipped"]]
         else:
             spread = round_spread(r.get("us_rounds"))
-            cells += [_fmt(r["us"], ",.1f") + ("‡" if spread and spread - 1 > UNSTEADY else ""),
+            cells += [_fmt(r["us"], ",.1f") + ("‡" if spread and spread - 1 > UNSTEADY else "")
+                      + ("§" if stage_launch_timed(r) else ""),
                       _fmt(r["tflops"], ".3g")]
             if peak_tflops:
                 cells.append(_fmt(100 * r["tflops"] / peak_tflops, ".2g"))

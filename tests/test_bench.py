@@ -180,6 +180,13 @@ def test_host_bound_sdpa_is_marked_against_its_held_time():
     notes = results.launch_gap_notes(runs, medians, held, data["launch_gap"]["env"])
     assert len(notes) == 1 and "12.0 µs" in notes[0] and "abc1234" in notes[0]
     assert "1.71×" in notes[0]  # median 20.5 over held 12
+    # a stage whose own call is host-bound and event-timed far above its held GPU time
+    launch = _row(1, 20.0, us=180.0, host_us=140.0, host_gpu_us=48.0)
+    flushed = _row(2, 20.0, us=77.0, host_us=58.0, host_gpu_us=60.0)  # L2 flush, not launch
+    table = results.markdown_table([launch, flushed]).splitlines()
+    assert "| 180.0§ |" in table[2] and "| 77.0 |" in table[3]
+    notes = results.launch_gap_notes([launch, flushed], {}, {}, None)
+    assert len(notes) == 1 and notes[0].startswith("§ stage 1") and "140.0 µs" in notes[0]
 
 
 def test_other_dtypes_get_their_own_table_after_float16s():
