@@ -334,7 +334,8 @@ def launch_gap_notes(runs: list[dict], medians: dict, held: dict, gap_env: dict 
                          f"SDPA {backend} took {held[(key, col)]:,.1f} µs with the GPU held "
                          f"before each run ({where}); the {medians[(key, col)]:,.1f} µs median "
                          "used here includes the host's launch (SDPA is host-bound at this "
-                         f"shape), so the ratios against it overstate the stages {f:.2f}×")
+                         f"shape), so the ratios against it overstate a stage {f:.2f}× (one "
+                         "whose own µs are marked § took its launch in too)")
     return notes
 
 
