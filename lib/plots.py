@@ -8,6 +8,18 @@ import matplotlib.pyplot as plt
 from lib.results import shape_text, standard_runs
 
 
+def _log_axes(ax, xlabel, ylabel, title=None, legend_size=8):
+    """The log-log axes of the sweep plots (S on a base-2 axis), gridded, with a legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=legend_size)
+
+
 def plot_stages(data: dict, path: Path | None = None, dtype: str = "float16"):
     """TFLOPS of every stage at each standard shape in `dtype` (one series per stage: the
     other dtypes' rows of a stage would land on the same bar), next to SDPA's two backends
@@ -59,13 +71,7 @@ def plot_sweep(data: dict, path: Path | None = None, dtype: str = "float16"):
             pts = sorted({r["Sq"]: r[field] for r in rd if r.get(field)}.items())
             if pts:
                 ax.plot(*zip(*pts), style, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length S")
-        ax.set_ylabel("TFLOPS")
-        ax.set_title(f"D={D}, H16, B·S fixed")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        _log_axes(ax, "sequence length S", "TFLOPS", f"D={D}, H16, B·S fixed", legend_size=8)
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=110)
@@ -691,12 +697,7 @@ def plot_time_sweep(S: list, series, tflops_of, title: str):
         axes[0].plot(S, us, style, label=label)
         axes[1].plot(S, [tflops_of(s, u) for s, u in zip(S, us)], style, label=label)
     for ax, ylabel in zip(axes, ("µs per call", "TFLOPS")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length S")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        _log_axes(ax, "sequence length S", ylabel)
     fig.suptitle(title)
     fig.tight_layout()
     plt.show()
@@ -783,13 +784,7 @@ def plot_unfused_sweep(sweep, stage0_us=None, D: int = 64):
             r0 = [(S, us) for S, us in r0 if us]
             if r0:
                 ax.plot(*zip(*r0), "x", color="C0", ms=9, label=f"stage 0, {mask} (recorded)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length S")
-        ax.set_ylabel("µs per call")
-        ax.set_title(f"B{B} H{H} D{D} fp16")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        _log_axes(ax, "sequence length S", "µs per call", f"B{B} H{H} D{D} fp16", legend_size=7)
     fig.suptitle("Stage 1 vs SDPA, measured now (stage 0: recorded)")
     fig.tight_layout()
     plt.show()
