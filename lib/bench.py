@@ -278,7 +278,7 @@ def main_gpu(a, mods, t0) -> int:
         f" % of matmul peak: over the matmul rate recorded for this GPU model in "
         f"{recorded.relative_to(R.ROOT)} ({peak:.0f} TFLOPS)." if peak else ""))
     print("\n" + R.markdown_table(std, peak))
-    notes = R.sdpa_outliers(std, R.sdpa_medians(std)) + R.unsteady_rows(std)
+    notes = R.table_notes(std, R.sdpa_medians(std))
     host = R.host_table(std)
     print("".join(f"\n{n}" for n in notes) + (f"\n\n{host}" if host else ""))
     timed = [r for r in runs if not r.get("skipped")]

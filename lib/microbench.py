@@ -110,7 +110,7 @@ def check_sass(arch: str = "sm_90", dtype=torch.float16) -> dict:
     (a multiple of MUFU_CHAINS), both kernels store their results (STG). Returns
     {kernel: {'loop': opcode Counter with modifiers, 'unroll': loop trips per pass}};
     raises AssertionError if the compiler dropped or changed the work."""
-    from lib.sass import instruction_mix, sass_text
+    from lib.sass import function_text, instruction_mix, sass_text
     compiled = compile_for(arch, dtype)
     for kernel, usage in compiled.resource_usage().items():
         assert not usage["spill_stores"], f"{kernel} spills at {arch}: the timing would include it"
@@ -122,8 +122,7 @@ def check_sass(arch: str = "sm_90", dtype=torch.float16) -> dict:
         full = instruction_mix(loop["sass"], full=True)
         n = sum(c for o, c in full.items() if o.startswith(op))
         assert n and n % chains == 0, f"{kernel}: {n} {op} in the loop, not a multiple of {chains}"
-        body = next(p for p in sass.split("Function : ")[1:] if kernel in p.split("\n", 1)[0])
-        assert instruction_mix(body)["STG"], f"{kernel}: no store of the results"
+        assert instruction_mix(function_text(sass, kernel))["STG"], f"{kernel}: no store of the results"
         if op == "MUFU.EX2":  # nothing but the 2^x (and the loop's own counter and branch)
             extra = {o: c for o, c in full.items() if o.split(".")[0] in ("FADD", "FMUL", "FFMA")}
             assert not extra, f"{kernel}: float arithmetic around MUFU.EX2 in the loop: {extra}"

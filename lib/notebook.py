@@ -122,8 +122,7 @@ def show_recorded(stage: int | None = None, suite: str = "standard",
     medians = R.sdpa_medians(every)
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
     held = R.held_sdpa(data)
-    notes = R.sdpa_outliers(runs, medians) + R.unsteady_rows(runs) + R.launch_gap_notes(
-        runs, medians, held, (data.get("launch_gap") or {}).get("env"))
+    notes = R.table_notes(runs, medians, data)
     _md(f"*Recorded, not measured in this session* ({suite} suite). "
         f"{R.provenance(data, sorted({r['stage'] for r in runs}))} "
         f"{R.ratio_legend('every stage’s rows', runs)}\n\n"
@@ -318,9 +317,7 @@ def show_target(stage: int, factor: float, shape: str = "throughput") -> None:
     from lib.bench import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
     data = R.load()
-    rows = {r["stage"]: r for r in recorded_runs() if not r.get("skipped")
-            and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
-            == (B, H, S, S, D, "float16", False)}
+    rows = {n: r for n in (stage - 1, stage) if (r := recorded_row(n, shape))}
     if stage not in rows or stage - 1 not in rows:
         print(f"target: stage {stage} ≥ {factor:g}× stage {stage - 1} at B{B} H{H} S{S} D{D} "
               "fp16 — not recorded yet")
@@ -347,10 +344,8 @@ def show_target_sdpa(stage: int, factor: float, shape: str = "long", causal: boo
                  "default": ("sdpa_us", "SDPA default")}[backend]
     what = f"stage {stage} ≥ {factor:g}× {name} at B{B} H{H} S{S} D{D} {DTYPE_SHORT[dtype]} " \
            f"({'causal' if causal else 'full'})"
-    row = next((r for r in recorded_runs(stage, dtype=dtype) if not r.get("skipped") and r.get(key)
-                and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
-                == (B, H, S, S, D, dtype, causal)), None)
-    if row is None:
+    row = recorded_row(stage, shape, causal, dtype)
+    if row is None or not row.get(key):
         print(f"target: {what} — not recorded yet")
         return
     median = sdpa_median_of(row, key)
@@ -399,12 +394,8 @@ def sdpa_median_of(row: dict, field: str = "sdpa_us") -> float | None:
     """SDPA's recorded time for the shape of a recorded `row` (any suite): the median over
     every row of the run with that shape, dtype and mask (each stage's row timed SDPA again on
     its own inputs), rather than the one timing next to that stage. None when none has it."""
-    import statistics
-    k = ("B", "H", "Sq", "Sk", "D", "dtype", "causal")
-    xs = [r[field] for r in recorded_runs(suite=None, dtype=row["dtype"])
-          if not r.get("skipped") and r.get(field)
-          and all(r[x] == row[x] for x in k) and r.get("Hkv", r["H"]) == row.get("Hkv", row["H"])]
-    return statistics.median(xs) if xs else None
+    return R.sdpa_medians(recorded_runs(suite=None, dtype=row["dtype"])).get(
+        (R.shape_key(row), field))
 
 
 SDPA_MEDIAN_NOTE = ("SDPA columns: the median of the run's SDPA timings at that shape (every "
@@ -536,11 +527,8 @@ def innermost_loops(sass: str, kernel: str) -> list[dict]:
     backward branch that jumps over no other loop, {'start', 'end' (addresses), 'sass' (its
     lines), 'mix' (opcode Counter)}. A loop body runs once per iteration, so its mix is close to
     what the hardware executes; the whole-kernel mix counts each instruction once."""
-    from lib.sass import instruction_mix
-    parts = sass.split("Function : ")
-    body = next((p for p in parts[1:] if kernel in p.split("\n", 1)[0]), None)
-    if body is None:
-        raise ValueError(f"no function named like {kernel!r} in the listing")
+    from lib.sass import function_text, instruction_mix
+    body = function_text(sass, kernel)
     lines = [ln for ln in body.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
     addr = [int(re.match(r"\s+/\*([0-9a-f]+)\*/", ln).group(1), 16) for ln in lines]
     loops = []
@@ -1262,15 +1250,6 @@ def show_journey_host_table(shape, host: dict, targets: dict, pending: dict, not
 # the instructions one warp issues per K/V tile in the fp16 SASS for sm_90a, the way their
 # sections 2 explain; the numbers are what the cells computed before.
 
-_SASS_LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)([^;]*);", re.M)
-
-
-def _sass_tuples(sass: str, kernel: str = "attention_fused") -> list[tuple[int, str, str]]:
-    """[(address, opcode, text)] of `kernel` (a substring of its name) in a SASS listing."""
-    body = next(p for p in sass.split("Function : ")[1:] if kernel in p.split("\n", 1)[0])
-    return [(int(a, 16), op, op + rest) for a, op, rest in _SASS_LINE.findall(body)]
-
-
 def warp_softmax_tile_counts(stage: int, D: int = 64, block_q: int = 32, block_k: int = 32) -> dict:
     """Stage 2's or 3's K/V loop per tile and warp, split as the stage 3 notebook's section 2
     explains, from the fp16 SASS for sm_90a (lib.sass.inspect_stage): instructions per element
@@ -1279,15 +1258,14 @@ def warp_softmax_tile_counts(stage: int, D: int = 64, block_q: int = 32, block_k
     per-tile totals 'loads' (the lane's share of the copy), 'softmax' and 'rest' (everything else
     in the loop: the tensor-core products, the rescale, the barriers)."""
     import stages
-    from lib.sass import inspect_stage
+    from lib.sass import backward_branches, inspect_stage, listing
     mod = stages.get(stage)
     ins = next(iter(inspect_stage(stage).values()))
-    L = _sass_tuples(ins.sass)
-    # the K/V loop: the backward branch whose body holds the tensor-core instructions (HMMA)
-    lo, hi = next((int(m.group(1), 16), a) for a, op, t in reversed(L) if op == "BRA"
-                  for m in [re.search(r"0x([0-9a-f]+)", t)]
-                  if m and int(m.group(1), 16) < a
-                  and any(o == "HMMA" and int(m.group(1), 16) <= x <= a for x, o, _ in L))
+    instrs = listing(ins.sass, "attention_fused")
+    L = [(x["addr"], x["op"], x["text"]) for x in instrs]
+    # the K/V loop: the (last) backward branch whose body holds the tensor-core instructions
+    lo, hi = next((a, b) for a, b in reversed(backward_branches(instrs))
+                  if any(o == "HMMA" and a <= x <= b for x, o, _ in L))
     body = [x for x in L if lo <= x[0] <= hi]
     inner = [l for l in innermost_loops(ins.sass, "attention_fused") if lo <= l["start"]
              and l["end"] <= hi and not l["mix"]["HMMA"]]  # loops inside the K/V loop
@@ -1351,17 +1329,14 @@ def kv_tile_counts(stage: int, D: int, tiles=None) -> dict:
     import math
 
     import stages
-    from lib.sass import inspect_cubin
+    from lib.sass import backward_branches, inspect_cubin, listing
     mod = stages.get(stage)
     bq, bk, f = STAGE3_TILES if stage == 3 else (tiles or mod.TILES[D])
     compiled, ptxas = ptxas_of(mod, D, tiles if stage == 4 else None)
     ins = inspect_cubin(compiled.cubin, "sm_90a", compiled.resource_usage())
-    L = _sass_tuples(ins.sass)
-    loops = []
-    for a, op, t in L:
-        m = re.search(r"0x([0-9a-f]+)", t) if op == "BRA" else None
-        if m and int(m.group(1), 16) < a:
-            loops.append((int(m.group(1), 16), a))
+    instrs = listing(ins.sass, "attention_fused")
+    L = [(x["addr"], x["op"], x["text"]) for x in instrs]
+    loops = backward_branches(instrs)
     lo, hi = max(((a, b) for a, b in loops if any(op == "HMMA" and a <= x <= b for x, op, _ in L)),
                  key=lambda l: l[1] - l[0])
     body = [x for x in L if lo <= x[0] <= hi]
@@ -1647,8 +1622,8 @@ def hgmma_forms(sass: str) -> list[str]:
 def kernel_listings(sass: str, names) -> dict[str, str]:
     """{name: the SASS listing of the kernel whose name contains it}, from a cuobjdump listing
     of a module with several kernels."""
-    parts = {p.split("\n", 1)[0].strip(): p for p in sass.split("Function : ")[1:]}
-    return {k: next(text for n, text in parts.items() if k in n) for k in names}
+    from lib.sass import function_text
+    return {k: function_text(sass, k) for k in names}
 
 
 def _sass_clean(line: str) -> str:
@@ -1841,17 +1816,14 @@ def kv_loop_steps(sass: str, names, copy_elements: int, block_k: int,
     block_k ÷ its FMNMXs; one of none of these is counted once, and said so.
     {step name: opcode Counter}."""
     import collections
-    body_text = next(p for p in sass.split("Function : ")[1:] if kernel in p.split("\n", 1)[0])
-    lines = [(int(m.group(1), 16), m.group(2).strip()) for ln in body_text.splitlines()
-             if (m := re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", ln))]
-    opcode = lambda t: re.sub(r"^@!?U?P[T0-9]+\s+", "", t).split()[0].split(".")[0]  # noqa: E731
-    back = [(int(m.group(1), 16), a) for a, t in lines
-            if (m := re.search(r"\bBRA\s+0x([0-9a-f]+)", t)) and int(m.group(1), 16) < a]
-    hmma = [a for a, t in lines if opcode(t) == "HMMA"]
-    lo, hi = max((L for L in back if any(L[0] <= h <= L[1] for h in hmma)),
+
+    from lib.sass import backward_branches, listing
+    instrs = listing(sass, kernel)
+    hmma = [x["addr"] for x in instrs if x["op"] == "HMMA"]
+    lo, hi = max((L for L in backward_branches(instrs) if any(L[0] <= h <= L[1] for h in hmma)),
                  key=lambda L: L[1] - L[0])
-    body = [(a, t) for a, t in lines if lo <= a <= hi]
-    bars = [a for a, t in body if opcode(t) == "BAR"]
+    body = [(x["addr"], x["op"]) for x in instrs if lo <= x["addr"] <= hi]
+    bars = [a for a, op in body if op == "BAR"]
     assert len(bars) == len(names), f"expected the loop's {len(names)} barriers, found {len(bars)}"
     inner = [L for L in innermost_loops(sass, kernel) if lo <= L["start"] and L["end"] <= hi]
 
@@ -1868,7 +1840,7 @@ def kv_loop_steps(sass: str, names, copy_elements: int, block_k: int,
     edges = [lo] + bars[1:] + [hi + 1]
     steps = {}
     for name, a, z in zip(names, edges[:-1], edges[1:]):
-        mix = collections.Counter(opcode(t) for x, t in body if a <= x < z)
+        mix = collections.Counter(op for x, op in body if a <= x < z)
         for L in inner:
             if a <= L["start"] < z:
                 for op, n in L["mix"].items():

@@ -339,6 +339,14 @@ def launch_gap_notes(runs: list[dict], medians: dict, held: dict, gap_env: dict 
     return notes
 
 
+def table_notes(runs: list[dict], medians: dict, data: dict | None = None) -> list[str]:
+    """The notes under a results table: rows whose own SDPA time strayed from the median (†),
+    rows whose timing rounds disagreed (‡), and, with the results file `data`, ratios whose SDPA
+    time held SDPA's launch and rows whose own time held theirs (§)."""
+    return sdpa_outliers(runs, medians) + unsteady_rows(runs) + launch_gap_notes(
+        runs, medians, held_sdpa(data), ((data or {}).get("launch_gap") or {}).get("env"))
+
+
 def round_spread(rounds) -> float | None:
     """Slowest round median over the fastest (lib.timing.time_interleaved); None without
     rounds (rows recorded before the timing took turns)."""
@@ -502,8 +510,7 @@ def results_block(data: dict, runs: list[dict] | None = None,
              (f" ({peak:.0f} TFLOPS, {data['ceilings']['matmul_dtype']} "
               f"{data['ceilings']['matmul_shape']})." if peak else "."), "",
              markdown_table(runs, peak, medians, held_sdpa(data))]
-    notes = sdpa_outliers(runs, medians) + unsteady_rows(runs) + launch_gap_notes(
-        runs, medians, held_sdpa(data), (data.get("launch_gap") or {}).get("env"))
+    notes = table_notes(runs, medians, data)
     if notes:
         parts += [""] + [n + ("  " if i < len(notes) - 1 else "") for i, n in enumerate(notes)]
     host = host_table(runs)

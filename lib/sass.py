@@ -197,12 +197,20 @@ _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9
                    r"((?:\.[A-Z0-9_]+)*)([^;]*);", re.M)
 
 
+def function_text(sass: str, kernel: str) -> str:
+    """The part of a cuobjdump SASS listing that holds the kernel whose name contains
+    `kernel` (a module may hold several)."""
+    body = next((p for p in sass.split("Function : ")[1:] if kernel in p.split("\n", 1)[0]), None)
+    if body is None:
+        raise ValueError(f"no function named like {kernel!r} in the listing")
+    return body
+
+
 def listing(sass: str, kernel: str) -> list[dict]:
     """[{addr, pred, op, full, text}] of `kernel` (a substring of its name) in a SASS listing:
     address, whether predicated, opcode, opcode with modifiers, the instruction's text."""
-    body = next(p for p in sass.split("Function : ")[1:] if kernel in p.split("\n", 1)[0])
     return [dict(addr=int(a, 16), pred=bool(p), op=op, full=op + mods, text=op + mods + rest)
-            for a, p, op, mods, rest in _LINE.findall(body)]
+            for a, p, op, mods, rest in _LINE.findall(function_text(sass, kernel))]
 
 
 def branch_target(x: dict) -> int | None:
@@ -211,15 +219,21 @@ def branch_target(x: dict) -> int | None:
     return int(m.group(1), 16) if m else None
 
 
+def backward_branches(instrs: list[dict]) -> list[tuple[int, int]]:
+    """(target, address) of each branch of a `listing` that jumps back: a loop over those
+    addresses."""
+    return [(branch_target(x), x["addr"]) for x in instrs if x["op"] == "BRA"
+            and branch_target(x) is not None and branch_target(x) < x["addr"]]
+
+
 def kv_loop(sass: str, kernel: str = "attention_fused") -> dict:
     """The K/V loop of a kernel: the smallest loop (backward branch) holding HMMA. Returns
     {'body', 'common', 'regions', 'mix'}: its instructions, those outside the regions that
     predicated forward branches skip on most tiles, the regions ('mask': the one with the
     FSELs that set masked scores to −∞), and the opcode Counter of the common path."""
     L = listing(sass, kernel)
-    loops = [(branch_target(x), x["addr"]) for x in L if x["op"] == "BRA"
-             and branch_target(x) is not None and branch_target(x) < x["addr"]]
-    loops = [(a, b) for a, b in loops if any(y["op"] == "HMMA" and a <= y["addr"] <= b for y in L)]
+    loops = [(a, b) for a, b in backward_branches(L)
+             if any(y["op"] == "HMMA" and a <= y["addr"] <= b for y in L)]
     lo, hi = min(loops, key=lambda ab: ab[1] - ab[0])
     body = [x for x in L if lo <= x["addr"] <= hi]
     regions = {}

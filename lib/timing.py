@@ -158,15 +158,7 @@ def time_host(fn, *, calls=300, warmup=3, gpu_calls=100) -> HostTiming:
     torch.cuda.synchronize()
     host_us = (time.perf_counter() - t0) / calls * 1e6
     spin_cycles = int(2 * host_us * 2e3)  # 2x host_us at 2 GHz; longer on a slower clock
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(gpu_calls)]
-    for s, e in events:
-        torch.cuda._sleep(spin_cycles)
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    gpu_us = statistics.median(s.elapsed_time(e) * 1e3 for s, e in events)
+    gpu_us = statistics.median(_timed_runs(fn, gpu_calls, flush=False, spin_cycles=spin_cycles))
     return HostTiming(host_us=host_us, gpu_us=gpu_us, calls=calls)
 
 
