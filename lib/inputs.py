@@ -31,6 +31,27 @@ class GPUTooOldError(NotImplementedError):
     """The stage uses instructions this GPU does not have."""
 
 
+class NoBackwardError(RuntimeError):
+    """An input requires grad, grad mode is on, and the stage has no backward: raised instead
+    of returning an output without a grad_fn, whose gradient would silently leave attention
+    out (a RuntimeError, as autograd's own errors are)."""
+
+
+def refuse_grad(info: "StageInfo", q, k, v) -> None:
+    """Raise NoBackwardError when grad mode is on and q, k or v requires grad. Cheap (three
+    attribute reads): the launchers call it on every call, cached plans included."""
+    if torch.is_grad_enabled() and (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+                                    or getattr(v, "requires_grad", False)):
+        names = [n for n, t in (("q", q), ("k", k), ("v", v)) if getattr(t, "requires_grad", False)]
+        raise NoBackwardError(
+            f"stage {info.number} has no backward pass, and {', '.join(names)} "
+            f"require{'s' if len(names) == 1 else ''} grad: its output would have no grad_fn, and "
+            "a loss's gradient would silently leave attention out. For inference, call it under "
+            "torch.no_grad() or torch.inference_mode() (or pass tensors that do not require "
+            "grad, e.g. .detach()); to train, use torch.nn.functional.scaled_dot_product_attention "
+            "until a stage with a backward exists.")
+
+
 @dataclass(frozen=True)
 class StageInfo:
     """What a stage is and what it accepts; read by the harness, the tests and the notebooks."""
@@ -98,6 +119,7 @@ def validate(q, k, v, *, causal, scale, info: StageInfo, check_device: bool = Tr
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    refuse_grad(info, q, k, v)
     if check_device:
         check_devices(info, q, k, v)
     for name, t in tensors.items():

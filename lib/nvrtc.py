@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lib.inputs import new_output, trivial_output, validate
+from lib.inputs import new_output, refuse_grad, trivial_output, validate
 from lib.simulator import require_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -311,6 +311,8 @@ def launch_fused(info, source: Path, q, k, v, *, causal, scale, block_q: int, th
     if plan is not None and (plan.info is not info or (
             plan.align and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % plan.align)):
         plan = None  # another stage's (id reused), or a misaligned pointer: validate() explains
+    if plan is not None:
+        refuse_grad(info, q, k, v)  # a plan made without grad says nothing about this call
     if plan is None:
         plan = _make_plan(info, source, q, k, v, causal=causal, scale=scale, block_q=block_q,
                           threads=threads, smem=smem, defines=defines)

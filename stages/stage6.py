@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from lib import nvrtc
-from lib.inputs import GPUTooOldError, StageInfo, new_output, trivial_output, validate_cached
+from lib.inputs import GPUTooOldError, StageInfo, new_output, refuse_grad, trivial_output, validate_cached
 
 SOURCE = Path(__file__).with_suffix(".cu")
 ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
@@ -278,6 +278,8 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
     except Exception:
         key, plan = None, None
     ptrs = None
+    if plan is not None:
+        refuse_grad(INFO, q, k, v)  # no backward: never an output without a grad_fn
     if plan is not None and not plan.trivial:
         ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
         if (ptrs[0] | ptrs[1] | ptrs[2]) % INFO.align_bytes:

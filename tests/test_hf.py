@@ -116,3 +116,30 @@ def test_tiny_llama_with_every_stage(dtype):
                                  runs=5)
     print("\n" + hf.table(results))
     assert all(r.passed for r in results), hf.table(results)
+
+
+@gpu
+@pytest.mark.parametrize("n", [5, 6])
+def test_training_through_a_stage_is_refused(n):
+    """issue 23: a model in train() mode with grad on runs attention on inputs that require
+    grad. With no backward, the stage refuses the call (the layer's q/k/v projections would
+    otherwise get no gradient from attention, silently); SDPA's run of the same step works."""
+    from lib.inputs import NoBackwardError
+    info = stages.get(n).INFO
+    if torch.cuda.get_device_capability() < info.min_cc:
+        pytest.skip(f"stage {n} needs compute capability {info.min_cc}")
+    model = hf.tiny_llama(torch.bfloat16, "cuda")
+    model.train()
+    ids = torch.randint(0, model.config.vocab_size, (2, 37), device="cuda")
+    hf.set_attention(model, "sdpa")
+    model(ids, labels=ids, use_cache=False).loss.backward()  # the reference step works
+    assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
+    name = hf.register([n])[0]
+    hf.set_attention(model, name)
+    try:
+        with pytest.raises(NoBackwardError, match=f"stage {n} has no backward"):
+            model(ids, labels=ids, use_cache=False)
+        with torch.no_grad():  # inference through the same model still runs
+            assert torch.isfinite(model(ids, use_cache=False).logits).all()
+    finally:
+        hf.set_attention(model, "sdpa")

@@ -9,7 +9,8 @@ import torch
 
 import stages
 from conftest import cpu_only, gpu
-from lib.inputs import FLOAT_DTYPES, GPUTooOldError, make_qkv, poisoned_outputs, validate
+from lib.inputs import (FLOAT_DTYPES, GPUTooOldError, NoBackwardError, make_qkv,
+                        poisoned_outputs, validate)
 from lib.reference import check_output
 from lib.simulator import HAS_GPU, SIMULATOR, GPURequiredError
 
@@ -605,3 +606,54 @@ def test_validate_cached(monkeypatch):
     with pytest.raises(TypeError, match="causal"):  # 1 == True, but it is not a bool
         inputs.validate_cached(q, k, v, causal=1, scale=None, info=info)
     assert inputs.validate_cached(q, k, v, causal=True, scale=0.5, info=info) == 0.5
+
+
+# --------------------------------------------------------------------------------------------
+# autograd: no stage has a backward yet, so an input that requires grad (grad mode on) is
+# refused, never answered with an output that has no grad_fn (a gradient that silently leaves
+# attention out); under no_grad / inference_mode, or with detached inputs, the call runs.
+
+GRAD_INPUTS = ["q", "k", "v", "qkv"]
+
+
+def _grad_inputs(mod, which, device=None):
+    D = head_dims_to_test(mod.INFO)[0]
+    q, k, v = make_qkv(1, 2, 9, D, Sk=13, dtype=mod.INFO.dtypes[0], device=device)
+    for name, t in zip("qkv", (q, k, v)):
+        t.requires_grad_(name in which)
+    return q, k, v
+
+
+@pytest.mark.parametrize("which", GRAD_INPUTS)
+@pytest.mark.parametrize("n", MODULES)
+def test_requires_grad_is_refused(n, which):
+    """Checked by validate() itself, so on any machine (the GPU-only stages without a GPU too)."""
+    mod = MODULES[n]
+    q, k, v = _grad_inputs(mod, which, device="cpu")
+    with pytest.raises(NoBackwardError, match=rf"stage {n} has no backward.*no_grad"):
+        validate(q, k, v, causal=False, scale=None, info=mod.INFO, check_device=False)
+    with torch.no_grad():  # grad mode off: nothing to refuse
+        validate(q, k, v, causal=False, scale=None, info=mod.INFO, check_device=False)
+
+
+@pytest.mark.parametrize("n", MODULES)
+def test_requires_grad_refused_by_attention(n, seed):
+    """The whole call, cached plans included: a layout first seen without grad and then with
+    it is refused too; under no_grad and inference_mode the same inputs give the reference."""
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("CUDA C++ stages need a GPU of their compute capability here")
+    q, k, v = _grad_inputs(mod, "")
+    mod.attention(q, k, v)  # a plan for this layout, made without grad
+    for which in GRAD_INPUTS:
+        q, k, v = _grad_inputs(mod, which)
+        with pytest.raises(NoBackwardError, match=f"stage {n} has no backward"):
+            mod.attention(q, k, v, causal=True)
+        with pytest.raises(NoBackwardError):
+            mod.attention(q, k, v)
+        for ctx in (torch.no_grad, torch.inference_mode):
+            with ctx():
+                out = mod.attention(q, k, v)
+            assert out.grad_fn is None and not out.requires_grad
+            c = check_output(out, q.detach(), k.detach(), v.detach(), causal=False)
+            assert c.passed, f"seed {seed}: {c.summary()}"
