@@ -57,6 +57,15 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
                  :: "r"(smem_u32(dst)), "l"(reinterpret_cast<unsigned long long>(map)),
                     "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar)) : "memory");
 }
+// The same for a 5-D map, {d, s, g, hk, b}: stage 6's packed queries (PACK_GQA), where the box
+// holds every query row of the g query heads that share K/V head hk.
+__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, unsigned long long* bar,
+                                            int c0, int c1, int c2, int c3, int c4) {
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+                 :: "r"(smem_u32(dst)), "l"(reinterpret_cast<unsigned long long>(map)),
+                    "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_u32(bar)) : "memory");
+}
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }

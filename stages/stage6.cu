@@ -46,6 +46,14 @@
 //      exponent's scaled log2 units), and a warp skips
 //      the rescale when none of its rows changed max (one vote). With k = 8 O is in practice
 //      rescaled only after the first tile; P then reaches up to 2^8, harmless in fp16/bf16.
+//   6. Short queries and few work tiles (decoding), two ideas of flash-decoding:
+//        split-KV       n_splits (a launch argument) cuts each work tile's key tiles into that
+//                       many ranges, each its own block, so B·H small still fills the GPU; a
+//                       block writes its rows' O/l in fp32 and their log2-sum-exp, and a second
+//                       kernel (attention_combine_splits) weighs the partial results into the output;
+//        PACK_GQA       a block takes all G·Sq query rows of the G query heads that share one
+//                       K/V head (one 5-D box of Q), so K and V are read once per group and a
+//                       wgmma's 64 rows hold G·Sq useful rows instead of Sq.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -78,6 +86,9 @@
 #ifndef DYNAMIC_WORK
 #define DYNAMIC_WORK 0
 #endif
+#ifndef PACK_GQA
+#define PACK_GQA 0
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -90,9 +101,9 @@ constexpr int Q_BYTES = BLOCK_M * D * 2;
 constexpr int KV_BYTES = BLOCK_N * D * 2;
 constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // Registers per thread after setmaxnreg: the producer keeps few, the consumers take the rest
-// of the 64K-register file (2 consumers: 128·24 + 256·240 = 64,512 ≤ 65,536).
-constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 24 : 32;
-constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+// of the 64K-register file (2 consumers: 128·24 + 256·240 = 64,512 ≤ 65,536; 3: 128·32 + 384·160).
+constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 24;
+constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 static_assert(D == 64 || D == 128, "head dims 64 and 128");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "key tiles of 64, 128 or 176");
@@ -153,13 +164,17 @@ constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
 // before the arrival on q_full (an arrive releases, a wait acquires), so a consumer that has
 // waited for q_full reads this w. Nothing overwrites it before every consumer has read it:
 // the next store waits for q_empty, which the consumers release after reading.
-__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int work_count, int q0, int h, int b,
-                                       int w) {
+// PACK_GQA: the box is the G·Sq query rows of K/V head hk (q_bytes counts them).
+__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int work_count, int q0, int h, int hk,
+                                       int b, int w, int q_bytes) {
     mbar_wait(&sm.q_empty, (work_count & 1) ^ 1);
     if (DYNAMIC_WORK) sm.work = w;
-    mbar_arrive_expect_bytes(&sm.q_full, Q_BYTES);
+    mbar_arrive_expect_bytes(&sm.q_full, q_bytes);
 #pragma unroll
-    for (int a = 0; a < ATOMS; ++a) tma_load_4d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, h, b);
+    for (int a = 0; a < ATOMS; ++a) {
+        if (PACK_GQA) tma_load_5d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, 0, 0, hk, b);
+        else tma_load_4d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, h, b);
+    }
 }
 // Tile `key_tile` of K or V into its ring (`ring` = sm.k or sm.v with its barriers) at ring
 // position `pos` (counted over the block's whole life, so parities carry across work tiles),
@@ -176,19 +191,30 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
     for (int a = 0; a < ATOMS; ++a) tma_load_4d(&ring[st][a][0][0], map, &full[st], 64 * a, key_tile * BLOCK_N, hk, b);
 }
 
-// A block's work tile: BLOCK_M query rows of one (batch, head). Work w belongs to head
-// w / n_qb; causal work starts with the heaviest query block of each head.
+// A block's work tile: BLOCK_M query rows of one (batch, head) — with PACK_GQA the G·Sq rows of
+// one (batch, K/V head) — and one of n_splits ranges of its key tiles: key tiles t0 …
+// t0 + n_tiles − 1. Work w is split w % n_splits of query block (w / n_splits) % n_qb of head
+// w / (n_splits·n_qb); causal work starts with the heaviest query block of each head. The host
+// picks per_split so that no range is empty (and n_splits = 1 with causal masking).
 struct Work {
-    int bh, b, h, hk, q0, n_tiles;
+    int b, h, hk, q0, split, t0, n_tiles;
 };
-__device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, int Sk, bool causal) {
+__device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, int Sq, int Sk, bool causal,
+                                          int n_splits, int per_split) {
     Work t;
-    t.bh = w / n_qb;
+    t.split = w % n_splits;
+    w /= n_splits;
+    const int bh = w / n_qb;  // (batch, head), or (batch, K/V head) with PACK_GQA
     const int qb = causal ? n_qb - 1 - w % n_qb : w % n_qb;
-    t.b = t.bh / H; t.h = t.bh % H; t.hk = t.h / group;
+    const int heads = PACK_GQA ? H / group : H;
+    t.b = bh / heads;
+    if (PACK_GQA) { t.hk = bh % heads; t.h = t.hk * group; }  // t.h: the group's first query head
+    else { t.h = bh % heads; t.hk = t.h / group; }
     t.q0 = qb * BLOCK_M;
-    const int n_keys = causal ? min(Sk, t.q0 + BLOCK_M) : Sk;  // causal: no tile past the diagonal
-    t.n_tiles = (n_keys + BLOCK_N - 1) / BLOCK_N;
+    const int rows_end = PACK_GQA ? Sq : t.q0 + BLOCK_M;  // one past the block's last query
+    const int n_keys = causal ? min(Sk, rows_end) : Sk;   // causal: no tile past the diagonal
+    t.t0 = t.split * per_split;
+    t.n_tiles = min((n_keys + BLOCK_N - 1) / BLOCK_N, t.t0 + per_split) - t.t0;
     return t;
 }
 
@@ -224,15 +250,16 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[
 // the raw scores, l this thread's share of its row sum; `scale_log2` > 0.
 template <bool MASK>
 __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], int key0, int row0, int Sk, bool causal,
-                                             float scale_log2) {
+                                             float (&alpha)[2], int key0, const int (&qpos)[2], int Sk,
+                                             bool causal, float scale_log2) {
     const int lane = threadIdx.x % 32;
     if (MASK) {
-        // Key key0 + 8n + 2(lane % 4) + (e & 1) is visible to row r when it is < Sk and (causal)
-        // <= r: one compare per score against a per-row limit on the compile-time part 8n + (e & 1).
+        // Key key0 + 8n + 2(lane % 4) + (e & 1) is visible to a row of query position qpos when
+        // it is < Sk and (causal) <= qpos: one compare per score against a per-row limit on the
+        // compile-time part 8n + (e & 1).
         const int first = key0 + 2 * (lane % 4);
-        const int limit[2] = {(causal ? min(Sk - 1, row0) : Sk - 1) - first,
-                              (causal ? min(Sk - 1, row0 + 8) : Sk - 1) - first};
+        const int limit[2] = {(causal ? min(Sk - 1, qpos[0]) : Sk - 1) - first,
+                              (causal ? min(Sk - 1, qpos[1]) : Sk - 1) - first};
 #pragma unroll
         for (int n = 0; n < BLOCK_N / 8; ++n)
 #pragma unroll
@@ -313,14 +340,16 @@ __device__ __forceinline__ void release(unsigned long long* empty) {
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                const __grid_constant__ CUtensorMap v_map, elem_t* __restrict__ out, int Sq, int Sk,
-                int H, int group, float scale_log2, int causal, int n_work, long long* timeline,
+                const __grid_constant__ CUtensorMap v_map, elem_t* __restrict__ out,
+                float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
+                float scale_log2, int causal, int n_work, int n_splits, int per_split, long long* timeline,
                 int* work_queue) {
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
     // work w = blockIdx.x, + gridDim.x, ...: the producer then fetches the next tile's Q and
     // K/V while the consumers still finish this one.
-    const int n_qb = (Sq + BLOCK_M - 1) / BLOCK_M;
+    const int n_qb = PACK_GQA ? 1 : (Sq + BLOCK_M - 1) / BLOCK_M;
+    const int q_bytes = PACK_GQA ? ATOMS * Sq * group * 128 : Q_BYTES;  // the Q box, as TMA counts it
     extern __shared__ unsigned char smem_raw[];
     // wgmma's swizzled layout repeats every 1024 bytes: align the tiles to that.
     Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
@@ -353,14 +382,14 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             for (int w = blockIdx.x, next; w < n_work; w = next, ++count) {
                 // The next work tile: asked for now, its answer needed only after this one's copies.
                 next = DYNAMIC_WORK ? atomicAdd(&work_queue[0], 1) + (int)gridDim.x : w + (int)gridDim.x;
-                const Work t = work_tile(w, n_qb, H, group, Sk, causal);
+                const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal, n_splits, per_split);
                 long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
                 (void)stamps;
-                load_q(sm, &q_map, count, t.q0, t.h, t.b, w);
+                load_q(sm, &q_map, count, t.q0, t.h, t.hk, t.b, w, q_bytes);
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {
-                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, j, t.hk, t.b);
+                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.b);
                     STAMP(0, j, 0);
-                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, j, t.hk, t.b);
+                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.b);
                     STAMP(0, j, 1);
                 }
             }
@@ -404,17 +433,30 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             w = *reinterpret_cast<volatile int*>(&sm.work);
         }
         if (w >= n_work) break;
-        const Work t = work_tile(w, n_qb, H, group, Sk, causal);
+        const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal, n_splits, per_split);
         long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
         (void)stamps;
         const int n_tiles = t.n_tiles;
-        const int row0 = t.q0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
+        // This thread's two rows of the block, r = 0, 1: query position qpos[r] of head head[r]
+        // (valid: the row exists). With PACK_GQA block row i is query i % Sq of head t.h + i / Sq.
+        int qpos[2], head[2];
+        bool valid[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = 64 * c + 16 * warp + lane / 4 + 8 * r;
+            if (PACK_GQA) {
+                const int g = i / Sq;
+                qpos[r] = i - g * Sq; head[r] = t.h + g; valid[r] = g < group;
+            } else {
+                qpos[r] = t.q0 + i; head[r] = t.h; valid[r] = qpos[r] < Sq;
+            }
+        }
 #if !WARP_SPECIALIZED
         if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
-            load_q(sm, &q_map, count, t.q0, t.h, t.b, w);
+            load_q(sm, &q_map, count, t.q0, t.h, t.hk, t.b, w, q_bytes);
             for (int j = 0; j < min(STAGES, n_tiles); ++j) {
-                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos + j, j, t.hk, t.b);
-                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos + j, j, t.hk, t.b);
+                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos + j, t.t0 + j, t.hk, t.b);
+                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos + j, t.t0 + j, t.hk, t.b);
             }
         }
 #endif
@@ -430,14 +472,17 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             fence_proxy_async();          // generic-proxy writes, read next by wgmma
             named_bar_sync(1 + c, 128);   // the whole warpgroup's rows are flipped
         }
-        // A tile needs masking if it reaches past Sk, or (causal) past this warpgroup's first row.
-        const int first_row = t.q0 + 64 * c;
+        // A tile needs masking if it reaches past Sk, or (causal) past this warpgroup's first
+        // query position (PACK_GQA: every head's rows start at query 0).
+        const int first_row = PACK_GQA ? 0 : t.q0 + 64 * c;
+        const int rows_end = PACK_GQA ? Sq : first_row + 64;
         // Causal: the block's tiles reach its last consumer's diagonal, but this consumer's rows
-        // end at first_row + 63, and the last tiles may lie wholly past them. It skips their
+        // end before rows_end, and the last tiles may lie wholly past them. It skips their
         // products and only hands their buffers (and, with ping-pong, its turns) on: pass_on.
         // (Without a producer, consumer 0 refills the ring inside its loop: it keeps every tile.)
+        // Causal work is never split, so its key tiles start at t0 = 0.
         const int my_tiles = causal && WARP_SPECIALIZED
-                                 ? min(n_tiles, (min(Sk, first_row + 64) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
+                                 ? min(n_tiles, (min(Sk, rows_end) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
         auto pass_on = [&](int cur, int turns) {
             for (int i = 0; i < turns; ++i) {
                 turn_begin(c);
@@ -451,10 +496,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             release(&sm.v_empty[cur % STAGES]);
         };
         auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
-            if ((j + 1) * BLOCK_N > Sk || (causal && (j + 1) * BLOCK_N - 1 > first_row))
-                softmax_tile<true>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
+            const int kt = t.t0 + j;  // the key tile
+            if ((kt + 1) * BLOCK_N > Sk || (causal && (kt + 1) * BLOCK_N - 1 > first_row))
+                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qpos, Sk, causal, scale_log2);
             else
-                softmax_tile<false>(s, m, l, alpha, j * BLOCK_N, row0, Sk, causal, scale_log2);
+                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qpos, Sk, causal, scale_log2);
         };
 
         float o[D / 2];
@@ -551,22 +597,69 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 #endif
         pos += n_tiles;
 
-        // ---- O / l, rows past Sq clipped; 4-byte stores of two elements ----
+        // ---- O / l, rows that do not exist clipped; 4-byte stores of two elements ----
+        // With n_splits > 1, this block's share in fp32 instead: O / l and the rows'
+        // log2-sum-exp, base + log2(l) (the softmax's base is max·scale_log2), for attention_combine_splits.
+        float lse[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            lse[r] = m[r] == NEG_INF ? NEG_INF : m[r] * scale_log2 + __log2f(l[r]);
             l[r] = 1.0f / l[r];
         }
-        elem_t* const out_bh = out + (size_t)t.bh * Sq * D;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const int row = row0 + 8 * r;
-            if (row >= Sq) continue;
-            elem_t* const dst = out_bh + (size_t)row * D + 2 * (lane % 4);
+            if (!valid[r]) continue;
+            const size_t row = ((size_t)t.b * H + head[r]) * Sq + qpos[r];  // row of [B, H, Sq]
+            if (n_splits == 1) {
+                elem_t* const dst = out + row * D + 2 * (lane % 4);
 #pragma unroll
-            for (int n = 0; n < D / 8; ++n)
-                *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
+                for (int n = 0; n < D / 8; ++n)
+                    *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
+            } else {  // o_part [B·H·Sq][n_splits][D], lse_part [B·H·Sq][n_splits]
+                float* const dst = o_part + (row * n_splits + t.split) * D + 2 * (lane % 4);
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n)
+                    *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
+                if (lane % 4 == 0) lse_part[row * n_splits + t.split] = lse[r];
+            }
         }
     }
+}
+
+// ---- split-KV: the partial results of a row's n_splits blocks, weighed into its output ----------
+// Split i saw keys whose exponentials sum to 2^lse_i (scaled log2 units) and wrote O_i = their
+// weighted mean of V. The row's output is Σ w_i·O_i / Σ w_i with w_i = 2^(lse_i − max lse).
+// One warp per row of [B·H·Sq]; each lane owns D/32 adjacent columns.
+extern "C" __global__ void __launch_bounds__(128)
+attention_combine_splits(const float* __restrict__ o_part, const float* __restrict__ lse_part, elem_t* __restrict__ out,
+               int rows, int n_splits) {
+    constexpr int COLS = D / 32;
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * 4 + threadIdx.x / 32;
+    if (row >= rows) return;
+    const float* const lse = lse_part + (size_t)row * n_splits;
+    float mx = NEG_INF;
+    for (int i = lane; i < n_splits; i += 32) mx = fmaxf(mx, lse[i]);
+#pragma unroll
+    for (int k = 16; k > 0; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+    if (mx == NEG_INF) mx = 0.0f;  // no split saw a key (not launched so): weights 0, output 0
+    float acc[COLS] = {}, wsum = 0.0f;
+    const float* o = o_part + (size_t)row * n_splits * D + lane * COLS;
+    for (int i = 0; i < n_splits; ++i, o += D) {
+        const float w = exp2f(lse[i] - mx);
+        wsum += w;
+#pragma unroll
+        for (int e = 0; e < COLS; e += 2) {
+            const float2 part = *reinterpret_cast<const float2*>(o + e);
+            acc[e] = fmaf(w, part.x, acc[e]);
+            acc[e + 1] = fmaf(w, part.y, acc[e + 1]);
+        }
+    }
+    const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+    elem_t* const dst = out + (size_t)row * D + lane * COLS;
+#pragma unroll
+    for (int e = 0; e < COLS; e += 2)
+        *reinterpret_cast<unsigned*>(dst + e) = pack2(acc[e] * inv, acc[e + 1] * inv);
 }

@@ -11,6 +11,12 @@ with the previous tile's P·V. Each schedule idea is a compile-time switch (SCHE
 The tensor maps that describe q, k and v to the copy engine are encoded on the host from the
 tensors' real strides (a 4-D map over [B, H, S, D]), so transposed views of [B, S, H, D]
 tensors are read in place, and rows past the sequence end come back as zeros.
+
+Decoding and other calls with few work tiles (flash-decoding, chosen by `plan_splits` and
+`packs_gqa`): with few query rows per K/V head (G·Sq ≤ 64), a block takes the rows of all G
+query heads that share a K/V head (PACK_GQA, one consumer warpgroup: DECODE_TILES), and when the
+blocks would not fill the GPU, each head's keys are split over several blocks whose partial
+results a second kernel combines (split-KV; causal calls are never split).
 """
 from __future__ import annotations
 
@@ -32,7 +38,14 @@ ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
 # 176-key tiles (fewer per-tile fixed costs: barriers, shuffles, turns; 2 stages fit), within the
 # noise of (128, 3, 2), which was faster causal.
 TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
-CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3)]
+# Decoding (PACK_GQA: G·Sq ≤ 64 query rows per K/V head): one consumer warpgroup holds them all,
+# so a second would only multiply zeros; its registers and the shared memory go to a deeper ring
+# (the producer keeps STAGES tiles in flight while the one consumer works).
+DECODE_TILES = {64: (128, 4, 1), 128: (128, 3, 1)}
+DECODE_SCHEDULE = "overlap without ping-pong"  # one consumer: nobody to take turns with
+CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3),
+           (128, 4, 1), (128, 3, 1)]
+MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O row in fp32
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
 # PERSISTENT is the launch, not the kernel: one block per SM walking the work tiles, instead of
 # one block per work tile; in a fixed stride, or (DYNAMIC_WORK) taking the next from a counter.
@@ -106,7 +119,7 @@ INFO = StageInfo(
 
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
-           exp2_poly: int | None = None, lazy_rescale: int | None = None) -> dict:
+           exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (Q, the K and V rings, the barriers, and 1 KB of
     slack to align the tiles to 1024 bytes) and the kernel's defines."""
@@ -115,6 +128,9 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
     bn, stages, consumers = tiles or TILES[head_dim]
     sw = dict(ALL_SCHEDULES[schedule])
+    if sw["PINGPONG"] and consumers < 2:
+        raise ValueError(f"schedule {schedule!r} takes turns between consumer warpgroups; tiles "
+                         f"{(bn, stages, consumers)} have one (use {DECODE_SCHEDULE!r})")
     persistent = bool(sw.pop("PERSISTENT"))
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
@@ -130,19 +146,22 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
         raise ValueError(f"lazy_rescale is -1 (rescale every tile) or a threshold 0 to 10 (log2); got {lazy!r}")
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
                *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
-               ("LAZY_RESCALE", lazy))
+               ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": tiles_bytes + 8 * (3 + 4 * stages) + 1024, "defines": defines}  # Smem's barriers and work
 
 
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
-                lazy_rescale: int | None = None) -> dict:
-    """The stage's kernel compiled without a GPU, for lib.sass. Only sm_90a has the
-    instructions; any other arch is refused."""
+                lazy_rescale: int | None = None, decode: bool = False) -> dict:
+    """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
+    runs, DECODE_TILES with PACK_GQA). Only sm_90a has the instructions; any other arch is refused."""
     if arch != ARCH:
         raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
-    cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly, lazy_rescale)
+    if decode:
+        tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
+    cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
+                 lazy_rescale, decode)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -160,13 +179,23 @@ def _kernel(dtype, D, cfg):
     if k is None:
         compiled = nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=D,
                                        defines=dict(cfg["defines"]))
-        k = _kernels[key] = nvrtc.load_kernel(compiled, "attention_wgmma", max_dynamic_smem=cfg["smem"])
+        k = _kernels[key] = (nvrtc.load_kernel(compiled, "attention_wgmma", max_dynamic_smem=cfg["smem"]),
+                             nvrtc.load_kernel(compiled, "attention_combine_splits"))
     return k
 
 
-def tensor_map(t: torch.Tensor, rows: int):
+def packed_queries(q: torch.Tensor, group: int) -> torch.Tensor:
+    """q [B, H, Sq, D] seen as [B, H/group, group, Sq, D] (no copy): the query rows of each K/V
+    head's group of query heads, which PACK_GQA loads as one box."""
+    B, H, Sq, D = q.shape
+    sb, sh, ss, sd = q.stride()
+    return q.as_strided((B, H // group, group, Sq, D), (sb, group * sh, sh, ss, sd))
+
+
+def tensor_map(t: torch.Tensor, rows: int | tuple):
     """The copy engine's description of a [B, H, S, D] tensor with its real strides: boxes of
-    `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled.
+    `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled. `rows`
+    may be a tuple for the box's leading dimensions: (group, Sq) for packed_queries' 5-D view.
     Encoding costs host time: attention() makes a tensor's map once per layout (its plan) and
     afterwards only replaces the address. Each call here returns a new map of its own."""
     from cuda.core.utils import StridedMemoryView
@@ -178,7 +207,8 @@ def tensor_map(t: torch.Tensor, rows: int):
     strides[-1] = 1
     t = t.as_strided(t.shape, strides)
     view = StridedMemoryView.from_dlpack(t.view(torch.uint16), stream_ptr=-1)
-    return view.as_tensor_map((1, 1, rows, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
+    box = (1,) * (t.dim() - 1 - len(rows)) + tuple(rows) if isinstance(rows, tuple) else (1, 1, rows)
+    return view.as_tensor_map((*box, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
 
 
 _arch_ok: set = set()
@@ -195,13 +225,40 @@ def _check_arch(q) -> None:
                              f"(H100, H200); {torch.cuda.get_device_name(q.device)} has {cc[0]}.{cc[1]}")
 
 
+def packs_gqa(H: int, Hk: int, Sq: int) -> bool:
+    """Whether a call runs the packed (decoding) build: all G·Sq query rows of a K/V head's group
+    fit in one consumer warpgroup's 64 rows (G = H/Hk). Then one block reads each K/V tile once for
+    the whole group, where unpacked blocks would read it G times with 64 − Sq rows of every
+    wgmma idle. With more rows per group the prefill build's blocks are full anyway."""
+    return (H // Hk) * Sq <= 64
+
+
+def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
+    """How many blocks share each work tile's keys (split-KV). The rule, from how the kernel
+    runs: one block per SM at a time; a block costs about its key tiles plus one tile's worth of
+    fixed work (Q's load, the ring filling, the epilogue), so `work`·n blocks of
+    ceil(key_tiles / n) tiles take about ceil(work·n / sms) waves × (ceil(key_tiles / n) + 1)
+    tiles. The n from 1 to key_tiles (at most MAX_SPLITS) with the least is taken, the smallest
+    on a tie: every split also costs the combine pass over its partial rows. Causal calls are
+    not split (their work tiles have different lengths, and queries are long there)."""
+    if causal or work <= 0:
+        return 1
+    best, best_cost = 1, None
+    for n in range(1, min(key_tiles, MAX_SPLITS) + 1):
+        cost = -(-work * n // sms) * (-(-key_tiles // n) + 1)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = n, cost
+    return best
+
+
 class _Plan:
     """Everything about a call except the data pointers, made once per input layout and
     option set: a model's many small calls then cost about what SDPA's do on the host. The
     tensor maps are kept too; when a later call brings new tensors of the same layout, only
     their addresses are replaced (cuTensorMapReplaceAddress), not the whole map encoded."""
 
-    __slots__ = ("kernel", "config", "args", "rows", "maps", "ptrs", "trivial", "queues")
+    __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
+                 "trivial", "queues", "splits", "group", "partial_shape")
 
 
 _plans: dict = {}
@@ -218,35 +275,69 @@ class _Address:
                                          "data": (t.data_ptr(), False), "strides": None}
 
 
-def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale) -> _Plan:
+def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
+               splits, pack_gqa) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
+        raise ValueError(f"splits must be a positive int or None (chosen per call), got {splits!r}")
+    if pack_gqa not in (None, True, False):
+        raise ValueError(f"pack_gqa must be True, False or None (chosen per call), got {pack_gqa!r}")
     scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
     _check_arch(q)
+    if splits is not None and splits > 1 and causal:
+        raise NotImplementedError("stage 6 splits the keys (split-KV) of full attention only; "
+                                  "pass splits=None or 1 with causal=True")
     plan = _Plan()
     plan.trivial = trivial_output(q, k) is not None  # no queries, or no keys: what SDPA returns
     if plan.trivial:
         return plan
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
-    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly, lazy_rescale)
+    G = H // Hk
+    pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
+    if pack and tiles is None:
+        tiles = DECODE_TILES[D]
+    if pack and schedule is None:
+        schedule = DECODE_SCHEDULE
+    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly, lazy_rescale,
+                 pack)
+    if pack and G * Sq > cfg["block_m"]:
+        raise ValueError(f"pack_gqa: the {G}·{Sq} query rows of a K/V head's group exceed the block's "
+                         f"{cfg['block_m']} rows")
     bn = (tiles or TILES[D])[0]
-    # Work tiles: (batch·head, block of query rows); one grid dimension holds up to 2³¹ − 1.
-    n_work = B * H * ((Sq + cfg["block_m"] - 1) // cfg["block_m"])
+    # Work tiles: (batch·head, block of query rows) — (batch·K/V head) when packed — times the
+    # key splits; one grid dimension holds up to 2³¹ − 1.
+    work = B * Hk if pack else B * H * ((Sq + cfg["block_m"] - 1) // cfg["block_m"])
+    key_tiles = (Sk + bn - 1) // bn
+    n = plan_splits(work, key_tiles, _sm_count(q.device), causal) if splits is None else min(splits, key_tiles)
+    per_split = -(-key_tiles // n)
+    n = -(-key_tiles // per_split)  # no empty split
+    n_work = work * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
     grid = min(n_work, _sm_count(q.device)) if cfg["persistent"] else n_work
-    plan.kernel = _kernel(q.dtype, D, cfg)
+    plan.kernel, plan.combine = _kernel(q.dtype, D, cfg)
     plan.config = nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"])
-    plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
-                 np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work))
-    plan.rows = (cfg["block_m"], bn, bn)
-    plan.maps = [tensor_map(t, r) for t, r in zip((q, k, v), plan.rows)]
+    plan.splits, plan.group = n, (G if pack else 0)
+    plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(G),
+                 np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
+                 np.int32(n), np.int32(per_split))
+    rows = B * H * Sq
+    plan.partial_shape = (rows, n, D)
+    plan.combine_config = nvrtc.launch_config(((rows + 3) // 4, 1, 1), (128, 1, 1), 0) if n > 1 else None
+    plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn)
+    plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
+                 for i, (t, r) in enumerate(zip((q, k, v), plan.rows))]
     plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
     # DYNAMIC_WORK: the work counter (next, blocks done), zero between launches (the kernel's
     # last block resets it). One per stream: launches on two streams at once must not share one.
     plan.queues = {} if dict(cfg["defines"])["DYNAMIC_WORK"] else None
     return plan
+
+
+def _q_view(q, plan: _Plan):
+    return packed_queries(q, plan.group) if plan.group else q
 
 
 def _queue(plan: _Plan, device) -> int:
@@ -260,7 +351,7 @@ def _queue(plan: _Plan, device) -> int:
 
 
 def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
-              timeline=None, exp2_poly=None, lazy_rescale=None):
+              timeline=None, exp2_poly=None, lazy_rescale=None, splits=None, pack_gqa=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
     `tiles` (one of CHOICES), `schedule` (a key of ALL_SCHEDULES; default: the head dim's, see
@@ -268,12 +359,14 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
     and `lazy_rescale` (-1: rescale O every tile; k >= 0: only when a row max grew by more than
     2^k, see LAZY_RESCALE) are for measuring the alternatives; `timeline`, an int64 CUDA tensor of
     (1 + CONSUMERS)·16·4 elements, receives clock64 stamps of block 0's first work tile (see
-    stages/stage6.cu)."""
+    stages/stage6.cu). Decoding: `splits` (blocks per work tile's keys; None: plan_splits' rule,
+    1 for causal) and `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
+    defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given)."""
     try:  # attributes a non-tensor lacks: the full validation in _make_plan says what is wrong
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
-               lazy_rescale)
+               lazy_rescale, splits, type(splits), pack_gqa)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -286,7 +379,7 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
             plan = None  # validate() explains the misaligned pointer
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
-                          lazy_rescale)
+                          lazy_rescale, splits, pack_gqa)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -298,9 +391,18 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
                 _retarget(plan, i, t)
     out = new_output(q)
+    if plan.splits > 1:  # the blocks' partial rows, on this stream's allocator: per call
+        o_part = torch.empty(plan.partial_shape, dtype=torch.float32, device=q.device)
+        lse_part = torch.empty(plan.partial_shape[:2], dtype=torch.float32, device=q.device)
+        parts = (o_part.data_ptr(), lse_part.data_ptr())
+    else:
+        parts = (0, 0)
     nvrtc.launch_prepared(plan.kernel, plan.config,
-                          (*plan.maps, out.data_ptr(), *plan.args,
+                          (*plan.maps, out.data_ptr(), *parts, *plan.args,
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device)))
+    if plan.splits > 1:
+        nvrtc.launch_prepared(plan.combine, plan.combine_config,
+                              (*parts, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits)))
     return out
 
 
@@ -309,7 +411,7 @@ def _retarget(plan: _Plan, i: int, t) -> None:
     try:
         plan.maps[i].replace_address(_Address(t))
     except Exception:  # a cuda.core without replace_address, or one that reads more: encode
-        plan.maps[i] = tensor_map(t, plan.rows[i])
+        plan.maps[i] = tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i])
     plan.ptrs[i] = t.data_ptr()
 
 

@@ -36,7 +36,7 @@ def test_compiles_to_hopper_instructions(D, dtype, schedule):
     assert ins.mix["HMMA"] == 0, "no mma.sync (HMMA) left"
     assert ins.mix["UTMALDG"] > 0, "Q, K, V must arrive by bulk tensor copies (UTMALDG)"
     assert ins.mix["SYNCS"] > 0, "the pipeline waits on mbarriers (SYNCS)"
-    (usage,) = compiled.resource_usage().values()
+    usage = compiled.resource_usage()["attention_wgmma"]
     sw = s6.ALL_SCHEDULES[schedule]
     if sw["WARP_SPECIALIZED"] and not sw["SETMAXNREG"]:
         # The ablation step before setmaxnreg: consumers keep the launch's even share (168
@@ -58,7 +58,7 @@ def test_lazy_rescale_compiles_without_serializing(D, lazy):
     it must not make ptxas serialize them, and the vote must be there (and only there)."""
     (compiled,) = s6.compile_for(s6.ARCH, torch.float16, D, lazy_rescale=lazy).values()
     assert not SERIALIZING.search(compiled.log), compiled.log
-    (usage,) = compiled.resource_usage().values()
+    usage = compiled.resource_usage()["attention_wgmma"]
     assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, usage
     assert ("VOTE.ANY" in sass_text(compiled.cubin)) == (lazy >= 0)
 
@@ -210,7 +210,7 @@ def test_plan_cache_on_the_cpu(monkeypatch):
 
     monkeypatch.setattr(s6, "_plans", {})
     monkeypatch.setattr(s6, "_check_arch", lambda q: None)
-    monkeypatch.setattr(s6, "_kernel", lambda *a: "kernel")
+    monkeypatch.setattr(s6, "_kernel", lambda *a: ("kernel", "combine"))
     monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
     monkeypatch.setattr(s6, "tensor_map", lambda t, rows: made.append(rows) or Map(t.data_ptr()))
     monkeypatch.setattr(s6, "validate_cached",
@@ -218,10 +218,10 @@ def test_plan_cache_on_the_cpu(monkeypatch):
     monkeypatch.setattr(s6.nvrtc, "launch_prepared",
                         lambda kernel, config, params: launched.append((config, params)))
     q, k, v = make_qkv(2, 4, 300, 64, Sk=200, dtype=torch.float16, device="cpu")
-    s6.attention(q, k, v)
+    s6.attention(q, k, v, splits=1)  # one launch per call (split-KV: tested below)
     assert len(made) == 3 and not retargeted
     q2 = q.clone()
-    s6.attention(q2, k, v)
+    s6.attention(q2, k, v, splits=1)
     assert len(made) == 3 and retargeted == [q2.data_ptr()]
     maps = launched[-1][1][:3]
     assert [m.ptr for m in maps] == [q2.data_ptr(), k.data_ptr(), v.data_ptr()]
@@ -288,3 +288,128 @@ def test_work_queue_compiles_to_an_atomic():
         assert not SERIALIZING.search(compiled.log), compiled.log
         atomics = [ln for ln in sass_text(compiled.cubin).splitlines() if "ATOMG" in ln or "RED." in ln]
         assert bool(atomics) == bool(s6.ALL_SCHEDULES[name]["DYNAMIC_WORK"]), atomics
+
+
+# --------------------------------------------------------------------------------------------
+# decoding: split-KV and packed GQA (flash-decoding)
+
+def test_split_rule():
+    """plan_splits: enough blocks to fill the SMs, never more splits than key tiles, none when
+    the work already fills the GPU or the mask is causal; the cost it minimizes, checked by brute
+    force here against its own statement."""
+    assert s6.plan_splits(8, 32, 132, False) == 16      # B1, 8 K/V heads, Sk 4096: 128 blocks
+    assert s6.plan_splits(256, 64, 132, False) == 1     # B32 · 8 K/V heads: two full waves already
+    assert s6.plan_splits(8, 32, 132, True) == 1        # causal: never split
+    assert s6.plan_splits(8, 1, 132, False) == 1        # one key tile: nothing to split
+    for work in (1, 3, 8, 24, 64, 100, 131, 132, 500):
+        for tiles in (1, 2, 5, 32, 300):
+            n = s6.plan_splits(work, tiles, 132, False)
+            assert 1 <= n <= min(tiles, s6.MAX_SPLITS)
+            cost = lambda n: -(-work * n // 132) * (-(-tiles // n) + 1)
+            assert all(cost(n) <= cost(m) for m in range(1, min(tiles, s6.MAX_SPLITS) + 1))
+
+
+def test_packing_rule():
+    assert s6.packs_gqa(32, 8, 1) and s6.packs_gqa(32, 8, 16) and not s6.packs_gqa(32, 8, 17)
+    assert s6.packs_gqa(8, 8, 64) and not s6.packs_gqa(8, 8, 65)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_decode_build_compiles_without_serializing(D, dtype):
+    """The packed build decoding runs (one consumer, a deeper ring) and the combine kernel."""
+    (compiled,) = s6.compile_for(s6.ARCH, dtype, D, decode=True).values()
+    assert not SERIALIZING.search(compiled.log), compiled.log
+    usage = compiled.resource_usage()
+    assert set(usage) >= {"attention_wgmma", "attention_combine_splits"}
+    assert all(u["spill_stores"] == 0 and u["stack_bytes"] == 0 for u in usage.values()), usage
+    ins = inspect_cubin(compiled.cubin, s6.ARCH, usage)
+    assert ins.mix["HGMMA"] > 0 and ins.mix["UTMALDG"] > 0
+    assert "UTMALDG.5D" in sass_text(compiled.cubin), "packed queries arrive as one 5-D box"
+
+
+def test_split_launches_on_the_cpu(monkeypatch):
+    """Without a GPU: a call with few work tiles launches the attention kernel on work × splits
+    blocks and then the combine kernel on every output row, with partial buffers of the right
+    size; packing makes the work (batch, K/V head) and its Q box (group, Sq) rows."""
+    from lib import inputs
+    launched, boxes = [], []
+    monkeypatch.setattr(s6, "_plans", {})
+    monkeypatch.setattr(s6, "_check_arch", lambda q: None)
+    monkeypatch.setattr(s6, "_kernel", lambda *a: ("kernel", "combine"))
+    monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
+    monkeypatch.setattr(s6, "tensor_map", lambda t, rows: boxes.append((tuple(t.shape), rows)) or object())
+    monkeypatch.setattr(s6, "validate_cached",
+                        lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(s6.nvrtc, "launch_prepared",
+                        lambda kernel, config, params: launched.append((kernel, config, params)))
+    q, k, v = make_qkv(1, 32, 1, 128, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")
+    s6.attention(q, k, v)
+    (k1, c1, p1), (k2, c2, p2) = launched
+    assert k1 == "kernel" and k2 == "combine"
+    assert c1.grid == (8 * 16, 1, 1)              # 8 K/V heads × 16 splits of 2 tiles
+    assert boxes[0] == ((1, 8, 4, 1, 128), (4, 1))  # q as [B, Hk, G, Sq, D]: 4 rows per box
+    assert c2.grid == (-(-32 // 4), 1, 1) and int(p2[-1]) == 16 and int(p2[-2]) == 32
+    launched.clear()
+    s6.attention(q, k, v, causal=True)             # causal: one launch, no split
+    assert len(launched) == 1 and int(launched[0][2][-4]) == 1 and launched[0][1].grid == (8, 1, 1)
+    with pytest.raises(NotImplementedError, match="split"):
+        s6.attention(q, k, v, causal=True, splits=4)
+    with pytest.raises(ValueError, match="splits"):
+        s6.attention(q, k, v, splits=0)
+    with pytest.raises(ValueError, match="pack_gqa"):
+        s6.attention(make_qkv(1, 8, 65, 64, dtype=torch.float16, device="cpu")[0],
+                     *make_qkv(1, 8, 65, 64, dtype=torch.float16, device="cpu")[1:], pack_gqa=True)
+
+
+# (B, H, Hkv, Sq, Sk): one query and speculative ones, every key count a split can cut badly
+# (1, a tile and one, not a multiple of anything, 100,003), GQA 32/8, 8/1 and an odd ratio 5/1
+DECODE_SHAPES = [(1, 32, 8, 1, 1), (2, 32, 8, 1, 129), (1, 32, 8, 1, 4097), (3, 8, 1, 4, 1000),
+                 (2, 5, 1, 3, 777), (1, 4, 4, 1, 2049), (1, 8, 1, 1, 100_003), (2, 6, 2, 7, 300)]
+
+
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("shape", DECODE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_decoding_matches_reference(shape, D, seed):
+    """Every decode shape in both dtypes, full and causal (top-left, as SDPA's is_causal), with
+    the automatic choice and with splits and packing forced each way."""
+    B, H, Hkv, Sq, Sk = shape
+    for dtype in s6.INFO.dtypes:
+        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
+        for causal in (False, True):
+            for opts in ({}, {"splits": 1}, {"splits": 3}, {"splits": 1000}, {"pack_gqa": False},
+                         {"pack_gqa": False, "splits": 5}):
+                if causal and opts.get("splits", 1) > 1:
+                    continue
+                with poisoned_outputs():
+                    out = s6.attention(q, k, v, causal=causal, **opts)
+                c = check_output(out, q, k, v, causal=causal)
+                assert c.passed, f"{shape} D{D} {dtype} causal={causal} {opts} seed {seed}: {c.summary()}"
+
+
+@on_hopper
+def test_decoding_views_scale_and_streams(seed):
+    """Packed queries from a transposed [B, S, H, D] view (read in place by the 5-D map), a
+    negative scale through split-KV, two streams at once (each call's own partial buffers)."""
+    B, S, H, Hkv, D = 2, 3, 16, 4, 128
+    qkv = torch.randn(B, S, H + 2 * Hkv, D, dtype=torch.float16, device="cuda")
+    q = qkv[:, :, :H].transpose(1, 2)
+    cache = torch.randn(B, 2, 999, Hkv, D, dtype=torch.float16, device="cuda")
+    k, v = cache[:, 0].transpose(1, 2), cache[:, 1].transpose(1, 2)
+    for scale in (None, -0.3):
+        out = s6.attention(q, k, v, scale=scale)
+        c = check_output(out, q, k, v, causal=False, scale=scale)
+        assert c.passed, f"scale {scale} seed {seed}: {c.summary()}"
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    inputs = [make_qkv(1, 32, 1, 128, Sk=3000 + 17 * i, Hkv=8, seed=seed + i) for i in range(2)]
+    outs = [None, None]
+    torch.cuda.synchronize()
+    for i, st in enumerate(streams):
+        with torch.cuda.stream(st):
+            for _ in range(20):
+                outs[i] = s6.attention(*inputs[i])
+    torch.cuda.synchronize()
+    for out, (q, k, v) in zip(outs, inputs):
+        c = check_output(out, q, k, v, causal=False)
+        assert c.passed, f"two streams, seed {seed}: {c.summary()}"
