@@ -176,12 +176,13 @@ def sdpa_call(q, k, v, *, causal=False, scale=None, backend="default"):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     name = SDPA_BACKENDS[backend]
+    kw = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # fewer K/V heads: GQA
 
     def call():
         if name is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kw)
         with sdpa_kernel(getattr(SDPBackend, name)):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kw)
 
     try:
         call()

@@ -251,6 +251,27 @@ def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
     return best
 
 
+def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
+           pack_gqa=None) -> dict:
+    """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
+    defaults), its tiles and schedule, the work tiles before splitting, and the key splits
+    (plan_splits' rule unless `splits` is given; never an empty split)."""
+    pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
+    tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
+    schedule = schedule if schedule is not None else (DECODE_SCHEDULE if pack else DEFAULT_SCHEDULES[D])
+    block_m = 64 * tiles[2]
+    if pack and (H // Hk) * Sq > block_m:
+        raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
+                         f"block's {block_m} rows")
+    # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
+    work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
+    key_tiles = (Sk + tiles[0] - 1) // tiles[0]
+    n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles)
+    per_split = -(-key_tiles // n)
+    return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
+            "splits": -(-key_tiles // per_split), "per_split": per_split}
+
+
 class _Plan:
     """Everything about a call except the data pointers, made once per input layout and
     option set: a model's many small calls then cost about what SDPA's do on the host. The
@@ -295,25 +316,11 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
     G = H // Hk
-    pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
-    if pack and tiles is None:
-        tiles = DECODE_TILES[D]
-    if pack and schedule is None:
-        schedule = DECODE_SCHEDULE
-    cfg = config(D, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly, lazy_rescale,
-                 pack)
-    if pack and G * Sq > cfg["block_m"]:
-        raise ValueError(f"pack_gqa: the {G}·{Sq} query rows of a K/V head's group exceed the block's "
-                         f"{cfg['block_m']} rows")
-    bn = (tiles or TILES[D])[0]
-    # Work tiles: (batch·head, block of query rows) — (batch·K/V head) when packed — times the
-    # key splits; one grid dimension holds up to 2³¹ − 1.
-    work = B * Hk if pack else B * H * ((Sq + cfg["block_m"] - 1) // cfg["block_m"])
-    key_tiles = (Sk + bn - 1) // bn
-    n = plan_splits(work, key_tiles, _sm_count(q.device), causal) if splits is None else min(splits, key_tiles)
-    per_split = -(-key_tiles // n)
-    n = -(-key_tiles // per_split)  # no empty split
-    n_work = work * n
+    ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
+                splits=splits, pack_gqa=pack_gqa)
+    pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
+    cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack)
+    n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
     grid = min(n_work, _sm_count(q.device)) if cfg["persistent"] else n_work
@@ -326,6 +333,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     rows = B * H * Sq
     plan.partial_shape = (rows, n, D)
     plan.combine_config = nvrtc.launch_config(((rows + 3) // 4, 1, 1), (128, 1, 1), 0) if n > 1 else None
+    bn = ch["tiles"][0]
     plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn)
     plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
                  for i, (t, r) in enumerate(zip((q, k, v), plan.rows))]
