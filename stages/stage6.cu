@@ -631,30 +631,53 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 // ---- split-KV: the partial results of a row's n_splits blocks, weighed into its output ----------
 // Split i saw keys whose exponentials sum to 2^lse_i (scaled log2 units) and wrote O_i = their
 // weighted mean of V. The row's output is Σ w_i·O_i / Σ w_i with w_i = 2^(lse_i − max lse).
-// One warp per row of [B·H·Sq]; each lane owns D/32 adjacent columns.
+// One warp per row of [B·H·Sq]; each lane owns D/32 adjacent columns. The weights are computed
+// once, lane j holding those of splits j, j + 32, ... (n_splits ≤ 128), and handed to the warp
+// by shuffles; the loop over splits is unrolled so that several partial rows are in flight (one
+// at a time, 128 splits would wait 128 L2 round trips).
+constexpr int MAX_SPLITS = 128;
 extern "C" __global__ void __launch_bounds__(128)
 attention_combine_splits(const float* __restrict__ o_part, const float* __restrict__ lse_part, elem_t* __restrict__ out,
-               int rows, int n_splits) {
+                         int rows, int n_splits) {
     constexpr int COLS = D / 32;
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * 4 + threadIdx.x / 32;
     if (row >= rows) return;
     const float* const lse = lse_part + (size_t)row * n_splits;
-    float mx = NEG_INF;
-    for (int i = lane; i < n_splits; i += 32) mx = fmaxf(mx, lse[i]);
+    float w[MAX_SPLITS / 32], mx = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < MAX_SPLITS / 32; ++j) {
+        w[j] = 32 * j + lane < n_splits ? lse[32 * j + lane] : NEG_INF;
+        mx = fmaxf(mx, w[j]);
+    }
 #pragma unroll
     for (int k = 16; k > 0; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
     if (mx == NEG_INF) mx = 0.0f;  // no split saw a key (not launched so): weights 0, output 0
-    float acc[COLS] = {}, wsum = 0.0f;
-    const float* o = o_part + (size_t)row * n_splits * D + lane * COLS;
-    for (int i = 0; i < n_splits; ++i, o += D) {
-        const float w = exp2f(lse[i] - mx);
-        wsum += w;
+    float wsum = 0.0f;
 #pragma unroll
-        for (int e = 0; e < COLS; e += 2) {
-            const float2 part = *reinterpret_cast<const float2*>(o + e);
-            acc[e] = fmaf(w, part.x, acc[e]);
-            acc[e + 1] = fmaf(w, part.y, acc[e + 1]);
+    for (int j = 0; j < MAX_SPLITS / 32; ++j) {
+        w[j] = exp2f(w[j] - mx);
+        wsum += w[j];
+    }
+#pragma unroll
+    for (int k = 16; k > 0; k /= 2) wsum += __shfl_xor_sync(0xffffffffu, wsum, k);
+    float acc[COLS] = {};
+    const float* const o = o_part + (size_t)row * n_splits * D + lane * COLS;
+#pragma unroll
+    for (int j = 0; j < MAX_SPLITS / 32; ++j) {
+        if (32 * j >= n_splits) break;
+#pragma unroll 8
+        for (int t = 0; t < 32; ++t) {
+            const int i = 32 * j + t;
+            const float wi = __shfl_sync(0xffffffffu, w[j], t);
+            if (i < n_splits) {
+#pragma unroll
+                for (int e = 0; e < COLS; e += 2) {
+                    const float2 part = *reinterpret_cast<const float2*>(o + (size_t)i * D + e);
+                    acc[e] = fmaf(wi, part.x, acc[e]);
+                    acc[e + 1] = fmaf(wi, part.y, acc[e + 1]);
+                }
+            }
         }
     }
     const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;

@@ -239,9 +239,12 @@ def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
     fixed work (Q's load, the ring filling, the epilogue), so `work`·n blocks of
     ceil(key_tiles / n) tiles take about ceil(work·n / sms) waves × (ceil(key_tiles / n) + 1)
     tiles. The n from 1 to key_tiles (at most MAX_SPLITS) with the least is taken, the smallest
-    on a tie: every split also costs the combine pass over its partial rows. Causal calls are
-    not split (their work tiles have different lengths, and queries are long there)."""
-    if causal or work <= 0:
+    on a tie: every split also costs the combine pass over its partial rows. Work that already
+    fills 80% of the SMs is not split (FlashAttention-3's threshold): there the waves' rounding
+    may still favour a split, but the partial rows in fp32 and their combine cost more than it
+    gains. Causal calls are not split (their work tiles have different lengths, and queries are
+    long there)."""
+    if causal or work <= 0 or work >= 0.8 * sms:
         return 1
     best, best_cost = 1, None
     for n in range(1, min(key_tiles, MAX_SPLITS) + 1):
