@@ -75,7 +75,7 @@ def _check(fn, q, k, v, causal):
     return c
 
 
-def measure(row, opts=None, budget_s=0.5):
+def measure(row, opts=None, budget_s=0.3):
     """Check, then time stage 6 (with `opts`) and both SDPA backends in turns; fill `row`."""
     B, H, Hkv, Sq, Sk, D = (row[x] for x in ("B", "H", "Hkv", "Sq", "Sk", "D"))
     dtype = getattr(torch, row["dtype"])
