@@ -269,7 +269,7 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
     key_tiles = (Sk + tiles[0] - 1) // tiles[0]
-    n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles)
+    n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles, MAX_SPLITS)
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
             "splits": -(-key_tiles // per_split), "per_split": per_split}
@@ -282,7 +282,7 @@ class _Plan:
     their addresses are replaced (cuTensorMapReplaceAddress), not the whole map encoded."""
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
-                 "trivial", "queues", "splits", "group", "partial_shape")
+                 "trivial", "queues", "splits", "group", "partial_shape", "parts")
 
 
 _plans: dict = {}
@@ -336,6 +336,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     rows = B * H * Sq
     plan.partial_shape = (rows, n, D)
     plan.combine_config = nvrtc.launch_config(((rows + 3) // 4, 1, 1), (128, 1, 1), 0) if n > 1 else None
+    plan.parts = {}  # split-KV's partial rows, one pair of buffers per stream (_partials)
     bn = ch["tiles"][0]
     plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn)
     plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
@@ -349,6 +350,18 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
 
 def _q_view(q, plan: _Plan):
     return packed_queries(q, plan.group) if plan.group else q
+
+
+def _partials(plan: _Plan, device) -> tuple[int, int]:
+    """The fp32 partial rows and log2-sum-exps of split-KV, made once per plan and stream: calls
+    on one stream run in order, so they can share them (a fresh pair per call cost the host two
+    allocations); calls on two streams at once get a pair each."""
+    stream = torch.cuda.current_stream(device).cuda_stream
+    parts = plan.parts.get(stream)
+    if parts is None:
+        parts = plan.parts[stream] = (torch.empty(plan.partial_shape, dtype=torch.float32, device=device),
+                                      torch.empty(plan.partial_shape[:2], dtype=torch.float32, device=device))
+    return parts[0].data_ptr(), parts[1].data_ptr()
 
 
 def _queue(plan: _Plan, device) -> int:
@@ -402,12 +415,7 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
                 _retarget(plan, i, t)
     out = new_output(q)
-    if plan.splits > 1:  # the blocks' partial rows, on this stream's allocator: per call
-        o_part = torch.empty(plan.partial_shape, dtype=torch.float32, device=q.device)
-        lse_part = torch.empty(plan.partial_shape[:2], dtype=torch.float32, device=q.device)
-        parts = (o_part.data_ptr(), lse_part.data_ptr())
-    else:
-        parts = (0, 0)
+    parts = _partials(plan, q.device) if plan.splits > 1 else (0, 0)
     nvrtc.launch_prepared(plan.kernel, plan.config,
                           (*plan.maps, out.data_ptr(), *parts, *plan.args,
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device)))

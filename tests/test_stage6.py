@@ -349,6 +349,7 @@ def test_split_launches_on_the_cpu(monkeypatch):
     monkeypatch.setattr(s6, "_kernel", lambda *a: ("kernel", "combine"))
     monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
     monkeypatch.setattr(s6, "tensor_map", lambda t, rows: boxes.append((tuple(t.shape), rows)) or object())
+    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1111, 2222))
     monkeypatch.setattr(s6, "validate_cached",
                         lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
     monkeypatch.setattr(s6.nvrtc, "launch_prepared",
@@ -360,6 +361,10 @@ def test_split_launches_on_the_cpu(monkeypatch):
     assert c1.grid == (8 * 16, 1, 1)              # 8 K/V heads × 16 splits of 2 tiles
     assert boxes[0] == ((1, 8, 4, 1, 128), (4, 1))  # q as [B, Hk, G, Sq, D]: 4 rows per box
     assert c2.grid == (-(-32 // 4), 1, 1) and int(p2[-1]) == 16 and int(p2[-2]) == 32
+    assert p1[4:6] == (1111, 2222) and p2[:2] == (1111, 2222)  # the partial rows, written then read
+    launched.clear()
+    s6.attention(q, k, v, splits=1000)             # at most MAX_SPLITS, whatever is asked
+    assert int(launched[0][2][-4]) == min(s6.MAX_SPLITS, 4096 // s6.DECODE_TILES[128][0])
     launched.clear()
     s6.attention(q, k, v, causal=True)             # causal: one launch, no split
     assert len(launched) == 1 and int(launched[0][2][-4]) == 1 and launched[0][1].grid == (8, 1, 1)
