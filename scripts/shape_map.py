@@ -5,7 +5,9 @@
 - decoding: Sq 1 (one new token) and 4 (speculative decoding) against caches of Sk 1k … 32k,
   B 1 … 64, GQA 32/8 and 8/1, D128 and D64;
 - the decoding waterfall: at a few decode shapes, the prefill build (one block per query head,
-  the keys in one block), + split-KV, packed GQA alone, and both (stage 6's own choice).
+  the keys in one block), + split-KV, packed GQA alone, and both (stage 6's own choice);
+- (--parts schedules) stage 6's schedules at short prefill, S 512 … 2048: one block per work
+  tile against persistent blocks (fixed stride or a work queue).
 
 Every row is checked against the float64 reference first (on batch 0 when the whole batch's
 float64 copy would be too big), then timed with SDPA's default and FLASH backends on the same
@@ -39,11 +41,14 @@ DECODE_B = (1, 8, 64)
 DECODE_GROUPS = ((32, 8), (8, 1))   # (query heads, K/V heads)
 # (B, H, Hkv, Sq, Sk, D): the waterfall's decode shapes
 WATERFALL_SHAPES = [(1, 32, 8, 1, 4096, 128), (8, 32, 8, 1, 4096, 128), (32, 32, 8, 1, 8192, 128),
-                    (1, 8, 1, 4, 32768, 128)]
+                    (1, 8, 1, 4, 32768, 128), (1, 8, 1, 1, 32768, 128)]
 WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("+ split-KV", {"pack_gqa": False}),
              ("packed GQA alone", {"pack_gqa": True, "splits": 1}),
              ("split-KV + packed GQA", {})]
+# short prefill (B·S = 16k, MHA): the schedules that differ in what happens between work tiles
+SCHEDULE_SEQS = (512, 1024, 2048)
+SCHEDULES = ["+ intra-warpgroup overlap", "+ persistent blocks", "+ work queue", "work queue without ping-pong"]
 CHECK_ELEMENTS = 1 << 27  # above this many input elements, the float64 check runs on batch 0
 
 
@@ -85,7 +90,7 @@ def measure(row, opts=None, budget_s=0.3):
     fn = lambda q, k, v: s6.attention(q, k, v, causal=causal, **opts)  # noqa: E731
     c = _check(fn, q, k, v, causal)
     ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, torch.cuda.get_device_properties(0).multi_processor_count,
-                   splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"))
+                   splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"), schedule=opts.get("schedule"))
     times = time_interleaved({"stage": lambda: fn(q, k, v),
                               "sdpa": sdpa_call(q, k, v, causal=causal),
                               "flash": sdpa_call(q, k, v, causal=causal, backend="flash")}, budget_s=budget_s)
@@ -119,7 +124,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a few rows of each part")
     ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=["float16", "bfloat16"])
     ap.add_argument("--parts", nargs="+", default=["decode", "waterfall", "prefill"],
-                    choices=["decode", "waterfall", "prefill"])
+                    choices=["decode", "waterfall", "prefill", "schedules"],
+                    help="schedules: stage 6's schedules at short prefill (not in the default set)")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("shape_map.py times stage 6, which runs on sm_90 GPUs (H100/H200) only", file=sys.stderr)
@@ -132,6 +138,14 @@ def main() -> int:
             for name, opts in WATERFALL:
                 plan.append(({"part": "waterfall", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
                               "Sk": Sk, "D": D, "dtype": "bfloat16", "causal": False}, opts))
+    if "schedules" in a.parts:
+        for D, H in PREFILL_HEADS.items():
+            for S in (SCHEDULE_SEQS[:1] if a.quick else SCHEDULE_SEQS):
+                for causal in (False, True):
+                    for name in SCHEDULES:
+                        plan.append(({"part": "schedules", "variant": name, "B": TOKENS // S, "H": H, "Hkv": H,
+                                      "Sq": S, "Sk": S, "D": D, "dtype": "bfloat16", "causal": causal},
+                                     {"schedule": name}))
     if "prefill" in a.parts:
         plan += [(r, None) for r in prefill_rows(a.dtype, a.quick)]
     rows, t0 = [], time.time()
