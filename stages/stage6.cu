@@ -631,58 +631,59 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 // ---- split-KV: the partial results of a row's n_splits blocks, weighed into its output ----------
 // Split i saw keys whose exponentials sum to 2^lse_i (scaled log2 units) and wrote O_i = their
 // weighted mean of V. The row's output is Σ w_i·O_i / Σ w_i with w_i = 2^(lse_i − max lse).
-// One warp per row of [B·H·Sq]; each lane owns D/32 adjacent columns. The weights are computed
-// once, lane j holding those of splits j, j + 32, ... (n_splits ≤ 128), and handed to the warp
-// by shuffles; the loop over splits is unrolled so that several partial rows are in flight (one
-// at a time, 128 splits would wait 128 L2 round trips).
+// One block of 4 warps per row of [B·H·Sq]: warp w sums the splits i ≡ w (mod 4), each lane
+// D/32 adjacent columns, several partial rows in flight at once (unrolled); the four sums meet
+// in shared memory. (One warp walking all 128 splits of a row waited 128 L2 round trips, and
+// decoding has few rows: B1 H8 Sq1 is 8 rows, so that wait was the whole kernel.)
 constexpr int MAX_SPLITS = 128;
 extern "C" __global__ void __launch_bounds__(128)
 attention_combine_splits(const float* __restrict__ o_part, const float* __restrict__ lse_part, elem_t* __restrict__ out,
                          int rows, int n_splits) {
     constexpr int COLS = D / 32;
-    const int lane = threadIdx.x % 32;
-    const int row = blockIdx.x * 4 + threadIdx.x / 32;
-    if (row >= rows) return;
+    __shared__ float sums[4][D];
+    __shared__ float lse_s[MAX_SPLITS];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int row = blockIdx.x;
     const float* const lse = lse_part + (size_t)row * n_splits;
-    float w[MAX_SPLITS / 32], mx = NEG_INF;
-#pragma unroll
-    for (int j = 0; j < MAX_SPLITS / 32; ++j) {
-        w[j] = 32 * j + lane < n_splits ? lse[32 * j + lane] : NEG_INF;
-        mx = fmaxf(mx, w[j]);
+    float mx = NEG_INF;
+    for (int i = threadIdx.x; i < n_splits; i += 128) {
+        lse_s[i] = lse[i];
+        mx = fmaxf(mx, lse_s[i]);
     }
 #pragma unroll
     for (int k = 16; k > 0; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+    if (lane == 0) sums[warp][0] = mx;
+    __syncthreads();
+    mx = fmaxf(fmaxf(sums[0][0], sums[1][0]), fmaxf(sums[2][0], sums[3][0]));
     if (mx == NEG_INF) mx = 0.0f;  // no split saw a key (not launched so): weights 0, output 0
-    float wsum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < MAX_SPLITS / 32; ++j) {
-        w[j] = exp2f(w[j] - mx);
-        wsum += w[j];
-    }
-#pragma unroll
-    for (int k = 16; k > 0; k /= 2) wsum += __shfl_xor_sync(0xffffffffu, wsum, k);
-    float acc[COLS] = {};
+    __syncthreads();               // sums[·][0] is read: it may be overwritten now
+    float acc[COLS] = {}, wsum = 0.0f;
     const float* const o = o_part + (size_t)row * n_splits * D + lane * COLS;
-#pragma unroll
-    for (int j = 0; j < MAX_SPLITS / 32; ++j) {
-        if (32 * j >= n_splits) break;
 #pragma unroll 8
-        for (int t = 0; t < 32; ++t) {
-            const int i = 32 * j + t;
-            const float wi = __shfl_sync(0xffffffffu, w[j], t);
-            if (i < n_splits) {
+    for (int i = warp; i < n_splits; i += 4) {
+        const float w = exp2f(lse_s[i] - mx);
+        wsum += w;
 #pragma unroll
-                for (int e = 0; e < COLS; e += 2) {
-                    const float2 part = *reinterpret_cast<const float2*>(o + (size_t)i * D + e);
-                    acc[e] = fmaf(wi, part.x, acc[e]);
-                    acc[e + 1] = fmaf(wi, part.y, acc[e + 1]);
-                }
-            }
+        for (int e = 0; e < COLS; e += 2) {
+            const float2 part = *reinterpret_cast<const float2*>(o + (size_t)i * D + e);
+            acc[e] = fmaf(w, part.x, acc[e]);
+            acc[e + 1] = fmaf(w, part.y, acc[e + 1]);
         }
     }
-    const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-    elem_t* const dst = out + (size_t)row * D + lane * COLS;
 #pragma unroll
-    for (int e = 0; e < COLS; e += 2)
-        *reinterpret_cast<unsigned*>(dst + e) = pack2(acc[e] * inv, acc[e + 1] * inv);
+    for (int e = 0; e < COLS; ++e) sums[warp][lane * COLS + e] = acc[e];
+    __shared__ float wsums[4];  // each warp's share of the weights (the same in all its lanes)
+    if (lane == 0) wsums[warp] = wsum;
+    __syncthreads();
+    const float inv_total = 1.0f / fmaxf(wsums[0] + wsums[1] + wsums[2] + wsums[3], 1e-30f);
+    if (warp == 0) {
+        elem_t* const dst = out + (size_t)row * D + lane * COLS;
+#pragma unroll
+        for (int e = 0; e < COLS; e += 2) {
+            const int c = lane * COLS + e;
+            const float x0 = sums[0][c] + sums[1][c] + sums[2][c] + sums[3][c];
+            const float x1 = sums[0][c + 1] + sums[1][c + 1] + sums[2][c + 1] + sums[3][c + 1];
+            *reinterpret_cast<unsigned*>(dst + e) = pack2(x0 * inv_total, x1 * inv_total);
+        }
+    }
 }

@@ -74,6 +74,33 @@ DEFAULT_SCHEDULES = {64: "+ intra-warpgroup overlap", 128: "+ intra-warpgroup ov
 
 def default_schedule(head_dim: int) -> str:
     return DEFAULT_SCHEDULES[head_dim]
+
+
+# Which launch a prefill call gets (call_schedule), from how its work tiles look:
+SHORT_WORK_TILES = 8  # key tiles of the longest work tile, at most, for the causal short rule
+
+
+def call_schedule(head_dim: int, causal: bool, key_tiles: int) -> str:
+    """The schedule a prefill call runs when none is asked for. DEFAULT_SCHEDULES is the kernel;
+    what differs is what happens between a block's work tiles, which matters when work tiles are
+    short (prompts of 512–1024 tokens: 4–8 key tiles each):
+    - full attention: persistent blocks (one per SM, fixed stride; the same kernel, another
+      grid). Every work tile has the same length, so the stride balances the SMs by itself, and
+      the producer loads the next tile's Q and first K/V while the consumers finish this one: a
+      new block's start (barrier set-up, Q load, filling the ring) is hidden instead of paid per
+      tile. Measured no slower at the long shapes, where a tile's own work dwarfs its start;
+    - causal with short work tiles (≤ SHORT_WORK_TILES key tiles): work tiles differ in length,
+      so a fixed stride unbalances the SMs; a work queue hands the next tile to whichever block
+      is free. Without ping-pong: with a few key tiles per work tile, the two consumers' turns
+      are mostly a wait for the other's (each turn is a handoff through a named barrier, two per
+      key tile), and FlashAttention-3 itself runs its head-dim-64 kernel without it;
+    - causal with long work tiles: the head dim's default (one block per work tile, heaviest
+      first), where the tiles' own work dwarfs their start."""
+    if not causal:
+        return "+ persistent blocks"
+    if key_tiles <= SHORT_WORK_TILES:
+        return "work queue without ping-pong"
+    return DEFAULT_SCHEDULES[head_dim]
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
 # (stages/stage6.cu: poly_exp2), per head dim.
 EXP2_POLY = {64: 0, 128: 0}
@@ -261,14 +288,15 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     (plan_splits' rule unless `splits` is given; never an empty split)."""
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
-    schedule = schedule if schedule is not None else (DECODE_SCHEDULE if pack else DEFAULT_SCHEDULES[D])
+    key_tiles = (Sk + tiles[0] - 1) // tiles[0]
+    if schedule is None:
+        schedule = DECODE_SCHEDULE if pack else call_schedule(D, causal, key_tiles)
     block_m = 64 * tiles[2]
     if pack and (H // Hk) * Sq > block_m:
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
-    key_tiles = (Sk + tiles[0] - 1) // tiles[0]
     n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles, MAX_SPLITS)
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
@@ -335,7 +363,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                  np.int32(n), np.int32(per_split))
     rows = B * H * Sq
     plan.partial_shape = (rows, n, D)
-    plan.combine_config = nvrtc.launch_config(((rows + 3) // 4, 1, 1), (128, 1, 1), 0) if n > 1 else None
+    plan.combine_config = nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0) if n > 1 else None  # a block per row
     plan.parts = {}  # split-KV's partial rows, one pair of buffers per stream (_partials)
     bn = ch["tiles"][0]
     plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn)
@@ -378,8 +406,8 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
               timeline=None, exp2_poly=None, lazy_rescale=None, splits=None, pack_gqa=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
-    `tiles` (one of CHOICES), `schedule` (a key of ALL_SCHEDULES; default: the head dim's, see
-    DEFAULT_SCHEDULES), `exp2_poly` (eighths of the exponentials computed by polynomial, 0–8)
+    `tiles` (one of CHOICES), `schedule` (a key of ALL_SCHEDULES; default: call_schedule's rule,
+    on the head dim's kernel, DEFAULT_SCHEDULES), `exp2_poly` (eighths of the exponentials computed by polynomial, 0–8)
     and `lazy_rescale` (-1: rescale O every tile; k >= 0: only when a row max grew by more than
     2^k, see LAZY_RESCALE) are for measuring the alternatives; `timeline`, an int64 CUDA tensor of
     (1 + CONSUMERS)·16·4 elements, receives clock64 stamps of block 0's first work tile (see

@@ -214,6 +214,7 @@ def test_plan_cache_on_the_cpu(monkeypatch):
     monkeypatch.setattr(s6, "_check_arch", lambda q: None)
     monkeypatch.setattr(s6, "_kernel", lambda *a: ("kernel", "combine"))
     monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
+    monkeypatch.setattr(s6, "_queue", lambda plan, device: 0)  # the work queue's counter lives on a GPU
     monkeypatch.setattr(s6, "tensor_map", lambda t, rows: made.append(rows) or Map(t.data_ptr()))
     monkeypatch.setattr(s6, "validate_cached",
                         lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
@@ -319,6 +320,19 @@ def test_split_limit_agrees_with_the_kernel():
     assert f"constexpr int MAX_SPLITS = {s6.MAX_SPLITS};" in s6.SOURCE.read_text()
 
 
+def test_call_schedule_rule():
+    """Full attention: persistent blocks (the same kernel); causal: the work queue without
+    ping-pong while work tiles are short, the head dim's default beyond; what choose() runs."""
+    for D in s6.INFO.head_dims:
+        assert s6.call_schedule(D, False, 3) == s6.call_schedule(D, False, 500) == "+ persistent blocks"
+        assert s6.call_schedule(D, True, s6.SHORT_WORK_TILES) == "work queue without ping-pong"
+        assert s6.call_schedule(D, True, s6.SHORT_WORK_TILES + 1) == s6.default_schedule(D)
+        assert s6.config(D, schedule="+ persistent blocks")["defines"] == s6.config(D)["defines"]
+    assert s6.choose(32, 16, 16, 512, 512, 64, True, 132)["schedule"] == "work queue without ping-pong"
+    assert s6.choose(4, 16, 16, 8192, 8192, 128, True, 132)["schedule"] == s6.default_schedule(128)
+    assert s6.choose(1, 32, 8, 1, 4096, 128, False, 132)["schedule"] == s6.DECODE_SCHEDULE
+
+
 def test_packing_rule():
     assert s6.packs_gqa(32, 8, 1) and s6.packs_gqa(32, 8, 16) and not s6.packs_gqa(32, 8, 17)
     assert s6.packs_gqa(8, 8, 64) and not s6.packs_gqa(8, 8, 65)
@@ -360,7 +374,7 @@ def test_split_launches_on_the_cpu(monkeypatch):
     assert k1 == "kernel" and k2 == "combine"
     assert c1.grid == (8 * 16, 1, 1)              # 8 K/V heads × 16 splits of 2 tiles
     assert boxes[0] == ((1, 8, 4, 1, 128), (4, 1))  # q as [B, Hk, G, Sq, D]: 4 rows per box
-    assert c2.grid == (-(-32 // 4), 1, 1) and int(p2[-1]) == 16 and int(p2[-2]) == 32
+    assert c2.grid == (32, 1, 1) and int(p2[-1]) == 16 and int(p2[-2]) == 32  # a block per output row
     assert p1[4:6] == (1111, 2222) and p2[:2] == (1111, 2222)  # the partial rows, written then read
     launched.clear()
     s6.attention(q, k, v, splits=1000)             # at most MAX_SPLITS, whatever is asked
