@@ -4,8 +4,8 @@
 #   gap        SDPA and stages 3, 5, 6 timed with and without the GPU held (scripts/launch_gap.py)
 #   tiles      the tile choices of stages 4 and 5 (scripts/tile_sweep.py --record)
 #   stage6     stage 6 idea by idea (scripts/stage6_schedules.py --record)
-#   shapemap   stage 6 against SDPA at prefill and decode shapes (scripts/shape_map.py --record)
 #   stage5     stage 5 idea by idea: waterfall and leave-one-out (scripts/stage5_ideas.py --record)
+#   shapemap   stage 6 against SDPA at prefill and decode shapes (scripts/shape_map.py --record)
 #   profile    Nsight Compute on one call of every CUDA C++ stage (results/profiles/)
 #   notebooks  every notebook executed with outputs
 #   pytest     the whole suite with nbval (stages running for real)
@@ -35,7 +35,7 @@
 # times with distinct names), and add NAME to ALL_STEPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_STEPS="bench gap tiles stage6 shapemap stage5 profile notebooks pytest sanitize"
+ALL_STEPS="bench gap tiles stage6 stage5 shapemap profile notebooks pytest sanitize"
 
 refuse() {  # refuse WHY: nothing has run yet
   echo "gpu_session.sh: $1" >&2

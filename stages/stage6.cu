@@ -338,6 +338,13 @@ __device__ __forceinline__ void release(unsigned long long* empty) {
     if (threadIdx.x % 32 == 0) mbar_arrive(empty);
 }
 
+// The Q buffer is released by every consumer thread, not one per warp: with DYNAMIC_WORK each
+// thread has also read sm.work, which the producer overwrites once Q is released, and its own
+// arrival (a release) orders that read before the overwrite. (A warp's __syncwarp and one
+// lane's arrival order it too, but compute-sanitizer's racecheck does not follow that chain:
+// it reported the overwrite at the queue's end as a race.)
+__device__ __forceinline__ void release_q(Smem& sm) { mbar_arrive(&sm.q_empty); }
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, elem_t* __restrict__ out,
@@ -361,7 +368,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
     if (threadIdx.x == 0) {
         mbar_init(&sm.q_full, 1);
-        mbar_init(&sm.q_empty, 4 * CONSUMERS);
+        mbar_init(&sm.q_empty, 128 * CONSUMERS);  // every consumer thread: see release_q
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(&sm.k_full[st], 1);
             mbar_init(&sm.v_full[st], 1);
@@ -548,7 +555,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             STAMP(role, j - 1, 3);
             to_operand(s, p);
         }
-        release(&sm.q_empty);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
+        release_q(sm);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
         const int last = pos + my_tiles - 1;
         mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
         turn_begin(c);
@@ -572,7 +579,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             wgmma_wait<0>();
             fence_registers(s);
             release(&sm.k_empty[st]);
-            if (j == my_tiles - 1) release(&sm.q_empty);
+            if (j == my_tiles - 1) release_q(sm);
             STAMP(role, j, 1);
             softmax(s, m, l, alpha, j);
             rescale(o, alpha);
