@@ -120,9 +120,13 @@ def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="k
     except Exception as e:
         raise RuntimeError(f"NVRTC failed to compile {name} for {arch}:\n{log.getvalue()}\n{e}")
     text = log.getvalue().replace("\x00", "")
+    # Both files through a rename, so that a concurrent reader (pytest-xdist workers compiling
+    # the same kernel) never sees half a cubin or a log another writer has just truncated.
+    tmp_log = log_path.with_suffix(f".logtmp{os.getpid()}")
+    tmp_log.write_text(text)
+    tmp_log.replace(log_path)
     tmp = cubin_path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_bytes(obj.code)
-    log_path.write_text(text)
     tmp.replace(cubin_path)  # atomic: a concurrent reader never sees half a cubin
     return Compiled(obj.code, text, arch, key, cubin_path)
 
