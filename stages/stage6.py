@@ -46,6 +46,11 @@ DECODE_SCHEDULE = "overlap without ping-pong"  # one consumer: nobody to take tu
 CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3),
            (128, 4, 1), (128, 3, 1)]
 MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O row in fp32
+# What splitting costs beyond the blocks' own tiles, in key tiles: the fp32 partial rows and the
+# combine kernel. Measured at B1 H8 S512 D64 (24 work tiles of 4 key tiles, one wave either
+# way): split in 4, 14.1 µs (results/logs/2026-11-24-fd94088-call3), unsplit 13.2 µs
+# (2026-11-23-8825e9b): 5 tiles' worth unsplit against 2 + this, so about 3.
+COMBINE_TILES = 3
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
 # PERSISTENT is the launch, not the kernel: one block per SM walking the work tiles, instead of
 # one block per work tile; in a fixed stride, or (DYNAMIC_WORK) taking the next from a counter.
@@ -80,10 +85,13 @@ def default_schedule(head_dim: int) -> str:
 SHORT_WORK_TILES = 8  # key tiles of the longest work tile, at most, for the causal short rule
 
 
-def call_schedule(head_dim: int, causal: bool, key_tiles: int) -> str:
+def call_schedule(head_dim: int, causal: bool, key_tiles: int, work: int, sms: int) -> str:
     """The schedule a prefill call runs when none is asked for. DEFAULT_SCHEDULES is the kernel;
     what differs is what happens between a block's work tiles, which matters when work tiles are
-    short (prompts of 512–1024 tokens: 4–8 key tiles each):
+    short (prompts of 512–1024 tokens: 4–8 key tiles each) and there are more of them than SMs
+    (with `work` ≤ `sms` every block has one work tile: nothing to hide a start under, and the
+    head dim's default launch is kept — at B1 H8 S512, 24 work tiles, the persistent launches
+    measured 8–13% slower):
     - full attention: persistent blocks (one per SM, fixed stride; the same kernel, another
       grid). Every work tile has the same length, so the stride balances the SMs by itself, and
       the producer loads the next tile's Q and first K/V while the consumers finish this one: a
@@ -96,6 +104,8 @@ def call_schedule(head_dim: int, causal: bool, key_tiles: int) -> str:
       key tile), and FlashAttention-3 itself runs its head-dim-64 kernel without it;
     - causal with long work tiles: the head dim's default (one block per work tile, heaviest
       first), where the tiles' own work dwarfs their start."""
+    if work <= sms:
+        return DEFAULT_SCHEDULES[head_dim]
     if not causal:
         return "+ persistent blocks"
     if key_tiles <= SHORT_WORK_TILES:
@@ -265,8 +275,9 @@ def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
     runs: one block per SM at a time; a block costs about its key tiles plus one tile's worth of
     fixed work (Q's load, the ring filling, the epilogue), so `work`·n blocks of
     ceil(key_tiles / n) tiles take about ceil(work·n / sms) waves × (ceil(key_tiles / n) + 1)
-    tiles. The n from 1 to key_tiles (at most MAX_SPLITS) with the least is taken, the smallest
-    on a tie: every split also costs the combine pass over its partial rows. Work that already
+    tiles, and splitting at all adds COMBINE_TILES for the partial rows and the combine kernel's
+    launch. The n from 1 to key_tiles (at most MAX_SPLITS) with the least is taken, the smallest
+    on a tie. Work that already
     fills 80% of the SMs is not split (FlashAttention-3's threshold): there the waves' rounding
     may still favour a split, but the partial rows in fp32 and their combine cost more than it
     gains. Causal calls are not split (their work tiles have different lengths, and queries are
@@ -275,7 +286,7 @@ def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
         return 1
     best, best_cost = 1, None
     for n in range(1, min(key_tiles, MAX_SPLITS) + 1):
-        cost = -(-work * n // sms) * (-(-key_tiles // n) + 1)
+        cost = -(-work * n // sms) * (-(-key_tiles // n) + 1) + (COMBINE_TILES if n > 1 else 0)
         if best_cost is None or cost < best_cost:
             best, best_cost = n, cost
     return best
@@ -289,14 +300,14 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
     key_tiles = (Sk + tiles[0] - 1) // tiles[0]
-    if schedule is None:
-        schedule = DECODE_SCHEDULE if pack else call_schedule(D, causal, key_tiles)
     block_m = 64 * tiles[2]
+    # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
+    work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
+    if schedule is None:
+        schedule = DECODE_SCHEDULE if pack else call_schedule(D, causal, key_tiles, work, sms)
     if pack and (H // Hk) * Sq > block_m:
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")
-    # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
-    work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
     n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles, MAX_SPLITS)
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,

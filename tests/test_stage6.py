@@ -311,7 +311,7 @@ def test_split_rule():
             if work >= 0.8 * 132:
                 assert n == 1, "work that fills the GPU is not split"
                 continue
-            cost = lambda n: -(-work * n // 132) * (-(-tiles // n) + 1)  # noqa: E731
+            cost = lambda n: -(-work * n // 132) * (-(-tiles // n) + 1) + (s6.COMBINE_TILES if n > 1 else 0)  # noqa: E731
             assert all(cost(n) <= cost(m) for m in range(1, min(tiles, s6.MAX_SPLITS) + 1))
 
 
@@ -324,13 +324,19 @@ def test_call_schedule_rule():
     """Full attention: persistent blocks (the same kernel); causal: the work queue without
     ping-pong while work tiles are short, the head dim's default beyond; what choose() runs."""
     for D in s6.INFO.head_dims:
-        assert s6.call_schedule(D, False, 3) == s6.call_schedule(D, False, 500) == "+ persistent blocks"
-        assert s6.call_schedule(D, True, s6.SHORT_WORK_TILES) == "work queue without ping-pong"
-        assert s6.call_schedule(D, True, s6.SHORT_WORK_TILES + 1) == s6.default_schedule(D)
+        assert s6.call_schedule(D, False, 3, 500, 132) == s6.call_schedule(D, False, 500, 500, 132) \
+            == "+ persistent blocks"
+        assert s6.call_schedule(D, True, s6.SHORT_WORK_TILES, 500, 132) == "work queue without ping-pong"
+        assert s6.call_schedule(D, True, s6.SHORT_WORK_TILES + 1, 500, 132) == s6.default_schedule(D)
+        # one work tile per SM or fewer: nothing to overlap, the default launch
+        assert s6.call_schedule(D, False, 4, 132, 132) == s6.call_schedule(D, True, 4, 24, 132) \
+            == s6.default_schedule(D)
         assert s6.config(D, schedule="+ persistent blocks")["defines"] == s6.config(D)["defines"]
     assert s6.choose(32, 16, 16, 512, 512, 64, True, 132)["schedule"] == "work queue without ping-pong"
     assert s6.choose(4, 16, 16, 8192, 8192, 128, True, 132)["schedule"] == s6.default_schedule(128)
     assert s6.choose(1, 32, 8, 1, 4096, 128, False, 132)["schedule"] == s6.DECODE_SCHEDULE
+    latency = s6.choose(1, 8, 8, 512, 512, 64, False, 132)  # the seeds' latency shape: 24 work tiles
+    assert latency["schedule"] == s6.default_schedule(64) and latency["splits"] == 1
 
 
 def test_packing_rule():
