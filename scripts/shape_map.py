@@ -103,7 +103,7 @@ def measure(row, opts=None, budget_s=0.3):
     row.update(us=t, sdpa_us=sd, sdpa_flash_us=sf, tflops=flops / t / 1e6, gbps=moved / t / 1e3,
                vs_sdpa=sd / t if sd else None, vs_flash=sf / t if sf else None,
                max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
-               splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]),
+               splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"],
                stage_round_medians_us=times["stage"].round_medians_us)
     del q, k, v
     return row

@@ -448,3 +448,21 @@ def test_decoding_views_scale_and_streams(seed):
     for out, (q, k, v) in zip(outs, inputs):
         c = check_output(out, q, k, v, causal=False)
         assert c.passed, f"two streams, seed {seed}: {c.summary()}"
+
+
+def test_shape_map_rows_run_what_stage6_runs_now():
+    """The recorded shape map (scripts/shape_map.py --record) holds for today's stage 6 only if
+    every row would still run the build it was timed with: the same packing and key splits
+    (the kernel's source is covered by the record's sha256, which lib.shape_map.provenance
+    compares). A change to the launch rules that moves any row fails here: re-record the map."""
+    from lib import shape_map
+    rec = shape_map.record()
+    if not rec:
+        pytest.skip("no shape map recorded")
+    sms = rec["env"].get("sm_count", 132)
+    for r in rec["rows"]:
+        if r["part"] not in ("decode", "prefill"):
+            continue
+        ch = s6.choose(r["B"], r["H"], r["Hkv"], r["Sq"], r["Sk"], r["D"], r["causal"], sms)
+        assert (ch["splits"], ch["pack_gqa"], list(ch["tiles"])) == (r["splits"], r["packed"], r["tiles"]), r
+        assert r.get("schedule", ch["schedule"]) == ch["schedule"], r  # recorded since 511f4c1
