@@ -1,9 +1,10 @@
 """Recorded GPU results: where every performance figure in the README and notebooks comes from.
 
 results/<gpu>.json holds the environment of the run (GPU, SM count, driver, CUDA, torch,
-numba-cuda, NVRTC, commit, date), each stage's title and the sha256 of its sources, and one
-row per measured (stage, shape). A stage whose sources no longer match the recorded hash is
-stale: the freshness test fails until the benchmark is re-recorded on a GPU.
+numba-cuda, NVRTC, commit, date), each stage's title and the sha256 of its sources' code
+(code_only: comments and docstrings left out), and one row per measured (stage, shape). A stage
+whose code no longer matches the recorded hash is stale: the freshness test fails until the
+benchmark is re-recorded on a GPU.
 """
 from __future__ import annotations
 
@@ -86,11 +87,55 @@ def _driver_version() -> str:
         return "unknown"
 
 
-def stage_sha256(info) -> str:
-    """sha256 over the stage's source files (path and content), in order."""
+def code_only(rel: str, text: str) -> str:
+    """A source file as the compiler and interpreter see it, for hashing: comments, docstrings,
+    trailing spaces and blank lines removed, so that a record goes stale when a stage's code
+    changes and not when a comment does. Python: the spans of COMMENT tokens and of docstrings
+    (a string that is the first statement of a module, class or function) are cut from the text
+    (positions from tokenize and ast, which agree across Python versions); C/C++: `//` and
+    `/* */` comments (the stages' sources have no string literal holding either)."""
+    if rel.endswith(".py"):
+        import ast
+        import io
+        import tokenize
+        lines = text.splitlines(keepends=True)
+        cuts = []  # ((row, col), (row, col)) spans to remove, 1-based rows
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                cuts.append((tok.start, tok.end))
+        for node in ast.walk(ast.parse(text)):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                d = body[0]
+                cuts.append(((d.lineno, d.col_offset), (d.end_lineno, d.end_col_offset)))
+        for (r0, c0), (r1, c1) in sorted(cuts, reverse=True):  # from the end: earlier spans keep their places
+            head, tail = lines[r0 - 1][:c0], lines[r1 - 1][c1:]
+            lines[r0 - 1:r1] = [head + tail]
+        text = "".join(lines)
+    else:
+        text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+        text = re.sub(r"//[^\n]*", "", text)
+    return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip())
+
+
+def stage_sha256(info, read=None) -> str:
+    """sha256 over the stage's source files (path and code_only(content)), in order; `read(rel)`
+    gives a file's text (default: the working tree's), e.g. as an earlier commit had it."""
     h = hashlib.sha256()
     for rel, path in zip(info.sources, info.source_paths()):
-        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+        text = read(rel) if read else path.read_text()
+        h.update(rel.encode() + b"\0" + code_only(rel, text).encode() + b"\0")
+    return h.hexdigest()
+
+
+def raw_sha256(info, read) -> str:
+    """The hash records carried before 2026-11-24 (whole files, comments included): used only to
+    check that an earlier commit's sources are the ones a record was made from."""
+    h = hashlib.sha256()
+    for rel in info.sources:
+        h.update(rel.encode() + b"\0" + read(rel).encode() + b"\0")
     return h.hexdigest()
 
 

@@ -408,3 +408,30 @@ def test_journey_prediction_verdict_and_label():
     data = {"env": {"gpu": "G", "commit": "bbbbbbb"},
             "stages": {"0": {"commit": "aaaaaaa"}, "1": {}, "2": {}}}
     assert recorded_label(data) == "recorded on G, stage 0 at commit aaaaaaa; stages 1–2 at commit bbbbbbb"
+
+
+def test_source_hash_ignores_comments_not_code():
+    """A record goes stale when a stage's code changes, not when a comment or docstring does
+    (lib.results.code_only): checked on every registered stage's real sources."""
+    import stages
+    for mod in stages.all_stages():
+        info = mod.INFO
+        texts = {rel: p.read_text() for rel, p in zip(info.sources, info.source_paths())}
+        base = results.stage_sha256(info, texts.__getitem__)
+        assert base == results.stage_sha256(info)
+        for rel, text in texts.items():
+            if rel.endswith(".py"):
+                commented = text.replace("\n\n", "\n\n# a new comment line\n\n", 1) + "\n# trailing note\n"
+                code = text + "\n_EXTRA = 1\n"
+            else:
+                commented = "// a new comment\n" + text.replace("\n", "  /* note */\n", 1)
+                code = text + "\nstatic const int extra_value = 1;\n"
+            for variant, same in ((commented, True), (code, False)):
+                h = results.stage_sha256(info, {**texts, rel: variant}.__getitem__)
+                assert (h == base) is same, (info.number, rel, same)
+
+
+def test_docstrings_are_not_code():
+    src = 'def f(x):\n    """Say what f does."""\n    return x  # why\n'
+    assert results.code_only("m.py", src) == "def f(x):\n    return x"
+    assert results.code_only("k.cu", "int a; // note\n/* block\n comment */ int b;\n\n") == "int a;\n  int b;"
