@@ -523,17 +523,21 @@ def standard_runs(data: dict) -> list[dict]:
     return [r for r in data["runs"] if r.get("suite", "standard") == "standard"]
 
 
-def ratio_legend(over: str, runs: list[dict] = ()) -> str:
+def ratio_legend(over: str, runs: list[dict] = (), commits=()) -> str:
     """How the table's SDPA ratios are computed; `over`: whose rows the median is taken over;
-    `runs`: the rows shown (names the stages timed before the timing took turns)."""
+    `runs`: the rows shown (names the stages timed before the timing took turns); `commits`:
+    those of the runs the rows come from (several: the median mixes their SDPA timings)."""
     before = sorted({r["stage"] for r in runs if not r.get("skipped") and not r.get("us_rounds")})
     older = (f" (stage{'s' if len(before) > 1 else ''} {', '.join(map(str, before))}: recorded "
              "before that, each timed in one go)") if before else ""
+    mixed = (" The rows come from several runs (the commits in the line above), so the median "
+             "mixes those runs' SDPA timings, each taken the way its run timed; the † lines give "
+             "a row's ratio to its own SDPA time.") if len(set(commits)) > 1 else ""
     return ("Speed vs SDPA = SDPA's time / the stage's time (1× = as fast). SDPA's time is the "
             f"median over {over} of the same shape, dtype and causality: every row "
-            "timed SDPA itself, the same way, on the same inputs in the same process as the "
-            f"stage; † marks a row whose own SDPA time was more than {SDPA_OUTLIER:.0%} off "
-            "that median (listed below the table). The stage and SDPA were timed in turns, "
+            "timed SDPA itself, on the same inputs in the same process as the stage, in the run "
+            f"that recorded the row.{mixed} † marks a row whose own SDPA time was more than "
+            f"{SDPA_OUTLIER:.0%} off that median (listed below the table). The stage and SDPA were timed in turns, "
             f"five rounds each, L2 flushed before every run{older}; ‡ marks a row whose "
             f"slowest round was more than {UNSTEADY:.0%} slower than its fastest; § marks a "
             "ratio whose SDPA time included SDPA's launch on the host (notes below).")
@@ -550,7 +554,9 @@ def results_block(data: dict, runs: list[dict] | None = None,
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
     stage_numbers = sorted({r["stage"] for r in runs}) or None
     parts = [provenance(data, stage_numbers), "",
-             ratio_legend("this file's rows", runs) + " % of matmul peak = TFLOPS over the dense "
+             ratio_legend("this file's rows", runs,
+                          [data["stages"].get(str(n), {}).get("commit") for n in {r["stage"] for r in std}])
+             + " % of matmul peak = TFLOPS over the dense "
              "matrix-product rate measured on the same GPU" +
              (f" ({peak:.0f} TFLOPS, {data['ceilings']['matmul_dtype']} "
               f"{data['ceilings']['matmul_shape']})." if peak else "."), "",
