@@ -435,3 +435,31 @@ def test_docstrings_are_not_code():
     src = 'def f(x):\n    """Say what f does."""\n    return x  # why\n'
     assert results.code_only("m.py", src) == "def f(x):\n    return x"
     assert results.code_only("k.cu", "int a; // note\n/* block\n comment */ int b;\n\n") == "int a;\n  int b;"
+
+
+def test_shape_map_presentation_reads_the_rows():
+    """lib.shape_map on a small made-up record: the heatmap puts each ratio in its row and
+    column, the summary counts what it says, the waterfall lists every variant."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from lib import shape_map
+
+    def row(part, **kw):
+        base = {"part": part, "dtype": "bfloat16", "causal": False, "B": 1, "H": 32, "Hkv": 8, "Sq": 1,
+                "Sk": 4096, "D": 128, "us": 10.0, "vs_sdpa": 1.0, "vs_flash": 1.5, "gbps": 900.0, "splits": 1}
+        return {**base, **kw}
+    rows = [row("decode", Sq=1, vs_sdpa=0.5), row("decode", Sq=4, vs_sdpa=2.0),
+            row("decode", Sq=1, B=8, vs_sdpa=1.25), row("prefill", Sq=512, Sk=512, H=16, Hkv=16, D=64, vs_sdpa=0.8),
+            row("prefill", Sq=1024, Sk=1024, H=16, Hkv=16, D=64, causal=True, vs_sdpa=1.1),
+            row("waterfall", variant="prefill build", vs_sdpa=0.4), row("waterfall", variant="both", vs_sdpa=1.0)]
+    rec = {"env": {"date": "d", "gpu": "g", "commit": "c"}, "sha256": "x", "rows": rows}
+    text = shape_map.summary(rec)
+    assert "prefill grid: 0.80× to 1.10×" in text and "at or above it in 1 of 2 rows" in text
+    assert "decoding grid, Sq 1: 0.50× to 1.25×" in text and "Sq 4: 2.00× to 2.00×" in text
+    table = shape_map.waterfall_table(rec)
+    assert "| prefill build |" in table and "| both |" in table and "0.40×" in table
+    ys, xs, z = shape_map._grid(rows, "decode", lambda r: r["Sq"], lambda r: r["B"])
+    assert ys == [1, 4] and xs == [1, 8] and z[0, 0] == 0.5 and z[0, 1] == 1.25 and z[1, 0] == 2.0
+    assert str(z[1, 1]) == "nan"  # no row there: an empty cell, not a made-up value
+    fig = shape_map.plot_shape_map(rec)
+    assert len(fig.axes) == 3  # two heatmaps and the colour bar

@@ -136,6 +136,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/one_call.py", "9", "throughput"], "invalid choice: 9"),
     (["scripts/then_and_now.py", "4506624", "3", "long"], "needs a CUDA GPU and none was found"),
     (["scripts/launch_gap.py"], "needs a CUDA GPU; none was found"),
+    (["scripts/shape_map.py", "--record"], "runs on sm_90 GPUs (H100/H200) only"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
     before = _tree_digest(ROOT / "results")
