@@ -190,6 +190,7 @@ def validate_cached(q, k, v, *, causal, scale, info: StageInfo) -> float:
         key, hit = None, None
     if hit is not None and hit[0] is info and not (
             hit[2] and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % hit[2]):
+        refuse_grad(info, q, k, v)  # the layout says nothing about requires_grad
         return hit[1]
     result = validate(q, k, v, causal=causal, scale=scale, info=info)
     if key is not None:

@@ -466,3 +466,25 @@ def test_shape_map_rows_run_what_stage6_runs_now():
         ch = s6.choose(r["B"], r["H"], r["Hkv"], r["Sq"], r["Sk"], r["D"], r["causal"], sms)
         assert (ch["splits"], ch["pack_gqa"], list(ch["tiles"])) == (r["splits"], r["packed"], r["tiles"]), r
         assert r.get("schedule", ch["schedule"]) == ch["schedule"], r  # recorded since 511f4c1
+
+
+def test_grad_refused_whatever_was_cached(monkeypatch):
+    """A layout validated and planned without grad, then called with grad and another option
+    (a new plan, but a cached validation): still refused (lib.inputs.validate_cached)."""
+    from lib import inputs
+    monkeypatch.setattr(s6, "_plans", {})
+    monkeypatch.setattr(s6, "_check_arch", lambda q: None)
+    monkeypatch.setattr(s6, "_kernel", lambda *a: ("kernel", "combine"))
+    monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
+    monkeypatch.setattr(s6, "_queue", lambda plan, device: 0)
+    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1, 2))
+    monkeypatch.setattr(s6, "tensor_map", lambda t, rows: object())
+    monkeypatch.setattr(s6.nvrtc, "launch_prepared", lambda *a: None)
+    monkeypatch.setattr(inputs, "check_machine", lambda info, q=None: None)
+    monkeypatch.setattr(inputs, "check_devices", lambda info, *t: None)
+    q, k, v = make_qkv(1, 4, 33, 64, Sk=200, dtype=torch.float16, device="cpu")
+    s6.attention(q, k, v)                       # validated and planned without grad
+    q.requires_grad_(True)
+    for opts in ({}, {"splits": 1}, {"pack_gqa": False}):
+        with pytest.raises(inputs.NoBackwardError):
+            s6.attention(q, k, v, **opts)
