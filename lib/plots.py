@@ -305,6 +305,26 @@ def timeline_phases(tl: dict, first: int = 1, last: int = 12) -> dict:
     return out
 
 
+def timeline_overlaps(tl: dict, first: int = 1, last: int = 12) -> dict:
+    """From stage 6's timeline record, per schedule with two consumers: the share of consumer 1's
+    softmax time (tiles first … last − 1) during which consumer 2 is in a softmax too
+    ("softmaxes"), and during which it is waiting for its S — its turn and its Q·Kᵀ ("under S").
+    Ping-pong means to make the second large and the first small."""
+    def overlap(a, b):
+        return max(0, min(a[1], b[1]) - max(a[0], b[0]))
+    out = {}
+    for name, st in tl["stamps"].items():
+        if tl["consumers"] != 2 or len(st) < 3:
+            continue
+        mine = [(x[1], x[2]) for x in st[1][first:last]]
+        soft = [(x[1], x[2]) for x in st[2]]
+        wait = [(x[0], x[1]) for x in st[2]]
+        total = sum(b - a for a, b in mine)
+        out[name] = {"softmaxes": sum(overlap(m, o) for m in mine for o in soft) / total,
+                     "under S": sum(overlap(m, o) for m in mine for o in wait) / total}
+    return out
+
+
 def timeline_summary(tl: dict) -> str:
     """timeline_phases as text, a line per schedule."""
     return "\n".join(f"  {name:28s} " + "; ".join(

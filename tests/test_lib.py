@@ -463,3 +463,14 @@ def test_shape_map_presentation_reads_the_rows():
     assert str(z[1, 1]) == "nan"  # no row there: an empty cell, not a made-up value
     fig = shape_map.plot_shape_map(rec)
     assert len(fig.axes) == 3  # two heatmaps and the colour bar
+
+
+def test_timeline_overlaps_of_two_consumers():
+    """Consumer 1's softmax [10, 20) per tile; consumer 2 waits for S over [10, 15) and runs its
+    softmax over [15, 25): half of consumer 1's softmax is under S, half beside a softmax."""
+    from lib.plots import timeline_overlaps
+    c1 = [[0, 10 + 30 * j, 20 + 30 * j, 25 + 30 * j] for j in range(14)]
+    c2 = [[10 + 30 * j, 15 + 30 * j, 25 + 30 * j, 28 + 30 * j] for j in range(14)]
+    tl = {"consumers": 2, "stamps": {"s": [[[0, 0, 0, 0]] * 14, c1, c2]}}
+    got = timeline_overlaps(tl)["s"]
+    assert got["under S"] == pytest.approx(0.5) and got["softmaxes"] == pytest.approx(0.5)
