@@ -30,7 +30,9 @@ SWEEP_TOKENS = 16384  # sweeps over S keep B·S fixed
 SWEEP_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 SIM_SHAPES = [(1, 2, 17, 17, 16), (1, 1, 33, 20, 8)]  # (B, H, Sq, Sk, D) for the simulator
 CHECK_SHAPES = [(1, 2, 64, 64, 64), (1, 2, 67, 45, 64), (2, 1, 45, 67, 64)]  # a small, odd ones
-GQA_CHECK_SHAPES = [(1, 4, 2, 67, 45, 64)]  # (B, H, H_kv, Sq, Sk, D), for stages with INFO.gqa
+# (B, H, H_kv, Sq, Sk, D), for stages with INFO.gqa; the second is a decoding call (stage 6: packed
+# query heads and split keys, which compute-sanitizer then checks too)
+GQA_CHECK_SHAPES = [(1, 4, 2, 67, 45, 64), (2, 8, 2, 3, 1000, 64)]
 HOST_TIMED_SHAPES = ("latency",)  # host time per call matters for small calls
 HOST_CALLS = 300
 DTYPES = ("float16", "bfloat16")
