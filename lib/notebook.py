@@ -1896,3 +1896,18 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="Execute notebooks in place, keeping outputs.")
     ap.add_argument("--execute", nargs="+", required=True, metavar="NOTEBOOK")
     sys.exit(execute(ap.parse_args().execute))
+
+
+def kv_ring_table(stages: int = 2, positions: int = 6) -> str:
+    """Stage 6's K (or V) ring, position by position, as the kernel computes it (stages/stage6.cu:
+    load_tile and the consumers' waits): the buffer, its use, and the parity each side waits
+    for. A table made from the kernel's formulas, not a measurement."""
+    lines = ["| ring position `pos` | buffer `b = pos % STAGES` | use `u = pos / STAGES` | producer "
+             "waits `empty[b]`, parity `(u & 1) ^ 1` | consumers wait `full[b]`, parity `u & 1` |",
+             "|---|---|---|---|---|"]
+    for pos in range(positions):
+        b, u = pos % stages, pos // stages
+        before = ("phase −1: complete from the start, no wait" if u == 0 else
+                  f"phase {u - 1}, the release of position {pos - stages}")
+        lines.append(f"| {pos} | {b} | {u} | {(u & 1) ^ 1} ({before}) | {u & 1} (phase {u}: its bytes) |")
+    return "\n".join(lines)
