@@ -19,6 +19,7 @@ SDPA's time over stage 6's (> 1: stage 6 faster).
     python scripts/shape_map.py --quick          # a few rows of each part (a smoke run)
 """
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -149,10 +150,16 @@ def main() -> int:
     if "prefill" in a.parts:
         plan += [(r, None) for r in prefill_rows(a.dtype, a.quick)]
     rows, t0 = [], time.time()
+    env = R.capture_env() if a.record else None
     for i, (row, opts) in enumerate(plan):
         rows.append(measure(row, opts))
         left = (time.time() - t0) / (i + 1) * (len(plan) - i - 1)
         print(f"[{i + 1}/{len(plan)}, ~{left:.0f} s left] {_fmt(row)}", flush=True)
+        if a.record and (i + 1) % 10 == 0:
+            # a run cut short (a call's time limit) leaves its rows here, beside the complete map,
+            # which only a finished run replaces
+            R.save_extra(env["gpu"], "shape_map_partial", {"env": env, "sha256": R.stage_sha256(s6.INFO),
+                                                           "of": len(plan), "rows": rows})
     failed = [r for r in rows if not r["passed"]]
     for part in a.parts:
         got = [r["vs_sdpa"] for r in rows if r["part"] == part and r["vs_sdpa"]]
@@ -163,9 +170,12 @@ def main() -> int:
         print(f"{len(failed)} rows FAILED the error rule: nothing recorded")
         return 1
     if a.record:
-        env = R.capture_env()
         path = R.save_extra(env["gpu"], "shape_map", {"env": env, "sha256": R.stage_sha256(s6.INFO),
                                                       "quick": a.quick, "rows": rows})
+        data = R.load(path)
+        data.pop("_path", None)
+        if data.pop("shape_map_partial", None) is not None:  # finished: the partial rows are in
+            path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"recorded in {path}")
     return 0
 

@@ -154,3 +154,34 @@ def test_ci_runs_the_readme_test_command():
     r = subprocess.run(["bash", "-c", f'{extract}; printf "%s" "$cmd"'], cwd=ROOT,
                        capture_output=True, text=True, timeout=30)
     assert r.stdout == 'python3 -m pip install -e ".[test]" && python3 -m pytest', r.stdout
+
+
+def test_shape_map_records_partial_rows_then_the_map(tmp_path, monkeypatch):
+    """scripts/shape_map.py --record with the GPU parts replaced: every 10 rows land under
+    "shape_map_partial" (what a run cut short keeps); a finished run writes "shape_map" and
+    drops the partial rows. No GPU: the measurement itself is a stand-in."""
+    import importlib.util
+    import torch
+    from lib import results as R
+    spec = importlib.util.spec_from_file_location("shape_map_script", ROOT / "scripts" / "shape_map.py")
+    sm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sm)
+    monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(R, "capture_env", lambda: {"gpu": "Fake GPU", "commit": "abc", "date": "d"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    seen = []
+
+    def fake_measure(row, opts=None, budget_s=0.3):
+        saved = json.loads((tmp_path / "fake-gpu.json").read_text()) if (tmp_path / "fake-gpu.json").exists() else {}
+        seen.append(len(saved.get("shape_map_partial", {}).get("rows", [])))
+        row.update(us=1.0, vs_sdpa=1.0, vs_flash=1.0, passed=True, splits=1, packed=False, tiles=[128, 2, 3])
+        return row
+    monkeypatch.setattr(sm, "measure", fake_measure)
+    monkeypatch.setattr(sm, "_fmt", lambda row: "row")
+    monkeypatch.setattr(sys, "argv", ["shape_map.py", "--record", "--parts", "decode", "--dtype", "bfloat16"])
+    assert sm.main() == 0
+    n = len(list(sm.decode_rows(["bfloat16"], False)))
+    assert n > 20 and seen[10] == 10 and seen[20] == 20 and seen[9] == 0  # saved every 10 rows
+    data = json.loads((tmp_path / "fake-gpu.json").read_text())
+    assert len(data["shape_map"]["rows"]) == n and "shape_map_partial" not in data
