@@ -47,9 +47,10 @@ CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128,
            (128, 4, 1), (128, 3, 1)]
 MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O row in fp32
 # What splitting costs beyond the blocks' own tiles, in key tiles: the fp32 partial rows and the
-# combine kernel. Measured at B1 H8 S512 D64 (24 work tiles of 4 key tiles, one wave either
-# way): split in 4, 14.1 µs (results/logs/2026-11-24-fd94088-call3), unsplit 13.2 µs
-# (2026-11-23-8825e9b): 5 tiles' worth unsplit against 2 + this, so about 3.
+# combine kernel. Measured at B1 H8 S512 D64 fp16 (24 work tiles of 4 key tiles, one wave either
+# way): split in 4, 14.1 µs (results/logs/2026-11-24-fd94088-call3), unsplit 13.7 µs
+# (2026-11-23-8825e9b) and 13.8 µs (511f4c1's record): 5 tiles' worth unsplit against 2 + this,
+# so about 3.
 COMBINE_TILES = 3
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
 # PERSISTENT is the launch, not the kernel: one block per SM walking the work tiles, instead of
@@ -91,7 +92,8 @@ def call_schedule(head_dim: int, causal: bool, key_tiles: int, work: int, sms: i
     short (prompts of 512–1024 tokens: 4–8 key tiles each) and there are more of them than SMs
     (with `work` ≤ `sms` every block has one work tile: nothing to hide a start under, and the
     head dim's default launch is kept — at B1 H8 S512, 24 work tiles, the persistent launches
-    measured 8–13% slower):
+    measured 8–13% slower: 14.1 → 15.3 µs full, 13.7 → 15.5 causal, fp16, in the bench logs of
+    results/logs/2026-11-24-fd94088-call3 and -dc99aa6-call7):
     - full attention: persistent blocks (one per SM, fixed stride; the same kernel, another
       grid). Every work tile has the same length, so the stride balances the SMs by itself, and
       the producer loads the next tile's Q and first K/V while the consumers finish this one: a
