@@ -1599,11 +1599,7 @@ def stage6_schedule_sass(arch: str | None = None, dtype=torch.float16) -> str:
         for name in s6.SCHEDULES:
             (c,) = s6.compile_for(arch, dtype, D, schedule=name).values()
             ins = inspect_cubin(c.cubin, arch, c.resource_usage())
-            u = c.resource_usage().get("attention_wgmma")
-            if u is None:  # a ptxas log without this kernel's lines (NVRTC 13.0, the H100 machine's,
-                # once the module holds a second kernel): the cubin's own count, local bytes as spills
-                r = ins.resources["attention_wgmma"]
-                u = {"registers": r["REG"], "spill_stores": r["LOCAL"]}
+            u = c.resource_usage()["attention_wgmma"]  # the module also holds the combine kernel
             lines.append(f"| {D} | {name} | {u['registers']} | {u['spill_stores']} | {ins.mix['HGMMA']} "
                          f"| {ins.mix['UTMALDG']} | {ins.mix['SYNCS']} | {ins.mix['HMMA']} "
                          f"| {ins.mix['LDL'] + ins.mix['STL']} "

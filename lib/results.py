@@ -130,14 +130,6 @@ def stage_sha256(info, read=None) -> str:
     return h.hexdigest()
 
 
-def raw_sha256(info, read) -> str:
-    """The hash records carried before 2026-11-24 (whole files, comments included): used only to
-    check that an earlier commit's sources are the ones a record was made from."""
-    h = hashlib.sha256()
-    for rel in info.sources:
-        h.update(rel.encode() + b"\0" + read(rel).encode() + b"\0")
-    return h.hexdigest()
-
 
 def stage_entry(info) -> dict:
     return {"title": info.title, "sha256": stage_sha256(info), "sources": list(info.sources),

@@ -2,13 +2,14 @@
 docstrings and blank lines left out), without a GPU and without trusting anything unchecked: for
 every hash the file holds (each stage's own, and those of the extra records: tiles, stage5_ideas,
 stage6, shape_map), the sources are read as the record's commit had them (git show), the hash
-records carried until then (whole files, lib.results.raw_sha256) is computed from them and must
+records carried until then (whole files, raw_sha256 below) is computed from them and must
 equal the stored one — only then is the stored hash replaced by the code-only hash of those same
 sources. A hash that does not check out (a record made from uncommitted sources, say) is left as
 it was and listed. Run from the repository root:
 
     python scripts/rehash_records.py [results/<gpu>.json]      # prints what it did, writes the file
 """
+import hashlib
 import json
 import subprocess
 import sys
@@ -19,6 +20,15 @@ import stages  # noqa: E402
 from lib import results as R  # noqa: E402
 
 EXTRAS = {"stage6": (6,), "shape_map": (6,), "tiles": None, "stage5_ideas": None}  # None: a {stage: hash} dict
+
+
+def raw_sha256(info, read) -> str:
+    """The hash records carried before 2026-11-24 (whole files, comments included): used only to
+    check that an earlier commit's sources are the ones a record was made from."""
+    h = hashlib.sha256()
+    for rel in info.sources:
+        h.update(rel.encode() + b"\0" + read(rel).encode() + b"\0")
+    return h.hexdigest()
 
 
 def reader(commit: str):
@@ -33,7 +43,7 @@ def rehash(stored: str, n: int, commit: str) -> tuple[str, str]:
     info = stages.get(n).INFO
     try:
         read = reader(commit)
-        if R.raw_sha256(info, read) != stored:
+        if raw_sha256(info, read) != stored:
             return stored, f"kept: the sources at {commit} do not give the stored hash"
         return R.stage_sha256(info, read), f"code-only hash of the sources at {commit}"
     except subprocess.CalledProcessError as e:
