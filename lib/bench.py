@@ -33,6 +33,10 @@ CHECK_SHAPES = [(1, 2, 64, 64, 64), (1, 2, 67, 45, 64), (2, 1, 45, 67, 64)]  # a
 # (B, H, H_kv, Sq, Sk, D), for stages with INFO.gqa; the second is a decoding call (stage 6: packed
 # query heads and split keys, which compute-sanitizer then checks too)
 GQA_CHECK_SHAPES = [(1, 4, 2, 67, 45, 64), (2, 8, 2, 3, 1000, 64)]
+# (B, H, H_kv, Sq, Sk, D), bottom-right causal: a few queries against a cache, more queries than keys
+BOTTOM_RIGHT_CHECK_SHAPES = [(2, 4, 2, 5, 130, 64), (1, 2, 2, 70, 33, 64)]
+# packed sequences (lengths of q, of k, H, H_kv, D): an empty one, one without keys, odd lengths
+VARLEN_CHECK = ([5, 0, 70, 3, 1], [40, 0, 70, 0, 200], 4, 2, 64)
 HOST_TIMED_SHAPES = ("latency",)  # host time per call matters for small calls
 HOST_CALLS = 300
 DTYPES = ("float16", "bfloat16")
@@ -174,7 +178,7 @@ def check_all(mods, shapes, dtypes=None) -> tuple[int, int]:
     not, each dtype. The simulator path without a GPU; what compute-sanitizer runs on one.
     Returns (checks passed, checks failed)."""
     from lib.inputs import DTYPE_NAMES
-    from lib.reference import check_attention
+    from lib.reference import check_attention, check_varlen
     from lib.simulator import HAS_GPU
     passed = failed = 0
     for mod in mods:
@@ -194,6 +198,21 @@ def check_all(mods, shapes, dtypes=None) -> tuple[int, int]:
                     print(f"stage {info.number} ({'GPU' if HAS_GPU else 'simulator'}) "
                           f"B{B} {heads} S{Sq}/{Sk} D{D} {DTYPE_NAMES[dtype]} "
                           f"{'causal' if causal else 'full'}: {c.summary()}", flush=True)
+        if HAS_GPU and "bottom_right" in info.causal_alignments:
+            for B, H, Hkv, Sq, Sk, D in BOTTOM_RIGHT_CHECK_SHAPES:
+                for dtype in dtypes or info.dtypes:
+                    c = check_attention(mod.attention, B, H, Sq, Sk, D, dtype=dtype,
+                                        causal="bottom_right", Hkv=Hkv)
+                    passed, failed = passed + c.passed, failed + (not c.passed)
+                    print(f"stage {info.number} (GPU) B{B} H{H}/{Hkv} S{Sq}/{Sk} D{D} "
+                          f"{DTYPE_NAMES[dtype]} bottom-right: {c.summary()}", flush=True)
+        if HAS_GPU and info.varlen:
+            for causal in (False, "bottom_right"):
+                for dtype in dtypes or info.dtypes:
+                    c = check_varlen(mod.attention_varlen, *VARLEN_CHECK, dtype=dtype, causal=causal)
+                    passed, failed = passed + c.passed, failed + (not c.passed)
+                    print(f"stage {info.number} (GPU) varlen q {VARLEN_CHECK[0]} k {VARLEN_CHECK[1]} "
+                          f"{DTYPE_NAMES[dtype]} {causal or 'full'}: {c.summary()}", flush=True)
     return passed, failed
 
 

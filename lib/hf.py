@@ -22,8 +22,12 @@ contiguous.
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import itertools
 import math
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +50,7 @@ def attention_function(stage):
     transformers calls it as f(module, query, key, value, attention_mask, scaling=..., dropout=...,
     **kwargs) and expects (output [B, S, H, D], attention weights or None)."""
     info = stage.INFO
+    takes_seqlens = "seqlens_k" in inspect.signature(stage.attention).parameters
 
     def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         if dropout:
@@ -57,38 +62,162 @@ def attention_function(stage):
                                           f"attention; this layer asks for {name}="
                                           f"{kwargs[name]}")
         Sq, Sk = query.shape[2], key.shape[2]
-        is_causal = kwargs.get("is_causal")
-        is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-        # As SDPA's adapter: one query (decoding) sees every key, causal or not.
-        causal = bool(is_causal) and Sq > 1
-        if attention_mask is not None:
-            causal = _mask_as_causal(attention_mask, Sq, Sk, info.number)
         if key.shape[1] != query.shape[1] and not info.gqa:
             group = query.shape[1] // key.shape[1]
             key, value = (t.repeat_interleave(group, dim=1) for t in (key, value))
-        out = stage.attention(query, key, value, causal=causal, scale=scaling)
-        return out.transpose(1, 2).contiguous(), None
+        if attention_mask is None:
+            is_causal = kwargs.get("is_causal")
+            is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+            # As SDPA's adapter: one query (decoding) sees every key, causal or not.
+            out = stage.attention(query, key, value, causal=bool(is_causal) and Sq > 1, scale=scaling)
+            return out.transpose(1, 2).contiguous(), None
+        layout = mask_layout(attention_mask, Sq, Sk)
+        return run_layout(stage, layout, query, key, value, scaling, takes_seqlens), None
 
     forward.__name__ = f"{PREFIX}{info.number}_attention"
     forward.__doc__ = f"transformers attention function running stage {info.number} ({info.title})."
     return forward
 
 
-def _mask_as_causal(mask: torch.Tensor, Sq: int, Sk: int, n: int) -> bool:
-    """A mask a stage can honour is all-visible (full attention) or exactly SDPA's top-left causal
-    mask; anything else (padding, a cache offset) is refused. Reads the mask: one sync."""
+@dataclass
+class MaskLayout:
+    """What a transformers attention mask [B, 1 or H, Sq, Sk] says, as the stages take it:
+    batch entry b's real queries are rows q_start[b] … q_end[b] − 1 and they see keys
+    k_start[b] … k_end[b] − 1 — all of them (causal False), or bottom-right causal within
+    those ranges (query row q_end − 1 sees key k_end − 1; one row back, one key fewer).
+    Rows outside a q range (padding) see no key."""
+
+    causal: bool
+    q_start: list[int]
+    q_end: list[int]
+    k_start: list[int]
+    k_end: list[int]
+    Sq: int
+    Sk: int
+
+    @property
+    def unpadded(self) -> bool:
+        """Every entry has all its rows and starts its keys at 0 (only the key ends may differ)."""
+        return (all(s == 0 for s in self.q_start + self.k_start)
+                and all(e == self.Sq for e in self.q_end))
+
+    def cu(self, starts, ends):
+        return [0, *itertools.accumulate(e - s for s, e in zip(starts, ends))]
+
+
+_last_layout: list = [None]  # (weakref to the mask, its version, Sq, Sk, layout): the last one read
+
+
+def mask_layout(mask: torch.Tensor, Sq: int, Sk: int) -> MaskLayout:
+    """Read a boolean or additive attention mask as padding (a key range per entry, and the
+    query rows that see any key) plus either full attention or causal attention aligned to the
+    bottom right within each entry (a cache offset), by building that mask from the ranges and
+    comparing. Anything else (an arbitrary pattern) is refused. One copy to the host per mask:
+    a model's layers get the same mask object, and the layout read for it is kept."""
+    last = _last_layout[0]
+    # An inference tensor has no version counter: a model builds a new mask per forward anyway.
+    version = -1 if mask.is_inference() else mask._version
+    if last is not None and last[0]() is mask and last[1] == version and last[2:4] == (Sq, Sk):
+        return last[4]
     visible = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
-    if visible.shape[-2:] == (Sq, Sk):  # [B or 1, H or 1, Sq, Sk]
-        if bool(visible.all()):
-            return False
-        tril = torch.ones(Sq, Sk, dtype=torch.bool, device=mask.device).tril()
-        if bool((visible == tril).all()):
-            return True
-    raise NotImplementedError(
-        f"stage {n} computes causal or full attention over all keys, and this attention mask "
-        f"(shape {tuple(mask.shape)}) is neither: padding, or queries offset into a longer "
-        "cache. Run without padding (attention_mask None or all ones) and without a cache "
-        "(use_cache=False), or use attn_implementation='sdpa'")
+    if visible.dim() != 4 or visible.shape[-2:] != (Sq, Sk):
+        raise NotImplementedError(f"an attention mask of shape {tuple(mask.shape)}: the stages "
+                                  f"read masks of shape [B, 1 or H, {Sq}, {Sk}]")
+    heads_differ = visible.shape[1] > 1 and not bool((visible == visible[:, :1]).all())
+    vis = visible[:, 0]  # [B, Sq, Sk]
+    i = torch.arange(Sq, device=vis.device)[:, None]
+    j = torch.arange(Sk, device=vis.device)
+    seen_key = vis.any(1)                                                # [B, Sk]
+    ks = torch.where(seen_key.any(1), seen_key.int().argmax(1), Sk)      # first key anyone sees
+    ke = torch.where(seen_key.any(1), Sk - 1 - seen_key.flip(1).int().argmax(1), -1)  # last
+    row_any = vis.any(2)                                                 # [B, Sq]
+    row_last = torch.where(row_any, Sk - 1 - vis.flip(2).int().argmax(2), -1)
+    first_row = row_any.int().argmax(1)                                  # first row seeing a key
+    off = row_last.gather(1, first_row[:, None])[:, 0] - first_row       # its diagonal: j <= i + off
+    in_range = (j >= ks[:, None, None]) & (j <= ke[:, None, None])
+    causal_mask = in_range & (j <= i + off[:, None, None])
+    full_mask = in_range & row_any[:, :, None]
+    facts = torch.stack([ks, ke, off, (vis == causal_mask).all((1, 2)).long(),
+                         (vis == full_mask).all((1, 2)).long()]).tolist()  # the one sync
+    ks_, ke_, off_, is_causal, is_full = facts
+    B = vis.shape[0]
+    if heads_differ or not (all(is_causal) or all(is_full)):
+        raise NotImplementedError(
+            f"this attention mask (shape {tuple(mask.shape)}) is neither padding nor causal "
+            "attention aligned to the cache (bottom-right), per batch entry: an arbitrary pattern "
+            "that the stages do not compute. Use attn_implementation='sdpa' for it")
+    # Full attention also passes the causal test when every row's diagonal lies past the last key:
+    # read it as full then (decoding's one query included).
+    causal = not all(is_full)
+    q_start, q_end = [], []
+    for b in range(B):
+        if ke_[b] < 0:  # an entry that sees nothing
+            q_start.append(0), q_end.append(0)
+        elif causal:  # rows whose diagonal reaches the first and the last key
+            q_start.append(max(0, ks_[b] - off_[b])), q_end.append(min(Sq, ke_[b] - off_[b] + 1))
+        else:
+            rows = row_any[b].nonzero()[:, 0].tolist()
+            if rows != list(range(rows[0], rows[-1] + 1)):
+                raise NotImplementedError("this attention mask pads rows in the middle of a "
+                                          "sequence: the stages take one range of rows per entry")
+            q_start.append(rows[0]), q_end.append(rows[-1] + 1)
+    layout = MaskLayout(causal, q_start, q_end, [min(s, e + 1) for s, e in zip(ks_, ke_)],
+                        [e + 1 for e in ke_], Sq, Sk)
+    _last_layout[0] = (weakref.ref(mask), version, Sq, Sk, layout)
+    return layout
+
+
+def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = False):
+    """Attention as `layout` says, output [B, Sq, H, D] (what transformers takes) with zeros in
+    padding rows: one call on the tensors as they are when nothing is padded (bottom-right
+    causal for a cache offset; the keys cut to their common end, a view, when a static cache
+    is not full yet; with stage 6's seqlens_k when the key ends differ);
+    otherwise the real rows are packed into sequences (unpad), run by the stage's
+    attention_varlen and put back (pad), as transformers' own FlashAttention-2 path does."""
+    info = stage.INFO
+    B, H, Sq, D = q.shape
+    causal = "bottom_right" if layout.causal else False
+    if layout.unpadded and len(set(layout.k_end)) == 1:
+        end = layout.k_end[0]
+        if end < k.shape[2]:
+            k, v = k[:, :, :end], v[:, :, :end]
+        out = stage.attention(q, k, v, causal=causal, scale=scale)
+        return out.transpose(1, 2).contiguous()
+    if layout.unpadded and takes_seqlens:
+        lens = torch.tensor(layout.k_end, dtype=torch.int32, device=q.device)
+        out = stage.attention(q, k, v, causal=causal, scale=scale, seqlens_k=lens)
+        return out.transpose(1, 2).contiguous()
+    if not info.varlen:
+        raise NotImplementedError(
+            f"stage {info.number} takes whole batches only; this attention mask pads the batch's "
+            f"sequences to one length, which needs packed sequences (attention_varlen: stages "
+            f"{', '.join(str(n) for n in _varlen_stages())}). Run one prompt at a time, or use "
+            "attn_implementation='sdpa'")
+    qb, qi = _rows(layout.q_start, layout.q_end, Sq, q.device)
+    kb, kj = _rows(layout.k_start, layout.k_end, k.shape[2], q.device)
+    cu_q = torch.tensor(layout.cu(layout.q_start, layout.q_end), dtype=torch.int32, device=q.device)
+    cu_k = torch.tensor(layout.cu(layout.k_start, layout.k_end), dtype=torch.int32, device=q.device)
+    max_q = max((e - s for s, e in zip(layout.q_start, layout.q_end)), default=0)
+    max_k = max((e - s for s, e in zip(layout.k_start, layout.k_end)), default=0)
+    packed = stage.attention_varlen(q.transpose(1, 2)[qb, qi], k.transpose(1, 2)[kb, kj],
+                                    v.transpose(1, 2)[kb, kj], cu_q, cu_k, max_q, max_k,
+                                    causal=causal, scale=scale)
+    out = torch.zeros(B, Sq, H, D, dtype=q.dtype, device=q.device)
+    out[qb, qi] = packed
+    return out
+
+
+def _rows(starts, ends, S, device):
+    """(batch index, row index) of every row start[b] … end[b] − 1, in order, for gathering."""
+    b = [bb for bb, (s, e) in enumerate(zip(starts, ends)) for _ in range(s, e)]
+    r = [x for s, e in zip(starts, ends) for x in range(s, e)]
+    return (torch.tensor(b, dtype=torch.long, device=device),
+            torch.tensor(r, dtype=torch.long, device=device))
+
+
+def _varlen_stages():
+    import stages
+    return [n for n in stages.NUMBERS if stages.get(n).INFO.varlen]
 
 
 def names(numbers=None) -> list[str]:
@@ -201,6 +330,149 @@ def compare_forward(implementations=None, *, dtype=torch.float16, device="cuda",
         results.append(ForwardResult(name, err, bound, err <= bound, ms))
     set_attention(model, "sdpa")
     return results
+
+
+@dataclass
+class GenerateResult:
+    """One implementation's generate() against SDPA's on the same left-padded batch."""
+
+    stage: str              # the attention implementation
+    dtype: str
+    cache: str              # "static" or "dynamic"
+    tokens_equal: bool      # every token SDPA's, except after a near tie in SDPA's own logits
+    matched: int            # tokens compared and equal (up to each entry's first near tie)
+    compared: int           # tokens compared
+    near_ties: int          # entries whose comparison stopped at a near tie
+    max_logit_err: float    # teacher-forced on SDPA's tokens: max |logits − float64 reference|
+    bound: float            # 2·max|logits_sdpa − reference| + noise
+    logits_ok: bool
+    ms_per_token: float | None
+    sdpa_ms_per_token: float | None
+
+    def as_row(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class _ForceTokens:
+    """A logits processor that makes greedy generation pick `tokens[:, step]`: generate() then
+    runs its usual path (cache, padding, positions) on SDPA's tokens, and output_logits keeps the
+    raw logits of every step (teacher forcing through generate() itself)."""
+
+    def __init__(self, tokens):
+        self.tokens, self.step = tokens, 0
+
+    def __call__(self, input_ids, scores):
+        forced = torch.full_like(scores, -math.inf)
+        forced.scatter_(1, self.tokens[:, self.step:self.step + 1], 0.0)
+        self.step += 1
+        return forced
+
+
+def left_padded_prompts(lengths, vocab: int, device, seed: int = 0):
+    """Random prompts of the given lengths, left-padded into one batch: ids and attention mask."""
+    gen = torch.Generator().manual_seed(seed)
+    S = max(lengths)
+    ids = torch.zeros(len(lengths), S, dtype=torch.long)
+    mask = torch.zeros(len(lengths), S, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, S - n:] = torch.randint(3, vocab, (n,), generator=gen)
+        mask[b, S - n:] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _generate(model, ids, mask, new_tokens, cache, force=None):
+    from transformers import LogitsProcessorList
+    kw = dict(attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+              eos_token_id=None, cache_implementation=cache, return_dict_in_generate=True,
+              output_logits=True, disable_compile=True)
+    if force is not None:
+        kw["logits_processor"] = LogitsProcessorList([_ForceTokens(force)])
+    with torch.inference_mode():
+        out = model.generate(ids, **kw)
+    return out.sequences[:, ids.shape[1]:], torch.stack(out.logits).double()  # [B, T], [T, B, V]
+
+
+def _ms_per_token(model, ids, mask, new_tokens, cache) -> float:
+    sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    _generate(model, ids, mask, new_tokens, cache)
+    sync()
+    return (time.perf_counter() - t0) * 1e3 / new_tokens
+
+
+def compare_generate(implementations, *, dtype=torch.float16, device="cuda", caches=("static", "dynamic"),
+                     lengths=(5, 37, 128, 300), new_tokens: int = 64, rounds: int = 3,
+                     seed: int = 0, model=None) -> list[GenerateResult]:
+    """generate() with each implementation against SDPA's on the tiny Llama (GQA): a batch of
+    prompts of `lengths`, left-padded, greedy, `new_tokens` tokens, with each cache.
+
+    Tokens: equal to SDPA's, except that an entry's comparison stops at the first step where
+    SDPA's own two best logits are within the error rule of each other (a near tie: a correct
+    attention in this dtype could pick either; random small models have them). Logits: every
+    step teacher-forced on SDPA's tokens (through generate() itself, _ForceTokens) against the
+    same weights in float64 with SDPA, within 2·max|logits_sdpa − ref| + noise (noise as in
+    compare_forward). Time: generate()'s wall time per new token, the implementations and SDPA
+    in interleaved rounds, medians (GPU only)."""
+    require_transformers()
+    model = tiny_llama(dtype, device) if model is None else model
+    ids, mask = left_padded_prompts(lengths, model.config.vocab_size, device, seed)
+    ref_model = _float64_copy(model)
+    timed = torch.device(device).type == "cuda" and torch.cuda.is_available()
+    results = []
+    for cache in caches:
+        set_attention(model, "sdpa")
+        tokens, sdpa_logits = _generate(model, ids, mask, new_tokens, cache)
+        _, ref = _generate(ref_model, ids, mask, new_tokens, cache, force=tokens)
+        noise = 4 * torch.finfo(dtype).eps * ref.abs().max().item()
+        bound = 2 * (sdpa_logits - ref).abs().max().item() + noise
+        top2 = sdpa_logits.topk(2, dim=-1).values
+        near_tie = (top2[..., 0] - top2[..., 1]) <= bound  # [T, B]
+        for name in implementations:
+            set_attention(model, name)
+            own, _ = _generate(model, ids, mask, new_tokens, cache)
+            _, forced = _generate(model, ids, mask, new_tokens, cache, force=tokens)
+            err = (forced - ref).abs().max().item() if torch.isfinite(forced).all() else math.inf
+            matched = compared = ties = 0
+            equal = True
+            for b in range(ids.shape[0]):
+                for t in range(new_tokens):
+                    if own[b, t] == tokens[b, t]:
+                        matched += 1
+                        compared += 1
+                        continue
+                    if bool(near_tie[t, b]):
+                        ties += 1  # from here on the two runs continue different texts
+                    else:
+                        compared += 1
+                        equal = False
+                    break
+            ms = sdpa_ms = None
+            if timed:
+                mine, theirs = [], []
+                for _ in range(rounds):  # interleaved: SDPA, this implementation, SDPA, ...
+                    set_attention(model, "sdpa")
+                    theirs.append(_ms_per_token(model, ids, mask, new_tokens, cache))
+                    set_attention(model, name)
+                    mine.append(_ms_per_token(model, ids, mask, new_tokens, cache))
+                ms, sdpa_ms = sorted(mine)[rounds // 2], sorted(theirs)[rounds // 2]
+            results.append(GenerateResult(name, str(dtype)[6:], cache, equal, matched, compared,
+                                          ties, err, bound, err <= bound, ms, sdpa_ms))
+    set_attention(model, "sdpa")
+    return results
+
+
+def generate_table(results: list[GenerateResult]) -> str:
+    """The generate() comparison as a markdown table (for notebooks and logs)."""
+    lines = ["| implementation | dtype | cache | tokens equal | matched / compared | near ties | "
+             "max logit err | bound | ms/token | SDPA ms/token |", "|" + "---|" * 10]
+    for r in results:
+        ms = f"{r.ms_per_token:.2f}" if r.ms_per_token is not None else "—"
+        sd = f"{r.sdpa_ms_per_token:.2f}" if r.sdpa_ms_per_token is not None else "—"
+        lines.append(f"| {r.stage} | {r.dtype} | {r.cache} | {r.tokens_equal} | {r.matched} / "
+                     f"{r.compared} | {r.near_ties} | {r.max_logit_err:.2e} | {r.bound:.2e} | "
+                     f"{ms} | {sd} |")
+    return "\n".join(lines)
 
 
 def _float64_copy(model):

@@ -66,6 +66,10 @@ class StageInfo:
     head_dims: tuple[int, ...] | range
     sources: tuple[str, ...]       # paths relative to the repository root
     gqa: bool = False              # accepts fewer K/V heads than Q heads
+    # Causal alignments the stage computes (lib.inputs.causal_mode): "top_left" is SDPA's
+    # is_causal; "bottom_right" puts the Sq queries at the last Sq of the Sk key positions.
+    causal_alignments: tuple[str, ...] = ("top_left",)
+    varlen: bool = False           # has attention_varlen (packed sequences with cu_seqlens)
     # The data pointers and the batch, head and sequence strides of q, k and v must be
     # multiples of this many bytes (16 for 16-byte vector copies such as cp.async or TMA);
     # 0: any strides whose last dimension is unit-stride.
@@ -96,6 +100,57 @@ class StageInfo:
     def source_paths(self) -> list[Path]:
         root = Path(__file__).resolve().parent.parent
         return [root / s for s in self.sources]
+
+
+# --------------------------------------------------------------------------------------------
+# causal alignment
+
+NO_MASK, TOP_LEFT, BOTTOM_RIGHT = 0, 1, 2  # the kernels' `causal` argument
+ALIGNMENTS = {"top_left": TOP_LEFT, "bottom_right": BOTTOM_RIGHT}
+
+
+def causal_mode(causal, Sq: int, Sk: int, info: StageInfo) -> int:
+    """What a call's `causal` means, as the kernels take it: NO_MASK, TOP_LEFT (query i sees
+    keys j <= i: SDPA's is_causal) or BOTTOM_RIGHT (query i sees keys j <= i + Sk − Sq: the Sq
+    queries are the last Sq positions of the keys, as in decoding against a cache;
+    FlashAttention's causal=True since 2.1). `causal` is False, True (top-left), or the
+    alignment by name, "top_left" or "bottom_right"; SDPA's spelling, attn_mask=
+    causal_upper_left(Sq, Sk) or causal_lower_right(Sq, Sk), becomes these names in
+    causal_from_mask. A query row that sees no key (bottom-right with Sq > Sk: the first
+    Sq − Sk rows) gets zeros, as SDPA gives. With Sq = Sk the alignments are one mask."""
+    if causal is False or causal is True:
+        return int(causal)
+    mode = ALIGNMENTS.get(causal) if isinstance(causal, str) else None
+    if mode is None:
+        raise TypeError(f"causal must be a bool, 'top_left' or 'bottom_right'; got {causal!r}")
+    if mode == BOTTOM_RIGHT and Sq != Sk and "bottom_right" not in info.causal_alignments:
+        raise NotImplementedError(
+            f"stage {info.number} computes causal attention aligned top-left only (SDPA's "
+            f"is_causal); bottom-right alignment (causal_lower_right) with Sq != Sk: stages "
+            f"{_stages_with(lambda i: 'bottom_right' in i.causal_alignments)}")
+    return TOP_LEFT if Sq == Sk else mode
+
+
+def causal_from_mask(causal, attn_mask, q, k, info: StageInfo):
+    """The `causal` a call means when it passes SDPA's attn_mask: None leaves `causal` as it
+    is; a causal bias (torch.nn.attention.bias.causal_upper_left / causal_lower_right) for
+    q's and k's lengths becomes "top_left" / "bottom_right". Any other mask is refused: the
+    stages take no mask tensor."""
+    if attn_mask is None:
+        return causal
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+    if not isinstance(attn_mask, CausalBias):
+        raise NotImplementedError(
+            f"stage {info.number} takes no attention-mask tensor; attn_mask may only be a causal "
+            "bias, torch.nn.attention.bias.causal_upper_left(Sq, Sk) or causal_lower_right(Sq, "
+            f"Sk); got {type(attn_mask).__name__}")
+    if causal is not False:
+        raise ValueError("pass either causal or attn_mask, not both (SDPA refuses both too)")
+    lens = tuple(t.shape[-2] for t in (q, k) if isinstance(t, torch.Tensor) and t.dim() == 4)
+    if len(lens) == 2 and (attn_mask.seq_len_q, attn_mask.seq_len_kv) != lens:
+        raise ValueError(f"attn_mask is a causal bias for Sq={attn_mask.seq_len_q}, "
+                         f"Sk={attn_mask.seq_len_kv}; q and k have Sq={lens[0]}, Sk={lens[1]}")
+    return "bottom_right" if attn_mask.variant == CausalVariant.LOWER_RIGHT else "top_left"
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,8 +212,7 @@ def validate(q, k, v, *, causal, scale, info: StageInfo, check_device: bool = Tr
                          "q, k and v must share the last dimension")
     for name, t in tensors.items():
         check_layout(name, t, info)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    causal_mode(causal, Sq, Sk, info)
     if scale is None:
         scale = 1.0 / math.sqrt(D) if D else 1.0
     elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
@@ -200,6 +254,92 @@ def validate_cached(q, k, v, *, causal, scale, info: StageInfo) -> float:
     return result
 
 
+# --------------------------------------------------------------------------------------------
+# packed sequences (varlen)
+
+@dataclass(frozen=True)
+class Varlen:
+    """A validated call of packed sequences: q, k, v seen as [1, H, total, D] (the stage
+    kernels' layout, no copy), the sequences' offsets, and their count and longest lengths."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    cu_q: torch.Tensor
+    cu_k: torch.Tensor
+    n_seqs: int
+    max_q: int
+    max_k: int
+    causal: int        # NO_MASK, TOP_LEFT or BOTTOM_RIGHT, per sequence
+    scale: float
+
+
+def _check_cu(name: str, cu, total: int, max_len, max_name: str, q) -> list[int]:
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of int32 offsets, got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32 (as FlashAttention takes it), got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() < 1:
+        raise ValueError(f"{name} must be 1-D with one offset per sequence plus one, got shape "
+                         f"{tuple(cu.shape)}")
+    if cu.device != q.device:
+        raise ValueError(f"{name} must be on q's device ({q.device}), got {cu.device}")
+    if isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral) or max_len < 0:
+        raise TypeError(f"{max_name} must be a non-negative int, got {max_len!r}")
+    if cu.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None  # a CUDA graph being captured cannot wait for the values: trusted, as FA does
+    offsets = cu.tolist()  # one copy to the host: the checks below need the values
+    if offsets[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {offsets[0]}")
+    steps = [b - a for a, b in zip(offsets, offsets[1:])]
+    if any(s < 0 for s in steps):
+        i = next(i for i, s in enumerate(steps) if s < 0)
+        raise ValueError(f"{name} must be non-decreasing (sequence lengths >= 0); offsets {i} and "
+                         f"{i + 1} are {offsets[i]} and {offsets[i + 1]}")
+    if offsets[-1] != total:
+        raise ValueError(f"{name}[-1] is {offsets[-1]}, but the packed tensor has {total} tokens: "
+                         "the last offset must be the total")
+    longest = max(steps, default=0)
+    if max_len < longest:
+        raise ValueError(f"{max_name} is {max_len}, but {name} has a sequence of {longest} tokens")
+    return steps
+
+
+def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal,
+                    scale, info: StageInfo, check_device: bool = True) -> Varlen:
+    """Check a call of packed sequences, FlashAttention's flash_attn_varlen_func: q
+    [total_q, H, D], k and v [total_k, H_kv, D], sequence b being rows cu_seqlens_q[b] …
+    cu_seqlens_q[b + 1] − 1 of q (and of cu_seqlens_k's of k, v). `causal`: False, "top_left"
+    or "bottom_right", per sequence (True is refused: it means top-left in SDPA and bottom-right
+    in FlashAttention ≥ 2.1). Reads the offsets (one copy to the host) to check them, except
+    while a CUDA graph is being captured: then they are trusted, as FlashAttention trusts them
+    (a replay may bring new offsets in the same tensors; they must be as valid).
+    check_device=False as in validate()."""
+    if not info.varlen:
+        raise NotImplementedError(f"stage {info.number} takes no packed sequences; "
+                                  f"attention_varlen: stages {_stages_with(lambda i: i.varlen)}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have rank 3, [total_tokens, heads, head_dim], for packed "
+                             f"sequences; got shape {_dims(t)}")
+    if causal is True:
+        raise TypeError("for packed sequences say the causal alignment: causal='top_left' (SDPA's "
+                        "is_causal) or 'bottom_right' (FlashAttention's causal=True since 2.1); "
+                        "True means one in SDPA and the other in FlashAttention")
+    views = [t.unsqueeze(0).transpose(1, 2) for t in (q, k, v)]  # [1, H, total, D], no copy
+    scale = validate(*views, causal=False, scale=scale, info=info, check_device=check_device)
+    lens_q = _check_cu("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q", q)
+    lens_k = _check_cu("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k", q)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError(f"cu_seqlens_q has {cu_seqlens_q.numel() - 1} sequences and cu_seqlens_k "
+                         f"{cu_seqlens_k.numel() - 1}: one offset per sequence plus one each")
+    mode = causal_mode(causal, 0, 1, info) if causal is not False else NO_MASK
+    return Varlen(*views, cu_seqlens_q, cu_seqlens_k, cu_seqlens_q.numel() - 1, int(max_seqlen_q),
+                  int(max_seqlen_k), mode, scale)
+
+
 MAX_INT32 = 2**31 - 1
 
 
@@ -230,9 +370,13 @@ def check_layout(name: str, t: torch.Tensor, info: StageInfo) -> None:
                              "head dim) first")
 
 
-def _gqa_stages() -> str:
+def _stages_with(has) -> str:
     import stages  # the registry imports this module: look it up only when needed
-    return ", ".join(str(n) for n in stages.NUMBERS if stages.get(n).INFO.gqa) or "none"
+    return ", ".join(str(n) for n in stages.NUMBERS if has(stages.get(n).INFO)) or "none"
+
+
+def _gqa_stages() -> str:
+    return _stages_with(lambda i: i.gqa)
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lib.inputs import new_output, refuse_grad, trivial_output, validate
+from lib.inputs import causal_mode, new_output, refuse_grad, trivial_output, validate
 from lib.simulator import require_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -296,19 +296,24 @@ _plans: dict = {}
 
 
 def launch_fused(info, source: Path, q, k, v, *, causal, scale, block_q: int, threads: int,
-                 smem: int = 0, defines: tuple = ()):
+                 smem: int = 0, defines: tuple = (), varlen=None):
     """What the launcher of every fused stage (2 and up) does: validate the inputs, then run
     the stage's kernel `attention_fused` on a 1-D grid of (query tiles of block_q rows) ×
     (batch·heads) with `threads` threads and `smem` bytes of dynamic shared memory. The
     kernel's parameters are (q, k, v, out, Sq, Sk, scale·log2(e), causal, H, group) and the
-    batch, head and row strides of q, k and v (stages/attention.cuh).
+    batch, head and row strides of q, k and v (stages/attention.cuh); `causal` is False, True
+    or an alignment name (lib.inputs.causal_mode: the kernel gets 0, 1 or 2). A stage with
+    packed sequences (INFO.varlen) takes two more, the offsets cu_q and cu_k (null for a
+    [B, H, S, D] call); `varlen` is then a validated lib.inputs.Varlen, whose views q, k, v
+    are, and whose output is [total_q, H, D].
 
     A call whose shapes, strides, dtypes, device, causal and scale were seen before reuses
     that call's plan (validation included): only the pointers' alignment is checked again."""
     try:  # reading attributes a non-tensor lacks: the full validation below says what is wrong
         key = (id(info), source, block_q, threads, smem, defines, q.shape, q.stride(),
                q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
-               v.dtype, v.device, causal, type(causal), scale, type(scale))
+               v.dtype, v.device, causal, type(causal), scale, type(scale),
+               varlen and (varlen.n_seqs, varlen.max_q, varlen.max_k, varlen.causal))
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -319,23 +324,37 @@ def launch_fused(info, source: Path, q, k, v, *, causal, scale, block_q: int, th
         refuse_grad(info, q, k, v)  # a plan made without grad says nothing about this call
     if plan is None:
         plan = _make_plan(info, source, q, k, v, causal=causal, scale=scale, block_q=block_q,
-                          threads=threads, smem=smem, defines=defines)
+                          threads=threads, smem=smem, defines=defines, varlen=varlen)
         if key is not None:
             if len(_plans) > 4096:
                 _plans.clear()
             _plans[key] = plan
-    if plan.trivial:
-        return trivial_output(q, k)
-    out = new_output(q)
+    if varlen is not None:
+        out = new_output(q[0].transpose(0, 1))  # [total_q, H, D]
+        if plan.trivial:
+            return out.zero_()  # no query rows, or no keys anywhere: zeros, as SDPA gives
+        cu = (varlen.cu_q.data_ptr(), varlen.cu_k.data_ptr())
+    else:
+        if plan.trivial:
+            return trivial_output(q, k)
+        out = new_output(q)
+        cu = (0, 0) if info.varlen else ()
     launch_prepared(plan.kernel, plan.config,
-                    (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *plan.args))
+                    (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *plan.args, *cu))
     return out
 
 
-def _make_plan(info, source, q, k, v, *, causal, scale, block_q, threads, smem, defines) -> Plan:
-    scale = validate(q, k, v, causal=causal, scale=scale, info=info)
-    B, H, Sq, D = q.shape
-    Hk, Sk = k.shape[1], k.shape[2]
+def _make_plan(info, source, q, k, v, *, causal, scale, block_q, threads, smem, defines,
+               varlen=None) -> Plan:
+    if varlen is None:
+        scale = validate(q, k, v, causal=causal, scale=scale, info=info)
+        B, H, Sq, D = q.shape
+        Hk, Sk = k.shape[1], k.shape[2]
+        causal = causal_mode(causal, Sq, Sk, info)
+    else:  # validated by lib.inputs.validate_varlen; the grid covers the longest sequence
+        scale, causal = varlen.scale, varlen.causal
+        B, H, Sq, D = varlen.n_seqs, q.shape[1], varlen.max_q, q.shape[3]
+        Hk, Sk = k.shape[1], varlen.max_k
     n_blocks = (Sq + block_q - 1) // block_q * B * H
     align = info.align_bytes if info.align_bytes > q.element_size() else 0
     if n_blocks == 0 or Sk == 0:
@@ -343,10 +362,14 @@ def _make_plan(info, source, q, k, v, *, causal, scale, block_q, threads, smem, 
     check_grid_x(f"stage {info.number}", n_blocks)
     if rows_packed(q, k, v):  # the build with constant row strides (stages/attention.cuh)
         defines = tuple(defines) + PACKED_ROWS
+    if varlen is not None:  # the build that finds each sequence through the offsets
+        defines = tuple(defines) + (("VARLEN", 1),)
     kern = stage_kernels(source, ("attention_fused",), q.dtype, D, max_dynamic_smem=smem,
                          defines=tuple(defines))["attention_fused"]
     args = (np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)), np.int32(causal),
             np.int32(H), np.int32(H // Hk), *layout_args(q), *layout_args(k), *layout_args(v))
+    if varlen is not None:  # b counts sequences, found through the offsets: no batch stride
+        args = args[:6] + tuple(np.int64(0) if i % 3 == 0 else x for i, x in enumerate(args[6:]))
     return Plan(info, kern, launch_config((n_blocks, 1, 1), (threads, 1, 1), smem), args, align,
                 trivial=False)
 

@@ -18,6 +18,7 @@ baseline here is PyTorch's SDPA on the same inputs, and the reference is float64
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass
 
@@ -25,9 +26,11 @@ import torch
 import torch.nn.functional as F
 
 
-def causal_mask(sq: int, sk: int, device) -> torch.Tensor:
-    """True where query i may see key j: j <= i (top-left aligned, SDPA's rule)."""
-    return torch.ones(sq, sk, dtype=torch.bool, device=device).tril()
+def causal_mask(sq: int, sk: int, device, causal=True) -> torch.Tensor:
+    """True where query i may see key j: j <= i (top-left aligned, SDPA's is_causal), or with
+    causal="bottom_right" j <= i + sk − sq (causal_lower_right)."""
+    diagonal = sk - sq if causal == "bottom_right" else 0
+    return torch.ones(sq, sk, dtype=torch.bool, device=device).tril(diagonal)
 
 
 def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float64,
@@ -43,20 +46,29 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
     q, k, v = (t.reshape(B * H, t.shape[2], t.shape[3]) for t in (q, k, v))
-    mask = causal_mask(Sq, Sk, q.device) if causal else None
+    mask = causal_mask(Sq, Sk, q.device, causal) if causal else None
     out = torch.empty(B * H, Sq, v.shape[-1], dtype=dtype, device=q.device)
     step = max(1, max_scores // (Sq * Sk))
     for a in range(0, B * H, step):
         scores = (q[a:a + step] @ k[a:a + step].transpose(-1, -2)) * scale
         if causal:
             scores.masked_fill_(~mask, -math.inf)
-        out[a:a + step] = torch.softmax(scores, dim=-1) @ v[a:a + step]
+        # A row that sees no key (bottom-right, Sq > Sk) is 0, as SDPA gives, not softmax's NaN.
+        out[a:a + step] = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v[a:a + step]
     return out.reshape(B, H, Sq, -1)
 
 def sdpa(q, k, v, *, causal=False, scale=None):
-    """PyTorch's own attention (its default backend choice) on the same inputs."""
+    """PyTorch's own attention (its default backend choice) on the same inputs; `causal` as the
+    stages take it (True, "top_left" or "bottom_right": causal_lower_right)."""
     kw = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kw)
+    if causal == "bottom_right" and q.shape[2] != k.shape[2]:
+        from torch.nn.attention.bias import causal_lower_right
+        import warnings
+        with warnings.catch_warnings():  # "will produce NaNs when Sq > Sk": SDPA gives zeros there
+            warnings.simplefilter("ignore")
+            mask = causal_lower_right(q.shape[2], k.shape[2])
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **kw)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal), scale=scale, **kw)
 
 
 def dtype_noise(dtype: torch.dtype, magnitude: float, head_dim: int, keys: int = 0) -> float:
@@ -136,6 +148,55 @@ def check_attention(attention, B, H, Sq, Sk, D, *, dtype, causal=False, Hkv=None
     with poisoned_outputs():
         out = attention(q, k, v, causal=causal)
     return check_output(out, q, k, v, causal=causal)
+
+
+def packed_inputs(lens_q, lens_k, H, Hk, D, *, dtype, device, seed=None):
+    """Random packed sequences for a varlen call: q [Σ lens_q, H, D], k and v [Σ lens_k, Hk, D]
+    and their int32 offsets cu_q, cu_k (fresh unless a seed is given)."""
+    from lib.inputs import fresh_seed
+    gen = torch.Generator().manual_seed(fresh_seed() if seed is None else seed)
+    q = torch.randn(sum(lens_q), H, D, generator=gen).to(device=device, dtype=dtype)
+    k = torch.randn(sum(lens_k), Hk, D, generator=gen).to(device=device, dtype=dtype)
+    v = torch.randn(sum(lens_k), Hk, D, generator=gen).to(device=device, dtype=dtype)
+    cu = [torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device)
+          for lens in (lens_q, lens_k)]
+    return q, k, v, cu[0], cu[1]
+
+
+def check_varlen_output(out, q, k, v, cu_q, cu_k, *, causal=False, scale=None) -> list[Check]:
+    """Judge a varlen output sequence by sequence, each against the float64 reference of that
+    sequence alone (the error rule above); a sequence with queries but no keys must be zeros
+    (SDPA's answer there). One Check per sequence with queries."""
+    if out.shape != q.shape:
+        raise ValueError(f"output has shape {tuple(out.shape)}, expected {tuple(q.shape)}")
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    checks = []
+    for b in range(len(cq) - 1):
+        qs, os_ = q[cq[b]:cq[b + 1]], out[cq[b]:cq[b + 1]]
+        ks, vs = k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]
+        if qs.shape[0] == 0:
+            continue
+        if ks.shape[0] == 0:
+            bad = int((os_ != 0).sum())
+            checks.append(Check(bad == 0, float(os_.abs().max()), float(os_.abs().mean()), 0.0, 0.0,
+                                float(os_.abs().max()), float(os_.abs().mean()),
+                                int((~torch.isfinite(os_)).sum())))
+            continue
+        as4 = [t.transpose(0, 1)[None] for t in (qs, ks, vs)]  # [1, H, S, D]
+        checks.append(check_output(os_.transpose(0, 1)[None], *as4, causal=causal, scale=scale))
+    return checks
+
+
+def check_varlen(attention_varlen, lens_q, lens_k, H, Hk, D, *, dtype, causal=False) -> Check:
+    """Run `attention_varlen` once on fresh packed sequences with a NaN-poisoned output; the
+    worst sequence's Check (the check --check and compute-sanitizer run on the varlen path)."""
+    from lib.inputs import poisoned_outputs
+    q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, H, Hk, D, dtype=dtype, device="cuda")
+    with poisoned_outputs():
+        out = attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal)
+    checks = check_varlen_output(out, q, k, v, cu_q, cu_k, causal=causal)
+    failed = [c for c in checks if not c.passed]
+    return (failed or sorted(checks, key=lambda c: c.max_abs_err))[-1]
 
 
 def attention_flops(B, H, Sq, Sk, D, causal=False) -> float:

@@ -122,11 +122,17 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* __restrict_
     }
 }
 
-// Causal attention follows SDPA's rule: query i sees key j when j <= i (the top-left
-// alignment also when Sq != Sk).
+// Causal attention: the kernels' `causal` is 0 (none), 1 (top-left, SDPA's is_causal: query i
+// sees keys j <= i, also when Sq != Sk) or 2 (bottom-right, causal_lower_right: the queries are
+// the last Sq key positions, so query i sees keys j <= i + Sk − Sq). Both are "key j <= query i
+// + diag"; the kernels shift the query by diag before asking key_visible. A row that sees no
+// key at all (bottom-right, Sq > Sk) ends with l = 0 and is written as zeros (inv_sum), as SDPA
+// writes it.
+__device__ __forceinline__ int causal_diagonal(int causal, int Sq, int Sk) { return causal == 2 ? Sk - Sq : 0; }
 __device__ __forceinline__ bool key_visible(int key, int query, int n_keys, bool causal) {
     return key < n_keys && (!causal || key <= query);
 }
+__device__ __forceinline__ float inv_sum(float l) { return l > 0.0f ? 1.0f / l : 0.0f; }
 
 // A WMMA operand fragment (m16n16k16, matrix_a or matrix_b, either layout) loaded from shared
 // memory: wmma::load_matrix_sync, except that in bfloat16 the PTX instruction names its state

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from lib import simulator
-from lib.inputs import StageInfo, new_output, trivial_output, validate
+from lib.inputs import StageInfo, causal_from_mask, causal_mode, new_output, trivial_output, validate
 
 cuda = simulator.numba_cuda()
 float32 = np.float32
@@ -94,16 +94,22 @@ def attention_rows(q, k, v, out, scale, causal, group):
         out[bh, i, c] = acc[c] / row_sum
 
 
-def attention(q, k, v, *, causal=False, scale=None):
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv; output
-    a new contiguous tensor in q's dtype."""
+    a new contiguous tensor in q's dtype. attn_mask=causal_upper_left(Sq, Sk) is causal=True;
+    the bottom-right alignment (causal_lower_right) with Sq != Sk is refused (stages 2–6)."""
+    causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
+    causal = causal_mode(causal, Sq, Sk, INFO) != 0
     if (trivial := trivial_output(q, k)) is not None:  # nothing to compute
         return trivial
     out_dtype = q.dtype
+    # Under no_grad a tensor may still require grad, and numba's array interface refuses those:
+    # validate() has refused them with grad mode on, so what is left is inference.
+    q, k, v = q.detach(), k.detach(), v.detach()
     if q.dtype == torch.bfloat16:  # numpy and numba have no bfloat16: read float32 copies
         q, k, v = q.float(), k.float(), v.float()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # no copy if already contiguous

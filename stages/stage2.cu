@@ -81,11 +81,13 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o_frag[n], 0.0f);
     wmma::load_matrix_sync(my_rows, &row_ids[0][0], 16, wmma::mem_row_major);
 
-    // Thread r < BLOCK_Q owns query row q0 + r: its running max (in log2 units) and sum.
-    const int row = q0 + tid;
+    // Thread r < BLOCK_Q owns query row q0 + r: its running max (in log2 units) and sum. `row`
+    // is its position shifted by the causal diagonal (attention.cuh): the last key it may see.
+    const int diag = causal_diagonal(causal, Sq, Sk), row = q0 + tid + diag;
     float row_max = NEG_INF, row_sum = 0.0f;
-    // Causal: keys past the tile's last query are masked for every row; skip those tiles.
-    const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;
+    // Causal: keys past the tile's last query (shifted by the diagonal, attention.cuh) are
+    // masked for every row; skip those tiles.
+    const int n_keys = causal ? max(0, min(Sk, q0 + BLOCK_Q + diag)) : Sk;
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
         __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
@@ -144,7 +146,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         }
     }
 
-    if (tid < BLOCK_Q) inv_l[tid] = 1.0f / row_sum;  // (not rescale_of: a warp may still read it)
+    if (tid < BLOCK_Q) inv_l[tid] = inv_sum(row_sum);  // (not rescale_of: a warp may still read it)
     __syncthreads();  // also: every warp is done with the last K/V tile, which tiles.o reuses
     for (int n = 0; n < D / 16; ++n) {
         for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= inv_l[warp * 16 + int(my_rows.x[i])];

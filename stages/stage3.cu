@@ -95,11 +95,14 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     wmma::load_matrix_sync(my_rows, &row_ids[0][0], 16, wmma::mem_row_major);
 
     // Lanes 2i and 2i + 1 of warp w own query row q0 + r, r = 16w + i: its running max (in
-    // log2 units) and sum. Lane l takes the columns c with c % 2 == l % 2.
-    const int r = warp * 16 + lane / 2, row = q0 + r, c0 = lane % 2;
+    // log2 units) and sum. Lane l takes the columns c with c % 2 == l % 2. `row` is its position
+    // shifted by the causal diagonal (attention.cuh): the last key it may see.
+    const int diag = causal_diagonal(causal, Sq, Sk);
+    const int r = warp * 16 + lane / 2, row = q0 + r + diag, c0 = lane % 2;
     float row_max = NEG_INF, row_sum = 0.0f;
-    // Causal: keys past the tile's last query are masked for every row; skip those tiles.
-    const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;
+    // Causal: keys past the tile's last query (shifted by the diagonal, attention.cuh) are
+    // masked for every row; skip those tiles.
+    const int n_keys = causal ? max(0, min(Sk, q0 + BLOCK_Q + diag)) : Sk;
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
         __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
@@ -164,7 +167,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         }
     }
 
-    if (c0 == 0) inv_l[r] = 1.0f / row_sum;  // (not rescale_of: a lane may still read it)
+    if (c0 == 0) inv_l[r] = inv_sum(row_sum);  // (not rescale_of: a lane may still read it)
     __syncthreads();  // also: every warp is done with the last K/V tile, which tiles.o reuses
     for (int n = 0; n < D / 16; ++n) {
         for (int i = 0; i < acc_frag::num_elements; ++i) o_frag[n].x[i] *= inv_l[warp * 16 + int(my_rows.x[i])];

@@ -105,11 +105,14 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     for (int i = 0; i < acc_frag::num_elements; ++i) owner_of[i] = 2 * int(my_rows.x[i]);
 
     // Lanes 2i and 2i + 1 of warp w own query row q0 + r, r = 16w + i: its running max (in
-    // log2 units) and sum. Lane l takes the columns c with c % 2 == l % 2.
-    const int r = warp * 16 + lane / 2, row = q0 + r, c0 = lane % 2;
+    // log2 units) and sum. Lane l takes the columns c with c % 2 == l % 2. `row` is its position
+    // shifted by the causal diagonal (attention.cuh): the last key it may see.
+    const int diag = causal_diagonal(causal, Sq, Sk);
+    const int r = warp * 16 + lane / 2, row = q0 + r + diag, c0 = lane % 2;
     float row_max = NEG_INF, row_sum = 0.0f;
-    // Causal: keys past the tile's last query are masked for every row; skip those tiles.
-    const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;
+    // Causal: keys past the tile's last query (shifted by the diagonal, attention.cuh) are
+    // masked for every row; skip those tiles.
+    const int n_keys = causal ? max(0, min(Sk, q0 + BLOCK_Q + diag)) : Sk;
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {
         __syncthreads();  // every warp is done with the previous K/V tile (or with Q)
@@ -135,7 +138,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         // The online softmax, two lanes per row; the other warps' rows are not our business.
         // Only the tiles that need it check each key: the last one (keys past Sk) and, when
         // causal, those that reach past this warp's first row.
-        const bool mask = k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * 16);
+        const bool mask = k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * 16 + diag);
         float rescale;
         {
             float tile_max = NEG_INF;
@@ -182,7 +185,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         }
     }
 
-    const float inv_l = 1.0f / row_sum;
+    const float inv_l = inv_sum(row_sum);
     float inv_l_el[acc_frag::num_elements];
 #pragma unroll
     for (int i = 0; i < acc_frag::num_elements; ++i) inv_l_el[i] = __shfl_sync(0xffffffff, inv_l, owner_of[i]);

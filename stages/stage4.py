@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from lib import nvrtc
-from lib.inputs import StageInfo
+from lib.inputs import StageInfo, causal_from_mask
 
 SOURCE = Path(__file__).with_suffix(".cu")
 # The (BLOCK_Q, BLOCK_K, LOADS_IN_FLIGHT) the kernel is built with, per head dim, from the tile
@@ -47,6 +47,7 @@ INFO = StageInfo(
                 "basis": "stage 3 ÷ stage 4 in instructions per row and key, per warp and key "
                          "(SASS of NVRTC 13.5), and shared-memory bytes per row and key"},
     gqa=True,
+    causal_alignments=("top_left", "bottom_right"),
     # Since the row strides became kernel arguments, ptxas spills 4 bytes in one variant
     # (bfloat16, D128, sm_90a, 168 registers); the offline test allows that much.
     extra={"spill_bytes_allowed": {128: 8}},
@@ -82,12 +83,16 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
                                 defines=dict(cfg["defines"] + (nvrtc.PACKED_ROWS if packed else ())))}
 
 
-def attention(q, k, v, *, causal=False, scale=None, tiles=None):
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, tiles=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
     place with their strides; output a new contiguous tensor in q's dtype. `tiles` = (BLOCK_Q, BLOCK_K,
     LOADS_IN_FLIGHT) overrides the per-head-dim choice (one of CHOICES), for measuring the
-    alternatives."""
+    alternatives.
+    `causal` may also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be
+    SDPA's causal bias, causal_upper_left(Sq, Sk) or causal_lower_right(Sq, Sk)
+    (lib.inputs.causal_mode)."""
+    causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None

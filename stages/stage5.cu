@@ -57,6 +57,9 @@
 #ifndef FAST_EXP2
 #define FAST_EXP2 1
 #endif
+#ifndef VARLEN
+#define VARLEN 0  // packed sequences (attention_varlen): sequence offsets cu_q, cu_k
+#endif
 #if (COPY_BYTES != 16 && COPY_BYTES != 2) || STAGES < 1 || (NO_SWIZZLE && PAD_ROWS)
 #error "COPY_BYTES is 16 or 2, STAGES at least 1, and padded rows are not swizzled (PAD_ROWS or NO_SWIZZLE)"
 #endif
@@ -226,7 +229,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
                 float scale_log2, int causal, int H, int group,
                 long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head,
-                int k_row, long long v_batch, long long v_head, int v_row) {
+                int k_row, long long v_batch, long long v_head, int v_row, const int* cu_q, const int* cu_k) {
     q_row = row_stride(q_row), k_row = row_stride(k_row), v_row = row_stride(v_row);  // attention.cuh
     extern __shared__ __align__(128) unsigned char smem_raw[];
     elem_t* const q_tile = reinterpret_cast<elem_t*>(smem_raw);
@@ -243,9 +246,27 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     q += b * q_batch + h * q_head;  // q, k, v read in place, with their strides
     k += b * k_batch + h / group * k_head;  // grouped-query: H / group K/V heads
     v += b * v_batch + h / group * v_head;
+    // Packed sequences (VARLEN: stages/stage5.py, attention_varlen): q, k, v are one
+    // [1, H, total, D] view each, sequence b is rows cu_q[b] … cu_q[b + 1] − 1 of q and of the
+    // output ([total, H, D], rows H·D apart) and rows cu_k[b] … of k and v, and Sq, Sk arrive
+    // as the longest lengths (the grid's). Blocks past a shorter sequence's end have no rows.
+    // A build of its own (VARLEN, set by the launcher), so that the [B, H, S, D] build keeps Sq
+    // and Sk as kernel parameters rather than registers (at D128 this kernel is at 255).
+#if VARLEN
+    const int q_start = cu_q[b], k_start = cu_k[b];
+    Sq = cu_q[b + 1] - q_start, Sk = cu_k[b + 1] - k_start;
+    if (q0 >= Sq) return;
+    q += (size_t)q_start * q_row, k += (size_t)k_start * k_row, v += (size_t)k_start * v_row;
+    out += ((size_t)q_start * H + h) * D;
+    const int out_row = H * D;
+#else
     out += (size_t)bh * Sq * D;
+    constexpr int out_row = D;
+#endif
 
-    const int n_keys = causal ? min(Sk, q0 + BLOCK_Q) : Sk;  // causal: skip tiles past the diagonal
+    // Causal: query i sees keys j <= i + diag (attention.cuh); skip tiles past the diagonal.
+    const int diag = causal_diagonal(causal, Sq, Sk);
+    const int n_keys = causal ? max(0, min(Sk, q0 + BLOCK_Q + diag)) : Sk;
     const int n_tiles = (n_keys + BLOCK_K - 1) / BLOCK_K;
 
     // The pipeline's start: Q, then the first STAGES − 1 K/V tiles, one commit group each.
@@ -306,7 +327,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     float row_max[M_TILES][2], row_sum[M_TILES][2];
 #pragma unroll
     for (int m = 0; m < M_TILES; ++m) row_max[m][0] = row_max[m][1] = NEG_INF, row_sum[m][0] = row_sum[m][1] = 0.0f;
-    const int row0 = q0 + warp * WARP_Q + g;  // this thread's first query row; the others + 8, + 16, …
+    const int row0 = q0 + warp * WARP_Q + g + diag;  // this thread's first query row (+ diag); the others + 8, + 16, …
 #if !P_IN_REGISTERS
     elem_t* const p_warp = v_tiles + STAGES * BLOCK_K * LD + warp * WARP_Q * LD_P;  // this warp's P
 #endif
@@ -336,7 +357,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
         const int k0 = j * BLOCK_K;
         // Causal: a tile whose first key is past this warp's last row is all masked for it
         // (the warp still takes part in the copies and barriers).
-        if (causal && k0 > q0 + warp * WARP_Q + WARP_Q - 1) continue;
+        if (causal && k0 > q0 + warp * WARP_Q + WARP_Q - 1 + diag) continue;
         const elem_t* k_tile = k_tiles + (j % STAGES) * BLOCK_K * LD;
         const elem_t* v_tile = v_tiles + (j % STAGES) * BLOCK_K * LD;
 
@@ -366,7 +387,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 
         // −∞ where a key is masked. Only the tiles that need it are checked: the last one (keys
         // past Sk) and, when causal, those that reach past this warp's first row.
-        if (k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * WARP_Q)) {
+        if (k0 + BLOCK_K > Sk || (causal && k0 + BLOCK_K - 1 > q0 + warp * WARP_Q + diag)) {
 #pragma unroll
             for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
@@ -467,7 +488,7 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             float l = row_sum[m][h];
             l += __shfl_xor_sync(0xffffffff, l, 1);
             l += __shfl_xor_sync(0xffffffff, l, 2);
-            const float inv_l = 1.0f / l;
+            const float inv_l = inv_sum(l);
             const int r = warp * WARP_Q + 16 * m + g + 8 * h;
 #pragma unroll
             for (int n = 0; n < NT_O; ++n)
@@ -480,6 +501,6 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     for (int i = lane; i < WARP_Q * CHUNKS; i += 32) {
         const int r = warp * WARP_Q + i / CHUNKS, c = (i % CHUNKS) * 8;
         if (q0 + r < Sq)
-            *reinterpret_cast<uint4*>(out + (size_t)(q0 + r) * D + c) = *reinterpret_cast<const uint4*>(o_tile + at(r, c));
+            *reinterpret_cast<uint4*>(out + (size_t)(q0 + r) * out_row + c) = *reinterpret_cast<const uint4*>(o_tile + at(r, c));
     }
 }

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from lib import nvrtc
-from lib.inputs import StageInfo
+from lib.inputs import StageInfo, causal_from_mask, validate_varlen
 
 SOURCE = Path(__file__).with_suffix(".cu")
 # (BLOCK_Q, BLOCK_K, STAGES, WARP_Q) per head dim: the fastest of CHOICES on the H100 at
@@ -42,6 +42,8 @@ INFO = StageInfo(
     head_dims=(64, 128),
     sources=("stages/stage5.py", "stages/stage5.cu", "stages/attention.cuh"),
     gqa=True,
+    causal_alignments=("top_left", "bottom_right"),
+    varlen=True,
     align_bytes=16,  # 16-byte cp.async copies: pointers and batch/head/seq strides too
     # At D128 the 32-row warps with 64-key tiles need more than 255 registers, and ptxas spills
     # a few bytes (20 with NVRTC 13.0, up to 88 with 13.4). Measured on the H100 they are still
@@ -171,16 +173,40 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
                                 defines=dict(cfg["defines"] + (nvrtc.PACKED_ROWS if packed else ())))}
 
 
-def attention(q, k, v, *, causal=False, scale=None, tiles=None, swizzle=True, ideas=None):
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, tiles=None, swizzle=True,
+              ideas=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
     place with their strides; output a new contiguous tensor in q's dtype. `tiles` = (BLOCK_Q,
     BLOCK_K, STAGES, WARP_Q), one of CHOICES, swizzle=False (plain rows, bank conflicts) and
     `ideas` (a dict of the kernel's switches, SWITCHES; `variant(name)` gives those of a named
-    variant) are for measuring the alternatives."""
+    variant) are for measuring the alternatives.
+    `causal` may also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be
+    SDPA's causal bias, causal_upper_left(Sq, Sk) or causal_lower_right(Sq, Sk)
+    (lib.inputs.causal_mode). Packed sequences of
+    different lengths: attention_varlen."""
+    causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None
     cfg = config(D if D in TILES else 64, tiles and tuple(tiles), swizzle,
                  _ideas_key(ideas) if ideas else ())
     return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale, **cfg)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     causal=False, scale=None):
+    """Packed sequences of different lengths, as FlashAttention's flash_attn_varlen_func takes
+    them: q [total_q, H, D], k and v [total_k, H_kv, D], sequence b being rows
+    cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1 of q and cu_seqlens_k[b] … of k and v (int32
+    offsets on q's device, starting at 0, non-decreasing, ending at the total); max_seqlen_q and
+    max_seqlen_k at least the longest. causal: False, "top_left" or "bottom_right" within each
+    sequence (a row that sees no key, and every row of a sequence without keys, gives zeros).
+    Output [total_q, H, D]. One block per (sequence, head, query tile of the longest sequence);
+    the blocks past a shorter sequence's end return at once. Reads the offsets on the host to
+    check them (lib.inputs.validate_varlen)."""
+    call = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           causal=causal, scale=scale, info=INFO)
+    cfg = config(q.shape[-1], None, True, ())
+    return nvrtc.launch_fused(INFO, SOURCE, call.q, call.k, call.v, causal=call.causal,
+                              scale=call.scale, varlen=call, **cfg)

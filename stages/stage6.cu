@@ -166,13 +166,13 @@ constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
 // the next store waits for q_empty, which the consumers release after reading.
 // PACK_GQA: the box is the G·Sq query rows of K/V head hk (q_bytes counts them).
 __device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int work_count, int q0, int h, int hk,
-                                       int b, int w, int q_bytes) {
+                                       int b, int w, int q_bytes) {  // q0: the row coordinate, b: the batch's
     mbar_wait(&sm.q_empty, (work_count & 1) ^ 1);
     if (DYNAMIC_WORK) sm.work = w;
     mbar_arrive_expect_bytes(&sm.q_full, q_bytes);
 #pragma unroll
     for (int a = 0; a < ATOMS; ++a) {
-        if (PACK_GQA) tma_load_5d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, 0, 0, hk, b);
+        if (PACK_GQA) tma_load_5d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, 0, hk, b);
         else tma_load_4d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, h, b);
     }
 }
@@ -183,38 +183,61 @@ __device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int wor
 // parity asked for is that of the phase "before the first", which counts as completed.
 __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], unsigned long long* full,
                                           unsigned long long* empty, const CUtensorMap* map,
-                                          int pos, int key_tile, int hk, int b) {
+                                          int pos, int key_tile, int hk, int b, int k_start) {
     const int st = pos % STAGES;
     mbar_wait(&empty[st], ((pos / STAGES) & 1) ^ 1);
     mbar_arrive_expect_bytes(&full[st], KV_BYTES);
 #pragma unroll
-    for (int a = 0; a < ATOMS; ++a) tma_load_4d(&ring[st][a][0][0], map, &full[st], 64 * a, key_tile * BLOCK_N, hk, b);
+    for (int a = 0; a < ATOMS; ++a) tma_load_4d(&ring[st][a][0][0], map, &full[st], 64 * a, k_start + key_tile * BLOCK_N, hk, b);
 }
 
 // A block's work tile: BLOCK_M query rows of one (batch, head) — with PACK_GQA the G·Sq rows of
 // one (batch, K/V head) — and one of n_splits ranges of its key tiles: key tiles t0 …
 // t0 + n_tiles − 1. Work w is split w % n_splits of query block (w / n_splits) % n_qb of head
 // w / (n_splits·n_qb); causal work starts with the heaviest query block of each head. The host
-// picks per_split so that no range is empty (and n_splits = 1 with causal masking).
+// picks per_split so that no range is empty for the longest keys (and n_splits = 1 with causal
+// masking); a shorter sequence's ranges past its end, and query blocks past its last query,
+// have n_tiles = 0.
+// Where batch entry b's rows are (Seqs): [B, H, S, D] tensors, all Sq queries and Sk keys; or
+// packed sequences (cu_q non-null: [1, H, total, D] views, sequence b is rows cu_q[b] …
+// cu_q[b + 1] − 1 of q and cu_k[b] … of k and v; Sq, Sk are then the longest lengths); used_k,
+// if non-null, cuts entry b's keys to its first used_k[b] (decoding against caches of
+// different lengths, FlashAttention's seqused_k). Causal (stages/attention.cuh): query i of a
+// sequence sees its keys j <= i + diag, diag = 0 (top-left) or len_k − len_q (bottom-right).
+struct Seqs {
+    const int *cu_q, *cu_k, *used_k;
+    int Sq, Sk, causal;
+};
 struct Work {
     int b, h, hk, q0, split, t0, n_tiles;
+    int q_start, k_start, len_q, len_k, diag, bmap;  // bmap: the batch coordinate of the tensor maps
 };
-__device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, int Sq, int Sk, bool causal,
+__device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, const Seqs& sq,
                                           int n_splits, int per_split) {
     Work t;
     t.split = w % n_splits;
     w /= n_splits;
     const int bh = w / n_qb;  // (batch, head), or (batch, K/V head) with PACK_GQA
-    const int qb = causal ? n_qb - 1 - w % n_qb : w % n_qb;
+    const int qb = sq.causal ? n_qb - 1 - w % n_qb : w % n_qb;
     const int heads = PACK_GQA ? H / group : H;
     t.b = bh / heads;
     if (PACK_GQA) { t.hk = bh % heads; t.h = t.hk * group; }  // t.h: the group's first query head
     else { t.h = bh % heads; t.hk = t.h / group; }
     t.q0 = qb * BLOCK_M;
-    const int rows_end = PACK_GQA ? Sq : t.q0 + BLOCK_M;  // one past the block's last query
-    const int n_keys = causal ? min(Sk, rows_end) : Sk;   // causal: no tile past the diagonal
+    if (sq.cu_q != nullptr) {
+        t.q_start = sq.cu_q[t.b], t.len_q = sq.cu_q[t.b + 1] - t.q_start;
+        t.k_start = sq.cu_k[t.b], t.len_k = sq.cu_k[t.b + 1] - t.k_start;
+        t.bmap = 0;
+    } else {
+        t.q_start = 0, t.len_q = sq.Sq, t.k_start = 0, t.len_k = sq.Sk, t.bmap = t.b;
+    }
+    if (sq.used_k != nullptr) t.len_k = min(max(sq.used_k[t.b], 0), t.len_k);
+    t.diag = sq.causal == 2 ? t.len_k - t.len_q : 0;
+    const int rows_end = PACK_GQA ? t.len_q : min(t.q0 + BLOCK_M, t.len_q);  // one past the block's last query
+    const int n_keys = rows_end <= t.q0 ? 0  // no query here (PACK_GQA: q0 = 0)
+                       : sq.causal ? max(0, min(t.len_k, rows_end + t.diag)) : t.len_k;  // causal: none past the diagonal
     t.t0 = t.split * per_split;
-    t.n_tiles = min((n_keys + BLOCK_N - 1) / BLOCK_N, t.t0 + per_split) - t.t0;
+    t.n_tiles = max(0, min((n_keys + BLOCK_N - 1) / BLOCK_N, t.t0 + per_split) - t.t0);
     return t;
 }
 
@@ -350,7 +373,8 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 const __grid_constant__ CUtensorMap v_map, elem_t* __restrict__ out,
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, long long* timeline,
-                int* work_queue) {
+                int* work_queue, const int* cu_q, const int* cu_k, const int* used_k) {
+    const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
     // work w = blockIdx.x, + gridDim.x, ...: the producer then fetches the next tile's Q and
@@ -389,14 +413,14 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             for (int w = blockIdx.x, next; w < n_work; w = next, ++count) {
                 // The next work tile: asked for now, its answer needed only after this one's copies.
                 next = DYNAMIC_WORK ? atomicAdd(&work_queue[0], 1) + (int)gridDim.x : w + (int)gridDim.x;
-                const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal, n_splits, per_split);
+                const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
                 long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
                 (void)stamps;
-                load_q(sm, &q_map, count, t.q0, t.h, t.hk, t.b, w, q_bytes);
+                load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {
-                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.b);
+                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, j, 0);
-                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.b);
+                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, j, 1);
                 }
             }
@@ -440,7 +464,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             w = *reinterpret_cast<volatile int*>(&sm.work);
         }
         if (w >= n_work) break;
-        const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal, n_splits, per_split);
+        const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
         long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
         (void)stamps;
         const int n_tiles = t.n_tiles;
@@ -453,17 +477,17 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             const int i = 64 * c + 16 * warp + lane / 4 + 8 * r;
             if (PACK_GQA) {
                 const int g = i / Sq;
-                qpos[r] = i - g * Sq; head[r] = t.h + g; valid[r] = g < group;
+                qpos[r] = i - g * Sq; head[r] = t.h + g; valid[r] = g < group && qpos[r] < t.len_q;
             } else {
-                qpos[r] = t.q0 + i; head[r] = t.h; valid[r] = qpos[r] < Sq;
+                qpos[r] = t.q0 + i; head[r] = t.h; valid[r] = qpos[r] < t.len_q;
             }
         }
 #if !WARP_SPECIALIZED
         if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
-            load_q(sm, &q_map, count, t.q0, t.h, t.hk, t.b, w, q_bytes);
+            load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
             for (int j = 0; j < min(STAGES, n_tiles); ++j) {
-                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos + j, t.t0 + j, t.hk, t.b);
-                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos + j, t.t0 + j, t.hk, t.b);
+                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos + j, t.t0 + j, t.hk, t.bmap, t.k_start);
+                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos + j, t.t0 + j, t.hk, t.bmap, t.k_start);
             }
         }
 #endif
@@ -479,17 +503,19 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             fence_proxy_async();          // generic-proxy writes, read next by wgmma
             named_bar_sync(1 + c, 128);   // the whole warpgroup's rows are flipped
         }
-        // A tile needs masking if it reaches past Sk, or (causal) past this warpgroup's first
-        // query position (PACK_GQA: every head's rows start at query 0).
+        // A tile needs masking if it reaches past the keys, or (causal) past this warpgroup's
+        // first query position's diagonal (PACK_GQA: every head's rows start at query 0).
         const int first_row = PACK_GQA ? 0 : t.q0 + 64 * c;
-        const int rows_end = PACK_GQA ? Sq : first_row + 64;
+        const int rows_end = PACK_GQA ? t.len_q : first_row + 64;
+        const int qdiag[2] = {qpos[0] + t.diag, qpos[1] + t.diag};  // the last key each row may see
         // Causal: the block's tiles reach its last consumer's diagonal, but this consumer's rows
         // end before rows_end, and the last tiles may lie wholly past them. It skips their
         // products and only hands their buffers (and, with ping-pong, its turns) on: pass_on.
         // (Without a producer, consumer 0 refills the ring inside its loop: it keeps every tile.)
         // Causal work is never split, so its key tiles start at t0 = 0.
+        // Bottom-right with Sq > Sk, a consumer's rows may see no key at all: my_tiles = 0.
         const int my_tiles = causal && WARP_SPECIALIZED
-                                 ? min(n_tiles, (min(Sk, rows_end) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
+            ? min(n_tiles, (max(0, min(t.len_k, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
         auto pass_on = [&](int cur, int turns) {
             for (int i = 0; i < turns; ++i) {
                 turn_begin(c);
@@ -504,10 +530,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         };
         auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
             const int kt = t.t0 + j;  // the key tile
-            if ((kt + 1) * BLOCK_N > Sk || (causal && (kt + 1) * BLOCK_N - 1 > first_row))
-                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qpos, Sk, causal, scale_log2);
+            if ((kt + 1) * BLOCK_N > t.len_k || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
+                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
             else
-                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qpos, Sk, causal, scale_log2);
+                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
         };
 
         float o[D / 2];
@@ -518,90 +544,103 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         unsigned p[BLOCK_N / 16][4];
         if (PINGPONG && c == CONSUMERS - 1) named_bar_arrive(TURN_BAR, 256);  // consumer 0 goes first
 
-#if INTRA_OVERLAP
-        // Tile 0's S alone; then each turn issues S of tile j with P·V of tile j − 1, and the
-        // softmax of tile j runs while P·V j − 1 is still in the tensor cores.
-        mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
-        STAMP(role, 0, 0);
-        turn_begin(c);
-        issue_qk(s, q_desc, k_desc(pos % STAGES));
-        turn_end(c, false);
-        wgmma_wait<0>();
-        fence_registers(s);
-        release(&sm.k_empty[pos % STAGES]);
-        STAMP(role, 0, 1);
-        softmax(s, m, l, alpha, 0);
-        to_operand(s, p);
-        STAMP(role, 0, 2);
-        for (int j = 1; j < my_tiles; ++j) {
-            const int cur = pos + j, prev = cur - 1;
-            mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
-            mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
-            STAMP(role, j, 0);
-            turn_begin(c);
-            issue_qk(s, q_desc, k_desc(cur % STAGES));
-            rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
-            issue_pv(o, p, v_desc(prev % STAGES));
-            turn_end(c, false);
-            wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
-            fence_registers(s);
-            release(&sm.k_empty[cur % STAGES]);
-            STAMP(role, j, 1);
-            softmax(s, m, l, alpha, j);
-            STAMP(role, j, 2);
-            wgmma_wait<0>();
-            fence_registers(o);
-            release(&sm.v_empty[prev % STAGES]);
-            STAMP(role, j - 1, 3);
-            to_operand(s, p);
-        }
-        release_q(sm);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
-        const int last = pos + my_tiles - 1;
-        mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
-        turn_begin(c);
-        rescale(o, alpha);
-        issue_pv(o, p, v_desc(last % STAGES));
-        turn_end(c, true);
-        wgmma_wait<0>();
-        fence_registers(o);
-        release(&sm.v_empty[last % STAGES]);
-        STAMP(role, my_tiles - 1, 3);
-        for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 1);  // one turn per tile above
-#else
-        // One tile at a time: S, its softmax, then P·V, each product waited for at once.
-        for (int j = 0; j < my_tiles; ++j) {
-            const int cur = pos + j, st = cur % STAGES;
-            mbar_wait(&sm.k_full[st], (cur / STAGES) & 1);
-            STAMP(role, j, 0);
-            turn_begin(c);
-            issue_qk(s, q_desc, k_desc(st));
-            turn_end(c, false);
-            wgmma_wait<0>();
-            fence_registers(s);
-            release(&sm.k_empty[st]);
-            if (j == my_tiles - 1) release_q(sm);
-            STAMP(role, j, 1);
-            softmax(s, m, l, alpha, j);
-            rescale(o, alpha);
-            to_operand(s, p);
-            STAMP(role, j, 2);
-            mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
-            turn_begin(c);
-            issue_pv(o, p, v_desc(st));
-            turn_end(c, j == my_tiles - 1);
-            wgmma_wait<0>();
-            fence_registers(o);
-            release(&sm.v_empty[st]);
-            STAMP(role, j, 3);
-#if !WARP_SPECIALIZED
-            if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill these buffers once all are done
-                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, cur + STAGES, j + STAGES, t.hk, t.b);
-                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, cur + STAGES, j + STAGES, t.hk, t.b);
+        if (my_tiles == 0) {
+            // No key for these rows (a sequence without keys, a query block past its sequence's
+            // end, bottom-right rows before the first key): Q is released and the tiles the other
+            // consumers use are passed on, with as many turns as they take — n_tiles + 1 with
+            // INTRA_OVERLAP, 2 per tile without, at least one — and the rows get zeros below.
+            release_q(sm);
+            for (int j = 0; j < n_tiles; ++j) pass_on(pos + j, INTRA_OVERLAP ? 1 : 2);
+            if (INTRA_OVERLAP || n_tiles == 0) {
+                turn_begin(c);
+                turn_end(c, true);
             }
+        } else {
+#if INTRA_OVERLAP
+            // Tile 0's S alone; then each turn issues S of tile j with P·V of tile j − 1, and the
+            // softmax of tile j runs while P·V j − 1 is still in the tensor cores.
+            mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
+            STAMP(role, 0, 0);
+            turn_begin(c);
+            issue_qk(s, q_desc, k_desc(pos % STAGES));
+            turn_end(c, false);
+            wgmma_wait<0>();
+            fence_registers(s);
+            release(&sm.k_empty[pos % STAGES]);
+            STAMP(role, 0, 1);
+            softmax(s, m, l, alpha, 0);
+            to_operand(s, p);
+            STAMP(role, 0, 2);
+            for (int j = 1; j < my_tiles; ++j) {
+                const int cur = pos + j, prev = cur - 1;
+                mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
+                mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
+                STAMP(role, j, 0);
+                turn_begin(c);
+                issue_qk(s, q_desc, k_desc(cur % STAGES));
+                rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
+                issue_pv(o, p, v_desc(prev % STAGES));
+                turn_end(c, false);
+                wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
+                fence_registers(s);
+                release(&sm.k_empty[cur % STAGES]);
+                STAMP(role, j, 1);
+                softmax(s, m, l, alpha, j);
+                STAMP(role, j, 2);
+                wgmma_wait<0>();
+                fence_registers(o);
+                release(&sm.v_empty[prev % STAGES]);
+                STAMP(role, j - 1, 3);
+                to_operand(s, p);
+            }
+            release_q(sm);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
+            const int last = pos + my_tiles - 1;
+            mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
+            turn_begin(c);
+            rescale(o, alpha);
+            issue_pv(o, p, v_desc(last % STAGES));
+            turn_end(c, true);
+            wgmma_wait<0>();
+            fence_registers(o);
+            release(&sm.v_empty[last % STAGES]);
+            STAMP(role, my_tiles - 1, 3);
+            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 1);  // one turn per tile above
+#else
+            // One tile at a time: S, its softmax, then P·V, each product waited for at once.
+            for (int j = 0; j < my_tiles; ++j) {
+                const int cur = pos + j, st = cur % STAGES;
+                mbar_wait(&sm.k_full[st], (cur / STAGES) & 1);
+                STAMP(role, j, 0);
+                turn_begin(c);
+                issue_qk(s, q_desc, k_desc(st));
+                turn_end(c, false);
+                wgmma_wait<0>();
+                fence_registers(s);
+                release(&sm.k_empty[st]);
+                if (j == my_tiles - 1) release_q(sm);
+                STAMP(role, j, 1);
+                softmax(s, m, l, alpha, j);
+                rescale(o, alpha);
+                to_operand(s, p);
+                STAMP(role, j, 2);
+                mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
+                turn_begin(c);
+                issue_pv(o, p, v_desc(st));
+                turn_end(c, j == my_tiles - 1);
+                wgmma_wait<0>();
+                fence_registers(o);
+                release(&sm.v_empty[st]);
+                STAMP(role, j, 3);
+#if !WARP_SPECIALIZED
+                if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill these buffers once all are done
+                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, cur + STAGES, t.t0 + j + STAGES, t.hk, t.bmap, t.k_start);
+                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, cur + STAGES, t.t0 + j + STAGES, t.hk, t.bmap, t.k_start);
+                }
+#endif
+            }
+            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 2);  // two turns per tile above
 #endif
         }
-        for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 2);  // two turns per tile above
-#endif
         pos += n_tiles;
 
         // ---- O / l, rows that do not exist clipped; 4-byte stores of two elements ----
@@ -613,18 +652,20 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
             lse[r] = m[r] == NEG_INF ? NEG_INF : m[r] * scale_log2 + __log2f(l[r]);
-            l[r] = 1.0f / l[r];
+            l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no key seen: zeros, as SDPA gives
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             if (!valid[r]) continue;
-            const size_t row = ((size_t)t.b * H + head[r]) * Sq + qpos[r];  // row of [B, H, Sq]
+            // The output's row: of [B, H, Sq], or of [total_q, H] for packed sequences.
+            const size_t row = cu_q != nullptr ? (size_t)(t.q_start + qpos[r]) * H + head[r]
+                                               : ((size_t)t.b * H + head[r]) * Sq + qpos[r];
             if (n_splits == 1) {
                 elem_t* const dst = out + row * D + 2 * (lane % 4);
 #pragma unroll
                 for (int n = 0; n < D / 8; ++n)
                     *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
-            } else {  // o_part [B·H·Sq][n_splits][D], lse_part [B·H·Sq][n_splits]
+            } else {  // o_part [rows][n_splits][D], lse_part [rows][n_splits]
                 float* const dst = o_part + (row * n_splits + t.split) * D + 2 * (lane % 4);
 #pragma unroll
                 for (int n = 0; n < D / 8; ++n)

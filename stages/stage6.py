@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from lib import nvrtc
-from lib.inputs import GPUTooOldError, StageInfo, new_output, refuse_grad, trivial_output, validate_cached
+from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode, new_output,
+                        refuse_grad, trivial_output, validate_cached, validate_varlen)
 
 SOURCE = Path(__file__).with_suffix(".cu")
 ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
@@ -144,6 +145,8 @@ INFO = StageInfo(
     head_dims=(64, 128),
     sources=("stages/stage6.py", "stages/stage6.cu", "stages/hopper.cuh", "stages/attention.cuh"),
     gqa=True,
+    causal_alignments=("top_left", "bottom_right"),
+    varlen=True,
     align_bytes=16,  # the copy engine: 16-byte-aligned base and strides
     # The notebook's count at B16 H16 S2048 D64: wgmma cycles and MUFU.EX2 (×2 for the rest of
     # the softmax) per key tile and consumer, against the recorded matmul ceiling.
@@ -323,7 +326,7 @@ class _Plan:
     their addresses are replaced (cuTensorMapReplaceAddress), not the whole map encoded."""
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
-                 "trivial", "queues", "splits", "group", "partial_shape", "parts")
+                 "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen")
 
 
 _plans: dict = {}
@@ -341,26 +344,37 @@ class _Address:
 
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
-               splits, pack_gqa) -> _Plan:
+               splits, pack_gqa, varlen=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
         raise ValueError(f"splits must be a positive int or None (chosen per call), got {splits!r}")
     if pack_gqa not in (None, True, False):
         raise ValueError(f"pack_gqa must be True, False or None (chosen per call), got {pack_gqa!r}")
-    scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
+    plan = _Plan()
+    plan.varlen = varlen is not None
+    if varlen is None:
+        scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
+        B, H, Sq, D = q.shape
+        Hk, Sk = k.shape[1], k.shape[2]
+        causal = causal_mode(causal, Sq, Sk, INFO)
+    else:  # validated by validate_varlen: [1, H, total, D] views, the longest lengths
+        scale, causal = varlen.scale, varlen.causal
+        B, H, Sq, D = varlen.n_seqs, q.shape[1], varlen.max_q, q.shape[3]
+        Hk, Sk = k.shape[1], varlen.max_k
     _check_arch(q)
+    if Sq <= 1 and causal:
+        # One query per sequence is its last position: bottom-right it sees every key (full
+        # attention, which may be split), top-left only the first.
+        causal = NO_MASK if causal == 2 else causal
     if splits is not None and splits > 1 and causal:
         raise NotImplementedError("stage 6 splits the keys (split-KV) of full attention only; "
-                                  "pass splits=None or 1 with causal=True")
-    plan = _Plan()
-    plan.trivial = trivial_output(q, k) is not None  # no queries, or no keys: what SDPA returns
+                                  "pass splits=None or 1 with a causal mask")
+    plan.trivial = B * H * Sq == 0 or Sk == 0  # no queries, or no keys: what SDPA returns
     if plan.trivial:
         return plan
-    B, H, Sq, D = q.shape
-    Hk, Sk = k.shape[1], k.shape[2]
     G = H // Hk
-    ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
+    ch = choose(B, H, Hk, Sq, Sk, D, bool(causal), _sm_count(q.device), tiles=tiles, schedule=schedule,
                 splits=splits, pack_gqa=pack_gqa)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack)
@@ -374,7 +388,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(G),
                  np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
                  np.int32(n), np.int32(per_split))
-    rows = B * H * Sq
+    rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
     plan.combine_config = nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0) if n > 1 else None  # a block per row
     plan.parts = {}  # split-KV's partial rows, one pair of buffers per stream (_partials)
@@ -415,10 +429,18 @@ def _queue(plan: _Plan, device) -> int:
     return queue.data_ptr()
 
 
-def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
-              timeline=None, exp2_poly=None, lazy_rescale=None, splits=None, pack_gqa=None):
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
+              schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
+              pack_gqa=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype.
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
+    also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
+    bias, causal_upper_left(Sq, Sk) or causal_lower_right(Sq, Sk) (lib.inputs.causal_mode:
+    bottom-right rows that see no key get zeros). `seqlens_k` (int32 [B] on q's device, or
+    None): batch entry b uses only its first seqlens_k[b] keys, as decoding against caches of
+    different lengths does (FlashAttention's seqused_k; values are clamped to 0 … Sk, never
+    read past the tensor; a bottom-right diagonal then ends at each entry's last used key).
+    Packed sequences of different lengths: attention_varlen.
     `tiles` (one of CHOICES), `schedule` (a key of ALL_SCHEDULES; default: call_schedule's rule,
     on the head dim's kernel, DEFAULT_SCHEDULES), `exp2_poly` (eighths of the exponentials computed by polynomial, 0–8)
     and `lazy_rescale` (-1: rescale O every tile; k >= 0: only when a row max grew by more than
@@ -427,6 +449,8 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
     stages/stage6.cu). Decoding: `splits` (blocks per work tile's keys; None: plan_splits' rule,
     1 for causal) and `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
     defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given)."""
+    if attn_mask is not None:
+        causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     try:  # attributes a non-tensor lacks: the full validation in _make_plan says what is wrong
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
@@ -451,15 +475,66 @@ def attention(q, k, v, *, causal=False, scale=None, tiles=None, schedule=None,
             _plans[key] = plan
     if plan.trivial:
         return trivial_output(q, k)
+    used_k = _check_seqlens_k(seqlens_k, q) if seqlens_k is not None else 0
+    return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     causal=False, scale=None, splits=None, pack_gqa=None):
+    """Packed sequences of different lengths, as FlashAttention's flash_attn_varlen_func takes
+    them: q [total_q, H, D], k and v [total_k, H_kv, D] (GQA: H a multiple of H_kv), sequence b
+    being rows cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1 of q and cu_seqlens_k[b] … of k and v
+    (int32 offsets on q's device, from 0, non-decreasing, to the total); max_seqlen_q and
+    max_seqlen_k at least the longest. causal: False, "top_left" or "bottom_right" within each
+    sequence (a row that sees no key, and every row of a sequence without keys, gives zeros).
+    Output [total_q, H, D].
+
+    The kernel is attention()'s: the tensor maps describe q, k, v as [1, H, total, D], and a
+    work tile of sequence b starts its copies at row cu_seqlens[b] instead of 0. Rows a box
+    brings past a sequence's end belong to the next one: its keys are masked (a sequence's key
+    count, not the box, bounds the softmax) and its queries' rows are never stored. The grid is
+    that of the longest sequence for every one; work tiles past a shorter one's end do nothing.
+    Reads the offsets on the host to check them (lib.inputs.validate_varlen): one copy per call.
+    `splits` and `pack_gqa` as in attention(); the rules use the longest lengths."""
+    call = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           causal=causal, scale=scale, info=INFO)
+    key = ("varlen", call.q.shape, call.q.stride(), q.dtype, q.device, call.k.shape, call.k.stride(),
+           call.v.stride(), call.n_seqs, call.max_q, call.max_k, call.causal, call.scale, splits,
+           pack_gqa)
+    plan = _plans.get(key)
+    ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+    if plan is None:
+        plan = _plans[key] = _make_plan(call.q, call.k, call.v, call.causal, call.scale, None, None,
+                                        False, None, None, splits, pack_gqa, varlen=call)
+        ptrs = None
+    out = new_output(q)  # [total_q, H, D]
+    if plan.trivial:
+        return out.zero_()  # no query rows, or no keys anywhere: zeros, as SDPA gives
+    return _launch(plan, call.q, call.k, call.v, ptrs, out,
+                   (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0), None)
+
+
+def _check_seqlens_k(seqlens_k, q) -> int:
+    if not (isinstance(seqlens_k, torch.Tensor) and seqlens_k.dtype == torch.int32
+            and seqlens_k.shape == (q.shape[0],) and seqlens_k.device == q.device):
+        raise ValueError(f"seqlens_k must be an int32 tensor of shape [B] = [{q.shape[0]}] on "
+                         f"{q.device}, got {getattr(seqlens_k, 'dtype', type(seqlens_k).__name__)} "
+                         f"{tuple(getattr(seqlens_k, 'shape', ()))} on {getattr(seqlens_k, 'device', '-')}")
+    return seqlens_k.data_ptr()
+
+
+def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline):
+    """Run a plan on these tensors (same layout as it was made for): the kernel, and split-KV's
+    combine. `seqs`: the kernel's cu_q, cu_k and used_k pointers (0: none)."""
     if ptrs is not None:
         for i, t in enumerate((q, k, v)):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
                 _retarget(plan, i, t)
-    out = new_output(q)
     parts = _partials(plan, q.device) if plan.splits > 1 else (0, 0)
     nvrtc.launch_prepared(plan.kernel, plan.config,
                           (*plan.maps, out.data_ptr(), *parts, *plan.args,
-                           timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device)))
+                           timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device),
+                           *seqs))
     if plan.splits > 1:
         nvrtc.launch_prepared(plan.combine, plan.combine_config,
                               (*parts, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits)))

@@ -17,16 +17,32 @@ from lib.simulator import HAS_GPU  # noqa: E402
 
 
 class StandIn:
-    """A stage module's interface (attention() and INFO), computing with torch on any device and
-    recording what it was given."""
+    """A stage module's interface (attention(), and attention_varlen() when `varlen`, and INFO),
+    computing with torch on any device and recording what it was given."""
 
-    def __init__(self, gqa: bool):
-        self.INFO = dataclasses.replace(stages.get(0).INFO, number=90 + gqa, gqa=gqa)
+    def __init__(self, gqa: bool, varlen: bool = False):
+        self.INFO = dataclasses.replace(stages.get(0).INFO, number=90 + gqa, gqa=gqa, varlen=varlen,
+                                        causal_alignments=("top_left", "bottom_right"))
         self.calls = []
+        if varlen:
+            self.attention_varlen = self._varlen
 
     def attention(self, q, k, v, *, causal=False, scale=None):
         self.calls.append({"q": q.shape, "k": k.shape, "causal": causal, "scale": scale})
         return reference_attention(q, k, v, causal=causal, scale=scale).to(q.dtype)
+
+    def _varlen(self, q, k, v, cu_q, cu_k, max_q, max_k, *, causal=False, scale=None):
+        self.calls.append({"q": q.shape, "k": k.shape, "causal": causal, "scale": scale,
+                           "varlen": (cu_q.tolist(), cu_k.tolist())})
+        out = torch.zeros_like(q)
+        cq, ck = cu_q.tolist(), cu_k.tolist()
+        for b in range(len(cq) - 1):
+            qs = q[cq[b]:cq[b + 1]].transpose(0, 1)[None]
+            ks, vs = (t[ck[b]:ck[b + 1]].transpose(0, 1)[None] for t in (k, v))
+            if qs.shape[2] and ks.shape[2]:
+                o = reference_attention(qs, ks, vs, causal=causal, scale=scale)
+                out[cq[b]:cq[b + 1]] = o[0].transpose(0, 1).to(q.dtype)
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -73,20 +89,77 @@ def test_adapter_decodes_with_a_cache(model):
     assert stage.calls[-1]["causal"] is False and stage.calls[-1]["k"][2] == 12
 
 
-def test_adapter_refuses_padding(model):
-    """A padding mask is something the stages cannot honour: a clear error, not wrong logits."""
-    name = hf.register_stage(StandIn(True), "fa_test_padding")
-    ids = _ids(2, 9)
-    mask = torch.ones_like(ids)
-    mask[0, :3] = 0
-    hf.set_attention(model, name)
+def _padded(batch_lengths, S):
+    ids = _ids(len(batch_lengths), S)
+    mask = torch.zeros_like(ids)
+    for b, n in enumerate(batch_lengths):
+        mask[b, S - n:] = 1
+    return ids, mask
+
+
+def test_adapter_runs_padding_as_packed_sequences(model):
+    """A left-padded batch becomes packed sequences (unpad, attention_varlen, pad back): the
+    logits at the real positions are SDPA's; a stage without packed sequences refuses clearly."""
+    stage = StandIn(True, varlen=True)
+    name = hf.register_stage(stage, "fa_test_padding")
+    ids, mask = _padded([9, 4, 1], 9)
+    real = mask.bool()
+    with torch.inference_mode():
+        hf.set_attention(model, "sdpa")
+        want = model(ids, attention_mask=mask, use_cache=False).logits
+        hf.set_attention(model, name)
+        got = model(ids, attention_mask=mask, use_cache=False).logits
+    torch.testing.assert_close(got[real], want[real], rtol=1e-4, atol=1e-4)
+    assert stage.calls[-1]["varlen"] == ([0, 9, 13, 14], [0, 9, 13, 14])
+    assert stage.calls[-1]["causal"] == "bottom_right"
+    plain = hf.register_stage(StandIn(True), "fa_test_padding_refused")
+    hf.set_attention(model, plain)
     try:
-        with torch.inference_mode(), pytest.raises(NotImplementedError, match="padding"):
+        with torch.inference_mode(), pytest.raises(NotImplementedError, match="packed sequences"):
             model(ids, attention_mask=mask, use_cache=False)
         with torch.inference_mode():  # an all-ones mask is no padding: fine
             model(ids, attention_mask=torch.ones_like(ids), use_cache=False)
     finally:
         hf.set_attention(model, "sdpa")
+
+
+def test_mask_layout():
+    """The mask reader on masks built by hand: padding and a cache offset, full attention,
+    static-cache tails, and an arbitrary pattern (refused)."""
+    Sq, Sk = 4, 7
+    i, j = torch.arange(Sq)[:, None], torch.arange(Sk)
+    pads, offs = [0, 2, 5], [3, 3, 3]  # left padding of keys; query i sits at key i + 3
+    m = torch.stack([(j >= p) & (j <= i + o) for p, o in zip(pads, offs)])[:, None]
+    lay = hf.mask_layout(m, Sq, Sk)
+    assert lay.causal and lay.k_start == [0, 2, 5] and lay.k_end == [7, 7, 7]
+    assert lay.q_start == [0, 0, 2] and lay.q_end == [4, 4, 4]
+    additive = torch.zeros(m.shape).masked_fill(~m, torch.finfo(torch.float32).min)
+    assert hf.mask_layout(additive, Sq, Sk) == lay
+    full = torch.stack([(j >= p) & (j < 6) & (i >= 0) for p in pads])[:, None]
+    lay = hf.mask_layout(full, Sq, Sk)
+    assert not lay.causal and lay.k_start == pads and lay.k_end == [6, 6, 6]
+    one = torch.stack([(j <= e) for e in (2, 6)])[:, None, None, :].expand(2, 1, 1, Sk)
+    lay = hf.mask_layout(one.contiguous(), 1, Sk)  # decoding against caches filled to 3 and 7
+    assert not lay.causal and lay.unpadded and lay.k_end == [3, 7]
+    odd = m.clone()
+    odd[1, 0, 3, 4] = False
+    with pytest.raises(NotImplementedError, match="arbitrary pattern"):
+        hf.mask_layout(odd, Sq, Sk)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_generate_on_cpu(cache):
+    """generate() through the adapter on a left-padded batch, with each cache: the stand-in
+    (exact attention) gives SDPA's tokens and logits."""
+    stage = StandIn(True, varlen=True)
+    name = hf.register_stage(stage, f"fa_test_generate_{cache}")
+    model = hf.tiny_llama(torch.float32, "cpu")
+    res = hf.compare_generate([name], dtype=torch.float32, device="cpu", caches=(cache,),
+                              lengths=(3, 8, 13), new_tokens=6, model=model)
+    print("\n" + hf.generate_table(res))
+    (r,) = res
+    assert r.tokens_equal and r.logits_ok and r.compared >= 3
+    assert any("varlen" in c for c in stage.calls)  # the padded batch went through varlen
 
 
 def test_registers_every_stage():
@@ -143,3 +216,20 @@ def test_training_through_a_stage_is_refused(n):
             assert torch.isfinite(model(ids, use_cache=False).logits).all()
     finally:
         hf.set_attention(model, "sdpa")
+
+
+@gpu
+@pytest.mark.parametrize("n", [5, 6])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_generate_matches_sdpa(n, dtype):
+    """issue 22: the tiny Llama (GQA) generating 64 tokens for 4 left-padded prompts of 5, 37,
+    128 and 300 tokens, static and dynamic cache: SDPA's tokens (but at its near ties) and,
+    teacher-forced, its logits within the rule."""
+    info = stages.get(n).INFO
+    if torch.cuda.get_device_capability() < info.min_cc:
+        pytest.skip(f"stage {n} needs compute capability {info.min_cc}")
+    name = hf.register([n])[0]
+    res = hf.compare_generate([name], dtype=dtype, device="cuda", rounds=1)
+    print("\n" + hf.generate_table(res))
+    for r in res:
+        assert r.tokens_equal and r.logits_ok, hf.generate_table(res)

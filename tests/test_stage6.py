@@ -376,6 +376,8 @@ def test_split_launches_on_the_cpu(monkeypatch):
                         lambda kernel, config, params: launched.append((kernel, config, params)))
     q, k, v = make_qkv(1, 32, 1, 128, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")
     s6.attention(q, k, v)
+    # the kernel's parameters end (..., n_splits, per_split, timeline, work_queue, cu_q, cu_k, used_k)
+    N_SPLITS = -7
     (k1, c1, p1), (k2, c2, p2) = launched
     assert k1 == "kernel" and k2 == "combine"
     assert c1.grid == (8 * 16, 1, 1)              # 8 K/V heads × 16 splits of 2 tiles
@@ -384,10 +386,10 @@ def test_split_launches_on_the_cpu(monkeypatch):
     assert p1[4:6] == (1111, 2222) and p2[:2] == (1111, 2222)  # the partial rows, written then read
     launched.clear()
     s6.attention(q, k, v, splits=1000)             # at most MAX_SPLITS, whatever is asked
-    assert int(launched[0][2][-4]) == min(s6.MAX_SPLITS, 4096 // s6.DECODE_TILES[128][0])
+    assert int(launched[0][2][N_SPLITS]) == min(s6.MAX_SPLITS, 4096 // s6.DECODE_TILES[128][0])
     launched.clear()
     s6.attention(q, k, v, causal=True)             # causal: one launch, no split
-    assert len(launched) == 1 and int(launched[0][2][-4]) == 1 and launched[0][1].grid == (8, 1, 1)
+    assert len(launched) == 1 and int(launched[0][2][N_SPLITS]) == 1 and launched[0][1].grid == (8, 1, 1)
     with pytest.raises(NotImplementedError, match="split"):
         s6.attention(q, k, v, causal=True, splits=4)
     with pytest.raises(ValueError, match="splits"):
