@@ -454,10 +454,12 @@ def test_launch_arguments(n, recorded_launches):
     assert out.shape == q.shape and out.is_contiguous()
     (config, params), = recorded_launches["launches"]
     assert params[:4] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
-    Sq_, Sk_, scale_log2, causal, H_, group, *strides = params[4:]
+    Sq_, Sk_, scale_log2, causal, H_, group, *strides = params[4:19]
     assert (Sq_, Sk_, causal, H_, group) == (Sq, Sk, 1, H, H // Hk)
     assert scale_log2 == pytest.approx(0.5 * math.log2(math.e))
     assert [int(s) for s in strides] == [*q.stride()[:3], *k.stride()[:3], *v.stride()[:3]]
+    # a stage with packed sequences takes their offsets last: none for a [B, H, S, D] call
+    assert params[19:] == ((0, 0) if mod.INFO.varlen else ())
     block_q = mod.config(D)["block_q"] if hasattr(mod, "config") else mod.BLOCK_Q
     assert config.grid == (-(-Sq // block_q) * B * H, 1, 1)
     mod.attention(q, k, v, causal=True, scale=0.5)
