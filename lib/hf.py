@@ -104,6 +104,19 @@ class MaskLayout:
     def cu(self, starts, ends):
         return [0, *itertools.accumulate(e - s for s, e in zip(starts, ends))]
 
+    def packing(self, device):
+        """The unpad/pad indices and offsets of attention_varlen for this layout, made once
+        (every layer of a forward pass gets the same mask): (q rows, k rows, cu_q, cu_k,
+        max_q, max_k), the rows as (batch index, position) tensors."""
+        if getattr(self, "_packing", None) is None:
+            as_i32 = dict(dtype=torch.int32, device=device)
+            self._packing = (_rows(self.q_start, self.q_end, device), _rows(self.k_start, self.k_end, device),
+                             torch.tensor(self.cu(self.q_start, self.q_end), **as_i32),
+                             torch.tensor(self.cu(self.k_start, self.k_end), **as_i32),
+                             max((e - s for s, e in zip(self.q_start, self.q_end)), default=0),
+                             max((e - s for s, e in zip(self.k_start, self.k_end)), default=0))
+        return self._packing
+
 
 _last_layout: list = [None]  # (weakref to the mask, its version, Sq, Sk, layout): the last one read
 
@@ -193,12 +206,7 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
             f"sequences to one length, which needs packed sequences (attention_varlen: stages "
             f"{', '.join(str(n) for n in _varlen_stages())}). Run one prompt at a time, or use "
             "attn_implementation='sdpa'")
-    qb, qi = _rows(layout.q_start, layout.q_end, Sq, q.device)
-    kb, kj = _rows(layout.k_start, layout.k_end, k.shape[2], q.device)
-    cu_q = torch.tensor(layout.cu(layout.q_start, layout.q_end), dtype=torch.int32, device=q.device)
-    cu_k = torch.tensor(layout.cu(layout.k_start, layout.k_end), dtype=torch.int32, device=q.device)
-    max_q = max((e - s for s, e in zip(layout.q_start, layout.q_end)), default=0)
-    max_k = max((e - s for s, e in zip(layout.k_start, layout.k_end)), default=0)
+    (qb, qi), (kb, kj), cu_q, cu_k, max_q, max_k = layout.packing(q.device)
     packed = stage.attention_varlen(q.transpose(1, 2)[qb, qi], k.transpose(1, 2)[kb, kj],
                                     v.transpose(1, 2)[kb, kj], cu_q, cu_k, max_q, max_k,
                                     causal=causal, scale=scale)
@@ -207,7 +215,7 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
     return out
 
 
-def _rows(starts, ends, S, device):
+def _rows(starts, ends, device):
     """(batch index, row index) of every row start[b] … end[b] − 1, in order, for gathering."""
     b = [bb for bb, (s, e) in enumerate(zip(starts, ends)) for _ in range(s, e)]
     r = [x for s, e in zip(starts, ends) for x in range(s, e)]

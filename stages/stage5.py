@@ -11,6 +11,12 @@ Each of the stage's ideas is a compile-time switch of the kernel (IDEAS), so tha
 measured alone: `attention(q, k, v, ideas={"COPY_BYTES": 2})` runs the stage with 2-byte
 copies, `waterfall()` lists the builds from a stage-4-like one to the stage's own, one idea
 added per step, and `leave_one_out()` the stage's build with one idea taken out.
+
+Serving (issue 22): causal attention in either alignment, SDPA's top-left (causal=True) or
+bottom-right (causal="bottom_right", or attn_mask=causal_lower_right(Sq, Sk): the Sq queries are
+the last Sq key positions, as in chunked prefill against a cache); packed sequences of different
+lengths through `attention_varlen` (FlashAttention's flash_attn_varlen_func: q, k, v as
+[total, H, D] with cu_seqlens offsets; a build of the kernel of its own, VARLEN).
 """
 from __future__ import annotations
 

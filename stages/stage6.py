@@ -17,6 +17,14 @@ Decoding and other calls with few work tiles (flash-decoding, chosen by `plan_sp
 query heads that share a K/V head (PACK_GQA, one consumer warpgroup: DECODE_TILES), and when the
 blocks would not fill the GPU, each head's keys are split over several blocks whose partial
 results a second kernel combines (split-KV; causal calls are never split).
+
+Serving (issue 22): causal attention in either alignment, SDPA's top-left (causal=True) or
+bottom-right (causal="bottom_right", or attn_mask=causal_lower_right(Sq, Sk): the Sq queries are
+the last Sq key positions; one query bottom-right sees every key and may be split); packed
+sequences of different lengths through `attention_varlen` (FlashAttention's
+flash_attn_varlen_func, the same kernel with each work tile starting its copies at its
+sequence's offset); and decoding against caches of different lengths per batch entry with
+attention(..., seqlens_k=...) (FlashAttention's seqused_k).
 """
 from __future__ import annotations
 
