@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Re-record stages one by one within a time budget (a GPU call's limit): each stage is its own
+# `lib.bench --record` run, so a limit reached mid-way loses only the stage then running, and a
+# stage whose usual duration no longer fits is not started.
+#   bash scripts/record_stages.sh SECONDS STAGE...    e.g.  bash scripts/record_stages.sh 560 0 1
+# Logs go to $OUT/bench-stageN.log (OUT defaults to ./gpu-out).
+set -u
+budget=$1; shift
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+# Seconds one stage's record took on the H100 (fp16 and bf16, standard shapes and sweep, with
+# --max-call-s 10), from results/logs/2026-11-24-f2e1606-call2 and earlier bench logs, plus slack.
+declare -A USUAL=([0]=380 [1]=160 [2]=110 [3]=120 [4]=120 [5]=120 [6]=130)
+deadline=$(( $(date +%s) + budget ))
+for s in "$@"; do
+  left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt "${USUAL[$s]:-150}" ]; then
+    echo "stage $s not started: ${left} s left, it usually takes ${USUAL[$s]:-150} s"; continue
+  fi
+  t0=$(date +%s)
+  timeout "$left" python3 -m lib.bench --record --sweep --max-call-s 10 --dtype float16 bfloat16 \
+    --stages "$s" > "$OUT/bench-stage$s.log" 2>&1
+  echo "stage $s rc=$? $(( $(date +%s) - t0 )) s"
+done
