@@ -89,6 +89,9 @@
 #ifndef PACK_GQA
 #define PACK_GQA 0
 #endif
+#ifndef SEQS
+#define SEQS 0  // per-sequence offsets or key lengths (cu_q, cu_k, used_k): a build of its own
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -202,7 +205,10 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
 // packed sequences (cu_q non-null: [1, H, total, D] views, sequence b is rows cu_q[b] …
 // cu_q[b + 1] − 1 of q and cu_k[b] … of k and v; Sq, Sk are then the longest lengths); used_k,
 // if non-null, cuts entry b's keys to its first used_k[b] (decoding against caches of
-// different lengths, FlashAttention's seqused_k). Causal (stages/attention.cuh): query i of a
+// different lengths, FlashAttention's seqused_k). Only the SEQS build reads them: with none, the
+// [B, H, S, D] build's lengths stay the kernel's arguments (the build that always read them
+// recorded 3-6% slower at B1 H8 S512 and B16 H16 S2048 D64: 8a2314b's record against
+// 511f4c1's). Causal (stages/attention.cuh): query i of a
 // sequence sees its keys j <= i + diag, diag = 0 (top-left) or len_k − len_q (bottom-right).
 struct Seqs {
     const int *cu_q, *cu_k, *used_k;
@@ -224,14 +230,14 @@ __device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, con
     if (PACK_GQA) { t.hk = bh % heads; t.h = t.hk * group; }  // t.h: the group's first query head
     else { t.h = bh % heads; t.hk = t.h / group; }
     t.q0 = qb * BLOCK_M;
-    if (sq.cu_q != nullptr) {
+    if (SEQS && sq.cu_q != nullptr) {
         t.q_start = sq.cu_q[t.b], t.len_q = sq.cu_q[t.b + 1] - t.q_start;
         t.k_start = sq.cu_k[t.b], t.len_k = sq.cu_k[t.b + 1] - t.k_start;
         t.bmap = 0;
     } else {
         t.q_start = 0, t.len_q = sq.Sq, t.k_start = 0, t.len_k = sq.Sk, t.bmap = t.b;
     }
-    if (sq.used_k != nullptr) t.len_k = min(max(sq.used_k[t.b], 0), t.len_k);
+    if (SEQS && sq.used_k != nullptr) t.len_k = min(max(sq.used_k[t.b], 0), t.len_k);
     t.diag = sq.causal == 2 ? t.len_k - t.len_q : 0;
     const int rows_end = PACK_GQA ? t.len_q : min(t.q0 + BLOCK_M, t.len_q);  // one past the block's last query
     const int n_keys = rows_end <= t.q0 ? 0  // no query here (PACK_GQA: q0 = 0)
@@ -658,7 +664,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         for (int r = 0; r < 2; ++r) {
             if (!valid[r]) continue;
             // The output's row: of [B, H, Sq], or of [total_q, H] for packed sequences.
-            const size_t row = cu_q != nullptr ? (size_t)(t.q_start + qpos[r]) * H + head[r]
+            const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qpos[r]) * H + head[r]
                                                : ((size_t)t.b * H + head[r]) * Sq + qpos[r];
             if (n_splits == 1) {
                 elem_t* const dst = out + row * D + 2 * (lane % 4);

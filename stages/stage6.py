@@ -169,10 +169,12 @@ INFO = StageInfo(
 
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
-           exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False) -> dict:
+           exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
+           seqs: bool = False) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (Q, the K and V rings, the barriers, and 1 KB of
-    slack to align the tiles to 1024 bytes) and the kernel's defines."""
+    slack to align the tiles to 1024 bytes) and the kernel's defines. seqs: the build that reads
+    per-sequence offsets or key lengths (attention_varlen, seqlens_k)."""
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -196,22 +198,23 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
         raise ValueError(f"lazy_rescale is -1 (rescale every tile) or a threshold 0 to 10 (log2); got {lazy!r}")
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
                *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
-               ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)))
+               ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": tiles_bytes + 8 * (3 + 4 * stages) + 1024, "defines": defines}  # Smem's barriers and work
 
 
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
-                lazy_rescale: int | None = None, decode: bool = False) -> dict:
+                lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
-    runs, DECODE_TILES with PACK_GQA). Only sm_90a has the instructions; any other arch is refused."""
+    runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
+    lengths). Only sm_90a has the instructions; any other arch is refused."""
     if arch != ARCH:
         raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode)
+                 lazy_rescale, decode, seqs)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -352,7 +355,7 @@ class _Address:
 
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
-               splits, pack_gqa, varlen=None) -> _Plan:
+               splits, pack_gqa, varlen=None, seqs=False) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -385,7 +388,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     ch = choose(B, H, Hk, Sq, Sk, D, bool(causal), _sm_count(q.device), tiles=tiles, schedule=schedule,
                 splits=splits, pack_gqa=pack_gqa)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
-    cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack)
+    cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
+                 seqs or varlen is not None)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -463,7 +467,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
-               lazy_rescale, splits, type(splits), pack_gqa)
+               lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -476,7 +480,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
             plan = None  # validate() explains the misaligned pointer
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
-                          lazy_rescale, splits, pack_gqa)
+                          lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

@@ -490,3 +490,15 @@ def test_grad_refused_whatever_was_cached(monkeypatch):
     for opts in ({}, {"splits": 1}, {"pack_gqa": False}):
         with pytest.raises(inputs.NoBackwardError):
             s6.attention(q, k, v, **opts)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_seqs_build_is_separate_and_compiles_clean(D):
+    """Per-sequence offsets and key lengths are a build of their own (SEQS): the [B, H, S, D]
+    build keeps its lengths as kernel arguments. Both compile offline without spills."""
+    assert dict(s6.config(D)["defines"])["SEQS"] == 0
+    assert dict(s6.config(D, seqs=True)["defines"])["SEQS"] == 1
+    for decode in (False, True):
+        for compiled in s6.compile_for(dtype=torch.bfloat16, head_dim=D, decode=decode, seqs=True).values():
+            usage = compiled.resource_usage()["attention_wgmma"]
+            assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
