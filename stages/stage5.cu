@@ -265,9 +265,8 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 #endif
 
     // Causal: query i sees keys j <= i + diag (attention.cuh); skip tiles past the diagonal.
-    // (n_keys <= 0 gives n_tiles <= 0: no tile runs, every row gets zeros.)
     const int diag = causal_diagonal(causal, Sq, Sk);
-    const int n_keys = causal ? min(Sk, q0 + BLOCK_Q + diag) : Sk;
+    const int n_keys = causal ? max(0, min(Sk, q0 + BLOCK_Q + diag)) : Sk;
     const int n_tiles = (n_keys + BLOCK_K - 1) / BLOCK_K;
 
     // The pipeline's start: Q, then the first STAGES − 1 K/V tiles, one commit group each.
