@@ -356,9 +356,14 @@ class GenerateResult:
     logits_ok: bool
     ms_per_token: float | None
     sdpa_ms_per_token: float | None
+    tokens: list            # the first SAMPLE_TOKENS tokens of each entry, this implementation's
+    sdpa_tokens: list       # and SDPA's
 
     def as_row(self) -> dict:
         return dataclasses.asdict(self)
+
+
+SAMPLE_TOKENS = 16  # generated tokens per entry kept in a GenerateResult, for showing side by side
 
 
 class _ForceTokens:
@@ -465,7 +470,9 @@ def compare_generate(implementations, *, dtype=torch.float16, device="cuda", cac
                     mine.append(_ms_per_token(model, ids, mask, new_tokens, cache))
                 ms, sdpa_ms = sorted(mine)[rounds // 2], sorted(theirs)[rounds // 2]
             results.append(GenerateResult(name, str(dtype)[6:], cache, equal, matched, compared,
-                                          ties, err, bound, err <= bound, ms, sdpa_ms))
+                                          ties, err, bound, err <= bound, ms, sdpa_ms,
+                                          own[:, :SAMPLE_TOKENS].tolist(),
+                                          tokens[:, :SAMPLE_TOKENS].tolist()))
     set_attention(model, "sdpa")
     return results
 
@@ -481,6 +488,61 @@ def generate_table(results: list[GenerateResult]) -> str:
                      f"{r.compared} | {r.near_ties} | {r.max_logit_err:.2e} | {r.bound:.2e} | "
                      f"{ms} | {sd} |")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# the recorded generate() comparison (results/<gpu>.json, "generate"), for the notebooks:
+# none of these needs transformers or a GPU
+
+def record_provenance(rec: dict) -> str:
+    env = rec["env"]
+    return (f"generate() recorded {env['date']} on {env['gpu']}, commit {env['commit']}: "
+            f"{rec['model']}; prompts of {', '.join(map(str, rec['prompts']))} tokens, left-padded, "
+            f"{rec['new_tokens']} new tokens, greedy; time per token the median of {rec['rounds']} "
+            "interleaved rounds (SDPA, stage, SDPA, ...)")
+
+
+def record_table(rec: dict) -> str:
+    """The recorded rows as a markdown table, with each stage's time per token over SDPA's."""
+    lines = ["| stage | dtype | cache | tokens equal | matched / compared | near ties | "
+             "max logit err (bound) | ms/token | SDPA ms/token | × SDPA's time |", "|---" * 10 + "|"]
+    for r in rec["rows"]:
+        ratio = r["ms_per_token"] / r["sdpa_ms_per_token"] if r["sdpa_ms_per_token"] else None
+        lines.append(f"| {r['stage']} | {r['dtype']} | {r['cache']} | **{r['tokens_equal']}** | "
+                     f"{r['matched']} / {r['compared']} | {r['near_ties']} | {r['max_logit_err']:.2e} "
+                     f"({r['bound']:.2e}) | {r['ms_per_token']:.2f} | {r['sdpa_ms_per_token']:.2f} | "
+                     f"{ratio:.2f}× |" if ratio else "—")
+    return "\n".join(lines)
+
+
+def tokens_side_by_side(rec: dict, stage: int, dtype: str, cache: str, entry: int) -> str:
+    """One prompt's first generated tokens from SDPA and from a stage, as a markdown table
+    (a differing token in bold)."""
+    r = next(x for x in rec["rows"] if (x["stage"], x["dtype"], x["cache"]) == (stage, dtype, cache))
+    ours, theirs = r["tokens"][entry], r["sdpa_tokens"][entry]
+    cell = lambda a, b: str(a) if a == b else f"**{a}**"  # noqa: E731
+    return "\n".join([
+        "| step | " + " | ".join(str(i + 1) for i in range(len(ours))) + " |",
+        "|---" * (len(ours) + 1) + "|",
+        "| SDPA | " + " | ".join(map(str, theirs)) + " |",
+        f"| stage {stage} | " + " | ".join(cell(a, b) for a, b in zip(ours, theirs)) + " |"])
+
+
+def plot_ms_per_token(rec: dict):
+    """Time per generated token, each stage beside SDPA's from the same interleaved rounds."""
+    import matplotlib.pyplot as plt
+    rows = rec["rows"]
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    labels = [f"stage {r['stage']}\n{r['dtype'][:4]} {r['cache']}" for r in rows]
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["sdpa_ms_per_token"] for r in rows], 0.4, label="SDPA", color="0.6")
+    ax.bar([i + 0.2 for i in x], [r["ms_per_token"] for r in rows], 0.4, label="stage", color="tab:blue")
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_ylabel("ms per generated token")
+    ax.set_title("generate(): tiny Llama, 4 left-padded prompts, 64 tokens (same rounds)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def _float64_copy(model):
