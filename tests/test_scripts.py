@@ -153,7 +153,7 @@ def test_ci_runs_the_readme_test_command():
                    if ln.startswith("cmd=$(awk"))
     r = subprocess.run(["bash", "-c", f'{extract}; printf "%s" "$cmd"'], cwd=ROOT,
                        capture_output=True, text=True, timeout=30)
-    assert r.stdout == 'python3 -m pip install -e ".[test]" && python3 -m pytest', r.stdout
+    assert r.stdout == 'python3 -m pip install -e ".[test,hf]" && python3 -m pytest', r.stdout
 
 
 def test_shape_map_records_partial_rows_then_the_map(tmp_path, monkeypatch):
