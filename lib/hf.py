@@ -109,10 +109,10 @@ class MaskLayout:
         (every layer of a forward pass gets the same mask): (q rows, k rows, cu_q, cu_k,
         max_q, max_k), the rows as (batch index, position) tensors."""
         if getattr(self, "_packing", None) is None:
-            as_i32 = dict(dtype=torch.int32, device=device)
+            from lib.inputs import offsets_tensor  # made from host values: checked without a read-back
             self._packing = (_rows(self.q_start, self.q_end, device), _rows(self.k_start, self.k_end, device),
-                             torch.tensor(self.cu(self.q_start, self.q_end), **as_i32),
-                             torch.tensor(self.cu(self.k_start, self.k_end), **as_i32),
+                             offsets_tensor(self.cu(self.q_start, self.q_end), device),
+                             offsets_tensor(self.cu(self.k_start, self.k_end), device),
                              max((e - s for s, e in zip(self.q_start, self.q_end)), default=0),
                              max((e - s for s, e in zip(self.k_start, self.k_end)), default=0))
         return self._packing
@@ -400,8 +400,8 @@ def _generate(model, ids, mask, new_tokens, cache, force=None):
               output_logits=True, disable_compile=True)
     if force is not None:
         kw["logits_processor"] = LogitsProcessorList([_ForceTokens(force)])
-    with torch.inference_mode():
-        out = model.generate(ids, **kw)
+    with torch.no_grad():  # as generate() itself; not inference_mode, whose tensors have no
+        out = model.generate(ids, **kw)  # version counter (lib.inputs.offsets_tensor needs one)
     return out.sequences[:, ids.shape[1]:], torch.stack(out.logits).double()  # [B, T], [T, B, V]
 
 

@@ -15,6 +15,7 @@ import functools
 import math
 import numbers
 import os
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -274,6 +275,30 @@ class Varlen:
     scale: float
 
 
+_known_offsets: dict = {}  # id(tensor) -> (weakref, version, host values): see offsets_tensor
+
+
+def offsets_tensor(values, device) -> torch.Tensor:
+    """int32 sequence offsets made from host values, as a caller that packs sequences itself
+    has them (lib.hf does): validate_varlen then checks these values instead of copying the
+    tensor back to the host, which would make the host wait for the GPU. Only while the tensor
+    is unchanged (its version counter) and not an inference tensor (which has none)."""
+    t = torch.tensor(list(values), dtype=torch.int32, device=device)
+    if not t.is_inference():
+        if len(_known_offsets) > 256:
+            for key in [k for k, v in _known_offsets.items() if v[0]() is None]:
+                del _known_offsets[key]
+        _known_offsets[id(t)] = (weakref.ref(t), t._version, list(values))
+    return t
+
+
+def _host_offsets(cu: torch.Tensor) -> list[int]:
+    known = _known_offsets.get(id(cu))
+    if known is not None and known[0]() is cu and not cu.is_inference() and cu._version == known[1]:
+        return known[2]
+    return cu.tolist()  # one copy to the host: the checks need the values
+
+
 def _check_cu(name: str, cu, total: int, max_len, max_name: str, q) -> list[int]:
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of int32 offsets, got {type(cu).__name__}")
@@ -288,7 +313,7 @@ def _check_cu(name: str, cu, total: int, max_len, max_name: str, q) -> list[int]
         raise TypeError(f"{max_name} must be a non-negative int, got {max_len!r}")
     if cu.is_cuda and torch.cuda.is_current_stream_capturing():
         return None  # a CUDA graph being captured cannot wait for the values: trusted, as FA does
-    offsets = cu.tolist()  # one copy to the host: the checks below need the values
+    offsets = _host_offsets(cu)
     if offsets[0] != 0:
         raise ValueError(f"{name} must start at 0, got {offsets[0]}")
     steps = [b - a for a, b in zip(offsets, offsets[1:])]

@@ -276,3 +276,22 @@ def test_varlen_cuda_graph(n, seed):
     graph.replay()
     torch.cuda.synchronize()
     _check_varlen(out, q, k, v, cq, ck, "bottom_right", f"stage {n} graph replay seed {seed}")
+
+
+def test_offsets_made_from_host_values_are_not_read_back(monkeypatch):
+    """lib.inputs.offsets_tensor: validate_varlen checks the host values it was made from (no
+    copy back, which would make the host wait for the GPU), and reads the tensor again once it
+    was changed in place; the checks themselves still run."""
+    from lib import inputs
+    q, k, v, _, _ = _packed([3, 5], [4, 6], 2, 2, 64, torch.float16, "cpu")
+    cq, ck = inputs.offsets_tensor([0, 3, 8], "cpu"), inputs.offsets_tensor([0, 4, 10], "cpu")
+    reads = []
+    real = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(t) or real(t))
+    info = MODULES[6].INFO
+    validate_varlen(q, k, v, cq, ck, 5, 6, causal=False, scale=None, info=info, check_device=False)
+    assert reads == []
+    cq[1] = 1  # changed in place (lengths 1 and 7): read again, and the new values are checked
+    with pytest.raises(ValueError, match="max_seqlen_q is 5"):
+        validate_varlen(q, k, v, cq, ck, 5, 6, causal=False, scale=None, info=info, check_device=False)
+    assert len(reads) == 1
