@@ -213,6 +213,8 @@ def validate(q, k, v, *, causal, scale, info: StageInfo, check_device: bool = Tr
                          "q, k and v must share the last dimension")
     for name, t in tensors.items():
         check_layout(name, t, info)
+    if check_device and simulator.SIMULATOR and info.backend == "numba":
+        check_simulator_size(info, B * H * Sq * Sk, D)
     causal_mode(causal, Sq, Sk, info)
     if scale is None:
         scale = 1.0 / math.sqrt(D) if D else 1.0
@@ -439,6 +441,32 @@ def check_devices(info: StageInfo, *tensors) -> None:
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         raise ValueError(f"q, k and v must be on one device, got {sorted(map(str, devices))}")
+
+
+# numba's simulator runs every GPU thread as a Python thread: measured 0.9 s at B1 H1 S64 D64
+# (4,096 scores) and 3.7 s at S128 (16,384), on a CPU machine of the curriculum's CI, 2026-11-24;
+# the latency shape (B1 H8 S512, 2.1 M scores) would take minutes.
+SIMULATOR_MAX_SCORES = 1 << 16
+_simulator_said = False
+
+
+def check_simulator_size(info: StageInfo, scores: int, D: int) -> None:
+    """Say once that a numba stage runs in the simulator here, and refuse shapes it would take
+    minutes over (more than SIMULATOR_MAX_SCORES scores, B·H·Sq·Sk)."""
+    global _simulator_said
+    if scores > SIMULATOR_MAX_SCORES:
+        raise NotImplementedError(
+            f"stage {info.number} runs in numba's CUDA simulator on this machine (no GPU): every "
+            f"GPU thread is a Python thread, about 0.2 ms per score at D64 (B1 H1 S128: 3.7 s), "
+            f"and this call has {scores:,} scores (B·H·Sq·Sk), which would take about "
+            f"{scores * 2.3e-4 * max(D, 16) / 64 / 60:,.0f} min. The simulator is for tiny shapes "
+            f"(at most {SIMULATOR_MAX_SCORES:,} scores); run larger ones on a GPU")
+    if not _simulator_said:
+        _simulator_said = True
+        import warnings
+        warnings.warn(f"stage {info.number} runs in numba's CUDA simulator (no GPU here; lib set "
+                      "NUMBA_ENABLE_CUDASIM=1): every GPU thread is a Python thread, fine for tiny "
+                      "shapes, slow beyond", stacklevel=4)
 
 
 def check_device(info: StageInfo, *tensors) -> None:

@@ -659,3 +659,15 @@ def test_requires_grad_refused_by_attention(n, seed):
             assert out.grad_fn is None and not out.requires_grad
             c = check_output(out, q.detach(), k.detach(), v.detach(), causal=False)
             assert c.passed, f"seed {seed}: {c.summary()}"
+
+
+@cpu_only
+def test_simulator_refuses_large_shapes():
+    """Without a GPU a numba stage runs in the simulator, a Python thread per GPU thread: a
+    shape it would take minutes over is refused with the reason (issue 24, item 7)."""
+    from lib.inputs import SIMULATOR_MAX_SCORES
+    mod = MODULES[0]
+    q, k, v = make_qkv(1, 8, 512, 64, dtype=torch.float32, device="cpu")
+    with pytest.raises(NotImplementedError, match="simulator.*2,097,152 scores"):
+        mod.attention(q, k, v)
+    assert 1 * 1 * 64 * 64 <= SIMULATOR_MAX_SCORES  # the simulator's own shapes stay allowed
