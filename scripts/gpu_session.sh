@@ -28,7 +28,7 @@
 #   FA_GIT_COMMIT  the commit being measured, when the tree has no .git (or a stale one: a
 #                  copied working tree); always set it when the tree is not a fresh checkout
 # On the curriculum's H100 machine (no package registry, numpy 2.5), first fetch wheels on a
-# CPU machine with `bash ../shared/h100/fetch-wheels.sh` and carry .whl/ along: they are
+# CPU machine with `bash scripts/fetch_wheels.sh` and carry .whl/ along: they are
 # installed here before anything else.
 #
 # A new step: write a function step_NAME that calls `run NAME command...` (once or several
