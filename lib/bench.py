@@ -23,11 +23,8 @@ import lib  # noqa: F401  (mode first)
 # torch and the harness modules that need it are imported inside the functions, so that
 # `--help` and usage errors answer at once.
 
-# (name, B, H, S, D): the seeds' latency and throughput shapes and a long-sequence shape.
-STANDARD_SHAPES = [("latency", 1, 8, 512, 64), ("throughput", 16, 16, 2048, 64),
-                   ("long", 4, 16, 8192, 128)]
-SWEEP_TOKENS = 16384  # sweeps over S keep B·S fixed
-SWEEP_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+# The shapes a record holds (lib.results defines them: the notebooks read records by them).
+from lib.results import STANDARD_SHAPES, SWEEP_SEQS, SWEEP_TOKENS  # noqa: E402,F401
 SIM_SHAPES = [(1, 2, 17, 17, 16), (1, 1, 33, 20, 8)]  # (B, H, Sq, Sk, D) for the simulator
 CHECK_SHAPES = [(1, 2, 64, 64, 64), (1, 2, 67, 45, 64), (2, 1, 45, 67, 64)]  # a small, odd ones
 # (B, H, H_kv, Sq, Sk, D), for stages with INFO.gqa; the second is a decoding call (stage 6: packed
@@ -313,7 +310,7 @@ def main_gpu(a, mods, t0) -> int:
         where = "NOT recorded: nothing was timed"
     else:
         from lib.plots import plot_stages, plot_sweep
-        from lib.timing import measure_ceilings
+        from lib.microbench import measure_ceilings
         env = R.capture_env()
         log("measuring the GPU's ceilings (copy bandwidth, matmul rate)...")
         ceilings = measure_ceilings()

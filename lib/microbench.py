@@ -2,7 +2,7 @@
 (m16n8k16, 16-bit inputs, fp32 accumulate; SASS `HMMA.16816.F32`) and of `MUFU.EX2` (the
 special-function unit's 2^x, which every softmax score passes through).
 
-A dense matrix product from cuBLAS (lib.timing.measure_ceilings) runs on Hopper's warpgroup
+A dense matrix product from cuBLAS (measure_ceilings, below) runs on Hopper's warpgroup
 MMAs (WGMMA); the stages up to 5 issue `mma.sync`, one warp at a time, and one `MUFU.EX2` per
 score. These two kernels measure what those instructions can do on their own: every warp runs
 CHAINS independent dependency chains (so the pipe, not one chain's latency, sets the pace)
@@ -12,6 +12,7 @@ work. `check_sass` reads the compiled inner loop back (no GPU needed) to prove i
 from __future__ import annotations
 
 import re
+import statistics
 
 import numpy as np
 import torch
@@ -95,9 +96,9 @@ def compile_for(arch: str, dtype=torch.float16) -> nvrtc.Compiled:
 
 
 def inner_loop(sass: str, kernel: str) -> dict:
-    """The innermost loop of `kernel` in a SASS listing (lib.notebook.innermost_loops), the
+    """The innermost loop of `kernel` in a SASS listing (lib.sass.innermost_loops), the
     one holding the most instructions."""
-    from lib.notebook import innermost_loops
+    from lib.sass import innermost_loops
     loops = innermost_loops(sass, kernel)
     if not loops:
         raise ValueError(f"{kernel}: no loop in the SASS")
@@ -190,3 +191,49 @@ if __name__ == "__main__":
         for arch in sys.argv[1:] or ["sm_90", "sm_80"]:
             for k, v in check_sass(arch).items():
                 print(arch, k, "unroll", v["unroll"], dict(v["loop"]))
+
+
+def measure_ceilings(dtype=torch.bfloat16, repeats: int = 5) -> dict:
+    """This GPU's ceilings, measured: device-to-device copy bandwidth (bytes read plus
+    written), the rate of a large matrix product on random data (tensor cores, cuBLAS: WGMMA on
+    Hopper), the float32 rate of the CUDA cores, and the rates of the two instructions the
+    stages' inner loops lean on: `mma.sync` m16n8k16 (HMMA.16816) and MUFU.EX2 (2^x), from
+    measure() above. Each is timed `repeats` times (each time the median of several runs): the
+    plain key is the median of the repeats, '<key>_min' and '<key>_max' their spread."""
+    require_gpu("measuring the ceilings")
+    from lib.timing import time_cuda
+
+    def spread(key, work, fn, **kw):
+        rates = sorted(work / (time_cuda(fn, flush=False, **kw).median_us * 1e-6)
+                       for _ in range(repeats))
+        return {key: statistics.median(rates), key + "_min": rates[0], key + "_max": rates[-1]}
+
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    out = spread("copy_GBps", 2 * n / 1e9, lambda: dst.copy_(src), min_runs=10, budget_s=0.2)
+    del src, dst
+    m = 8192
+    a = torch.randn(m, m, device="cuda", dtype=dtype)
+    b = torch.randn(m, m, device="cuda", dtype=dtype)
+    out.update(spread("matmul_TFLOPS", 2 * m ** 3 / 1e12, lambda: a @ b, min_runs=10,
+                      budget_s=0.2))
+    del a, b
+    # the CUDA cores' float32 rate: a float32 product with TF32 off runs on FFMA, not tensor cores
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        f = 4096
+        a32, b32 = (torch.randn(f, f, device="cuda") for _ in range(2))
+        out.update(spread("fp32_TFLOPS", 2 * f ** 3 / 1e12, lambda: a32 @ b32, min_runs=10,
+                          budget_s=0.1))
+        del a32, b32
+    finally:
+        torch.set_float32_matmul_precision(old)
+    try:  # a failure here must not cost the recording its other ceilings; say what failed
+        out.update(measure(repeats=repeats, dtype=dtype))
+    except Exception as e:  # noqa: BLE001
+        out["microbench_error"] = f"{type(e).__name__}: {e}"[:500]
+    out.update(matmul_dtype=str(dtype).replace("torch.", ""), matmul_shape=f"{m}x{m}x{m}",
+               repeats=repeats)
+    return out

@@ -10,7 +10,9 @@ import torch
 
 from lib import results as R
 from lib.inputs import DTYPE_NAMES
-from lib.reference import check_attention
+from lib.reference import check_attention, compulsory_intensity, stage1_intensity  # noqa: F401
+from lib.results import sdpa_spread  # noqa: F401  (the notebooks import these from here too)
+from lib.sass import innermost_loops  # noqa: F401
 from lib.simulator import HAS_GPU, banner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +157,7 @@ def show_recorded_plot(suffix: str = "") -> None:
 
 def ceilings() -> dict | None:
     """The GPU's ceilings a prediction divides by: the ones recorded with the results file
-    (results/, measured by lib.timing.measure_ceilings in the recording run), so that every
+    (results/, measured by lib.microbench.measure_ceilings in the recording run), so that every
     notebook divides by the same figures as the recorded table; measured now only on a GPU when
     nothing is recorded for it; else None. 'source' says which."""
     data = R.load()
@@ -163,7 +165,7 @@ def ceilings() -> dict | None:
     if data and data.get("ceilings") and (here is None or here == data["env"]["gpu"]):
         return {**data["ceilings"], "source": f"recorded: {R.provenance(data)}"}
     if HAS_GPU:
-        from lib.timing import measure_ceilings
+        from lib.microbench import measure_ceilings
         return {**measure_ceilings(), "source": f"measured now on {here} (none recorded for it)"}
     return None
 
@@ -314,7 +316,7 @@ def show_ncu(stage: int, shape: str = "throughput") -> dict | None:
 def show_target(stage: int, factor: float, shape: str = "throughput") -> None:
     """The curriculum's speed target for `stage`: at the named standard shape (fp16, full),
     at least `factor` times the previous stage's speed, both from one recorded benchmark run."""
-    from lib.bench import STANDARD_SHAPES
+    from lib.results import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
     data = R.load()
     rows = {n: r for n in (stage - 1, stage) if (r := recorded_row(n, shape))}
@@ -338,7 +340,7 @@ def show_target_sdpa(stage: int, factor: float, shape: str = "long", causal: boo
     times the speed of SDPA's `backend` ("flash": FLASH_ATTENTION, "default"). SDPA's time is
     the median over every recorded row of that shape (sdpa_median_of), as in the README's table;
     the SDPA timing in the stage's own row is shown beside it."""
-    from lib.bench import STANDARD_SHAPES
+    from lib.results import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
     key, name = {"flash": ("sdpa_flash_us", "SDPA FLASH_ATTENTION"),
                  "default": ("sdpa_us", "SDPA default")}[backend]
@@ -405,7 +407,7 @@ SDPA_MEDIAN_NOTE = ("SDPA columns: the median of the run's SDPA timings at that 
 def recorded_row(stage: int, shape: str = "throughput", causal: bool = False,
                  dtype: str = "float16") -> dict | None:
     """The recorded row of `stage` at a named standard shape (fp16 unless `dtype`), or None."""
-    from lib.bench import STANDARD_SHAPES
+    from lib.results import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == shape)
     return next((r for r in recorded_runs(stage, dtype=dtype) if not r.get("skipped")
                  and (r["B"], r["H"], r["Sq"], r["Sk"], r["D"], r["dtype"], r["causal"])
@@ -520,29 +522,6 @@ def instruction_classes(mix) -> list[tuple[str, int, float]]:
         counts[cls] = counts.get(cls, 0) + n
     total = sum(counts.values()) or 1
     return sorted(((c, n, 100 * n / total) for c, n in counts.items()), key=lambda t: -t[1])
-
-
-def innermost_loops(sass: str, kernel: str) -> list[dict]:
-    """The innermost loops of `kernel` (a substring of its name) in a SASS listing: for each
-    backward branch that jumps over no other loop, {'start', 'end' (addresses), 'sass' (its
-    lines), 'mix' (opcode Counter)}. A loop body runs once per iteration, so its mix is close to
-    what the hardware executes; the whole-kernel mix counts each instruction once."""
-    from lib.sass import function_text, instruction_mix
-    body = function_text(sass, kernel)
-    lines = [ln for ln in body.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
-    addr = [int(re.match(r"\s+/\*([0-9a-f]+)\*/", ln).group(1), 16) for ln in lines]
-    loops = []
-    for i, ln in enumerate(lines):
-        m = re.search(r"\bBRA\b[^;]*?0x([0-9a-f]+)\s*;", ln)
-        if m and int(m.group(1), 16) < addr[i]:
-            loops.append((int(m.group(1), 16), addr[i]))
-    inner = [(a, b) for a, b in loops
-             if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
-    out = []
-    for a, b in sorted(inner):
-        text = "\n".join(ln for ln, x in zip(lines, addr) if a <= x <= b)
-        out.append({"start": a, "end": b, "sass": text, "mix": instruction_mix(text)})
-    return out
 
 
 def execute(paths, timeout=1200) -> int:
@@ -992,18 +971,10 @@ def rows_at_shape(suite: str, B: int, H: int, S: int, D: int, causal: bool,
     return rows, skipped
 
 
-def sdpa_spread(rows, field: str) -> tuple | None:
-    """Every stage's row timed SDPA again on its own inputs: (median, min, max) of `field`
-    over those rows, or None when no row has it."""
-    import statistics
-    xs = [r[field] for r in rows if r.get(field)]
-    return (statistics.median(xs), min(xs), max(xs)) if xs else None
-
-
 def journey_panels(dtype: str = "float16") -> list[tuple]:
     """[(shape name, B, H, S, D, causal, {stage: row}, {stage: skipped})] at the standard
     shapes, full then causal, in the benchmark's order."""
-    from lib.bench import STANDARD_SHAPES
+    from lib.results import STANDARD_SHAPES
     return [(name, B, H, S, D, causal, *rows_at_shape("standard", B, H, S, D, causal, dtype))
             for name, B, H, S, D in STANDARD_SHAPES for causal in (False, True)]
 
@@ -1011,32 +982,13 @@ def journey_panels(dtype: str = "float16") -> list[tuple]:
 def journey_sweep(dtype: str = "float16") -> dict:
     """{(D, causal): {S: ({stage: row}, {stage: skipped})}} of the recorded sweep (B·S fixed
     at SWEEP_TOKENS, H16)."""
-    from lib.bench import SWEEP_SEQS, SWEEP_TOKENS
+    from lib.results import SWEEP_SEQS, SWEEP_TOKENS
     out = {}
     for D in sorted({r["D"] for r in recorded_runs(suite="sweep", dtype=dtype)}):
         for causal in (False, True):
             out[(D, causal)] = {S: rows_at_shape("sweep", SWEEP_TOKENS // S, 16, S, D, causal,
                                                  dtype) for S in SWEEP_SEQS}
     return out
-
-
-def compulsory_intensity(B, H, S, D, causal, itemsize=2) -> float:
-    """FLOPs ÷ the bytes any forward must move (q, k, v read once, o written once)."""
-    from lib.reference import attention_flops, attention_min_bytes
-    return attention_flops(B, H, S, S, D, causal) / attention_min_bytes(B, H, S, S, D, itemsize)
-
-
-def stage1_intensity(B, H, S, D, causal, itemsize=2) -> float | None:
-    """FLOPs ÷ (compulsory bytes + stage 1's S and P round trips), or None without stage 1.
-    S and P are written in full; with the causal mask they are read up to the diagonal only."""
-    import stages
-    from lib.reference import attention_flops, attention_min_bytes
-    if 1 not in stages.NUMBERS:
-        return None
-    ws = stages.get(1).workspace_bytes
-    trips = (1 + 0.5) if causal else (1 + 1)
-    nbytes = attention_min_bytes(B, H, S, S, D, itemsize) + trips * ws(B, H, S, S)
-    return attention_flops(B, H, S, S, D, causal) / nbytes
 
 
 def _ratio_cell(rows: dict, r: dict, field: str) -> str:
@@ -1169,7 +1121,7 @@ def show_journey_prediction_table(predictions, note: str) -> None:
 def journey_facts(data: dict, numbers, panels, predictions) -> list[str]:
     """The facts the journey's conclusion rests on, computed from the recorded rows at the
     throughput shape (full mask) and the recorded ceilings."""
-    from lib.bench import STANDARD_SHAPES
+    from lib.results import STANDARD_SHAPES
     name, B, H, S, D, _, rows, _ = next(p for p in panels if p[0] == "throughput" and not p[5])
     if len(rows) < 2:
         return ["fewer than two stages recorded at the throughput shape: nothing to compare yet"]
@@ -1211,7 +1163,7 @@ def journey_facts(data: dict, numbers, panels, predictions) -> list[str]:
 
 def journey_host_rows(dtype: str = "float16") -> tuple[tuple, dict]:
     """The latency shape and its recorded host times: ((B, H, S, D), {causal: {stage: row}})."""
-    from lib.bench import STANDARD_SHAPES
+    from lib.results import STANDARD_SHAPES
     _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == "latency")
     host = {causal: {n: r for n, r in rows_at_shape("standard", B, H, S, D, causal, dtype)[0]
                      .items() if r.get("host_us") is not None} for causal in (False, True)}

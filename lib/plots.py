@@ -82,7 +82,7 @@ def plot_sweep(data: dict, path: Path | None = None, dtype: str = "float16"):
 # --------------------------------------------------------------------------------------------
 # the roofline: what a kernel of a given arithmetic intensity can reach on the measured GPU
 
-# compute ceilings that lib.timing.measure_ceilings records: (key, what runs at that rate)
+# compute ceilings that lib.microbench.measure_ceilings records: (key, what runs at that rate)
 COMPUTE_ROOFS = (("matmul_TFLOPS", "tensor cores, cuBLAS matmul (WGMMA on Hopper)"),
                  ("hmma_TFLOPS", "tensor cores, mma.sync m16n8k16 (HMMA.16816)"),
                  ("fp32_TFLOPS", "FP32 on the CUDA cores"))
@@ -100,7 +100,7 @@ def mufu_roof_tflops(ceilings: dict, head_dim: int) -> float | None:
 
 def attainable_tflops(ceilings: dict, intensity: float, rate: str = "matmul_TFLOPS") -> float:
     """The roofline at `intensity` FLOPs per byte: min(copy bandwidth × intensity, the compute
-    rate `rate`), in TFLOPS, from a ceilings dict as lib.timing.measure_ceilings returns it."""
+    rate `rate`), in TFLOPS, from a ceilings dict as lib.microbench.measure_ceilings returns it."""
     return min(ceilings["copy_GBps"] * 1e9 * intensity / 1e12, ceilings[rate])
 
 
@@ -466,7 +466,7 @@ def plot_journey_speedups(panels, numbers, colors: dict, label: str):
     """One panel per standard shape and mask: each stage's speed-up over the first stage with
     a row there (log scale), labelled with the step over the previous stage, and SDPA's two
     backends (the median of the rows' own timings) as lines on the same scale."""
-    from lib.notebook import sdpa_spread
+    from lib.results import sdpa_spread
     shapes = sorted({p[0] for p in panels}, key=[p[0] for p in panels].index)
     fig, axes = plt.subplots(2, len(shapes), figsize=(4.6 * len(shapes), 7.4), squeeze=False)
     for (name, B, H, S, D, causal, rows, skipped), ax in zip(panels, axes.T.flat):
@@ -519,7 +519,7 @@ def plot_journey_sweep(sweep: dict, numbers, colors: dict, label: str, tokens: i
     """TFLOPS against S (B·S = `tokens`, H16), one panel per head dim (columns) and mask (rows),
     a line per stage, and SDPA's two backends as the median of the rows' own timings with
     their range shaded. Returns SDPA's spread at each point, (max − min) / median."""
-    from lib.notebook import sdpa_spread
+    from lib.results import sdpa_spread
     dims = sorted({D for D, _ in sweep})
     fig, axes = plt.subplots(2, len(dims), figsize=(5.6 * len(dims), 7.2), squeeze=False,
                              sharey="row")
@@ -567,7 +567,8 @@ def plot_journey_roofline(panels, ceilings: dict, numbers, colors: dict, label: 
     backends (median of the rows' own timings) as black marks."""
     import math
     from matplotlib.lines import Line2D
-    from lib.notebook import compulsory_intensity, sdpa_spread, stage1_intensity
+    from lib.reference import compulsory_intensity, stage1_intensity
+    from lib.results import sdpa_spread
     shapes = sorted({p[0] for p in panels}, key=[p[0] for p in panels].index)
     marker = dict(zip(shapes, JOURNEY_SHAPE_MARKERS))
     pts = []  # (stage, shape name, causal, intensity, TFLOPS)

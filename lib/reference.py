@@ -211,3 +211,20 @@ def attention_min_bytes(B, H, Sq, Sk, D, itemsize, Hkv=None) -> float:
     write o once."""
     Hkv = H if Hkv is None else Hkv
     return float(itemsize) * (2 * B * H * Sq * D + 2 * B * Hkv * Sk * D)
+
+
+def compulsory_intensity(B, H, S, D, causal, itemsize=2) -> float:
+    """FLOPs ÷ the bytes any forward must move (q, k, v read once, o written once)."""
+    return attention_flops(B, H, S, S, D, causal) / attention_min_bytes(B, H, S, S, D, itemsize)
+
+
+def stage1_intensity(B, H, S, D, causal, itemsize=2) -> float | None:
+    """FLOPs ÷ (compulsory bytes + stage 1's S and P round trips), or None without stage 1.
+    S and P are written in full; with the causal mask they are read up to the diagonal only."""
+    import stages
+    if 1 not in stages.NUMBERS:
+        return None
+    ws = stages.get(1).workspace_bytes
+    trips = (1 + 0.5) if causal else (1 + 1)
+    nbytes = attention_min_bytes(B, H, S, S, D, itemsize) + trips * ws(B, H, S, S)
+    return attention_flops(B, H, S, S, D, causal) / nbytes

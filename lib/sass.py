@@ -286,3 +286,25 @@ def occupancy(registers: int, threads: int, smem_bytes: int, sm: dict = HOPPER_S
               "threads": sm["threads"] // threads, "blocks": sm["blocks"]}
     blocks = min(limits.values())
     return blocks, min(limits, key=limits.get), limits
+
+
+def innermost_loops(sass: str, kernel: str) -> list[dict]:
+    """The innermost loops of `kernel` (a substring of its name) in a SASS listing: for each
+    backward branch that jumps over no other loop, {'start', 'end' (addresses), 'sass' (its
+    lines), 'mix' (opcode Counter)}. A loop body runs once per iteration, so its mix is close to
+    what the hardware executes; the whole-kernel mix counts each instruction once."""
+    body = function_text(sass, kernel)
+    lines = [ln for ln in body.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+    addr = [int(re.match(r"\s+/\*([0-9a-f]+)\*/", ln).group(1), 16) for ln in lines]
+    loops = []
+    for i, ln in enumerate(lines):
+        m = re.search(r"\bBRA\b[^;]*?0x([0-9a-f]+)\s*;", ln)
+        if m and int(m.group(1), 16) < addr[i]:
+            loops.append((int(m.group(1), 16), addr[i]))
+    inner = [(a, b) for a, b in loops
+             if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
+    out = []
+    for a, b in sorted(inner):
+        text = "\n".join(ln for ln, x in zip(lines, addr) if a <= x <= b)
+        out.append({"start": a, "end": b, "sass": text, "mix": instruction_mix(text)})
+    return out

@@ -1,0 +1,62 @@
+"""lib/ in layers (issue 24, item 6): a module imports only from its own layer or the ones below,
+and nothing inside lib/ imports in a circle. Every import counts, the ones inside functions too:
+a lazy import still ties the two modules together."""
+import ast
+from pathlib import Path
+
+LIB = Path(__file__).resolve().parent.parent / "lib"
+# bottom to top: kernel plumbing, measurement, presentation, the main job
+LAYERS = [
+    {"__init__", "simulator", "inputs", "nvrtc", "reference"},
+    {"timing", "microbench", "sass", "results"},
+    {"plots", "notebook", "shape_map", "hf"},
+    {"bench"},
+]
+
+
+def lib_imports() -> dict[str, set[str]]:
+    out = {}
+    for path in sorted(LIB.glob("*.py")):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.startswith("lib."):
+                    deps.add(node.module.split(".")[1])
+                elif node.module == "lib":
+                    deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name.split(".")[1] for a in node.names if a.name.startswith("lib."))
+        out[path.stem] = deps - {path.stem}
+    return out
+
+
+def layer_of(module: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if module in layer)
+
+
+def test_every_module_has_a_layer():
+    assert set(lib_imports()) == set().union(*LAYERS)
+
+
+def test_imports_only_go_down():
+    up = [f"lib.{m} ({layer_of(m)}) imports lib.{d} ({layer_of(d)})"
+          for m, deps in lib_imports().items() for d in deps if layer_of(d) > layer_of(m)]
+    assert not up, "\n".join(up)
+
+
+def test_no_import_cycle():
+    graph = lib_imports()
+
+    def cycle_from(start):
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    return path + [start]
+                if nxt not in path:
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    cycles = [" → ".join(c) for c in map(cycle_from, graph) if c]
+    assert not cycles, "\n".join(cycles)
