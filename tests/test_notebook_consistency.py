@@ -226,7 +226,7 @@ def test_roofline_draws_the_instruction_ceilings():
 
 def test_raw_shared_counters_are_read(tmp_path, monkeypatch):
     """The profile step's --metrics table, with ncu's line wrap of long names."""
-    import lib.notebook as N
+    import lib.notebook_common as N  # where ncu_report reads PROFILE_DIR and ROOT
     block = """# header line
   attention_fused (16, 256, 1)x(128, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
     Section: Command line profiler metrics

@@ -207,7 +207,7 @@ def test_notebook_reads_a_record(monkeypatch, capsys):
     prints when nothing is recorded."""
     import matplotlib
     matplotlib.use("Agg")
-    import lib.notebook as N
+    import lib.notebook_ideas as N  # where show_stage5_ideas finds _md and the record
     shown = []
     monkeypatch.setattr(N, "_md", shown.append)
     monkeypatch.setattr(N, "stage5_ideas_record", lambda: None)

@@ -1,0 +1,279 @@
+"""The journey notebook: every stage side by side, read from the recorded results file (the
+rows and tables; the figures are lib.plots.plot_journey_*). lib.notebook re-exports these."""
+from __future__ import annotations
+
+from lib import results as R
+from lib.notebook_common import _md, recorded_runs
+from lib.reference import compulsory_intensity, stage1_intensity
+from lib.results import sdpa_spread
+
+
+# --------------------------------------------------------------------------------------------
+# the journey notebook: every stage side by side, read from the recorded results file
+# (the plots are lib.plots.plot_journey_*; these gather the rows and make the tables)
+
+def journey_stages(data: dict | None) -> tuple[list[int], dict]:
+    """(stage numbers, {number: module}): the registered stages, plus any stage the results
+    file has rows of (one recorded on another branch)."""
+    import stages
+    mods = {m.INFO.number: m for m in stages.all_stages()}
+    return sorted(set(mods) | {r["stage"] for r in (data or {}).get("runs", [])}), mods
+
+
+def stage_colors(numbers) -> dict:
+    """One matplotlib colour per stage, the same in every figure of a notebook."""
+    return {n: f"C{i}" for i, n in enumerate(numbers)}
+
+
+def recorded_label(data: dict | None) -> str:
+    """A short provenance for figure titles and table captions: the GPU and the commit each
+    stage's rows were recorded at (R.provenance, in the banner, has the whole environment)."""
+    if not data:
+        return "nothing recorded"
+    e, groups = data["env"], {}
+    for n, st in data.get("stages", {}).items():
+        groups.setdefault(st.get("commit", e["commit"])[:10], []).append(int(n))
+    when = "; ".join(f"{R._number_ranges(ns)} at commit {c}"
+                     for c, ns in sorted(groups.items(), key=lambda kv: min(kv[1])))
+    return f"recorded on {e['gpu']}, {when or 'commit ' + e['commit'][:10]}"
+
+
+def rows_at_shape(suite: str, B: int, H: int, S: int, D: int, causal: bool,
+                  dtype: str = "float16") -> tuple[dict, dict]:
+    """The recorded rows at one shape (Sq = Sk = S, as many K/V heads as query heads):
+    ({stage: row}, {stage: why it was skipped})."""
+    rows, skipped = {}, {}
+    for r in recorded_runs(suite=suite, dtype=dtype):
+        if (r["B"], r["H"], r.get("Hkv", r["H"]), r["Sq"], r["Sk"], r["D"], r["causal"]) \
+                == (B, H, H, S, S, D, causal):
+            if r.get("skipped"):
+                skipped[r["stage"]] = r["skipped"]
+            else:
+                rows[r["stage"]] = r
+    return rows, skipped
+
+
+def journey_panels(dtype: str = "float16") -> list[tuple]:
+    """[(shape name, B, H, S, D, causal, {stage: row}, {stage: skipped})] at the standard
+    shapes, full then causal, in the benchmark's order."""
+    from lib.results import STANDARD_SHAPES
+    return [(name, B, H, S, D, causal, *rows_at_shape("standard", B, H, S, D, causal, dtype))
+            for name, B, H, S, D in STANDARD_SHAPES for causal in (False, True)]
+
+
+def journey_sweep(dtype: str = "float16") -> dict:
+    """{(D, causal): {S: ({stage: row}, {stage: skipped})}} of the recorded sweep (B·S fixed
+    at SWEEP_TOKENS, H16)."""
+    from lib.results import SWEEP_SEQS, SWEEP_TOKENS
+    out = {}
+    for D in sorted({r["D"] for r in recorded_runs(suite="sweep", dtype=dtype)}):
+        for causal in (False, True):
+            out[(D, causal)] = {S: rows_at_shape("sweep", SWEEP_TOKENS // S, 16, S, D, causal,
+                                                 dtype) for S in SWEEP_SEQS}
+    return out
+
+
+def _ratio_cell(rows: dict, r: dict, field: str) -> str:
+    """SDPA's median time at the shape ÷ the stage's; † and the row's own ratio when its own
+    SDPA time is more than R.SDPA_OUTLIER off that median."""
+    spread = sdpa_spread(rows.values(), field)
+    if spread is None or not r.get(field):
+        return "—"
+    text = f"{spread[0] / r['us']:.3g}×"
+    if abs(r[field] / spread[0] - 1) > R.SDPA_OUTLIER:
+        text += f" † (own {r[field] / r['us']:.3g}×)"
+    return text
+
+
+def show_journey_speed_table(panels, numbers, note: str) -> None:
+    """Every stage at every standard shape: µs, TFLOPS, the step over the previous stage, and
+    the speed relative to SDPA's two backends (their median time over the rows at the shape)."""
+    lines = ["| shape | mask | stage | µs | TFLOPS | × previous stage | × SDPA default "
+             "| × SDPA flash |", "|---|---|---|---|---|---|---|---|"]
+    for name, B, H, S, D, causal, rows, skipped in panels:
+        for i, n in enumerate(numbers):
+            head = f"| {name}: B{B} H{H} S{S} D{D} | {'causal' if causal else 'full'} | {n} |"
+            if n not in rows:
+                why = f"skipped: {skipped[n]}" if n in skipped else "not recorded yet"
+                lines.append(f"{head} {why} | — | — | — | — |")
+                continue
+            r, prev = rows[n], rows.get(numbers[i - 1]) if i else None
+            step = f"{prev['us'] / r['us']:.3g}×" if prev else "—"
+            lines.append(f"{head} {r['us']:,.1f} | {r['tflops']:.3g} | {step} | "
+                         f"{_ratio_cell(rows, r, 'sdpa_us')} | "
+                         f"{_ratio_cell(rows, r, 'sdpa_flash_us')} |")
+    _md(f"{note} SDPA's time: the median of the rows' own SDPA timings at that shape; † marks a "
+        f"row whose own SDPA timing was more than {R.SDPA_OUTLIER:.0%} off it, with the ratio "
+        "to its own.\n\n" + "\n".join(lines))
+
+
+def show_journey_roofline_table(panels, ceil: dict, numbers, note: str) -> None:
+    """How far each stage is from its roofs at the throughput shape (full mask): the
+    attainable rate at the stage's intensity under each compute roof recorded."""
+    from lib.plots import attainable_tflops
+    name, B, H, S, D, _, rows, skipped = next(p for p in panels
+                                              if p[0] == "throughput" and not p[5])
+    roofs = [k for k in ("matmul_TFLOPS", "hmma_TFLOPS", "fp32_TFLOPS") if ceil.get(k)]
+    names = {"matmul_TFLOPS": "tensor-core (matmul)", "hmma_TFLOPS": "mma.sync",
+             "fp32_TFLOPS": "FP32"}
+    head = ["stage", "bytes counted", "FLOP/byte", "TFLOPS"]
+    for k in roofs:
+        head += [f"{names[k]} roof TFLOPS", "% of it"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for n in numbers:
+        if n not in rows:
+            why = f"skipped: {skipped[n]}" if n in skipped else "not recorded yet"
+            lines.append(f"| {n} | — | — | {why} |" + " — | — |" * len(roofs))
+            continue
+        points = [("compulsory", compulsory_intensity(B, H, S, D, False))]
+        if n == 1 and stage1_intensity(B, H, S, D, False):
+            points.append(("compulsory + S and P", stage1_intensity(B, H, S, D, False)))
+        for what, x in points:
+            y = rows[n]["tflops"]
+            cells = [str(n), what, f"{x:,.0f}", f"{y:.3g}"]
+            for k in roofs:
+                roof = attainable_tflops(ceil, x, k)
+                cells += [f"{roof:,.0f}", f"{100 * y / roof:.2g}%" if y <= roof else "above it"]
+            lines.append("| " + " | ".join(cells) + " |")
+    rates = [f"copy {ceil['copy_GBps']:,.0f} GB/s",
+             f"matmul ({ceil.get('matmul_dtype', '?')} {ceil.get('matmul_shape', '')}) "
+             f"{ceil['matmul_TFLOPS']:,.0f} TFLOPS"]
+    if ceil.get("fp32_TFLOPS"):
+        rates.append(f"FP32 {ceil['fp32_TFLOPS']:,.1f} TFLOPS")
+    rates.append(f"mma.sync {ceil['hmma_TFLOPS']:,.0f} TFLOPS" if ceil.get("hmma_TFLOPS")
+                 else "mma.sync rate not recorded yet")
+    _md(f"{note} B{B} H{H} S{S} D{D}, fp16, full mask; ceilings: {', '.join(rates)}.\n\n"
+        + "\n".join(lines))
+
+
+def journey_predictions(numbers, mods, panels) -> list[tuple]:
+    """Each stage's INFO.prediction next to the recorded measurement at the throughput shape
+    (full mask): [(stage, what, (low, high) or None, basis, measured or None, why not)]. The
+    measurement is TFLOPS, or the previous stage's time ÷ this one's for a speed-up."""
+    *_, rows, skipped = next(p for p in panels if p[0] == "throughput" and not p[5])
+    out = []
+    for i, n in enumerate(numbers):
+        pred = mods[n].INFO.prediction if n in mods else {}
+        kind = next((k for k in ("tflops", "speedup") if k in pred), None)
+        prev = numbers[i - 1] if i else None
+        measured, why = None, None
+        if n not in rows:
+            why = f"skipped: {skipped[n]}" if n in skipped else "not recorded yet"
+        elif kind == "speedup":
+            if prev in rows:
+                measured = rows[prev]["us"] / rows[n]["us"]
+            else:
+                why = f"stage {prev} not recorded yet" if prev is not None else "no previous stage"
+        else:
+            measured = rows[n]["tflops"]
+        what = {"tflops": "TFLOPS", "speedup": f"speed-up over stage {prev}"}.get(kind)
+        if kind is None:  # no prediction: the measurement stands alone, as TFLOPS
+            what, measured = "—", rows[n]["tflops"] if n in rows else None
+        out.append((n, what, pred.get(kind), pred.get("basis", "—"), measured, why))
+    return out
+
+
+def prediction_verdict(rng, measured) -> tuple[str, str]:
+    """(inside the predicted range?, measured ÷ each end of it, low end first)."""
+    if rng is None or measured is None:
+        return "—", "—"
+    low, high = rng
+    if low == high:
+        return "— (a single value)", f"{measured / low:.2g}"
+    inside = "yes" if low <= measured <= high else \
+        ("no, below" if measured < low else "no, above")
+    return inside, f"{measured / low:.2g}, {measured / high:.2g}"
+
+
+def show_journey_prediction_table(predictions, note: str) -> None:
+    """journey_predictions as a table."""
+    lines = ["| stage | predicts | predicted | basis | measured | inside the predicted range? "
+             "| measured ÷ predicted |", "|---|---|---|---|---|---|---|"]
+    for n, what, rng, basis, measured, why in predictions:
+        unit = "×" if what.startswith("speed-up") else ""
+        p = "—" if rng is None else (f"{rng[0]:.3g}{unit}" if rng[0] == rng[1]
+                                     else f"{rng[0]:.3g}{unit} – {rng[1]:.3g}{unit}")
+        m = why if measured is None else \
+            (f"{measured:.3g}{unit}" if rng else f"({measured:.3g} TFLOPS, no prediction)")
+        inside, ratio = prediction_verdict(rng, measured)
+        lines.append(f"| {n} | {what} | {p} | {basis} | {m} | {inside} | {ratio} |")
+    _md(f"{note} B16 H16 S2048 D64, fp16, full mask.\n\n" + "\n".join(lines))
+
+
+def journey_facts(data: dict, numbers, panels, predictions) -> list[str]:
+    """The facts the journey's conclusion rests on, computed from the recorded rows at the
+    throughput shape (full mask) and the recorded ceilings."""
+    from lib.results import STANDARD_SHAPES
+    name, B, H, S, D, _, rows, _ = next(p for p in panels if p[0] == "throughput" and not p[5])
+    if len(rows) < 2:
+        return ["fewer than two stages recorded at the throughput shape: nothing to compare yet"]
+    order = [n for n in numbers if n in rows]
+    first, last = order[0], order[-1]
+    facts = [f"at B{B} H{H} S{S} D{D} fp16 (full), stage {last} is "
+             f"{rows[first]['us'] / rows[last]['us']:,.0f}× faster than stage {first} "
+             f"({rows[first]['tflops']:.3g} → {rows[last]['tflops']:.3g} TFLOPS)"]
+    steps = [(rows[a]["us"] / rows[b]["us"], a, b) for a, b in zip(numbers, numbers[1:])
+             if a in rows and b in rows]
+    if steps:
+        big = max(steps)
+        facts.append(f"the largest single step is stage {big[1]} → {big[2]}, {big[0]:.3g}×; "
+                     "the other steps: " + ", ".join(f"{a} → {b} {s:.3g}×"
+                                                    for s, a, b in steps if (s, a, b) != big))
+    for field, label in (("sdpa_us", "SDPA default"), ("sdpa_flash_us", "SDPA flash")):
+        spread = sdpa_spread(rows.values(), field)
+        if spread:
+            facts.append(f"stage {last} runs at {spread[0] / rows[last]['us']:.2g}× the speed of "
+                         f"{label} there (SDPA's median time {spread[0]:,.0f} µs)")
+    ceil = data.get("ceilings")
+    if ceil:
+        ridge = ceil["matmul_TFLOPS"] / (ceil["copy_GBps"] / 1e3)
+        xs = [compulsory_intensity(b, h, s, d, c) for _, b, h, s, d in STANDARD_SHAPES
+              for c in (False, True)]
+        facts.append(f"{sum(x > ridge for x in xs)} of the {len(xs)} standard shape and mask "
+                     f"pairs have a compulsory intensity above the tensor-core ridge point "
+                     f"({ridge:,.0f} FLOP/byte)")
+        best = max(rows[n]["tflops"] for n in order)
+        facts.append(f"the fastest recorded stage there reaches {best / ceil['matmul_TFLOPS']:.1%} "
+                     f"of the measured matmul rate ({ceil['matmul_TFLOPS']:,.0f} TFLOPS)")
+    judged = [prediction_verdict(rng, m)[0] for _, _, rng, _, m, _ in predictions
+              if rng is not None and m is not None and rng[0] < rng[1]]
+    if judged:
+        facts.append(f"{sum(v == 'yes' for v in judged)} of {len(judged)} predicted ranges with "
+                     "a recorded measurement contain it (single-value predictions not counted)")
+    return facts
+
+
+def journey_host_rows(dtype: str = "float16") -> tuple[tuple, dict]:
+    """The latency shape and its recorded host times: ((B, H, S, D), {causal: {stage: row}})."""
+    from lib.results import STANDARD_SHAPES
+    _, B, H, S, D = next(s for s in STANDARD_SHAPES if s[0] == "latency")
+    host = {causal: {n: r for n, r in rows_at_shape("standard", B, H, S, D, causal, dtype)[0]
+                     .items() if r.get("host_us") is not None} for causal in (False, True)}
+    return (B, H, S, D), host
+
+
+def show_journey_host_table(shape, host: dict, targets: dict, pending: dict, note: str) -> None:
+    """Host µs/call against GPU µs/call per stage at one shape, what the caller waits on (the
+    GPU when host µs/call is within 10% of GPU µs/call), and the ratio to SDPA's host time in
+    the same run, judged against `targets` ({stage: largest ratio})."""
+    B, H, S, D = shape
+    lines = ["| stage | mask | host µs/call | GPU µs/call | host ÷ GPU | the caller waits on "
+             "| SDPA host µs/call (same run) | × SDPA's host | target |", "|---" * 9 + "|"]
+    for causal, rows in host.items():
+        for n, r in sorted(rows.items()):
+            gpu, sd = r.get("host_gpu_us"), r.get("sdpa_host_us")
+            x = r["host_us"] / sd if sd else None
+            waits = "—" if not gpu else \
+                "the GPU (kernel)" if r["host_us"] <= 1.1 * gpu else "the host (launch path)"
+            target = "—" if n not in targets or x is None else \
+                f"≤ {targets[n]:g}×: **{'met' if x <= targets[n] else 'missed'}**"
+            cells = [str(n), "causal" if causal else "full", f"{r['host_us']:,.1f}",
+                     f"{gpu:,.1f}" if gpu else "—", f"{r['host_us'] / gpu:.2f}" if gpu else "—",
+                     waits, f"{sd:,.1f}" if sd else "—", "—" if x is None else f"{x:.2f}×",
+                     target]
+            lines.append("| " + " | ".join(cells) + " |")
+    notes = [f"- **stage {n}**: sources changed since this record, re-record pending — "
+             f"{pending[str(n)]['why']}" for n in targets if str(n) in pending]
+    calls = next(r for rows in host.values() for r in rows.values()).get("host_calls", "many")
+    _md(f"{note} B{B} H{H} S{S} D{D}, fp16; host µs/call over {calls} back-to-back calls.\n\n"
+        + "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else ""))
