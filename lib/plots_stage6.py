@@ -1,0 +1,228 @@
+"""Stage 6 (Hopper) in pictures: the swizzle, the pipeline, the schedule waterfalls and the
+measured warpgroup timelines (lib.plots re-exports these)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from lib.results import standard_runs
+
+
+# --------------------------------------------------------------------------------------------
+# stage 6 (Hopper): pictures of the design and of its measurements
+
+def draw_swizzle(rows: int = 16, ax=None):
+    """The 128-byte swizzle TMA writes and wgmma reads: row r of a 128-byte-wide tile keeps its
+    16-byte chunk c at position c XOR (r mod 8). Colour = the logical chunk; the eight rows
+    that one 8-row group spans put any given chunk in eight different bank groups."""
+    import numpy as np
+    ax = ax or plt.subplots(figsize=(5, 0.28 * rows + 1))[1]
+    grid = np.array([[p ^ (r % 8) for p in range(8)] for r in range(rows)])
+    ax.imshow(grid, cmap="tab10", aspect="auto", vmin=0, vmax=9)
+    for r in range(rows):
+        for p in range(8):
+            ax.text(p, r, str(grid[r, p]), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(8), [f"{16 * p}–{16 * p + 15}" for p in range(8)], fontsize=6, rotation=30)
+    ax.set_xlabel("bytes of the 128-byte row (4-byte banks 4p … 4p + 3)")
+    ax.set_yticks(range(rows))
+    ax.set_ylabel("row")
+    ax.set_title("128-byte swizzle: logical 16-byte chunk stored at each position", fontsize=9)
+    return ax
+
+
+def draw_pipeline(tiles: int = 5, gemm: float = 1.0, softmax: float = 0.8, ax=None):
+    """A schematic (not a measurement) of stage 6's schedule with two consumer warpgroups:
+    the producer's copies, and per consumer Q·Kᵀ / softmax / P·V with ping-pong and the
+    next tile's Q·Kᵀ issued before this tile's softmax. Units: one Q·Kᵀ = `gemm` / 2."""
+    ax = ax or plt.subplots(figsize=(10, 2.6))[1]
+    half = gemm / 2
+    colors = {"Q·Kᵀ": "tab:blue", "P·V": "tab:orange", "softmax": "tab:green", "copy K/V": "0.6"}
+    t_core = 0.0   # when the tensor cores are free
+    ready = [0.0, 0.0]
+    for j in range(tiles):
+        ax.barh(2, 0.8 * half, left=j * gemm, color=colors["copy K/V"], edgecolor="k", lw=0.4)
+        for c in range(2):
+            start = max(t_core, ready[c])
+            ax.barh(1 - c, half, left=start, color=colors["Q·Kᵀ"], edgecolor="k", lw=0.4)
+            if j:
+                ax.barh(1 - c, half, left=start + half, color=colors["P·V"], edgecolor="k", lw=0.4)
+            s0 = start + half
+            ax.barh(1 - c, softmax, left=s0, height=0.35, color=colors["softmax"], edgecolor="k", lw=0.4)
+            t_core = start + (gemm if j else half)
+            ready[c] = max(s0 + softmax, t_core)
+    ax.set_yticks([2, 1, 0], ["producer", "consumer 1", "consumer 2"])
+    ax.set_xlabel("time (schematic)")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=v) for v in colors.values()],
+              labels=list(colors), fontsize=7, ncol=4, loc="upper right")
+    ax.set_title("Warp-specialized ping-pong, next Q·Kᵀ before this softmax (schematic)", fontsize=9)
+    return ax
+
+
+def plot_waterfall(rows: list[dict], title: str, sdpa_tflops: float | None = None,
+                   anchors: dict | None = None, ax=None):
+    """Bars: TFLOPS of each schedule step (rows in order, each {"variant", "tflops"}); a line
+    at SDPA's default backend from the same run, and dashed lines for anchors measured in
+    another run on the same GPU model ({label: TFLOPS})."""
+    ax = ax or plt.subplots(figsize=(7, 3.2))[1]
+    names = [r["variant"] for r in rows]
+    ys = [r["tflops"] for r in rows]
+    bars = ax.bar(range(len(ys)), ys, color="tab:blue")
+    for b, y in zip(bars, ys):
+        ax.text(b.get_x() + b.get_width() / 2, y, f"{y:.0f}", ha="center", va="bottom", fontsize=7)
+    if sdpa_tflops:
+        ax.axhline(sdpa_tflops, color="k", lw=1, label=f"SDPA default, same run ({sdpa_tflops:.0f})")
+    for i, (label, v) in enumerate((anchors or {}).items()):
+        ax.axhline(v, color=f"C{i + 3}", ls="--", lw=1, label=f"{label} ({v:.0f})")
+    ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=7)
+    ax.set_ylabel("TFLOPS")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    return ax
+
+
+def plot_timeline(stamps: list, consumers: int, tiles: int = 8, title: str = "", ax=None):
+    """Gantt chart of stage 6's TIMELINE build: stamps[role][tile] = clock64 at (0) operands in
+    (producer: K copy issued), (1) S ready, (2) softmax done, (3) P·V done; role 0 = producer."""
+    ax = ax or plt.subplots(figsize=(10, 2.4))[1]
+    t0 = min(x for role in stamps for t in role[:tiles] for x in t if x > 0)
+    for c in range(1, consumers + 1):
+        y = consumers + 1 - c
+        for j in range(tiles):
+            e = [x - t0 for x in stamps[c][j]]
+            ax.barh(y, e[1] - e[0], left=e[0], color="tab:blue", edgecolor="k", lw=0.3)
+            ax.barh(y, e[2] - e[1], left=e[1], height=0.4, color="tab:green", edgecolor="k", lw=0.3)
+            if e[3] > 0:
+                ax.plot([e[3]], [y + 0.3], "v", color="tab:orange", ms=4)
+    for j in range(tiles):
+        for k, col in ((0, "0.4"), (1, "0.7")):
+            x = stamps[0][j][k]
+            if x > 0:
+                ax.plot([x - t0], [consumers + 1], "|", color=col, ms=10)
+    ax.set_yticks(range(consumers + 1, 0, -1), ["producer"] + [f"consumer {c}" for c in range(1, consumers + 1)])
+    ax.set_xlabel("SM clock cycles (clock64), one block")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in ("tab:blue", "tab:green")]
+              + [plt.Line2D([], [], marker="v", ls="", color="tab:orange"),
+                 plt.Line2D([], [], marker="|", ls="", color="0.4", ms=10)],
+              labels=["waiting for S = Q·Kᵀ", "softmax", "P·V done", "K copy issued"],
+              fontsize=7, ncol=4, loc="upper right")
+    ax.set_title(title, fontsize=9)
+    return ax
+
+
+def plot_journey_waterfall(data: dict, B: int, H: int, S: int, D: int, causal: bool = False,
+                           anchors: dict | None = None, ax=None):
+    """Every stage's recorded TFLOPS at one standard shape as a share of the measured matmul
+    ceiling (log scale: stage 0 and stage 6 are three orders apart), then stage 6's schedule
+    steps from its own record; SDPA's default backend (the run's median at the shape) and
+    `anchors` ({label: TFLOPS}, from another run on the same GPU model) as lines."""
+    import math
+    peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
+    rows = {r["stage"]: r for r in standard_runs(data) if not r.get("skipped") and r["dtype"] == "float16"
+            and (r["B"], r["H"], r["Sq"], r["D"], r["causal"]) == (B, H, S, D, causal)}
+    names = [f"stage {n}" for n in sorted(rows)]
+    ys = [rows[n]["tflops"] for n in sorted(rows)]
+    steps = [r for r in (data.get("stage6") or {}).get("rows", []) if r["kind"] == "schedule"
+             and r.get("dtype", "float16") == "float16"
+             and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)]
+    names += [f"6: {r['variant']}" for r in steps]
+    ys += [r["tflops"] for r in steps]
+    ax = ax or plt.subplots(figsize=(10, 3.6))[1]
+    scale = 100 / peak if peak else 1.0
+    colors = ["tab:blue"] * len(rows) + ["tab:purple"] * len(steps)
+    bars = ax.bar(range(len(ys)), [y * scale for y in ys], color=colors)
+    for b, y in zip(bars, ys):
+        ax.text(b.get_x() + b.get_width() / 2, y * scale, f"{y:.3g}", ha="center", va="bottom", fontsize=6)
+    sd = sorted(r["sdpa_tflops"] for r in rows.values() if r.get("sdpa_tflops"))
+    if sd:
+        ax.axhline(sd[len(sd) // 2] * scale, color="k", lw=1, label=f"SDPA default, this run ({sd[len(sd) // 2]:.0f} TFLOPS)")
+    for i, (label, v) in enumerate((anchors or {}).items()):
+        ax.axhline(v * scale, color=f"C{i + 3}", ls="--", lw=1, label=f"{label} ({v:.0f} TFLOPS)")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=min(ys) * scale / 2, top=100 * (1.3 if peak else math.inf) if peak else None)
+    ax.set_xticks(range(len(names)), names, rotation=25, ha="right", fontsize=7)
+    ax.set_ylabel("% of the matmul ceiling" if peak else "TFLOPS")
+    ax.set_title(f"B{B} H{H} S{S} D{D} fp16 {'causal' if causal else 'full'}: every stage, then stage 6 idea by idea"
+                 + (f" (ceiling {peak:.0f} TFLOPS)" if peak else ""), fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    return ax
+
+
+def timeline_phases(tl: dict, first: int = 1, last: int = 12) -> dict:
+    """From stage 6's timeline record ({"stamps": {schedule: stamps}, "consumers": n}): per
+    schedule and consumer, mean cycles per key tile and of its two phases (waiting for S, the
+    softmax) over tiles first … last − 1 (past the block's start, before its end)."""
+    out = {}
+    for name, st in tl["stamps"].items():
+        out[name] = []
+        for c in range(1, 1 + tl["consumers"]):
+            t = st[c][first:last]
+            out[name].append({"tile": (st[c][last][0] - st[c][first][0]) / (last - first),
+                              "wait_s": sum(x[1] - x[0] for x in t) / len(t),
+                              "softmax": sum(x[2] - x[1] for x in t) / len(t)})
+    return out
+
+
+def timeline_overlaps(tl: dict, first: int = 1, last: int = 12) -> dict:
+    """From stage 6's timeline record, per schedule with two consumers: the share of consumer 1's
+    softmax time (tiles first … last − 1) during which consumer 2 is in a softmax too
+    ("softmaxes"), and during which it is waiting for its S — its turn and its Q·Kᵀ ("under S").
+    Ping-pong means to make the second large and the first small."""
+    def overlap(a, b):
+        return max(0, min(a[1], b[1]) - max(a[0], b[0]))
+    out = {}
+    for name, st in tl["stamps"].items():
+        if tl["consumers"] != 2 or len(st) < 3:
+            continue
+        mine = [(x[1], x[2]) for x in st[1][first:last]]
+        soft = [(x[1], x[2]) for x in st[2]]
+        wait = [(x[0], x[1]) for x in st[2]]
+        total = sum(b - a for a, b in mine)
+        out[name] = {"softmaxes": sum(overlap(m, o) for m in mine for o in soft) / total,
+                     "under S": sum(overlap(m, o) for m in mine for o in wait) / total}
+    return out
+
+
+def timeline_summary(tl: dict) -> str:
+    """timeline_phases as text, a line per schedule."""
+    return "\n".join(f"  {name:28s} " + "; ".join(
+        f"consumer {c}: {p['tile']:,.0f} cycles per key tile, S wait {p['wait_s']:,.0f}, softmax {p['softmax']:,.0f}"
+        for c, p in enumerate(per, 1)) for name, per in timeline_phases(tl).items())
+
+
+
+def plot_stage6_waterfalls(rows: list[dict], anchor_rows: list[dict] | None = None):
+    """Stage 6's schedule waterfall (plot_waterfall) at its four standard shapes (fp16): `rows`
+    from scripts/stage6_schedules.py's record, SDPA's default backend of the same run as a line
+    (the median of the rows' own SDPA timings), and from `anchor_rows` (another run's anchor
+    file, results/anchors/h100_fa4_sm90.json) FlashAttention-4's sm90 kernel and that run's
+    SDPA default as dashed lines. Returns the figure."""
+    shapes = [(16, 16, 2048, 64, False), (16, 16, 2048, 64, True),
+              (4, 16, 8192, 128, False), (4, 16, 8192, 128, True)]
+    fig, axs = plt.subplots(2, 2, figsize=(12, 6.5))
+    for ax, (B, H, S, D, causal) in zip(axs.flat, shapes):
+        rs = [r for r in rows if r["kind"] == "schedule" and r.get("dtype", "float16") == "float16"
+              and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)]
+        if not rs:
+            ax.set_visible(False)
+            continue
+        a = next((x["tflops"] for x in anchor_rows or [] if (x["B"], x["H"], x["Sq"], x["D"], x["causal"],
+                  x["dtype"]) == (B, H, S, D, causal, "float16")), None)
+        sd = sorted(r["sdpa_us"] for r in rs)[len(rs) // 2]
+        fl = 4 * B * H * S * S * D / (2 if causal else 1)
+        plot_waterfall(rs, f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}, fp16",
+                       sdpa_tflops=fl / sd / 1e6,
+                       anchors={"FA4 sm90 (anchor run)": a["fa4_sm90"],
+                                "its SDPA default": a["sdpa_default"]} if a else None, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
+def plot_stage6_timelines(tl: dict, tiles: int = 10):
+    """One Gantt chart (plot_timeline) per schedule of stage 6's recorded timeline
+    (scripts/stage6_schedules.py: {"stamps": {schedule: stamps}, "consumers": n}). Returns the
+    figure."""
+    names = list(tl["stamps"])
+    fig, axs = plt.subplots(len(names), 1, figsize=(11, 2.2 * len(names)), sharex=False)
+    for ax, name in zip(axs, names):
+        plot_timeline(tl["stamps"][name], tl["consumers"], tiles=tiles, title=name, ax=ax)
+    fig.tight_layout()
+    return fig
