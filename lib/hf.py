@@ -201,10 +201,11 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
         out = stage.attention(q, k, v, causal=causal, scale=scale, seqlens_k=lens)
         return out.transpose(1, 2).contiguous()
     if not info.varlen:
+        from lib.inputs import stages_with
         raise NotImplementedError(
             f"stage {info.number} takes whole batches only; this attention mask pads the batch's "
             f"sequences to one length, which needs packed sequences (attention_varlen: stages "
-            f"{', '.join(str(n) for n in _varlen_stages())}). Run one prompt at a time, or use "
+            f"{stages_with(lambda i: i.varlen)}). Run one prompt at a time, or use "
             "attn_implementation='sdpa'")
     (qb, qi), (kb, kj), cu_q, cu_k, max_q, max_k = layout.packing(q.device)
     packed = stage.attention_varlen(q.transpose(1, 2)[qb, qi], k.transpose(1, 2)[kb, kj],
@@ -221,11 +222,6 @@ def _rows(starts, ends, device):
     r = [x for s, e in zip(starts, ends) for x in range(s, e)]
     return (torch.tensor(b, dtype=torch.long, device=device),
             torch.tensor(r, dtype=torch.long, device=device))
-
-
-def _varlen_stages():
-    import stages
-    return [n for n in stages.NUMBERS if stages.get(n).INFO.varlen]
 
 
 def names(numbers=None) -> list[str]:

@@ -128,7 +128,7 @@ def causal_mode(causal, Sq: int, Sk: int, info: StageInfo) -> int:
         raise NotImplementedError(
             f"stage {info.number} computes causal attention aligned top-left only (SDPA's "
             f"is_causal); bottom-right alignment (causal_lower_right) with Sq != Sk: stages "
-            f"{_stages_with(lambda i: 'bottom_right' in i.causal_alignments)}")
+            f"{stages_with(lambda i: 'bottom_right' in i.causal_alignments)}")
     return TOP_LEFT if Sq == Sk else mode
 
 
@@ -344,7 +344,7 @@ def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     check_device=False as in validate()."""
     if not info.varlen:
         raise NotImplementedError(f"stage {info.number} takes no packed sequences; "
-                                  f"attention_varlen: stages {_stages_with(lambda i: i.varlen)}")
+                                  f"attention_varlen: stages {stages_with(lambda i: i.varlen)}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -397,13 +397,14 @@ def check_layout(name: str, t: torch.Tensor, info: StageInfo) -> None:
                              "head dim) first")
 
 
-def _stages_with(has) -> str:
+def stages_with(has) -> str:
+    """The registered stages whose INFO has `has` (a predicate), as text: "2, 3, 5" or "none"."""
     import stages  # the registry imports this module: look it up only when needed
     return ", ".join(str(n) for n in stages.NUMBERS if has(stages.get(n).INFO)) or "none"
 
 
 def _gqa_stages() -> str:
-    return _stages_with(lambda i: i.gqa)
+    return stages_with(lambda i: i.gqa)
 
 
 @functools.lru_cache(maxsize=None)

@@ -113,8 +113,10 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
     // Causal: keys past the tile's last query (shifted by the diagonal, attention.cuh) are
     // masked for every row; skip those tiles (n_keys <= 0: none to run, every row gets zeros).
     // Not clamped with max(0, ·): the loop below runs no tile either way, and with the clamp
-    // NVRTC 13.0 built stage 4's D64 loop 10% longer (1146 SASS instructions, 1038 without),
-    // and that build recorded 20% slower in fp16 (fa39750) than the one before the diagonal.
+    // NVRTC 13.0 built stage 4's D64 loop 10% longer (1146 SASS instructions, 1038 without:
+    // lib.sass.kv_loop of compile_for("sm_90a", float16, 64) with NVRTC 13.0.88, the H100
+    // machine's), and that build recorded 20% slower in fp16 (fa39750) than the one before the
+    // diagonal.
     const int n_keys = causal ? min(Sk, q0 + BLOCK_Q + diag) : Sk;
 
     for (int k0 = 0; k0 < n_keys; k0 += BLOCK_K) {

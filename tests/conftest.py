@@ -16,6 +16,19 @@ def pytest_report_header(config):
     return banner()
 
 
+def runs_here(mod) -> bool:
+    """Whether a stage module runs on this machine: numba stages everywhere (the simulator
+    without a GPU); CUDA C++ stages on a GPU of their compute capability (an arch-specific
+    one, sm_90a, on exactly that one)."""
+    if mod.INFO.backend == "numba":
+        return True
+    if not HAS_GPU:
+        return False
+    import torch
+    cc = torch.cuda.get_device_capability()
+    return cc == mod.INFO.min_cc if mod.INFO.extra.get("arch", "").endswith("a") else cc >= mod.INFO.min_cc
+
+
 @pytest.fixture
 def seed():
     """A fresh seed per test, printed on failure so a case can be replayed."""

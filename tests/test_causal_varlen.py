@@ -8,7 +8,7 @@ import torch
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import stages
-from conftest import gpu
+from conftest import gpu, runs_here
 from lib.inputs import make_qkv, poisoned_outputs, validate, validate_varlen
 from lib.reference import check_output, check_varlen_output, packed_inputs
 from lib.simulator import HAS_GPU
@@ -16,15 +16,6 @@ from lib.simulator import HAS_GPU
 MODULES = {n: stages.get(n) for n in stages.NUMBERS}
 BOTTOM_RIGHT = [n for n, m in MODULES.items() if "bottom_right" in m.INFO.causal_alignments]
 VARLEN = [n for n, m in MODULES.items() if m.INFO.varlen]
-
-
-def runs_here(mod) -> bool:
-    if mod.INFO.backend == "numba":
-        return True
-    if not HAS_GPU:
-        return False
-    cc = torch.cuda.get_device_capability()
-    return cc == mod.INFO.min_cc if mod.INFO.extra.get("arch", "").endswith("a") else cc >= mod.INFO.min_cc
 
 
 def need(mod):

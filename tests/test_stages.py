@@ -8,24 +8,13 @@ import pytest
 import torch
 
 import stages
-from conftest import cpu_only, gpu
+from conftest import cpu_only, gpu, runs_here
 from lib.inputs import (FLOAT_DTYPES, GPUTooOldError, NoBackwardError, make_qkv,
                         poisoned_outputs, validate)
 from lib.reference import check_output
 from lib.simulator import HAS_GPU, SIMULATOR, GPURequiredError
 
 MODULES = {n: stages.get(n) for n in stages.NUMBERS}
-
-
-def runs_here(mod):
-    """numba stages run everywhere (simulator without a GPU); CUDA C++ stages need a GPU."""
-    if mod.INFO.backend == "numba":
-        return True
-    if not HAS_GPU:
-        return False
-    cc = torch.cuda.get_device_capability()
-    # an arch-specific stage (sm_90a) runs on that compute capability only
-    return cc == mod.INFO.min_cc if mod.INFO.extra.get("arch", "").endswith("a") else cc >= mod.INFO.min_cc
 
 
 def head_dims_to_test(info):
