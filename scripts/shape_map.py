@@ -6,8 +6,11 @@
   B 1 … 64, GQA 32/8 and 8/1, D128 and D64;
 - the decoding waterfall: at a few decode shapes, the prefill build (one block per query head,
   the keys in one block), + split-KV, packed GQA alone, and both (stage 6's own choice);
-- (--parts schedules) stage 6's schedules at short prefill, S 512 … 2048: one block per work
-  tile against persistent blocks (fixed stride or a work queue).
+- (--parts schedules) stage 6's launches at short prefill, S 512 … 2048: one block per work
+  tile against persistent blocks (fixed stride, or a work queue with and without ping-pong for
+  causal), each with the head dim's tiles and with 128-key tiles, one Q buffer or two;
+- (--parts timeline) block 0's measured timeline at S 512 (persistent blocks, one Q buffer and
+  two): per consumer, how long each work tile took and the gap before the next one's first S.
 
 Every row is checked against the float64 reference first (on batch 0 when the whole batch's
 float64 copy would be too big), then timed with SDPA's default and FLASH backends on the same
@@ -47,9 +50,62 @@ WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("+ split-KV", {"pack_gqa": False}),
              ("packed GQA alone", {"pack_gqa": True, "splits": 1}),
              ("split-KV + packed GQA", {})]
-# short prefill (B·S = 16k, MHA): the schedules that differ in what happens between work tiles
+# short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048)
-SCHEDULES = ["+ intra-warpgroup overlap", "+ persistent blocks", "+ work queue", "work queue without ping-pong"]
+SHORT_TILES = {64: [(128, 2, 3), (128, 2, 2)], 128: [(176, 2, 2), (128, 2, 2)]}
+
+
+def schedule_variants(D, causal):
+    """(name, attention options) for the schedules part: the one-block-per-work-tile launch, then
+    per tile choice and Q buffer count (2 only where it fits) the persistent launches: a fixed
+    stride for full attention, the work queue with and without ping-pong for causal."""
+    out = [("one block per work tile", {"schedule": s6.default_schedule(D), "q_stages": 1})]
+    scheds = ["work queue without ping-pong", "+ work queue"] if causal else ["+ persistent blocks"]
+    for tiles in SHORT_TILES[D]:
+        for qs in (1, 2):
+            if not s6.fits(D, tiles, qs):
+                continue
+            for sched in scheds:
+                short = {"+ persistent blocks": "persistent", "+ work queue": "queue",
+                         "work queue without ping-pong": "queue no pp"}[sched]
+                out.append((f"{short} {tiles[0]}x{tiles[2]} q{qs}", {"schedule": sched, "tiles": tiles, "q_stages": qs}))
+    return out
+
+
+def timeline_rows():
+    """Block 0's timeline at S 512, B32 (persistent blocks: each block walks ~30 work tiles of
+    4 key tiles): per consumer, each work tile's span (first S issued → last P·V done) and the
+    gap from one work tile's last P·V to the next one's first S, in clocks."""
+    for D, H in PREFILL_HEADS.items():
+        for qs in (1, 2):
+            tiles = (128, 2, 2 if D == 128 else 3)
+            if s6.fits(D, tiles, qs):
+                yield D, H, tiles, qs
+
+
+def measure_timeline(D, H, tiles, qs):
+    S, B = 512, TOKENS // 512
+    n = (1 + tiles[2]) * s6.TIMELINE_TILES * s6.TIMELINE_EVENTS
+    tl = torch.zeros(n, dtype=torch.int64, device="cuda")
+    q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
+    opts = dict(schedule="+ persistent blocks", tiles=tiles, q_stages=qs)
+    s6.attention(q, k, v, **opts)  # compiled and planned
+    s6.attention(q, k, v, timeline=tl, **opts)
+    torch.cuda.synchronize()
+    t = tl.view(1 + tiles[2], s6.TIMELINE_TILES, s6.TIMELINE_EVENTS).cpu().tolist()
+    per = -(-S // tiles[0])  # key tiles per work tile
+    t0 = min(x for x in t[0][0] if x > 0)
+    out = {"D": D, "tiles": list(tiles), "q_stages": qs, "key_tiles_per_work": per, "consumers": []}
+    for c in range(1, 1 + tiles[2]):
+        spans, gaps = [], []
+        for w in range(s6.TIMELINE_TILES // per):
+            first, last = t[c][w * per][0], t[c][w * per + per - 1][3]
+            spans.append(last - first)
+            if w:
+                gaps.append(first - t[c][w * per - 1][3])
+        out["consumers"].append({"span_clk": spans, "gap_clk": gaps})
+    out["stamps"] = [[[x - t0 if x else 0 for x in ev] for ev in role] for role in t]
+    return out
 CHECK_ELEMENTS = 1 << 27  # above this many input elements, the float64 check runs on batch 0
 
 
@@ -91,7 +147,9 @@ def measure(row, opts=None, budget_s=0.3):
     fn = lambda q, k, v: s6.attention(q, k, v, causal=causal, **opts)  # noqa: E731
     c = _check(fn, q, k, v, causal)
     ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, torch.cuda.get_device_properties(0).multi_processor_count,
-                   splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"), schedule=opts.get("schedule"))
+                   splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"), schedule=opts.get("schedule"),
+                   tiles=opts.get("tiles"))
+    q_stages = opts.get("q_stages") or dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"])["defines"])["Q_STAGES"]
     times = time_interleaved({"stage": lambda: fn(q, k, v),
                               "sdpa": sdpa_call(q, k, v, causal=causal),
                               "flash": sdpa_call(q, k, v, causal=causal, backend="flash")}, budget_s=budget_s)
@@ -104,7 +162,7 @@ def measure(row, opts=None, budget_s=0.3):
     row.update(us=t, sdpa_us=sd, sdpa_flash_us=sf, tflops=flops / t / 1e6, gbps=moved / t / 1e3,
                vs_sdpa=sd / t if sd else None, vs_flash=sf / t if sf else None,
                max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
-               splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"],
+               splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"], q_stages=q_stages,
                stage_round_medians_us=times["stage"].round_medians_us)
     del q, k, v
     return row
@@ -125,8 +183,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a few rows of each part")
     ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=["float16", "bfloat16"])
     ap.add_argument("--parts", nargs="+", default=["decode", "waterfall", "prefill"],
-                    choices=["decode", "waterfall", "prefill", "schedules"],
-                    help="schedules: stage 6's schedules at short prefill (not in the default set)")
+                        choices=["decode", "waterfall", "prefill", "schedules", "timeline"],
+                    help="schedules, timeline: stage 6's launches at short prefill (not in the default set)")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("shape_map.py times stage 6, which runs on sm_90 GPUs (H100/H200) only", file=sys.stderr)
@@ -139,14 +197,20 @@ def main() -> int:
             for name, opts in WATERFALL:
                 plan.append(({"part": "waterfall", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
                               "Sk": Sk, "D": D, "dtype": "bfloat16", "causal": False}, opts))
+    if "timeline" in a.parts:
+        for D, H, tiles, qs in timeline_rows():
+            tl = measure_timeline(D, H, tiles, qs)
+            print(f"timeline D{D} tiles {tiles} q{qs}: " + "; ".join(
+                f"consumer {i + 1} spans {c['span_clk']} gaps {c['gap_clk']}" for i, c in enumerate(tl["consumers"])),
+                flush=True)
+            print("  stamps " + json.dumps(tl["stamps"]), flush=True)
     if "schedules" in a.parts:
         for D, H in PREFILL_HEADS.items():
             for S in (SCHEDULE_SEQS[:1] if a.quick else SCHEDULE_SEQS):
                 for causal in (False, True):
-                    for name in SCHEDULES:
+                    for name, opts in schedule_variants(D, causal):
                         plan.append(({"part": "schedules", "variant": name, "B": TOKENS // S, "H": H, "Hkv": H,
-                                      "Sq": S, "Sk": S, "D": D, "dtype": "bfloat16", "causal": causal},
-                                     {"schedule": name}))
+                                      "Sq": S, "Sk": S, "D": D, "dtype": "bfloat16", "causal": causal}, opts))
     if "prefill" in a.parts:
         plan += [(r, None) for r in prefill_rows(a.dtype, a.quick)]
     rows, t0 = [], time.time()

@@ -92,6 +92,9 @@
 #ifndef SEQS
 #define SEQS 0  // per-sequence offsets or key lengths (cu_q, cu_k, used_k): a build of its own
 #endif
+#ifndef Q_STAGES
+#define Q_STAGES 1  // Q buffers: 2 lets a persistent block load its next work tile's Q early
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -110,17 +113,20 @@ constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 static_assert(D == 64 || D == 128, "head dims 64 and 128");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "key tiles of 64, 128 or 176");
+static_assert(Q_STAGES == 1 || Q_STAGES == 2, "one Q buffer, or two (Q_STAGES)");
 
 // Shared memory. A tile is stored as ATOMS blocks of [rows][64] elements: each row of a block
 // is 128 bytes, the width of one 128-byte swizzle pattern (TMA box width ≤ 128 B with that
 // swizzle), and each block starts on a 1024-byte boundary (8 rows × 128 B, where the pattern
 // repeats). That is the layout wgmma's descriptors describe.
+// Q_STAGES = 2: two Q buffers, used by a block's work tiles in turn (count % Q_STAGES).
 struct Smem {
-    elem_t q[ATOMS][BLOCK_M][64];
+    elem_t q[Q_STAGES][ATOMS][BLOCK_M][64];
     elem_t k[STAGES][ATOMS][BLOCK_N][64];
     elem_t v[STAGES][ATOMS][BLOCK_N][64];
-    unsigned long long q_full, q_empty, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
-    int work;  // DYNAMIC_WORK: the work tile whose Q the producer loads next (n_work: none left)
+    unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
+    unsigned long long k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
+    int work[Q_STAGES];  // DYNAMIC_WORK: the work tile whose Q is in that buffer (n_work: none left)
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
@@ -149,7 +155,9 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {  // two floats �
     return *reinterpret_cast<unsigned*>(&h);
 }
 
-// ---- timeline (TIMELINE=1): clock64 stamps of block 0's first work tile, per warpgroup ----------
+// ---- timeline (TIMELINE=1): clock64 stamps of block 0's first TL_TILES key tiles, per warpgroup --
+// Indexed by ring position, which runs on across work tiles: with short work tiles (a persistent
+// block at S 512: 3-4 key tiles each) the chart shows the gaps between one work tile and the next.
 #if TIMELINE
 constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
 #define STAMP(role, tile, ev)                                                                    \
@@ -162,21 +170,25 @@ constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
 #endif
 
 // ---- the producer's copies -------------------------------------------------------------------
-// The Q buffer is reused by the block's next work tile once every consumer warp released it.
-// With DYNAMIC_WORK it also tells the consumers which work tile w this is: the store comes
-// before the arrival on q_full (an arrive releases, a wait acquires), so a consumer that has
-// waited for q_full reads this w. Nothing overwrites it before every consumer has read it:
-// the next store waits for q_empty, which the consumers release after reading.
+// A block's work tile number `count` (0, 1, …) has Q buffer count % Q_STAGES, reused by work
+// tile count + Q_STAGES once every consumer thread released it: with one buffer the next Q
+// waits for this tile's last S = Q·Kᵀ; with two it waits only for the tile before, so it is
+// loaded while this tile's products still run. With DYNAMIC_WORK the buffer's `work` slot
+// also tells the consumers which work tile w this is: the store comes before the arrival on
+// q_full (an arrive releases, a wait acquires), so a consumer that has waited for q_full reads
+// this w. Nothing overwrites it before every consumer has read it: the next store waits for
+// q_empty, which the consumers release after reading.
 // PACK_GQA: the box is the G·Sq query rows of K/V head hk (q_bytes counts them).
-__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int work_count, int q0, int h, int hk,
+__device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int count, int q0, int h, int hk,
                                        int b, int w, int q_bytes) {  // q0: the row coordinate, b: the batch's
-    mbar_wait(&sm.q_empty, (work_count & 1) ^ 1);
-    if (DYNAMIC_WORK) sm.work = w;
-    mbar_arrive_expect_bytes(&sm.q_full, q_bytes);
+    const int qs = count % Q_STAGES;
+    mbar_wait(&sm.q_empty[qs], ((count / Q_STAGES) & 1) ^ 1);
+    if (DYNAMIC_WORK) sm.work[qs] = w;
+    mbar_arrive_expect_bytes(&sm.q_full[qs], q_bytes);
 #pragma unroll
     for (int a = 0; a < ATOMS; ++a) {
-        if (PACK_GQA) tma_load_5d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, 0, hk, b);
-        else tma_load_4d(&sm.q[a][0][0], map, &sm.q_full, 64 * a, q0, h, b);
+        if (PACK_GQA) tma_load_5d(&sm.q[qs][a][0][0], map, &sm.q_full[qs], 64 * a, q0, 0, hk, b);
+        else tma_load_4d(&sm.q[qs][a][0][0], map, &sm.q_full[qs], 64 * a, q0, h, b);
     }
 }
 // Tile `key_tile` of K or V into its ring (`ring` = sm.k or sm.v with its barriers) at ring
@@ -372,7 +384,7 @@ __device__ __forceinline__ void release(unsigned long long* empty) {
 // arrival (a release) orders that read before the overwrite. (A warp's __syncwarp and one
 // lane's arrival order it too, but compute-sanitizer's racecheck does not follow that chain:
 // it reported the overwrite at the queue's end as a race.)
-__device__ __forceinline__ void release_q(Smem& sm) { mbar_arrive(&sm.q_empty); }
+__device__ __forceinline__ void release_q(Smem& sm, int qs) { mbar_arrive(&sm.q_empty[qs]); }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -397,8 +409,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     // and copies it over (R2UR) before every wgmma, ~100 extra instructions per key tile at D128.
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
     if (threadIdx.x == 0) {
-        mbar_init(&sm.q_full, 1);
-        mbar_init(&sm.q_empty, 128 * CONSUMERS);  // every consumer thread: see release_q
+        for (int qs = 0; qs < Q_STAGES; ++qs) {
+            mbar_init(&sm.q_full[qs], 1);
+            mbar_init(&sm.q_empty[qs], 128 * CONSUMERS);  // every consumer thread: see release_q
+        }
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(&sm.k_full[st], 1);
             mbar_init(&sm.v_full[st], 1);
@@ -420,23 +434,24 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 // The next work tile: asked for now, its answer needed only after this one's copies.
                 next = DYNAMIC_WORK ? atomicAdd(&work_queue[0], 1) + (int)gridDim.x : w + (int)gridDim.x;
                 const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
-                long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
+                long long* const stamps = (TIMELINE && blockIdx.x == 0) ? timeline : nullptr;
                 (void)stamps;
                 load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
-                    STAMP(0, j, 0);
+                    STAMP(0, pos, 0);
                     load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
-                    STAMP(0, j, 1);
+                    STAMP(0, pos, 1);
                 }
             }
             if (DYNAMIC_WORK) {
                 // No work left: say so through the Q slot (a plain arrival, no bytes), then count
                 // this block out. The last block out resets the queue for the next launch: by then
                 // every block has taken its last index, so nothing reads the counter any more.
-                mbar_wait(&sm.q_empty, (count & 1) ^ 1);
-                sm.work = n_work;
-                mbar_arrive(&sm.q_full);
+                const int qs = count % Q_STAGES;
+                mbar_wait(&sm.q_empty[qs], ((count / Q_STAGES) & 1) ^ 1);
+                sm.work[qs] = n_work;
+                mbar_arrive(&sm.q_full[qs]);
                 __threadfence();  // this block's last take from the counter before its count-out
                 if (atomicAdd(&work_queue[1], 1) == (int)gridDim.x - 1) {
                     atomicExch(&work_queue[0], 0);
@@ -459,19 +474,19 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     // Scale 0 gives every visible key the same weight; a tiny positive scale does exactly that
     // in fp32 and keeps masked keys at −∞·scale = −∞ rather than 0·(−∞) = NaN.
     if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
-    const unsigned long long q_desc = smem_desc(&sm.q[0][64 * c][0], 0);
     auto k_desc = [&](int st) { return smem_desc(&sm.k[st][0][0][0], 0); };
     auto v_desc = [&](int st) { return smem_desc(&sm.v[st][0][0][0], BLOCK_N * 128); };
 
     int pos = 0;  // ring position, as the producer counts it
     for (int w = blockIdx.x, count = 0;; w += gridDim.x, ++count) {
+        const int qs = count % Q_STAGES;  // this work tile's Q buffer
         if (DYNAMIC_WORK) {  // which work tile the producer took: published with its Q
-            mbar_wait(&sm.q_full, count & 1);
-            w = *reinterpret_cast<volatile int*>(&sm.work);
+            mbar_wait(&sm.q_full[qs], (count / Q_STAGES) & 1);
+            w = *reinterpret_cast<volatile int*>(&sm.work[qs]);
         }
         if (w >= n_work) break;
         const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
-        long long* const stamps = (TIMELINE && count == 0 && blockIdx.x == 0) ? timeline : nullptr;
+        long long* const stamps = (TIMELINE && blockIdx.x == 0) ? timeline : nullptr;
         (void)stamps;
         const int n_tiles = t.n_tiles;
         // This thread's two rows of the block, r = 0, 1: query position qpos[r] of head head[r]
@@ -497,11 +512,12 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             }
         }
 #endif
-        mbar_wait(&sm.q_full, count & 1);
+        mbar_wait(&sm.q_full[qs], (count / Q_STAGES) & 1);
+        const unsigned long long q_desc = smem_desc(&sm.q[qs][0][64 * c][0], 0);
         if (negate_q) {
 #pragma unroll
             for (int a = 0; a < ATOMS; ++a) {
-                uint4* rows = reinterpret_cast<uint4*>(&sm.q[a][64 * c][0]);  // 64 rows × 8 chunks
+                uint4* rows = reinterpret_cast<uint4*>(&sm.q[qs][a][64 * c][0]);  // 64 rows × 8 chunks
                 for (int i = threadIdx.x % 128; i < 64 * 8; i += 128)
                     rows[i] = make_uint4(rows[i].x ^ 0x80008000u, rows[i].y ^ 0x80008000u,
                                          rows[i].z ^ 0x80008000u, rows[i].w ^ 0x80008000u);
@@ -555,7 +571,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             // end, bottom-right rows before the first key): Q is released and the tiles the other
             // consumers use are passed on, with as many turns as they take — n_tiles + 1 with
             // INTRA_OVERLAP, 2 per tile without, at least one — and the rows get zeros below.
-            release_q(sm);
+            release_q(sm, qs);
             for (int j = 0; j < n_tiles; ++j) pass_on(pos + j, INTRA_OVERLAP ? 1 : 2);
             if (INTRA_OVERLAP || n_tiles == 0) {
                 turn_begin(c);
@@ -566,22 +582,22 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             // Tile 0's S alone; then each turn issues S of tile j with P·V of tile j − 1, and the
             // softmax of tile j runs while P·V j − 1 is still in the tensor cores.
             mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
-            STAMP(role, 0, 0);
+            STAMP(role, pos, 0);
             turn_begin(c);
             issue_qk(s, q_desc, k_desc(pos % STAGES));
             turn_end(c, false);
             wgmma_wait<0>();
             fence_registers(s);
             release(&sm.k_empty[pos % STAGES]);
-            STAMP(role, 0, 1);
+            STAMP(role, pos, 1);
             softmax(s, m, l, alpha, 0);
             to_operand(s, p);
-            STAMP(role, 0, 2);
+            STAMP(role, pos, 2);
             for (int j = 1; j < my_tiles; ++j) {
                 const int cur = pos + j, prev = cur - 1;
                 mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
                 mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
-                STAMP(role, j, 0);
+                STAMP(role, pos + j, 0);
                 turn_begin(c);
                 issue_qk(s, q_desc, k_desc(cur % STAGES));
                 rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
@@ -590,16 +606,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
                 fence_registers(s);
                 release(&sm.k_empty[cur % STAGES]);
-                STAMP(role, j, 1);
+                STAMP(role, pos + j, 1);
                 softmax(s, m, l, alpha, j);
-                STAMP(role, j, 2);
+                STAMP(role, pos + j, 2);
                 wgmma_wait<0>();
                 fence_registers(o);
                 release(&sm.v_empty[prev % STAGES]);
-                STAMP(role, j - 1, 3);
+                STAMP(role, pos + j - 1, 3);
                 to_operand(s, p);
             }
-            release_q(sm);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
+            release_q(sm, qs);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
             const int last = pos + my_tiles - 1;
             mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
             turn_begin(c);
@@ -609,26 +625,26 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             wgmma_wait<0>();
             fence_registers(o);
             release(&sm.v_empty[last % STAGES]);
-            STAMP(role, my_tiles - 1, 3);
+            STAMP(role, pos + my_tiles - 1, 3);
             for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 1);  // one turn per tile above
 #else
             // One tile at a time: S, its softmax, then P·V, each product waited for at once.
             for (int j = 0; j < my_tiles; ++j) {
                 const int cur = pos + j, st = cur % STAGES;
                 mbar_wait(&sm.k_full[st], (cur / STAGES) & 1);
-                STAMP(role, j, 0);
+                STAMP(role, pos + j, 0);
                 turn_begin(c);
                 issue_qk(s, q_desc, k_desc(st));
                 turn_end(c, false);
                 wgmma_wait<0>();
                 fence_registers(s);
                 release(&sm.k_empty[st]);
-                if (j == my_tiles - 1) release_q(sm);
-                STAMP(role, j, 1);
+                if (j == my_tiles - 1) release_q(sm, qs);
+                STAMP(role, pos + j, 1);
                 softmax(s, m, l, alpha, j);
                 rescale(o, alpha);
                 to_operand(s, p);
-                STAMP(role, j, 2);
+                STAMP(role, pos + j, 2);
                 mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
                 turn_begin(c);
                 issue_pv(o, p, v_desc(st));
@@ -636,7 +652,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 wgmma_wait<0>();
                 fence_registers(o);
                 release(&sm.v_empty[st]);
-                STAMP(role, j, 3);
+                STAMP(role, pos + j, 3);
 #if !WARP_SPECIALIZED
                 if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill these buffers once all are done
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, cur + STAGES, t.t0 + j + STAGES, t.hk, t.bmap, t.k_start);

@@ -134,10 +134,26 @@ TIMELINE_TILES, TIMELINE_EVENTS = 16, 4  # stages/stage6.cu: TL_TILES, TL_EVENTS
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 
 
-def fits(head_dim: int, tiles) -> bool:
-    """Whether a tile choice fits in one block's shared memory at this head dim."""
+def smem_bytes(head_dim: int, tiles, q_stages: int = 1) -> int:
+    """One block's dynamic shared memory: the Q buffers, the K and V rings, the barriers and work
+    slots (Smem), and 1 KB of slack to align the tiles to 1024 bytes."""
     bn, stages, consumers = tiles
-    return (64 * consumers + 2 * stages * bn) * head_dim * 2 + 1024 + 8 * (3 + 4 * stages) <= MAX_SMEM
+    return (q_stages * 64 * consumers + 2 * stages * bn) * head_dim * 2 + 8 * (3 * q_stages + 4 * stages) + 1024
+
+
+def fits(head_dim: int, tiles, q_stages: int = 1) -> bool:
+    """Whether a tile choice fits in one block's shared memory at this head dim."""
+    return smem_bytes(head_dim, tiles, q_stages) <= MAX_SMEM
+
+
+def q_buffers(head_dim: int, tiles) -> int:
+    """Q_STAGES, the rule: two Q buffers wherever they fit in shared memory, else one. A block
+    with several work tiles (a persistent launch) then loads the next tile's Q while this tile's
+    last products run, instead of after its last S = Q·Kᵀ: the next tile starts without waiting
+    for a copy. With one work tile per block the second buffer is never used and costs nothing
+    but shared memory, which one block per SM has to spare (the 176-key ring at D128 does not:
+    one buffer there)."""
+    return 2 if fits(head_dim, tiles, 2) else 1
 
 INFO = StageInfo(
     number=6,
@@ -170,11 +186,11 @@ INFO = StageInfo(
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
-           seqs: bool = False) -> dict:
+           seqs: bool = False, q_stages: int | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
-    per block, threads, dynamic shared memory (Q, the K and V rings, the barriers, and 1 KB of
-    slack to align the tiles to 1024 bytes) and the kernel's defines. seqs: the build that reads
-    per-sequence offsets or key lengths (attention_varlen, seqlens_k)."""
+    per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
+    build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
+    q_stages: Q buffers (None: q_buffers' rule)."""
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -186,10 +202,13 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     persistent = bool(sw.pop("PERSISTENT"))
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
-    tiles_bytes = (block_m + 2 * stages * bn) * head_dim * 2
-    if tiles_bytes + 1024 > MAX_SMEM:
-        raise ValueError(f"tiles {(bn, stages, consumers)} at D{head_dim} need {tiles_bytes + 1024:,} bytes of "
-                         f"shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
+    qs = q_buffers(head_dim, (bn, stages, consumers)) if q_stages is None else q_stages
+    if qs not in (1, 2):
+        raise ValueError(f"q_stages is 1 or 2 Q buffers, got {q_stages!r}")
+    smem = smem_bytes(head_dim, (bn, stages, consumers), qs)
+    if smem > MAX_SMEM:
+        raise ValueError(f"tiles {(bn, stages, consumers)} with {qs} Q buffer(s) at D{head_dim} need {smem:,} "
+                         f"bytes of shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
     eighths = EXP2_POLY[head_dim] if exp2_poly is None else exp2_poly
     if not 0 <= eighths <= 8:
         raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {eighths}")
@@ -198,14 +217,15 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
         raise ValueError(f"lazy_rescale is -1 (rescale every tile) or a threshold 0 to 10 (log2); got {lazy!r}")
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
                *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
-               ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)))
+               ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
-            "smem": tiles_bytes + 8 * (3 + 4 * stages) + 1024, "defines": defines}  # Smem's barriers and work
+            "smem": smem, "defines": defines}
 
 
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
-                lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False) -> dict:
+                lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
+                q_stages: int | None = None) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
     lengths). Only sm_90a has the instructions; any other arch is refused."""
@@ -214,7 +234,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode, seqs)
+                 lazy_rescale, decode, seqs, q_stages)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -355,7 +375,7 @@ class _Address:
 
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
-               splits, pack_gqa, varlen=None, seqs=False) -> _Plan:
+               splits, pack_gqa, varlen=None, seqs=False, q_stages=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -389,7 +409,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                 splits=splits, pack_gqa=pack_gqa)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
-                 seqs or varlen is not None)
+                 seqs or varlen is not None, q_stages)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -443,7 +463,7 @@ def _queue(plan: _Plan, device) -> int:
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
-              pack_gqa=None):
+              pack_gqa=None, q_stages=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -460,14 +480,15 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     (1 + CONSUMERS)·16·4 elements, receives clock64 stamps of block 0's first work tile (see
     stages/stage6.cu). Decoding: `splits` (blocks per work tile's keys; None: plan_splits' rule,
     1 for causal) and `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
-    defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given)."""
+    defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given);
+    `q_stages` (1 or 2 Q buffers; None: q_buffers' rule) for measuring the second buffer."""
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     try:  # attributes a non-tensor lacks: the full validation in _make_plan says what is wrong
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
-               lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None)
+               lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -480,7 +501,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
             plan = None  # validate() explains the misaligned pointer
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
-                          lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None)
+                          lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

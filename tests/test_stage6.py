@@ -284,6 +284,43 @@ def test_work_queue_hands_out_every_tile_once(schedule, seed):
             assert c.passed, f"{schedule} D{D} call {i} causal={causal} seed {seed}: {c.summary()}"
 
 
+@on_hopper
+@pytest.mark.parametrize("q_stages", [1, 2])
+@pytest.mark.parametrize("schedule", ["+ persistent blocks", "+ work queue", "work queue without ping-pong"])
+def test_q_buffers_match_reference(schedule, q_stages, seed):
+    """Persistent blocks with one Q buffer or two (Q_STAGES): about five work tiles per block, so
+    each Q buffer is refilled several times and its barriers' parities flip; odd lengths, GQA,
+    causal in both alignments and not, and a negative scale (the consumers flip the signs of
+    their buffer's rows). The output starts NaN-poisoned: every row must be written, and right."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for D in s6.INFO.head_dims:
+        tiles = (128, 2, 2)
+        B, Sq, Sk = 3, 257, 389
+        H = 5 * sms // (B * 3) + 1  # 3 query blocks of 128 rows per head
+        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=H if H % 2 else H // 2, dtype=torch.bfloat16, seed=seed)
+        for causal, scale in ((False, None), ("top_left", None), ("bottom_right", -0.07)):
+            with poisoned_outputs():
+                out = s6.attention(q, k, v, causal=causal, scale=scale, schedule=schedule, tiles=tiles,
+                                   q_stages=q_stages)
+            c = check_output(out, q, k, v, causal=causal, scale=scale)
+            assert c.passed, f"{schedule} q{q_stages} D{D} causal={causal} seed {seed}: {c.summary()}"
+
+
+def test_q_buffer_rule():
+    """Two Q buffers wherever they fit in shared memory; the kernel gets the count, and the
+    launch's shared memory counts both."""
+    assert dict(s6.config(64)["defines"])["Q_STAGES"] == 2
+    assert dict(s6.config(128, (128, 2, 2))["defines"])["Q_STAGES"] == 2
+    assert dict(s6.config(128)["defines"])["Q_STAGES"] == (2 if s6.fits(128, s6.TILES[128], 2) else 1)
+    assert not s6.fits(128, (176, 2, 2), 2)
+    one, two = s6.config(64, q_stages=1), s6.config(64, q_stages=2)
+    assert two["smem"] - one["smem"] == 192 * 64 * 2 + 8 * 3  # a Q tile of 192 rows, its barriers and slot
+    with pytest.raises(ValueError, match="shared memory"):
+        s6.config(128, (176, 2, 2), q_stages=2)
+    with pytest.raises(ValueError, match="q_stages"):
+        s6.config(64, q_stages=3)
+
+
 def test_work_queue_compiles_to_an_atomic():
     """The work queue's build takes tiles with a global atomic (and only that build)."""
     for name in ("+ persistent blocks", "+ work queue"):
