@@ -52,7 +52,7 @@ WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("split-KV + packed GQA", {})]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048)
-SHORT_TILES = {64: [(128, 2, 3), (128, 2, 2)], 128: [(176, 2, 2), (128, 2, 2)]}
+SHORT_TILES = {64: [(128, 2, 3), (128, 4, 3), (128, 2, 2), (128, 4, 2)], 128: [(176, 2, 2), (128, 2, 2), (128, 3, 2)]}
 
 
 def schedule_variants(D, causal):

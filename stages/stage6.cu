@@ -430,19 +430,29 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (threadIdx.x == 0) {
             int pos = 0;  // ring position
             int count = 0;
+            auto work_q = [&](int w, int count) {  // the Q of work tile w, the block's count-th
+                const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
+                load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
+            };
+            if (blockIdx.x < n_work) work_q(blockIdx.x, 0);
             for (int w = blockIdx.x, next; w < n_work; w = next, ++count) {
-                // The next work tile: asked for now, its answer needed only after this one's copies.
+                // The next work tile: asked for now, its answer needed only at its Q's copy.
                 next = DYNAMIC_WORK ? atomicAdd(&work_queue[0], 1) + (int)gridDim.x : w + (int)gridDim.x;
                 const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
                 long long* const stamps = (TIMELINE && blockIdx.x == 0) ? timeline : nullptr;
                 (void)stamps;
-                load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
+                // The next work tile's Q: with two buffers right after this tile's first K and V
+                // (its buffer was freed by the tile before), a whole work tile before it is
+                // needed; with one, after this tile's copies (its S = Q·Kᵀ must finish first).
+                bool next_q = next >= n_work;
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, pos, 0);
                     load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, pos, 1);
+                    if (Q_STAGES == 2 && !next_q) work_q(next, count + 1), next_q = true;
                 }
+                if (!next_q) work_q(next, count + 1);
             }
             if (DYNAMIC_WORK) {
                 // No work left: say so through the Q slot (a plain arrival, no bytes), then count
