@@ -52,7 +52,7 @@ TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
 # (the producer keeps STAGES tiles in flight while the one consumer works).
 DECODE_TILES = {64: (128, 4, 1), 128: (128, 3, 1)}
 DECODE_SCHEDULE = "overlap without ping-pong"  # one consumer: nobody to take turns with
-CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3), (128, 4, 3),
+CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3), (128, 4, 3), (128, 4, 2),
            (128, 4, 1), (128, 3, 1)]
 MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O row in fp32
 # What splitting costs beyond the blocks' own tiles, in key tiles: the fp32 partial rows and the
