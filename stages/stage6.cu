@@ -367,10 +367,12 @@ __device__ __forceinline__ void to_operand(const float (&s)[BLOCK_N / 2], unsign
 __device__ __forceinline__ void turn_begin(int c) {
     if (PINGPONG) named_bar_sync(TURN_BAR + c, 256);
 }
-__device__ __forceinline__ void turn_end(int c, bool last) {
-    // The last consumer's final turn is passed to nobody: every turn barrier then sees as
-    // many arrivals as waits, and nothing is left pending when the block ends.
-    if (PINGPONG && !(last && c == CONSUMERS - 1)) named_bar_arrive(TURN_BAR + (c + 1) % CONSUMERS, 256);
+// The turns go round across a block's work tiles: the last consumer's final turn of one work
+// tile passes to consumer 0's first of the next, so consumer 0 starts it as soon as its operands
+// are in, not after the last consumer's epilogue (a persistent block at S 512 waited 2-4k clocks
+// per work tile there). Every consumer takes as many turns per work tile as the others.
+__device__ __forceinline__ void turn_end(int c) {
+    if (PINGPONG) named_bar_arrive(TURN_BAR + (c + 1) % CONSUMERS, 256);
 }
 // A warp tells the producer it is done with a buffer (the empty barriers count 4 warps ×
 // CONSUMERS arrivals).
@@ -488,6 +490,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     auto v_desc = [&](int st) { return smem_desc(&sm.v[st][0][0][0], BLOCK_N * 128); };
 
     int pos = 0;  // ring position, as the producer counts it
+    if (PINGPONG && c == CONSUMERS - 1) named_bar_arrive(TURN_BAR, 256);  // consumer 0 goes first
     for (int w = blockIdx.x, count = 0;; w += gridDim.x, ++count) {
         const int qs = count % Q_STAGES;  // this work tile's Q buffer
         if (DYNAMIC_WORK) {  // which work tile the producer took: published with its Q
@@ -551,7 +554,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         auto pass_on = [&](int cur, int turns) {
             for (int i = 0; i < turns; ++i) {
                 turn_begin(c);
-                turn_end(c, false);
+                turn_end(c);
             }
             // Released only once full: an early arrival would count towards the buffer's
             // previous use, which another consumer may still be reading.
@@ -574,7 +577,6 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
         float s[BLOCK_N / 2];
         unsigned p[BLOCK_N / 16][4];
-        if (PINGPONG && c == CONSUMERS - 1) named_bar_arrive(TURN_BAR, 256);  // consumer 0 goes first
 
         if (my_tiles == 0) {
             // No key for these rows (a sequence without keys, a query block past its sequence's
@@ -585,7 +587,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             for (int j = 0; j < n_tiles; ++j) pass_on(pos + j, INTRA_OVERLAP ? 1 : 2);
             if (INTRA_OVERLAP || n_tiles == 0) {
                 turn_begin(c);
-                turn_end(c, true);
+                turn_end(c);
             }
         } else {
 #if INTRA_OVERLAP
@@ -595,7 +597,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             STAMP(role, pos, 0);
             turn_begin(c);
             issue_qk(s, q_desc, k_desc(pos % STAGES));
-            turn_end(c, false);
+            turn_end(c);
             wgmma_wait<0>();
             fence_registers(s);
             release(&sm.k_empty[pos % STAGES]);
@@ -612,7 +614,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 issue_qk(s, q_desc, k_desc(cur % STAGES));
                 rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
                 issue_pv(o, p, v_desc(prev % STAGES));
-                turn_end(c, false);
+                turn_end(c);
                 wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
                 fence_registers(s);
                 release(&sm.k_empty[cur % STAGES]);
@@ -631,7 +633,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             turn_begin(c);
             rescale(o, alpha);
             issue_pv(o, p, v_desc(last % STAGES));
-            turn_end(c, true);
+            turn_end(c);
             wgmma_wait<0>();
             fence_registers(o);
             release(&sm.v_empty[last % STAGES]);
@@ -645,7 +647,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 STAMP(role, pos + j, 0);
                 turn_begin(c);
                 issue_qk(s, q_desc, k_desc(st));
-                turn_end(c, false);
+                turn_end(c);
                 wgmma_wait<0>();
                 fence_registers(s);
                 release(&sm.k_empty[st]);
@@ -658,7 +660,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
                 turn_begin(c);
                 issue_pv(o, p, v_desc(st));
-                turn_end(c, j == my_tiles - 1);
+                turn_end(c);
                 wgmma_wait<0>();
                 fence_registers(o);
                 release(&sm.v_empty[st]);
@@ -706,6 +708,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             }
         }
     }
+    // The last consumer's final turn went to consumer 0, who takes it here: every turn barrier
+    // sees as many arrivals as waits, and nothing is left pending when the block ends.
+    if (PINGPONG && c == 0) turn_begin(0);
 }
 
 // ---- split-KV: the partial results of a row's n_splits blocks, weighed into its output ----------
