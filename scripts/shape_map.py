@@ -76,11 +76,9 @@ def timeline_rows():
     """Block 0's timeline at S 512, B32 (persistent blocks: each block walks ~30 work tiles of
     4 key tiles): per consumer, each work tile's span (first S issued → last P·V done) and the
     gap from one work tile's last P·V to the next one's first S, in clocks."""
-    for D, H in PREFILL_HEADS.items():
-        for qs in (1, 2):
-            tiles = (128, 2, 2 if D == 128 else 3)
-            if s6.fits(D, tiles, qs):
-                yield D, H, tiles, qs
+    for D, tiles, qs in ((64, (128, 2, 3), 1), (64, (128, 2, 3), 2), (64, (128, 4, 3), 2),
+                         (128, (128, 2, 2), 1), (128, (128, 2, 2), 2), (128, (128, 3, 2), 1)):
+        yield D, PREFILL_HEADS[D], tiles, qs
 
 
 def measure_timeline(D, H, tiles, qs):

@@ -447,9 +447,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 // (its buffer was freed by the tile before), a whole work tile before it is
                 // needed; with one, after this tile's copies (its S = Q·Kᵀ must finish first).
                 bool next_q = next >= n_work;
-                for (int j = 0; j < t.n_tiles; ++j, ++pos) {
+                for (int j = 0; j < t.n_tiles; ++j, ++pos) {  // stamps: K, V copied; the waits before them
+                    STAMP(0, pos, 2);
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, pos, 0);
+                    STAMP(0, pos, 3);
                     load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, pos, 1);
                     if (Q_STAGES == 2 && !next_q) work_q(next, count + 1), next_q = true;
