@@ -52,23 +52,22 @@ WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("split-KV + packed GQA", {})]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048)
-SHORT_TILES = {64: [(128, 2, 3), (128, 4, 3), (128, 2, 2), (128, 4, 2)], 128: [(176, 2, 2), (128, 2, 2), (128, 3, 2)]}
+SHORT_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
 
 
 def schedule_variants(D, causal):
     """(name, attention options) for the schedules part: the one-block-per-work-tile launch, then
-    per tile choice and Q buffer count (2 only where it fits) the persistent launches: a fixed
-    stride for full attention, the work queue with and without ping-pong for causal."""
+    per tile choice (with its Q buffers) the persistent launches, O stored by the consumers or by
+    TMA: a fixed stride for full attention, the work queue with and without ping-pong for causal."""
     out = [("one block per work tile", {"schedule": s6.default_schedule(D), "q_stages": 1})]
     scheds = ["work queue without ping-pong", "+ work queue"] if causal else ["+ persistent blocks"]
-    for tiles in SHORT_TILES[D]:
-        for qs in (1, 2):
-            if not s6.fits(D, tiles, qs):
-                continue
+    for tiles, qs in SHORT_TILES[D]:
+        for tma in (False, True):
             for sched in scheds:
                 short = {"+ persistent blocks": "persistent", "+ work queue": "queue",
                          "work queue without ping-pong": "queue no pp"}[sched]
-                out.append((f"{short} {tiles[0]}x{tiles[2]} q{qs}", {"schedule": sched, "tiles": tiles, "q_stages": qs}))
+                out.append((f"{short} {tiles[0]}x{tiles[1]}x{tiles[2]} q{qs}{' tma' if tma else ''}",
+                            {"schedule": sched, "tiles": tiles, "q_stages": qs, "tma_store": tma}))
     return out
 
 
@@ -76,17 +75,17 @@ def timeline_rows():
     """Block 0's timeline at S 512, B32 (persistent blocks: each block walks ~30 work tiles of
     4 key tiles): per consumer, each work tile's span (first S issued → last P·V done) and the
     gap from one work tile's last P·V to the next one's first S, in clocks."""
-    for D, tiles, qs in ((64, (128, 2, 3), 1), (64, (128, 2, 3), 2), (64, (128, 4, 3), 2),
-                         (128, (128, 2, 2), 1), (128, (128, 2, 2), 2), (128, (128, 3, 2), 1)):
-        yield D, PREFILL_HEADS[D], tiles, qs
+    for D, tiles, qs in ((64, (128, 2, 3), 2), (128, (128, 2, 2), 2)):
+        for tma in (False, True):
+            yield D, PREFILL_HEADS[D], tiles, qs, tma
 
 
-def measure_timeline(D, H, tiles, qs):
+def measure_timeline(D, H, tiles, qs, tma=None):
     S, B = 512, TOKENS // 512
     n = (1 + tiles[2]) * s6.TIMELINE_TILES * s6.TIMELINE_EVENTS
     tl = torch.zeros(n, dtype=torch.int64, device="cuda")
     q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
-    opts = dict(schedule="+ persistent blocks", tiles=tiles, q_stages=qs)
+    opts = dict(schedule="+ persistent blocks", tiles=tiles, q_stages=qs, tma_store=tma)
     s6.attention(q, k, v, **opts)  # compiled and planned
     s6.attention(q, k, v, timeline=tl, **opts)
     torch.cuda.synchronize()
@@ -147,7 +146,9 @@ def measure(row, opts=None, budget_s=0.3):
     ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, torch.cuda.get_device_properties(0).multi_processor_count,
                    splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"), schedule=opts.get("schedule"),
                    tiles=opts.get("tiles"))
-    q_stages = opts.get("q_stages") or dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"])["defines"])["Q_STAGES"]
+    built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"])["defines"])
+    q_stages = opts.get("q_stages") or built["Q_STAGES"]
+    tma_store = bool(built["O_TMA_STORE"] if opts.get("tma_store") is None else opts["tma_store"])
     times = time_interleaved({"stage": lambda: fn(q, k, v),
                               "sdpa": sdpa_call(q, k, v, causal=causal),
                               "flash": sdpa_call(q, k, v, causal=causal, backend="flash")}, budget_s=budget_s)
@@ -160,7 +161,7 @@ def measure(row, opts=None, budget_s=0.3):
     row.update(us=t, sdpa_us=sd, sdpa_flash_us=sf, tflops=flops / t / 1e6, gbps=moved / t / 1e3,
                vs_sdpa=sd / t if sd else None, vs_flash=sf / t if sf else None,
                max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
-               splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"], q_stages=q_stages,
+               splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"], q_stages=q_stages, tma_store=tma_store,
                stage_round_medians_us=times["stage"].round_medians_us)
     del q, k, v
     return row
@@ -196,9 +197,9 @@ def main() -> int:
                 plan.append(({"part": "waterfall", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
                               "Sk": Sk, "D": D, "dtype": "bfloat16", "causal": False}, opts))
     if "timeline" in a.parts:
-        for D, H, tiles, qs in timeline_rows():
-            tl = measure_timeline(D, H, tiles, qs)
-            print(f"timeline D{D} tiles {tiles} q{qs}: " + "; ".join(
+        for D, H, tiles, qs, tma in timeline_rows():
+            tl = measure_timeline(D, H, tiles, qs, tma)
+            print(f"timeline D{D} tiles {tiles} q{qs} tma {tma}: " + "; ".join(
                 f"consumer {i + 1} spans {c['span_clk']} gaps {c['gap_clk']}" for i, c in enumerate(tl["consumers"])),
                 flush=True)
             print("  stamps " + json.dumps(tl["stamps"]), flush=True)

@@ -66,6 +66,16 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
                  :: "r"(smem_u32(dst)), "l"(reinterpret_cast<unsigned long long>(map)),
                     "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_u32(bar)) : "memory");
 }
+// The other way: a box of shared memory (laid out as the map's swizzle says) into the tensor;
+// rows of the box past the tensor's end are not written. Asynchronous: commit the copies as a
+// group, and wait for the group's reads of shared memory before the buffer is written again.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* src, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+                 :: "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_u32(src)),
+                    "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }

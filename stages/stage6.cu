@@ -95,10 +95,15 @@
 #ifndef Q_STAGES
 #define Q_STAGES 1  // Q buffers: 2 lets a persistent block load its next work tile's Q early
 #endif
+#ifndef O_TMA_STORE
+#define O_TMA_STORE 0  // 1: O leaves through shared memory and a TMA store (see the epilogue)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
 static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
+static_assert(!O_TMA_STORE || (WARP_SPECIALIZED && !PACK_GQA && !SEQS),
+              "the TMA-store epilogue writes [B, H, S, D] rows of one head per consumer");
 
 constexpr int D = HEAD_DIM;
 constexpr int BLOCK_M = 64 * CONSUMERS;           // query rows per block, 64 per consumer
@@ -390,7 +395,8 @@ __device__ __forceinline__ void release_q(Smem& sm, int qs) { mbar_arrive(&sm.q_
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                const __grid_constant__ CUtensorMap v_map, elem_t* __restrict__ out,
+                const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
+                elem_t* __restrict__ out,
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, long long* timeline,
                 int* work_queue, const int* cu_q, const int* cu_k, const int* used_k) {
@@ -585,7 +591,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             // end, bottom-right rows before the first key): Q is released and the tiles the other
             // consumers use are passed on, with as many turns as they take — n_tiles + 1 with
             // INTRA_OVERLAP, 2 per tile without, at least one — and the rows get zeros below.
-            release_q(sm, qs);
+            if (!O_TMA_STORE) release_q(sm, qs);
             for (int j = 0; j < n_tiles; ++j) pass_on(pos + j, INTRA_OVERLAP ? 1 : 2);
             if (INTRA_OVERLAP || n_tiles == 0) {
                 turn_begin(c);
@@ -629,7 +635,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 STAMP(role, pos + j - 1, 3);
                 to_operand(s, p);
             }
-            release_q(sm, qs);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
+            if (!O_TMA_STORE) release_q(sm, qs);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
             const int last = pos + my_tiles - 1;
             mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
             turn_begin(c);
@@ -653,7 +659,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 wgmma_wait<0>();
                 fence_registers(s);
                 release(&sm.k_empty[st]);
-                if (j == my_tiles - 1) release_q(sm, qs);
+                if (!O_TMA_STORE && j == my_tiles - 1) release_q(sm, qs);
                 STAMP(role, pos + j, 1);
                 softmax(s, m, l, alpha, j);
                 rescale(o, alpha);
@@ -690,9 +696,36 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             lse[r] = m[r] == NEG_INF ? NEG_INF : m[r] * scale_log2 + __log2f(l[r]);
             l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no key seen: zeros, as SDPA gives
         }
+        if (O_TMA_STORE && n_splits == 1) {
+            // O / l in 16 bits into this consumer's rows of its work tile's Q buffer (every
+            // S = Q·Kᵀ is done), in the 128-byte swizzle the tensor maps describe: 16-byte chunk k
+            // of a row lives at chunk k ^ (row % 8). Then one thread stores the 64 rows with the
+            // copy engine, one box per 64 columns; it clips rows past the sequence's end. The
+            // consumer goes on at once instead of issuing D/4 scattered 4-byte stores per thread
+            // (measured at S 512: 2-3k clocks per work tile). The buffer is released to the
+            // producer only once the copy has read it.
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = 16 * warp + lane / 4 + 8 * r;  // of the consumer's 64
+                unsigned char* const base = reinterpret_cast<unsigned char*>(&sm.q[qs][0][64 * c + row][0]);
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n)
+                    *reinterpret_cast<unsigned*>(base + (n / 8) * BLOCK_M * 128 + ((n % 8) ^ (row % 8)) * 16 + 4 * (lane % 4)) =
+                        pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
+            }
+            fence_proxy_async();         // generic-proxy writes, read next by the copy engine
+            named_bar_sync(1 + c, 128);  // the consumer's 64 rows are all there
+            if (threadIdx.x % 128 == 0 && t.q0 + 64 * c < t.len_q) {
+#pragma unroll
+                for (int a = 0; a < ATOMS; ++a) tma_store_4d(&o_map, &sm.q[qs][a][64 * c][0], 64 * a, t.q0 + 64 * c, t.h, t.b);
+                bulk_commit();
+                bulk_wait_read();
+            }
+        }
+        if (O_TMA_STORE) release_q(sm, qs);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            if (!valid[r]) continue;
+            if (!valid[r] || (O_TMA_STORE && n_splits == 1)) continue;
             // The output's row: of [B, H, Sq], or of [total_q, H] for packed sequences.
             const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qpos[r]) * H + head[r]
                                                : ((size_t)t.b * H + head[r]) * Sq + qpos[r];

@@ -146,6 +146,16 @@ def fits(head_dim: int, tiles, q_stages: int = 1) -> bool:
     return smem_bytes(head_dim, tiles, q_stages) <= MAX_SMEM
 
 
+def stores_by_tma(persistent: bool, pack_gqa: bool = False, seqs: bool = False) -> bool:
+    """O_TMA_STORE, the rule: a persistent launch writes O through shared memory and a TMA store.
+    Its blocks go on to another work tile, and the consumers' own scattered 4-byte stores held
+    each one 2-3k clocks at S 512 (the timeline of results/logs/2026-11-24-8f1ecaa-call4), a fifth
+    of a 4-key-tile work tile; the copy engine takes them off the consumers. A block with one
+    work tile has nothing to go on to, and keeps the plain stores (and Q's early release). The
+    packed and varlen builds write rows the 4-D box does not describe: plain stores."""
+    return persistent and not pack_gqa and not seqs
+
+
 def q_buffers(head_dim: int, tiles) -> int:
     """Q_STAGES, the rule: two Q buffers wherever they fit in shared memory, else one. A block
     with several work tiles (a persistent launch) then loads the next tile's Q while this tile's
@@ -186,11 +196,12 @@ INFO = StageInfo(
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
-           seqs: bool = False, q_stages: int | None = None) -> dict:
+           seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
-    q_stages: Q buffers (None: q_buffers' rule)."""
+    q_stages: Q buffers (None: q_buffers' rule); tma_store: the epilogue writes O through shared
+    memory and a TMA store (None: stores_by_tma's rule)."""
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -200,6 +211,9 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
         raise ValueError(f"schedule {schedule!r} takes turns between consumer warpgroups; tiles "
                          f"{(bn, stages, consumers)} have one (use {DECODE_SCHEDULE!r})")
     persistent = bool(sw.pop("PERSISTENT"))
+    tma = stores_by_tma(persistent, pack_gqa, seqs) if tma_store is None else bool(tma_store)
+    if tma and (pack_gqa or seqs or not sw["WARP_SPECIALIZED"]):
+        raise ValueError("the TMA-store epilogue is for the [B, H, S, D] build with a producer warpgroup")
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
     qs = q_buffers(head_dim, (bn, stages, consumers)) if q_stages is None else q_stages
@@ -217,7 +231,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
         raise ValueError(f"lazy_rescale is -1 (rescale every tile) or a threshold 0 to 10 (log2); got {lazy!r}")
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
                *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
-               ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs))
+               ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs),
+               ("O_TMA_STORE", int(tma)))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -225,7 +240,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
-                q_stages: int | None = None) -> dict:
+                q_stages: int | None = None, tma_store: bool | None = None) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
     lengths). Only sm_90a has the instructions; any other arch is refused."""
@@ -234,7 +249,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode, seqs, q_stages)
+                 lazy_rescale, decode, seqs, q_stages, tma_store)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -357,7 +372,7 @@ class _Plan:
     their addresses are replaced (cuTensorMapReplaceAddress), not the whole map encoded."""
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
-                 "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen")
+                 "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_map")
 
 
 _plans: dict = {}
@@ -375,7 +390,7 @@ class _Address:
 
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
-               splits, pack_gqa, varlen=None, seqs=False, q_stages=None) -> _Plan:
+               splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -409,7 +424,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                 splits=splits, pack_gqa=pack_gqa)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
-                 seqs or varlen is not None, q_stages)
+                 seqs or varlen is not None, q_stages, tma_store)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -429,6 +444,9 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
                  for i, (t, r) in enumerate(zip((q, k, v), plan.rows))]
     plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+    # O_TMA_STORE: the output's map, pointed at each call's new output (_launch); other builds
+    # take q's map in its place, unread.
+    plan.o_map = tensor_map(new_output(q), 64) if dict(cfg["defines"])["O_TMA_STORE"] else None
     # DYNAMIC_WORK: the work counter (next, blocks done), zero between launches (the kernel's
     # last block resets it). One per stream: launches on two streams at once must not share one.
     plan.queues = {} if dict(cfg["defines"])["DYNAMIC_WORK"] else None
@@ -463,7 +481,7 @@ def _queue(plan: _Plan, device) -> int:
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
-              pack_gqa=None, q_stages=None):
+              pack_gqa=None, q_stages=None, tma_store=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -481,14 +499,15 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     stages/stage6.cu). Decoding: `splits` (blocks per work tile's keys; None: plan_splits' rule,
     1 for causal) and `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
     defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given);
-    `q_stages` (1 or 2 Q buffers; None: q_buffers' rule) for measuring the second buffer."""
+    `q_stages` (1 or 2 Q buffers; None: q_buffers' rule) and `tma_store` (the epilogue through
+    shared memory and a TMA store; None: stores_by_tma's rule) for measuring them."""
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     try:  # attributes a non-tensor lacks: the full validation in _make_plan says what is wrong
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
-               lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages)
+               lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -501,7 +520,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
             plan = None  # validate() explains the misaligned pointer
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
-                          lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages)
+                          lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
+                          tma_store=tma_store)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -564,8 +584,13 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
                 _retarget(plan, i, t)
     parts = _partials(plan, q.device) if plan.splits > 1 else (0, 0)
+    if plan.o_map is not None:
+        try:
+            plan.o_map.replace_address(_Address(out))
+        except Exception:  # as in _retarget
+            plan.o_map = tensor_map(out, 64)
     nvrtc.launch_prepared(plan.kernel, plan.config,
-                          (*plan.maps, out.data_ptr(), *parts, *plan.args,
+                          (*plan.maps, plan.o_map or plan.maps[0], out.data_ptr(), *parts, *plan.args,
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device),
                            *seqs))
     if plan.splits > 1:

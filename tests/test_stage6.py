@@ -285,13 +285,15 @@ def test_work_queue_hands_out_every_tile_once(schedule, seed):
 
 
 @on_hopper
+@pytest.mark.parametrize("tma_store", [False, True])
 @pytest.mark.parametrize("q_stages", [1, 2])
 @pytest.mark.parametrize("schedule", ["+ persistent blocks", "+ work queue", "work queue without ping-pong"])
-def test_q_buffers_match_reference(schedule, q_stages, seed):
+def test_q_buffers_match_reference(schedule, q_stages, tma_store, seed):
     """Persistent blocks with one Q buffer or two (Q_STAGES): about five work tiles per block, so
     each Q buffer is refilled several times and its barriers' parities flip; odd lengths, GQA,
     causal in both alignments and not, and a negative scale (the consumers flip the signs of
-    their buffer's rows). The output starts NaN-poisoned: every row must be written, and right."""
+    their buffer's rows); O stored by the consumers or by TMA from the Q buffer (clipped at the
+    sequence end). The output starts NaN-poisoned: every row must be written, and right."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for D in s6.INFO.head_dims:
         tiles = (128, 2, 2)
@@ -301,9 +303,9 @@ def test_q_buffers_match_reference(schedule, q_stages, seed):
         for causal, scale in ((False, None), ("top_left", None), ("bottom_right", -0.07)):
             with poisoned_outputs():
                 out = s6.attention(q, k, v, causal=causal, scale=scale, schedule=schedule, tiles=tiles,
-                                   q_stages=q_stages)
+                                   q_stages=q_stages, tma_store=tma_store)
             c = check_output(out, q, k, v, causal=causal, scale=scale)
-            assert c.passed, f"{schedule} q{q_stages} D{D} causal={causal} seed {seed}: {c.summary()}"
+            assert c.passed, f"{schedule} q{q_stages} tma {tma_store} D{D} causal={causal} seed {seed}: {c.summary()}"
 
 
 def test_q_buffer_rule():
@@ -368,7 +370,11 @@ def test_call_schedule_rule():
         # one work tile per SM or fewer: nothing to overlap, the default launch
         assert s6.call_schedule(D, False, 4, 132, 132) == s6.call_schedule(D, True, 4, 24, 132) \
             == s6.default_schedule(D)
-        assert s6.config(D, schedule="+ persistent blocks")["defines"] == s6.config(D)["defines"]
+        # the same kernel but for the epilogue (stores_by_tma: a persistent launch stores O by TMA)
+        same = lambda cfg: {k: v for k, v in cfg["defines"] if k != "O_TMA_STORE"}  # noqa: E731
+        assert same(s6.config(D, schedule="+ persistent blocks")) == same(s6.config(D))
+        assert dict(s6.config(D, schedule="+ persistent blocks")["defines"])["O_TMA_STORE"] == 1
+        assert dict(s6.config(D)["defines"])["O_TMA_STORE"] == 0
     assert s6.choose(32, 16, 16, 512, 512, 64, True, 132)["schedule"] == "work queue without ping-pong"
     assert s6.choose(4, 16, 16, 8192, 8192, 128, True, 132)["schedule"] == s6.default_schedule(128)
     assert s6.choose(1, 32, 8, 1, 4096, 128, False, 132)["schedule"] == s6.DECODE_SCHEDULE
@@ -420,7 +426,7 @@ def test_split_launches_on_the_cpu(monkeypatch):
     assert c1.grid == (8 * 16, 1, 1)              # 8 K/V heads × 16 splits of 2 tiles
     assert boxes[0] == ((1, 8, 4, 1, 128), (4, 1))  # q as [B, Hk, G, Sq, D]: 4 rows per box
     assert c2.grid == (32, 1, 1) and int(p2[-1]) == 16 and int(p2[-2]) == 32  # a block per output row
-    assert p1[4:6] == (1111, 2222) and p2[:2] == (1111, 2222)  # the partial rows, written then read
+    assert p1[5:7] == (1111, 2222) and p2[:2] == (1111, 2222)  # the partial rows, written then read (after 4 maps and out)
     launched.clear()
     s6.attention(q, k, v, splits=1000)             # at most MAX_SPLITS, whatever is asked
     assert int(launched[0][2][N_SPLITS]) == min(s6.MAX_SPLITS, 4096 // s6.DECODE_TILES[128][0])
