@@ -91,37 +91,51 @@ def default_schedule(head_dim: int) -> str:
     return DEFAULT_SCHEDULES[head_dim]
 
 
-# Which launch a prefill call gets (call_schedule), from how its work tiles look:
-SHORT_WORK_TILES = 8  # key tiles of the longest work tile, at most, for the causal short rule
+# Which launch a prefill call gets (call_schedule), from how its work tiles look: short ones
+# (prompts up to SHORT_KEYS keys) get a persistent launch and, at D128, SHORT_TILES.
+SHORT_KEYS = {64: 1024, 128: 2048}
+SHORT_TILES = {128: (128, 2, 2)}
+CAUSAL_SHORT = {64: "work queue without ping-pong", 128: "+ work queue"}
 
 
-def call_schedule(head_dim: int, causal: bool, key_tiles: int, work: int, sms: int) -> str:
+def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> str:
     """The schedule a prefill call runs when none is asked for. DEFAULT_SCHEDULES is the kernel;
     what differs is what happens between a block's work tiles, which matters when work tiles are
-    short (prompts of 512–1024 tokens: 4–8 key tiles each) and there are more of them than SMs
-    (with `work` ≤ `sms` every block has one work tile: nothing to hide a start under, and the
-    head dim's default launch is kept — at B1 H8 S512, 24 work tiles, the persistent launches
-    measured 8–13% slower: 14.1 → 15.3 µs full, 13.7 → 15.5 causal, fp16, in the bench logs of
-    results/logs/2026-11-24-fd94088-call3 and -dc99aa6-call7):
-    - full attention: persistent blocks (one per SM, fixed stride; the same kernel, another
-      grid). Every work tile has the same length, so the stride balances the SMs by itself, and
-      the producer loads the next tile's Q and first K/V while the consumers finish this one: a
-      new block's start (barrier set-up, Q load, filling the ring) is hidden instead of paid per
-      tile. Measured no slower at the long shapes, where a tile's own work dwarfs its start;
-    - causal with short work tiles (≤ SHORT_WORK_TILES key tiles): work tiles differ in length,
-      so a fixed stride unbalances the SMs; a work queue hands the next tile to whichever block
-      is free. Without ping-pong: with a few key tiles per work tile, the two consumers' turns
-      are mostly a wait for the other's (each turn is a handoff through a named barrier, two per
-      key tile), and FlashAttention-3 itself runs its head-dim-64 kernel without it;
-    - causal with long work tiles: the head dim's default (one block per work tile, heaviest
-      first), where the tiles' own work dwarfs their start."""
+    short and there are more of them than SMs (with `work` ≤ `sms` every block has one work
+    tile: nothing to hide a start under, and the head dim's default launch is kept — at B1 H8
+    S512, 24 work tiles, the persistent launches measured 8–13% slower: 14.1 → 15.3 µs full,
+    13.7 → 15.5 causal, fp16, in the bench logs of results/logs/2026-11-24-fd94088-call3 and
+    -dc99aa6-call7):
+    - full attention: persistent blocks (one per SM, fixed stride). Every work tile has the same
+      length, so the stride balances the SMs by itself; the producer copies the next tile's Q a
+      work tile ahead (two Q buffers), the consumers' turns run on from one work tile to the
+      next, and O leaves by TMA store (stores_by_tma), so a work tile's start and end cost the
+      consumers little. Measured no slower at the long shapes, where a tile's work dwarfs both;
+    - causal with short keys (Sk ≤ SHORT_KEYS): work tiles differ in length, so a fixed stride
+      unbalances the SMs; a work queue hands the next tile to whichever block is free. At D64
+      (three consumers, each with a short share of a 192-row block's diagonal) without
+      ping-pong, at D128 with it: the faster of the two at S 512–2048 in the schedules part of
+      scripts/shape_map.py (results/logs/2026-11-24-3463826-call5), by 1–3%;
+    - causal with long keys: the head dim's default (one block per work tile, heaviest first),
+      where the tiles' own work dwarfs their start (at D64 S 2048 it measured 4% faster than
+      the queue)."""
     if work <= sms:
         return DEFAULT_SCHEDULES[head_dim]
     if not causal:
         return "+ persistent blocks"
-    if key_tiles <= SHORT_WORK_TILES:
-        return "work queue without ping-pong"
+    if Sk <= SHORT_KEYS[head_dim]:
+        return CAUSAL_SHORT[head_dim]
     return DEFAULT_SCHEDULES[head_dim]
+
+
+def short_tiles(head_dim: int, Sk: int, schedule: str):
+    """The tiles of a persistent launch with short keys, or None for the head dim's. At D128 the
+    176-key tiles leave no room for a second Q buffer (q_buffers): a short work tile (up to 16
+    key tiles of 128) gains more from loading the next Q early than from fewer, longer key tiles
+    (S 512–2048 in results/logs/2026-11-24-3463826-call5: 3–8% with the TMA store). A long one
+    keeps the 176-key tiles. At D64 the default tiles already have two Q buffers."""
+    persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
+    return SHORT_TILES.get(head_dim) if persistent and Sk <= SHORT_KEYS[head_dim] else None
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
 # (stages/stage6.cu: poly_exp2), per head dim.
 EXP2_POLY = {64: 0, 128: 0}
@@ -146,14 +160,17 @@ def fits(head_dim: int, tiles, q_stages: int = 1) -> bool:
     return smem_bytes(head_dim, tiles, q_stages) <= MAX_SMEM
 
 
-def stores_by_tma(persistent: bool, pack_gqa: bool = False, seqs: bool = False) -> bool:
-    """O_TMA_STORE, the rule: a persistent launch writes O through shared memory and a TMA store.
-    Its blocks go on to another work tile, and the consumers' own scattered 4-byte stores held
-    each one 2-3k clocks at S 512 (the timeline of results/logs/2026-11-24-8f1ecaa-call4), a fifth
-    of a 4-key-tile work tile; the copy engine takes them off the consumers. A block with one
-    work tile has nothing to go on to, and keeps the plain stores (and Q's early release). The
-    packed and varlen builds write rows the 4-D box does not describe: plain stores."""
-    return persistent and not pack_gqa and not seqs
+def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs: bool = False) -> bool:
+    """O_TMA_STORE, the rule: a persistent launch with two Q buffers writes O through shared
+    memory and a TMA store. Its blocks go on to another work tile, and the consumers' own
+    scattered 4-byte stores held each one 2-3k clocks at S 512 (the timeline of
+    results/logs/2026-11-24-8f1ecaa-call4), a fifth of a 4-key-tile work tile; the copy engine
+    takes them off the consumers. O is staged in its work tile's Q buffer: with only one, the
+    next tile's Q waits for the store (measured 3-10% slower at S 512, D128 176-key tiles, in
+    results/logs/2026-11-24-3463826-call5). A block with one work tile has nothing to go on to,
+    and keeps the plain stores (and Q's early release). The packed and varlen builds write rows
+    the 4-D box does not describe: plain stores."""
+    return persistent and q_stages == 2 and not pack_gqa and not seqs
 
 
 def q_buffers(head_dim: int, tiles) -> int:
@@ -211,15 +228,15 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
         raise ValueError(f"schedule {schedule!r} takes turns between consumer warpgroups; tiles "
                          f"{(bn, stages, consumers)} have one (use {DECODE_SCHEDULE!r})")
     persistent = bool(sw.pop("PERSISTENT"))
-    tma = stores_by_tma(persistent, pack_gqa, seqs) if tma_store is None else bool(tma_store)
-    if tma and (pack_gqa or seqs or not sw["WARP_SPECIALIZED"]):
-        raise ValueError("the TMA-store epilogue is for the [B, H, S, D] build with a producer warpgroup")
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
     qs = q_buffers(head_dim, (bn, stages, consumers)) if q_stages is None else q_stages
     if qs not in (1, 2):
         raise ValueError(f"q_stages is 1 or 2 Q buffers, got {q_stages!r}")
     smem = smem_bytes(head_dim, (bn, stages, consumers), qs)
+    tma = stores_by_tma(persistent, qs, pack_gqa, seqs) if tma_store is None else bool(tma_store)
+    if tma and (pack_gqa or seqs or not sw["WARP_SPECIALIZED"]):
+        raise ValueError("the TMA-store epilogue is for the [B, H, S, D] build with a producer warpgroup")
     if smem > MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} with {qs} Q buffer(s) at D{head_dim} need {smem:,} "
                          f"bytes of shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
@@ -349,13 +366,17 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     defaults), its tiles and schedule, the work tiles before splitting, and the key splits
     (plan_splits' rule unless `splits` is given; never an empty split)."""
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
+    given_tiles = tiles is not None
     tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
     key_tiles = (Sk + tiles[0] - 1) // tiles[0]
     block_m = 64 * tiles[2]
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
     if schedule is None:
-        schedule = DECODE_SCHEDULE if pack else call_schedule(D, causal, key_tiles, work, sms)
+        schedule = DECODE_SCHEDULE if pack else call_schedule(D, causal, Sk, work, sms)
+        short = None if pack or given_tiles else short_tiles(D, Sk, schedule)
+        if short is not None:  # the same work tiles (64·consumers rows each): only the keys' split differs
+            tiles, key_tiles = short, (Sk + short[0] - 1) // short[0]
     if pack and (H // Hk) * Sq > block_m:
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")

@@ -360,26 +360,38 @@ def test_split_limit_agrees_with_the_kernel():
 
 
 def test_call_schedule_rule():
-    """Full attention: persistent blocks (the same kernel); causal: the work queue without
-    ping-pong while work tiles are short, the head dim's default beyond; what choose() runs."""
+    """Full attention: persistent blocks (the same kernel, O stored by TMA); causal: the work
+    queue while keys are short (D64 without ping-pong), the head dim's default beyond; the short
+    tiles at D128; what choose() runs."""
     for D in s6.INFO.head_dims:
-        assert s6.call_schedule(D, False, 3, 500, 132) == s6.call_schedule(D, False, 500, 500, 132) \
+        short = s6.SHORT_KEYS[D]
+        assert s6.call_schedule(D, False, 512, 500, 132) == s6.call_schedule(D, False, 65536, 500, 132) \
             == "+ persistent blocks"
-        assert s6.call_schedule(D, True, s6.SHORT_WORK_TILES, 500, 132) == "work queue without ping-pong"
-        assert s6.call_schedule(D, True, s6.SHORT_WORK_TILES + 1, 500, 132) == s6.default_schedule(D)
+        assert s6.call_schedule(D, True, short, 500, 132) == s6.CAUSAL_SHORT[D]
+        assert s6.call_schedule(D, True, short + 1, 500, 132) == s6.default_schedule(D)
         # one work tile per SM or fewer: nothing to overlap, the default launch
-        assert s6.call_schedule(D, False, 4, 132, 132) == s6.call_schedule(D, True, 4, 24, 132) \
+        assert s6.call_schedule(D, False, 512, 132, 132) == s6.call_schedule(D, True, 512, 24, 132) \
             == s6.default_schedule(D)
-        # the same kernel but for the epilogue (stores_by_tma: a persistent launch stores O by TMA)
+        # the same kernel but for the epilogue, where two Q buffers fit
         same = lambda cfg: {k: v for k, v in cfg["defines"] if k != "O_TMA_STORE"}  # noqa: E731
         assert same(s6.config(D, schedule="+ persistent blocks")) == same(s6.config(D))
-        assert dict(s6.config(D, schedule="+ persistent blocks")["defines"])["O_TMA_STORE"] == 1
+        persistent = dict(s6.config(D, schedule="+ persistent blocks")["defines"])
+        assert persistent["O_TMA_STORE"] == (persistent["Q_STAGES"] == 2)
         assert dict(s6.config(D)["defines"])["O_TMA_STORE"] == 0
     assert s6.choose(32, 16, 16, 512, 512, 64, True, 132)["schedule"] == "work queue without ping-pong"
     assert s6.choose(4, 16, 16, 8192, 8192, 128, True, 132)["schedule"] == s6.default_schedule(128)
     assert s6.choose(1, 32, 8, 1, 4096, 128, False, 132)["schedule"] == s6.DECODE_SCHEDULE
     latency = s6.choose(1, 8, 8, 512, 512, 64, False, 132)  # the seeds' latency shape: 24 work tiles
     assert latency["schedule"] == s6.default_schedule(64) and latency["splits"] == 1
+    # D128: the short tiles (two Q buffers, TMA store) for persistent launches of short keys only
+    for causal in (False, True):
+        ch = s6.choose(32, 32, 32, 512, 512, 128, causal, 132)
+        assert ch["tiles"] == s6.SHORT_TILES[128]
+        assert dict(s6.config(128, ch["tiles"], ch["schedule"])["defines"])["O_TMA_STORE"] == 1
+        assert s6.choose(2, 32, 32, 8192, 8192, 128, causal, 132)["tiles"] == s6.TILES[128]
+    assert s6.choose(1, 8, 8, 512, 512, 128, False, 132)["tiles"] == s6.TILES[128]  # one wave: default
+    assert s6.choose(32, 32, 32, 512, 512, 128, False, 132, tiles=(176, 2, 2))["tiles"] == (176, 2, 2)
+    assert s6.SHORT_TILES[128][2] == s6.TILES[128][2], "the same work tiles, only the key tiles differ"
 
 
 def test_packing_rule():
