@@ -8,7 +8,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FA_CACHE_DIR=/tmp/fa-cache N
 timeout 380 python3 scripts/shape_map.py --record --dtype bfloat16 > $OUT/shapemap.log 2>&1; echo "shapemap rc=$?"
 grep -v "^\[" $OUT/shapemap.log | tail -6
 grep "prefill" $OUT/shapemap.log | sed 's/^\[[0-9/]*, ~[0-9]* s left\] //' | cut -c1-120
-for nb in stage6_wgmma_tma journey introduction; do
+for nb in stage6_wgmma_tma journey 00_introduction; do
   timeout 70 python3 -m lib.notebook --execute notebooks/$nb.ipynb >> $OUT/notebooks.log 2>&1; echo "$nb rc=$?"
 done
 tar czf $OUT/run.tgz results notebooks
