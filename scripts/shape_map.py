@@ -52,7 +52,7 @@ WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("split-KV + packed GQA", {})]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048)
-SHORT_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
+SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
 
 
 def schedule_variants(D, causal):
@@ -61,7 +61,7 @@ def schedule_variants(D, causal):
     TMA: a fixed stride for full attention, the work queue with and without ping-pong for causal."""
     out = [("one block per work tile", {"schedule": s6.default_schedule(D), "q_stages": 1})]
     scheds = ["work queue without ping-pong", "+ work queue"] if causal else ["+ persistent blocks"]
-    for tiles, qs in SHORT_TILES[D]:
+    for tiles, qs in SCHEDULE_TILES[D]:
         for tma in (False, True):
             for sched in scheds:
                 short = {"+ persistent blocks": "persistent", "+ work queue": "queue",
