@@ -55,47 +55,75 @@ SCHEDULE_SEQS = (512, 1024, 2048)
 SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
 
 
+SHORT_NAMES = {"+ persistent blocks": "persistent", "+ work queue": "queue",
+               "work queue without ping-pong": "queue no pp",
+               "persistent, softmax ping-pong": "persistent softmax pp",
+               "work queue, softmax ping-pong": "queue softmax pp",
+               "work queue, softmax ping-pong, no overlap": "queue softmax pp no overlap"}
+
+
 def schedule_variants(D, causal):
     """(name, attention options) for the schedules part: the one-block-per-work-tile launch, then
-    per tile choice (with its Q buffers) the persistent launches, O stored by the consumers or by
-    TMA: a fixed stride for full attention, the work queue with and without ping-pong for causal."""
+    per tile choice (with its Q buffers; O leaves as stores_by_tma says) the persistent
+    launches: a fixed stride for full attention, the work queue for causal; the consumers take
+    turns at their products, at their softmax (PINGPONG=2), or (causal) not at all."""
     out = [("one block per work tile", {"schedule": s6.default_schedule(D), "q_stages": 1})]
-    scheds = ["work queue without ping-pong", "+ work queue"] if causal else ["+ persistent blocks"]
+    scheds = (["work queue without ping-pong", "+ work queue", "work queue, softmax ping-pong",
+               "work queue, softmax ping-pong, no overlap"] if causal
+              else ["+ persistent blocks", "persistent, softmax ping-pong"])
     for tiles, qs in SCHEDULE_TILES[D]:
-        for tma in (False, True):
-            for sched in scheds:
-                short = {"+ persistent blocks": "persistent", "+ work queue": "queue",
-                         "work queue without ping-pong": "queue no pp"}[sched]
-                out.append((f"{short} {tiles[0]}x{tiles[1]}x{tiles[2]} q{qs}{' tma' if tma else ''}",
-                            {"schedule": sched, "tiles": tiles, "q_stages": qs, "tma_store": tma}))
+        for sched in scheds:
+            out.append((f"{SHORT_NAMES[sched]} {tiles[0]}x{tiles[1]}x{tiles[2]} q{qs}",
+                        {"schedule": sched, "tiles": tiles, "q_stages": qs}))
     return out
 
 
+# the latency shape, B1 H8 S512 D64 fp16: 8 heads × 3 blocks of 192 rows = 24 work tiles
+LATENCY_SHAPE = (1, 8, 8, 512, 512, 64)
+LATENCY_VARIANTS = [("stage 6's choice", {}),
+                    ("two consumers", {"tiles": (128, 2, 2)}),
+                    ("one consumer", {"tiles": (128, 4, 1), "schedule": s6.DECODE_SCHEDULE}),
+                    ("one consumer, 3 stages", {"tiles": (128, 3, 1), "schedule": s6.DECODE_SCHEDULE}),
+                    ("split 2", {"splits": 2}),
+                    ("split 4", {"splits": 4}),
+                    ("two consumers, split 2", {"tiles": (128, 2, 2), "splits": 2}),
+                    ("one consumer, split 2", {"tiles": (128, 4, 1), "schedule": s6.DECODE_SCHEDULE, "splits": 2}),
+                    ("softmax ping-pong", {"schedule": "softmax ping-pong"}),
+                    ("two consumers, softmax ping-pong", {"tiles": (128, 2, 2), "schedule": "softmax ping-pong"})]
+
+
 def timeline_rows():
-    """Block 0's timeline at S 512, B32 (persistent blocks: each block walks ~30 work tiles of
-    4 key tiles): per consumer, each work tile's span (first S issued → last P·V done) and the
-    gap from one work tile's last P·V to the next one's first S, in clocks."""
-    for D, tiles, qs in ((64, (128, 2, 3), 2), (128, (128, 2, 2), 2)):
-        for tma in (False, True):
-            yield D, PREFILL_HEADS[D], tiles, qs, tma
+    """(D, H, tiles, Q buffers, causal, schedule) of the timelines at S 512, B32: persistent
+    blocks walk ~30 work tiles of 4 key tiles each; causal, the work queue hands out work tiles
+    of 1-4 key tiles."""
+    yield 64, PREFILL_HEADS[64], (128, 2, 3), 2, False, "+ persistent blocks"
+    yield 128, PREFILL_HEADS[128], (128, 2, 2), 2, False, "+ persistent blocks"
+    for tiles, sched in (((128, 2, 3), "work queue without ping-pong"), ((128, 2, 2), "work queue without ping-pong"),
+                         ((128, 2, 2), "work queue, softmax ping-pong")):
+        yield 64, PREFILL_HEADS[64], tiles, 2, True, sched
 
 
-def measure_timeline(D, H, tiles, qs, tma=None):
+def measure_timeline(D, H, tiles, qs, causal=False, schedule="+ persistent blocks"):
+    """Block 0's stamps (stages/stage6.cu: STAMP, by ring position) and, for full attention
+    (every work tile the same length), per consumer each work tile's span (first S issued →
+    last P·V done) and the gap from one work tile's last P·V to the next one's first S, in
+    clocks."""
     S, B = 512, TOKENS // 512
     n = (1 + tiles[2]) * s6.TIMELINE_TILES * s6.TIMELINE_EVENTS
     tl = torch.zeros(n, dtype=torch.int64, device="cuda")
     q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
-    opts = dict(schedule="+ persistent blocks", tiles=tiles, q_stages=qs, tma_store=tma)
+    opts = dict(schedule=schedule, tiles=tiles, q_stages=qs, causal=causal)
     s6.attention(q, k, v, **opts)  # compiled and planned
     s6.attention(q, k, v, timeline=tl, **opts)
     torch.cuda.synchronize()
     t = tl.view(1 + tiles[2], s6.TIMELINE_TILES, s6.TIMELINE_EVENTS).cpu().tolist()
     per = -(-S // tiles[0])  # key tiles per work tile
     t0 = min(x for x in t[0][0] if x > 0)
-    out = {"D": D, "tiles": list(tiles), "q_stages": qs, "key_tiles_per_work": per, "consumers": []}
+    out = {"D": D, "tiles": list(tiles), "q_stages": qs, "causal": causal, "schedule": schedule,
+           "key_tiles_per_work": None if causal else per, "consumers": []}
     for c in range(1, 1 + tiles[2]):
         spans, gaps = [], []
-        for w in range(s6.TIMELINE_TILES // per):
+        for w in range(0 if causal else s6.TIMELINE_TILES // per):
             first, last = t[c][w * per][0], t[c][w * per + per - 1][3]
             spans.append(last - first)
             if w:
@@ -146,7 +174,7 @@ def measure(row, opts=None, budget_s=0.3):
     ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, torch.cuda.get_device_properties(0).multi_processor_count,
                    splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"), schedule=opts.get("schedule"),
                    tiles=opts.get("tiles"))
-    built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"])["defines"])
+    built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"], q_stages=opts.get("q_stages"))["defines"])
     q_stages = opts.get("q_stages") or built["Q_STAGES"]
     tma_store = bool(built["O_TMA_STORE"] if opts.get("tma_store") is None else opts["tma_store"])
     times = time_interleaved({"stage": lambda: fn(q, k, v),
@@ -182,8 +210,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a few rows of each part")
     ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=["float16", "bfloat16"])
     ap.add_argument("--parts", nargs="+", default=["decode", "waterfall", "prefill"],
-                        choices=["decode", "waterfall", "prefill", "schedules", "timeline"],
-                    help="schedules, timeline: stage 6's launches at short prefill (not in the default set)")
+                        choices=["decode", "waterfall", "prefill", "schedules", "latency", "timeline"],
+                    help="schedules, latency, timeline: stage 6's launches at short prefill (not in the default set)")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("shape_map.py times stage 6, which runs on sm_90 GPUs (H100/H200) only", file=sys.stderr)
@@ -197,9 +225,9 @@ def main() -> int:
                 plan.append(({"part": "waterfall", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
                               "Sk": Sk, "D": D, "dtype": "bfloat16", "causal": False}, opts))
     if "timeline" in a.parts:
-        for D, H, tiles, qs, tma in timeline_rows():
-            tl = measure_timeline(D, H, tiles, qs, tma)
-            print(f"timeline D{D} tiles {tiles} q{qs} tma {tma}: " + "; ".join(
+        for D, H, tiles, qs, causal, sched in timeline_rows():
+            tl = measure_timeline(D, H, tiles, qs, causal, sched)
+            print(f"timeline D{D} tiles {tiles} q{qs} {'causal' if causal else 'full'} {sched}: " + "; ".join(
                 f"consumer {i + 1} spans {c['span_clk']} gaps {c['gap_clk']}" for i, c in enumerate(tl["consumers"])),
                 flush=True)
             print("  stamps " + json.dumps(tl["stamps"]), flush=True)
@@ -210,6 +238,14 @@ def main() -> int:
                     for name, opts in schedule_variants(D, causal):
                         plan.append(({"part": "schedules", "variant": name, "B": TOKENS // S, "H": H, "Hkv": H,
                                       "Sq": S, "Sk": S, "D": D, "dtype": "bfloat16", "causal": causal}, opts))
+    if "latency" in a.parts:
+        B, H, Hkv, Sq, Sk, D = LATENCY_SHAPE
+        for causal in (False, True):
+            for name, opts in LATENCY_VARIANTS:
+                if causal and "splits" in opts:
+                    continue  # causal work is not split
+                plan.append(({"part": "latency", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
+                              "Sk": Sk, "D": D, "dtype": "float16", "causal": causal}, opts))
     if "prefill" in a.parts:
         plan += [(r, None) for r in prefill_rows(a.dtype, a.quick)]
     rows, t0 = [], time.time()

@@ -28,7 +28,10 @@
 //   4. The FlashAttention-3 schedule, each piece a compile-time switch the notebook measures:
 //        PINGPONG       consumer warpgroups take turns issuing their products (named
 //                       barriers), so one warpgroup's softmax runs while the other's
-//                       products occupy the tensor cores;
+//                       products occupy the tensor cores (PINGPONG=1); or (PINGPONG=2, as
+//                       cuDNN's Hopper kernels do) take turns running their softmax, so
+//                       one warpgroup has the exp2 unit (MUFU) to itself while the other's
+//                       products run;
 //        INTRA_OVERLAP  within a warpgroup, the next tile's S = Q·Kᵀ and this tile's O += P·V
 //                       are issued together, and the softmax of the new S runs while P·V is
 //                       still in the tensor cores.
@@ -49,8 +52,11 @@
 //   6. Short queries and few work tiles (decoding), two ideas of flash-decoding:
 //        split-KV       n_splits (a launch argument) cuts each work tile's key tiles into that
 //                       many ranges, each its own block, so B·H small still fills the GPU; a
-//                       block writes its rows' O/l in fp32 and their log2-sum-exp, and a second
-//                       kernel (attention_combine_splits) weighs the partial results into the output;
+//                       block writes its rows' O/l in fp32 and their log2-sum-exp, and the
+//                       last of a work tile's blocks to finish (COMBINE_IN_BLOCK, the
+//                       decoding build: split_counts, a counter per work tile) or a second
+//                       kernel (attention_combine_splits) weighs the partial results into
+//                       the output;
 //        PACK_GQA       a block takes all G·Sq query rows of the G query heads that share one
 //                       K/V head (one 5-D box of Q), so K and V are read once per group and a
 //                       wgmma's 64 rows hold G·Sq useful rows instead of Sq.
@@ -95,6 +101,9 @@
 #ifndef Q_STAGES
 #define Q_STAGES 1  // Q buffers: 2 lets a persistent block load its next work tile's Q early
 #endif
+#ifndef COMBINE_IN_BLOCK
+#define COMBINE_IN_BLOCK 0  // 1: split-KV's last block per work tile may combine (split_counts non-null)
+#endif
 #ifndef O_TMA_STORE
 #define O_TMA_STORE 0  // 1: O leaves through shared memory and a TMA store (see the epilogue)
 #endif
@@ -116,6 +125,8 @@ constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 24;
 constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
+constexpr int SPLIT_BAR = 7;  // named barrier of every consumer thread: the split count (split-KV)
+static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");
 static_assert(D == 64 || D == 128, "head dims 64 and 128");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "key tiles of 64, 128 or 176");
 static_assert(Q_STAGES == 1 || Q_STAGES == 2, "one Q buffer, or two (Q_STAGES)");
@@ -132,6 +143,7 @@ struct Smem {
     unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
     unsigned long long k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
     int work[Q_STAGES];  // DYNAMIC_WORK: the work tile whose Q is in that buffer (n_work: none left)
+    int last_split;      // split-KV: this block was the last of its work tile's splits to finish
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
@@ -368,17 +380,32 @@ __device__ __forceinline__ void to_operand(const float (&s)[BLOCK_N / 2], unsign
         for (int r = 0; r < 4; ++r) p[t][r] = pack2(s[8 * t + 2 * r], s[8 * t + 2 * r + 1]);
 }
 
-// ---- ping-pong: consumer c issues its products only on its turn, then passes the turn on ---------
+// ---- ping-pong: consumer c issues its products (PINGPONG=1) or runs its softmax (PINGPONG=2) only
+// on its turn, then passes the turn on. take_turn/give_turn are the turn itself; turn_begin and
+// turn_end mark the products, softmax_begin and softmax_end the softmax: each pair takes the turn
+// only in its own mode.
+__device__ __forceinline__ void take_turn(int c) { named_bar_sync(TURN_BAR + c, 256); }
 __device__ __forceinline__ void turn_begin(int c) {
-    if (PINGPONG) named_bar_sync(TURN_BAR + c, 256);
+    if (PINGPONG == 1) take_turn(c);
 }
 // The turns go round across a block's work tiles: the last consumer's final turn of one work
 // tile passes to consumer 0's first of the next, so consumer 0 starts it as soon as its operands
 // are in, not after the last consumer's epilogue (a persistent block at S 512 waited 2-4k clocks
 // per work tile there). Every consumer takes as many turns per work tile as the others.
+__device__ __forceinline__ void give_turn(int c) { named_bar_arrive(TURN_BAR + (c + 1) % CONSUMERS, 256); }
 __device__ __forceinline__ void turn_end(int c) {
-    if (PINGPONG) named_bar_arrive(TURN_BAR + (c + 1) % CONSUMERS, 256);
+    if (PINGPONG == 1) give_turn(c);
 }
+__device__ __forceinline__ void softmax_begin(int c) {
+    if (PINGPONG == 2) take_turn(c);
+}
+__device__ __forceinline__ void softmax_end(int c) {
+    if (PINGPONG == 2) give_turn(c);
+}
+// Turns per key tile: one per softmax (PINGPONG=2); with the products' turns, one per issue — S
+// and the previous P·V together with INTRA_OVERLAP (plus one for the last P·V per work tile),
+// else S and P·V apart.
+constexpr int TILE_TURNS = PINGPONG == 2 || INTRA_OVERLAP ? 1 : 2;
 // A warp tells the producer it is done with a buffer (the empty barriers count 4 warps ×
 // CONSUMERS arrivals).
 __device__ __forceinline__ void release(unsigned long long* empty) {
@@ -393,13 +420,48 @@ __device__ __forceinline__ void release(unsigned long long* empty) {
 // it reported the overwrite at the queue's end as a race.)
 __device__ __forceinline__ void release_q(Smem& sm, int qs) { mbar_arrive(&sm.q_empty[qs]); }
 
+// ---- split-KV: a row's partial results weighed into its output ------------------------------------
+// Split i saw keys whose exponentials sum to 2^lse_i (scaled log2 units) and wrote O_i = their
+// weighted mean of V. The row's output is Σ w_i·O_i / Σ w_i with w_i = 2^(lse_i − max lse).
+// Here one warp does a row (lane: D/32 adjacent columns, the splits read 8 at a time): the last
+// block of a work tile combines its few rows so, in the same launch. Rows are read from L2
+// (__ldcg): other SMs wrote them.
+__device__ __forceinline__ void combine_row(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                                            elem_t* __restrict__ out, size_t row, int n_splits, int lane) {
+    constexpr int COLS = D / 32;
+    const float* const lse = lse_part + row * n_splits;
+    float mx = NEG_INF;
+    for (int i = lane; i < n_splits; i += 32) mx = fmaxf(mx, __ldcg(lse + i));
+#pragma unroll
+    for (int k = 16; k > 0; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+    if (mx == NEG_INF) mx = 0.0f;  // no split saw a key: weights 0, output 0
+    float acc[COLS] = {}, wsum = 0.0f;
+    const float* const o = o_part + row * n_splits * D + lane * COLS;
+#pragma unroll 8
+    for (int i = 0; i < n_splits; ++i) {
+        const float w = exp2f(__ldcg(lse + i) - mx);
+        wsum += w;
+#pragma unroll
+        for (int e = 0; e < COLS; e += 2) {
+            const float2 part = __ldcg(reinterpret_cast<const float2*>(o + (size_t)i * D + e));
+            acc[e] = fmaf(w, part.x, acc[e]);
+            acc[e + 1] = fmaf(w, part.y, acc[e + 1]);
+        }
+    }
+    const float inv_total = 1.0f / fmaxf(wsum, 1e-30f);
+    elem_t* const dst = out + row * D + lane * COLS;
+#pragma unroll
+    for (int e = 0; e < COLS; e += 2)
+        *reinterpret_cast<unsigned*>(dst + e) = pack2(acc[e] * inv_total, acc[e + 1] * inv_total);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                 elem_t* __restrict__ out,
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, long long* timeline,
-                int* work_queue, const int* cu_q, const int* cu_k, const int* used_k) {
+                int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k) {
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
@@ -559,10 +621,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         // Bottom-right with Sq > Sk, a consumer's rows may see no key at all: my_tiles = 0.
         const int my_tiles = causal && WARP_SPECIALIZED
             ? min(n_tiles, (max(0, min(t.len_k, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
-        auto pass_on = [&](int cur, int turns) {
-            for (int i = 0; i < turns; ++i) {
-                turn_begin(c);
-                turn_end(c);
+        auto pass_on = [&](int cur) {
+            for (int i = 0; PINGPONG && i < TILE_TURNS; ++i) {
+                take_turn(c);
+                give_turn(c);
             }
             // Released only once full: an early arrival would count towards the buffer's
             // previous use, which another consumer may still be reading.
@@ -589,13 +651,14 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (my_tiles == 0) {
             // No key for these rows (a sequence without keys, a query block past its sequence's
             // end, bottom-right rows before the first key): Q is released and the tiles the other
-            // consumers use are passed on, with as many turns as they take — n_tiles + 1 with
-            // INTRA_OVERLAP, 2 per tile without, at least one — and the rows get zeros below.
+            // consumers use are passed on, with as many turns as they take — TILE_TURNS per tile,
+            // with the products' turns one more for INTRA_OVERLAP's last P·V (and at least one) —
+            // and the rows get zeros below.
             if (!O_TMA_STORE) release_q(sm, qs);
-            for (int j = 0; j < n_tiles; ++j) pass_on(pos + j, INTRA_OVERLAP ? 1 : 2);
-            if (INTRA_OVERLAP || n_tiles == 0) {
-                turn_begin(c);
-                turn_end(c);
+            for (int j = 0; j < n_tiles; ++j) pass_on(pos + j);
+            if (PINGPONG == 1 && (INTRA_OVERLAP || n_tiles == 0)) {
+                take_turn(c);
+                give_turn(c);
             }
         } else {
 #if INTRA_OVERLAP
@@ -610,8 +673,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             fence_registers(s);
             release(&sm.k_empty[pos % STAGES]);
             STAMP(role, pos, 1);
+            softmax_begin(c);
             softmax(s, m, l, alpha, 0);
             to_operand(s, p);
+            softmax_end(c);
             STAMP(role, pos, 2);
             for (int j = 1; j < my_tiles; ++j) {
                 const int cur = pos + j, prev = cur - 1;
@@ -627,7 +692,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 fence_registers(s);
                 release(&sm.k_empty[cur % STAGES]);
                 STAMP(role, pos + j, 1);
+                softmax_begin(c);
                 softmax(s, m, l, alpha, j);
+                softmax_end(c);
                 STAMP(role, pos + j, 2);
                 wgmma_wait<0>();
                 fence_registers(o);
@@ -646,7 +713,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             fence_registers(o);
             release(&sm.v_empty[last % STAGES]);
             STAMP(role, pos + my_tiles - 1, 3);
-            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 1);  // one turn per tile above
+            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j);  // the tiles above: their turns
 #else
             // One tile at a time: S, its softmax, then P·V, each product waited for at once.
             for (int j = 0; j < my_tiles; ++j) {
@@ -661,9 +728,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 release(&sm.k_empty[st]);
                 if (!O_TMA_STORE && j == my_tiles - 1) release_q(sm, qs);
                 STAMP(role, pos + j, 1);
+                softmax_begin(c);
                 softmax(s, m, l, alpha, j);
                 rescale(o, alpha);
                 to_operand(s, p);
+                softmax_end(c);
                 STAMP(role, pos + j, 2);
                 mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
                 turn_begin(c);
@@ -680,7 +749,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 }
 #endif
             }
-            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, 2);  // two turns per tile above
+            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j);  // the tiles above: their turns
 #endif
         }
         pos += n_tiles;
@@ -742,10 +811,46 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 if (lane % 4 == 0) lse_part[row * n_splits + t.split] = lse[r];
             }
         }
+#if COMBINE_IN_BLOCK
+        if (n_splits > 1 && split_counts != nullptr) {
+            // The last of the work tile's blocks to get here combines its rows. Each thread's
+            // partial rows are made visible to every SM (__threadfence) before the block counts
+            // itself in; the block that counts last sees every other split's rows after its count
+            // (the fence after it). It also sets the counter back to 0 for the next launch. (A
+            // launch cut short leaves no counter behind that a later one could read: a fault on the
+            // device ends the process's CUDA context, and every later call fails.)
+            __threadfence();
+            named_bar_sync(SPLIT_BAR, 128 * CONSUMERS);
+            int* const count = split_counts + w / n_splits;
+            if (threadIdx.x == 128 * WARP_SPECIALIZED) {  // the first consumer thread
+                const bool last = atomicAdd(count, 1) == n_splits - 1;
+                if (last) atomicExch(count, 0);
+                sm.last_split = last;
+            }
+            named_bar_sync(SPLIT_BAR, 128 * CONSUMERS);
+            if (sm.last_split) {
+                __threadfence();
+                const int rows = PACK_GQA ? group * Sq : BLOCK_M;
+                for (int i = (threadIdx.x - 128 * WARP_SPECIALIZED) / 32; i < rows; i += 4 * CONSUMERS) {
+                    int qp, hd;  // block row i: query qp of head hd (as qpos, head above)
+                    if (PACK_GQA) {
+                        const int g = i / Sq;
+                        qp = i - g * Sq, hd = t.h + g;
+                    } else {
+                        qp = t.q0 + i, hd = t.h;
+                    }
+                    if (qp >= t.len_q) continue;
+                    const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qp) * H + hd
+                                                               : ((size_t)t.b * H + hd) * Sq + qp;
+                    combine_row(o_part, lse_part, out, row, n_splits, lane);
+                }
+            }
+        }
+#endif
     }
     // The last consumer's final turn went to consumer 0, who takes it here: every turn barrier
     // sees as many arrivals as waits, and nothing is left pending when the block ends.
-    if (PINGPONG && c == 0) turn_begin(0);
+    if (PINGPONG && c == 0) take_turn(0);
 }
 
 // ---- split-KV: the partial results of a row's n_splits blocks, weighed into its output ----------

@@ -61,6 +61,18 @@ MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O r
 # (2026-11-23-8825e9b) and 13.8 µs (511f4c1's record): 5 tiles' worth unsplit against 2 + this,
 # so about 3.
 COMBINE_TILES = 3
+# Split-KV's combine in the kernel: the last block of a work tile to finish reads every split's
+# partial rows (rows · splits · D floats) and writes the output, one warp per row, instead of a
+# second launch. One SM reads them, from L2: worth it while they are few (up to this many bytes,
+# about 1k clocks at one SM's L2 bandwidth, under a second launch's gap); more, and the combine
+# kernel's block per row spreads them over the GPU.
+COMBINE_IN_BLOCK_BYTES = 64 * 1024
+
+
+def combines_in_block(rows: int, n_splits: int, head_dim: int) -> bool:
+    """Whether split-KV's combine runs in the last block of each work tile (rows: the work
+    tile's query rows, G·Sq packed) rather than as a second kernel: COMBINE_IN_BLOCK_BYTES."""
+    return n_splits > 1 and rows * n_splits * head_dim * 4 <= COMBINE_IN_BLOCK_BYTES
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
 # PERSISTENT is the launch, not the kernel: one block per SM walking the work tiles, instead of
 # one block per work tile; in a fixed stride, or (DYNAMIC_WORK) taking the next from a counter.
@@ -79,6 +91,14 @@ SCHEDULES = {
 VARIANTS = {
     "overlap without ping-pong": dict(_FA3, PINGPONG=0, PERSISTENT=0, DYNAMIC_WORK=0),
     "work queue without ping-pong": dict(_FA3, PINGPONG=0, PERSISTENT=1, DYNAMIC_WORK=1),
+    # PINGPONG=2: the consumers take turns running their softmax instead of issuing their
+    # products (cuDNN's Hopper kernels take them so, two consumers of 64 rows, no overlap within
+    # a warpgroup): one warpgroup has the exp2 unit to itself while the other's products run.
+    "softmax ping-pong": dict(_FA3, PINGPONG=2, PERSISTENT=0, DYNAMIC_WORK=0),
+    "persistent, softmax ping-pong": dict(_FA3, PINGPONG=2, PERSISTENT=1, DYNAMIC_WORK=0),
+    "work queue, softmax ping-pong": dict(_FA3, PINGPONG=2, PERSISTENT=1, DYNAMIC_WORK=1),
+    "work queue, softmax ping-pong, no overlap": dict(_FA3, PINGPONG=2, INTRA_OVERLAP=0, PERSISTENT=1,
+                                                      DYNAMIC_WORK=1),
 }
 ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
 # The schedule each head dim runs by default: the pick of `scripts/stage6_schedules.py --pick` on
@@ -213,12 +233,15 @@ INFO = StageInfo(
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
-           seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None) -> dict:
+           seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
+           combine_in_block: bool | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
     q_stages: Q buffers (None: q_buffers' rule); tma_store: the epilogue writes O through shared
-    memory and a TMA store (None: stores_by_tma's rule)."""
+    memory and a TMA store (None: stores_by_tma's rule); combine_in_block: the build whose last
+    split-KV block of a work tile may combine (None: the packed build, which has registers to
+    spare; at D64 the prefill build's consumers spill with it)."""
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -249,7 +272,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
                *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
                ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs),
-               ("O_TMA_STORE", int(tma)))
+               ("O_TMA_STORE", int(tma)),
+               ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -393,7 +417,8 @@ class _Plan:
     their addresses are replaced (cuTensorMapReplaceAddress), not the whole map encoded."""
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
-                 "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_map")
+                 "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_map",
+                 "combine_in_block")
 
 
 _plans: dict = {}
@@ -411,13 +436,16 @@ class _Address:
 
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
-               splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None) -> _Plan:
+               splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
+               combine_in_block=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
         raise ValueError(f"splits must be a positive int or None (chosen per call), got {splits!r}")
     if pack_gqa not in (None, True, False):
         raise ValueError(f"pack_gqa must be True, False or None (chosen per call), got {pack_gqa!r}")
+    if combine_in_block not in (None, True, False):
+        raise ValueError(f"combine_in_block must be True, False or None (chosen per call), got {combine_in_block!r}")
     plan = _Plan()
     plan.varlen = varlen is not None
     if varlen is None:
@@ -445,7 +473,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                 splits=splits, pack_gqa=pack_gqa)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
-                 seqs or varlen is not None, q_stages, tma_store)
+                 seqs or varlen is not None, q_stages, tma_store, combine_in_block)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -458,7 +486,11 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                  np.int32(n), np.int32(per_split))
     rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
-    plan.combine_config = nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0) if n > 1 else None  # a block per row
+    block_rows = G * Sq if pack else cfg["block_m"]
+    plan.combine_in_block = n > 1 and bool(dict(cfg["defines"])["COMBINE_IN_BLOCK"]) and (
+        combines_in_block(block_rows, n, D) if combine_in_block is None else combine_in_block)
+    # the combine kernel: a block per row
+    plan.combine_config = nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0) if n > 1 and not plan.combine_in_block else None
     plan.parts = {}  # split-KV's partial rows, one pair of buffers per stream (_partials)
     bn = ch["tiles"][0]
     plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn)
@@ -478,16 +510,19 @@ def _q_view(q, plan: _Plan):
     return packed_queries(q, plan.group) if plan.group else q
 
 
-def _partials(plan: _Plan, device) -> tuple[int, int]:
-    """The fp32 partial rows and log2-sum-exps of split-KV, made once per plan and stream: calls
-    on one stream run in order, so they can share them (a fresh pair per call cost the host two
-    allocations); calls on two streams at once get a pair each."""
+def _partials(plan: _Plan, device) -> tuple[int, int, int]:
+    """The fp32 partial rows and log2-sum-exps of split-KV, and (combine_in_block) a counter per
+    work tile, zero between launches (the last block resets it), made once per plan and stream:
+    calls on one stream run in order, so they can share them (a fresh pair per call cost the host
+    two allocations); calls on two streams at once get their own."""
     stream = torch.cuda.current_stream(device).cuda_stream
     parts = plan.parts.get(stream)
     if parts is None:
+        rows, n, _ = plan.partial_shape
+        counts = torch.zeros(plan.args[6] // n, dtype=torch.int32, device=device) if plan.combine_in_block else None
         parts = plan.parts[stream] = (torch.empty(plan.partial_shape, dtype=torch.float32, device=device),
-                                      torch.empty(plan.partial_shape[:2], dtype=torch.float32, device=device))
-    return parts[0].data_ptr(), parts[1].data_ptr()
+                                      torch.empty((rows, n), dtype=torch.float32, device=device), counts)
+    return parts[0].data_ptr(), parts[1].data_ptr(), 0 if parts[2] is None else parts[2].data_ptr()
 
 
 def _queue(plan: _Plan, device) -> int:
@@ -502,7 +537,7 @@ def _queue(plan: _Plan, device) -> int:
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
-              pack_gqa=None, q_stages=None, tma_store=None):
+              pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -518,8 +553,10 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     2^k, see LAZY_RESCALE) are for measuring the alternatives; `timeline`, an int64 CUDA tensor of
     (1 + CONSUMERS)·16·4 elements, receives clock64 stamps of block 0's first work tile (see
     stages/stage6.cu). Decoding: `splits` (blocks per work tile's keys; None: plan_splits' rule,
-    1 for causal) and `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
-    defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given);
+    1 for causal), `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
+    defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given) and
+    `combine_in_block` (split-KV's combine in the last block of each work tile rather than a
+    second kernel; None: combines_in_block's rule);
     `q_stages` (1 or 2 Q buffers; None: q_buffers' rule) and `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) for measuring them."""
     if attn_mask is not None:
@@ -528,7 +565,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
-               lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store)
+               lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
+               combine_in_block)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -542,7 +580,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
-                          tma_store=tma_store)
+                          tma_store=tma_store, combine_in_block=combine_in_block)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -604,19 +642,19 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline):
         for i, t in enumerate((q, k, v)):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
                 _retarget(plan, i, t)
-    parts = _partials(plan, q.device) if plan.splits > 1 else (0, 0)
+    o_part, lse_part, counts = _partials(plan, q.device) if plan.splits > 1 else (0, 0, 0)
     if plan.o_map is not None:
         try:
             plan.o_map.replace_address(_Address(out))
         except Exception:  # as in _retarget
             plan.o_map = tensor_map(out, 64)
     nvrtc.launch_prepared(plan.kernel, plan.config,
-                          (*plan.maps, plan.o_map or plan.maps[0], out.data_ptr(), *parts, *plan.args,
+                          (*plan.maps, plan.o_map or plan.maps[0], out.data_ptr(), o_part, lse_part, *plan.args,
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device),
-                           *seqs))
-    if plan.splits > 1:
+                           counts, *seqs))
+    if plan.combine_config is not None:
         nvrtc.launch_prepared(plan.combine, plan.combine_config,
-                              (*parts, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits)))
+                              (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits)))
     return out
 
 

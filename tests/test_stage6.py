@@ -1,6 +1,7 @@
 """Stage 6 beyond the shared suite: every schedule variant compiles to what the design says
 (offline, no GPU needed) and computes attention (GPU), inputs with real strides, and the
 timeline build."""
+import math
 import re
 
 import pytest
@@ -415,8 +416,9 @@ def test_decode_build_compiles_without_serializing(D, dtype):
 
 def test_split_launches_on_the_cpu(monkeypatch):
     """Without a GPU: a call with few work tiles launches the attention kernel on work × splits
-    blocks and then the combine kernel on every output row, with partial buffers of the right
-    size; packing makes the work (batch, K/V head) and its Q box (group, Sq) rows."""
+    blocks, whose last block per work tile combines the partial rows when they are few
+    (combines_in_block), else the combine kernel on every output row; packing makes the work
+    (batch, K/V head) and its Q box (group, Sq) rows."""
     from lib import inputs
     launched, boxes = [], []
     monkeypatch.setattr(s6, "_plans", {})
@@ -424,21 +426,29 @@ def test_split_launches_on_the_cpu(monkeypatch):
     monkeypatch.setattr(s6, "_kernel", lambda *a: ("kernel", "combine"))
     monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
     monkeypatch.setattr(s6, "tensor_map", lambda t, rows: boxes.append((tuple(t.shape), rows)) or object())
-    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1111, 2222))
+    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1111, 2222, 3333 if plan.combine_in_block else 0))
     monkeypatch.setattr(s6, "validate_cached",
                         lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
     monkeypatch.setattr(s6.nvrtc, "launch_prepared",
                         lambda kernel, config, params: launched.append((kernel, config, params)))
     q, k, v = make_qkv(1, 32, 1, 128, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")
     s6.attention(q, k, v)
-    # the kernel's parameters end (..., n_splits, per_split, timeline, work_queue, cu_q, cu_k, used_k)
-    N_SPLITS = -7
-    (k1, c1, p1), (k2, c2, p2) = launched
-    assert k1 == "kernel" and k2 == "combine"
-    assert c1.grid == (8 * 16, 1, 1)              # 8 K/V heads × 16 splits of 2 tiles
+    # the kernel's parameters end (..., n_splits, per_split, timeline, work_queue, split_counts,
+    # cu_q, cu_k, used_k)
+    N_SPLITS, COUNTS = -8, -4
+    ((k1, c1, p1),) = launched                    # 4 rows × 16 splits × 128 floats: combined in the block
+    assert k1 == "kernel" and c1.grid == (8 * 16, 1, 1)  # 8 K/V heads × 16 splits of 2 tiles
+    assert int(p1[N_SPLITS]) == 16 and p1[COUNTS] == 3333 and p1[5:7] == (1111, 2222)
     assert boxes[0] == ((1, 8, 4, 1, 128), (4, 1))  # q as [B, Hk, G, Sq, D]: 4 rows per box
+    launched.clear()
+    s6.attention(q, k, v, combine_in_block=False)  # the other way: a second kernel
+    (k1, c1, p1), (k2, c2, p2) = launched
+    assert k1 == "kernel" and k2 == "combine" and p1[COUNTS] == 0
     assert c2.grid == (32, 1, 1) and int(p2[-1]) == 16 and int(p2[-2]) == 32  # a block per output row
     assert p1[5:7] == (1111, 2222) and p2[:2] == (1111, 2222)  # the partial rows, written then read (after 4 maps and out)
+    launched.clear()
+    s6.attention(*make_qkv(1, 8, 1, 128, Sk=32768, Hkv=1, dtype=torch.bfloat16, device="cpu"))
+    assert [x[0] for x in launched] == ["kernel", "combine"]  # 8 rows × 128 splits: too many for one block
     launched.clear()
     s6.attention(q, k, v, splits=1000)             # at most MAX_SPLITS, whatever is asked
     assert int(launched[0][2][N_SPLITS]) == min(s6.MAX_SPLITS, 4096 // s6.DECODE_TILES[128][0])
@@ -471,7 +481,8 @@ def test_decoding_matches_reference(shape, D, seed):
         q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
         for causal in (False, True):
             for opts in ({}, {"splits": 1}, {"splits": 3}, {"splits": 1000}, {"pack_gqa": False},
-                         {"pack_gqa": False, "splits": 5}):
+                         {"pack_gqa": False, "splits": 5}, {"splits": 3, "combine_in_block": False},
+                         {"splits": 1000, "combine_in_block": True}):
                 if causal and opts.get("splits", 1) > 1:
                     continue
                 with poisoned_outputs():
@@ -507,6 +518,49 @@ def test_decoding_views_scale_and_streams(seed):
         assert c.passed, f"two streams, seed {seed}: {c.summary()}"
 
 
+@on_hopper
+def test_combine_in_block_repeats_and_replays(seed):
+    """Split-KV combined by each work tile's last block: its counters are back at zero after
+    every launch, so the same call gives the same bits every time, also replayed from a CUDA
+    graph on new inputs; and it agrees with the combine kernel's answer."""
+    B, H, Hkv, Sq, Sk, D = 2, 32, 8, 1, 5000, 128
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.bfloat16, seed=seed)
+    ch = s6.choose(B, H, Hkv, Sq, Sk, D, False, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert ch["splits"] > 1 and ch["pack_gqa"], ch
+    first = s6.attention(q, k, v, combine_in_block=True)
+    for _ in range(5):
+        assert torch.equal(s6.attention(q, k, v, combine_in_block=True), first)
+    assert check_output(first, q, k, v, causal=False).passed
+    other = s6.attention(q, k, v, combine_in_block=False)
+    assert (other.float() - first.float()).abs().max().item() < 1e-2
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # planned outside the capture, on the stream that captures
+        s6.attention(q, k, v, combine_in_block=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = s6.attention(q, k, v, combine_in_block=True)
+    for i in range(3):
+        for t, x in zip((q, k, v), make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.bfloat16, seed=seed + 1 + i)):
+            t.copy_(x)
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        c = check_output(out, q, k, v, causal=False)
+        assert c.passed, f"replay {i}, seed {seed}: {c.summary()}"
+
+
+def test_combine_in_block_rule():
+    """combines_in_block: the last block combines while the partial rows it must read are few;
+    only the packed (decoding) build has the code unless asked for."""
+    assert s6.combines_in_block(4, 16, 128)          # B1 H32/8 Sq1: 32 KB
+    assert not s6.combines_in_block(8, 128, 128)     # H8/1 over 128 splits: 512 KB
+    assert not s6.combines_in_block(4, 1, 128)       # unsplit: nothing to combine
+    assert dict(s6.config(128, s6.DECODE_TILES[128], s6.DECODE_SCHEDULE, pack_gqa=True)["defines"])["COMBINE_IN_BLOCK"] == 1
+    assert dict(s6.config(64)["defines"])["COMBINE_IN_BLOCK"] == 0
+
+
 def test_shape_map_rows_run_what_stage6_runs_now():
     """The recorded shape map (scripts/shape_map.py --record) holds for today's stage 6 only if
     every row would still run the build it was timed with: the same packing and key splits
@@ -534,7 +588,7 @@ def test_grad_refused_whatever_was_cached(monkeypatch):
     monkeypatch.setattr(s6, "_kernel", lambda *a: ("kernel", "combine"))
     monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
     monkeypatch.setattr(s6, "_queue", lambda plan, device: 0)
-    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1, 2))
+    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1, 2, 0))
     monkeypatch.setattr(s6, "tensor_map", lambda t, rows: object())
     monkeypatch.setattr(s6.nvrtc, "launch_prepared", lambda *a: None)
     monkeypatch.setattr(inputs, "check_machine", lambda info, q=None: None)
