@@ -5,7 +5,8 @@
 - decoding: Sq 1 (one new token) and 4 (speculative decoding) against caches of Sk 1k … 32k,
   B 1 … 64, GQA 32/8 and 8/1, D128 and D64;
 - the decoding waterfall: at a few decode shapes, the prefill build (one block per query head,
-  the keys in one block), + split-KV, packed GQA alone, and both (stage 6's own choice);
+  the keys in one block), + split-KV, packed GQA alone, both with the combine kernel, and both
+  with the combine in each work tile's last block where its rule takes it (stage 6's choice);
 - (--parts schedules) stage 6's launches at short prefill, S 512 … 2048: one block per work
   tile against persistent blocks (fixed stride, or a work queue with and without ping-pong for
   causal), each with the head dim's tiles and with 128-key tiles, one Q buffer or two;
@@ -49,7 +50,8 @@ WATERFALL_SHAPES = [(1, 32, 8, 1, 4096, 128), (8, 32, 8, 1, 4096, 128), (32, 32,
 WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("+ split-KV", {"pack_gqa": False}),
              ("packed GQA alone", {"pack_gqa": True, "splits": 1}),
-             ("split-KV + packed GQA", {})]
+             ("split-KV + packed GQA", {"combine_in_block": False}),
+             ("+ combine in the last block", {})]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048)
 SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
@@ -78,8 +80,9 @@ def schedule_variants(D, causal):
     return out
 
 
-# the latency shape, B1 H8 S512 D64 fp16: 8 heads × 3 blocks of 192 rows = 24 work tiles
-LATENCY_SHAPE = (1, 8, 8, 512, 512, 64)
+# the latency shape, B1 H8 S512 D64 fp16: 8 heads × 3 blocks of 192 rows = 24 work tiles (and
+# the same at D128)
+LATENCY_SHAPES = [(1, 8, 8, 512, 512, 64), (1, 8, 8, 512, 512, 128)]
 LATENCY_VARIANTS = [("stage 6's choice", {}),
                     ("two consumers", {"tiles": (128, 2, 2)}),
                     ("one consumer", {"tiles": (128, 4, 1), "schedule": s6.DECODE_SCHEDULE}),
@@ -239,13 +242,13 @@ def main() -> int:
                         plan.append(({"part": "schedules", "variant": name, "B": TOKENS // S, "H": H, "Hkv": H,
                                       "Sq": S, "Sk": S, "D": D, "dtype": "bfloat16", "causal": causal}, opts))
     if "latency" in a.parts:
-        B, H, Hkv, Sq, Sk, D = LATENCY_SHAPE
-        for causal in (False, True):
-            for name, opts in LATENCY_VARIANTS:
-                if causal and "splits" in opts:
-                    continue  # causal work is not split
-                plan.append(({"part": "latency", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
-                              "Sk": Sk, "D": D, "dtype": "float16", "causal": causal}, opts))
+        for B, H, Hkv, Sq, Sk, D in LATENCY_SHAPES:
+            for causal in (False, True):
+                for name, opts in LATENCY_VARIANTS:
+                    if (causal and "splits" in opts) or ("tiles" in opts and not s6.fits(D, opts["tiles"])):
+                        continue  # causal work is not split; tiles that do not fit at this head dim
+                    plan.append(({"part": "latency", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
+                                  "Sk": Sk, "D": D, "dtype": "float16", "causal": causal}, opts))
     if "prefill" in a.parts:
         plan += [(r, None) for r in prefill_rows(a.dtype, a.quick)]
     rows, t0 = [], time.time()
