@@ -53,28 +53,35 @@ WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("split-KV + packed GQA", {"combine_in_block": False}),
              ("+ combine in the last block", {})]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
-SCHEDULE_SEQS = (512, 1024, 2048)
-SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
+SCHEDULE_SEQS = (512, 1024, 2048, 8192)
+SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2), ((128, 3, 2), 2)],
+                  128: [((176, 2, 2), 1), ((128, 2, 2), 2), ((64, 4, 2), 2)]}
 
 
 SHORT_NAMES = {"+ persistent blocks": "persistent", "+ work queue": "queue",
                "work queue without ping-pong": "queue no pp",
                "persistent, softmax ping-pong": "persistent softmax pp",
                "work queue, softmax ping-pong": "queue softmax pp",
-               "work queue, softmax ping-pong, no overlap": "queue softmax pp no overlap"}
+               "work queue, softmax ping-pong, no overlap": "queue softmax pp no overlap",
+               "persistent, S ahead": "persistent S ahead", "work queue, S ahead": "queue S ahead",
+               "work queue without ping-pong, S ahead": "queue no pp S ahead"}
 
 
 def schedule_variants(D, causal):
     """(name, attention options) for the schedules part: the one-block-per-work-tile launch, then
     per tile choice (with its Q buffers; O leaves as stores_by_tma says) the persistent
-    launches: a fixed stride for full attention, the work queue for causal; the consumers take
-    turns at their products, at their softmax (PINGPONG=2), or (causal) not at all."""
+    launches: a fixed stride for full attention, the work queue for causal, with and (causal)
+    without ping-pong, and with S a key tile ahead of its softmax (INTRA_OVERLAP=2) where its
+    copy of S fits in the registers: two consumers at D64, 64-key tiles at D128. (The softmax
+    ping-pong, PINGPONG=2, measured slower everywhere: results/logs/2026-11-25-fd50989-call2.)"""
     out = [("one block per work tile", {"schedule": s6.default_schedule(D), "q_stages": 1})]
-    scheds = (["work queue without ping-pong", "+ work queue", "work queue, softmax ping-pong",
-               "work queue, softmax ping-pong, no overlap"] if causal
-              else ["+ persistent blocks", "persistent, softmax ping-pong"])
+    scheds = (["work queue without ping-pong", "+ work queue", "work queue without ping-pong, S ahead",
+               "work queue, S ahead"] if causal else ["+ persistent blocks", "persistent, S ahead"])
     for tiles, qs in SCHEDULE_TILES[D]:
+        ahead_fits = tiles[2] == 2 and (D == 64 or tiles[0] == 64)
         for sched in scheds:
+            if "S ahead" in sched and not ahead_fits:
+                continue
             out.append((f"{SHORT_NAMES[sched]} {tiles[0]}x{tiles[1]}x{tiles[2]} q{qs}",
                         {"schedule": sched, "tiles": tiles, "q_stages": qs}))
     return out
@@ -211,6 +218,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--record", action="store_true", help='store under "shape_map" in results/<gpu>.json')
     ap.add_argument("--quick", action="store_true", help="a few rows of each part")
+    ap.add_argument("--head-dims", nargs="+", type=int, default=[64, 128], choices=[64, 128],
+                    help="the schedules part's head dims")
     ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=["float16", "bfloat16"])
     ap.add_argument("--parts", nargs="+", default=["decode", "waterfall", "prefill"],
                         choices=["decode", "waterfall", "prefill", "schedules", "latency", "timeline"],
@@ -236,6 +245,8 @@ def main() -> int:
             print("  stamps " + json.dumps(tl["stamps"]), flush=True)
     if "schedules" in a.parts:
         for D, H in PREFILL_HEADS.items():
+            if D not in a.head_dims:
+                continue
             for S in (SCHEDULE_SEQS[:1] if a.quick else SCHEDULE_SEQS):
                 for causal in (False, True):
                     for name, opts in schedule_variants(D, causal):

@@ -99,7 +99,18 @@ VARIANTS = {
     "work queue, softmax ping-pong": dict(_FA3, PINGPONG=2, PERSISTENT=1, DYNAMIC_WORK=1),
     "work queue, softmax ping-pong, no overlap": dict(_FA3, PINGPONG=2, INTRA_OVERLAP=0, PERSISTENT=1,
                                                       DYNAMIC_WORK=1),
+    # INTRA_OVERLAP=2: S issued a key tile ahead of its softmax (copied out of the accumulator
+    # first), so the softmax no longer waits an S latency; a copy of S in registers.
+    "S ahead": dict(_FA3, INTRA_OVERLAP=2, PERSISTENT=0, DYNAMIC_WORK=0),
+    "persistent, S ahead": dict(_FA3, INTRA_OVERLAP=2, PERSISTENT=1, DYNAMIC_WORK=0),
+    "S ahead without ping-pong": dict(_FA3, PINGPONG=0, INTRA_OVERLAP=2, PERSISTENT=0, DYNAMIC_WORK=0),
+    "work queue, S ahead": dict(_FA3, INTRA_OVERLAP=2, PERSISTENT=1, DYNAMIC_WORK=1),
+    "work queue without ping-pong, S ahead": dict(_FA3, PINGPONG=0, INTRA_OVERLAP=2, PERSISTENT=1, DYNAMIC_WORK=1),
 }
+# The tiles a schedule runs when none are given, where the head dim's (TILES) cannot hold it: S
+# ahead keeps a copy of S beside the accumulator (room for two consumers at D64, with a third
+# stage so the producer stays a tile ahead; 64-key tiles at D128, where O takes 64 registers).
+SCHEDULE_TILES = {name: {64: (128, 3, 2), 128: (64, 4, 2)} for name in VARIANTS if "S ahead" in name}
 ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
 # The schedule each head dim runs by default: the pick of `scripts/stage6_schedules.py --pick` on
 # the H100 (candidates and rule fixed before measuring: PICK_CANDIDATES, PICK_RULE there; the
@@ -146,6 +157,22 @@ def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> 
     if Sk <= SHORT_KEYS[head_dim]:
         return CAUSAL_SHORT[head_dim]
     return DEFAULT_SCHEDULES[head_dim]
+
+
+# Few work tiles: blocks of one consumer warpgroup (and a three-deep ring), see few_rows.
+FEW_ROWS_TILES = {64: (128, 3, 1), 128: (128, 3, 1)}
+
+
+def few_rows(B: int, H: int, Sq: int, sms: int) -> bool:
+    """Whether a prefill call runs blocks of one consumer (64 query rows, FEW_ROWS_TILES, no
+    ping-pong): when every such block gets an SM to itself (B·H·⌈Sq/64⌉ ≤ SMs). A block's
+    consumers share one SM's tensor cores and exp2 unit, so with SMs to spare, three consumers
+    in one block take longer than the same rows in three blocks side by side; once the blocks
+    exceed one wave they queue for SMs, and a block of several consumers (ping-pong hiding one's
+    softmax under another's products) gets more work through each SM. Measured at the latency
+    shape, B1 H8 S512 (fp16): 14.7 → 10.8 µs at D64 (24 blocks of three consumers against 64 of
+    one), 16.0 → 13.2 µs at D128 (results/logs/2026-11-25-fd50989-call2)."""
+    return B * H * -(-Sq // 64) <= sms
 
 
 def short_tiles(head_dim: int, Sk: int, schedule: str):
@@ -245,7 +272,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
-    bn, stages, consumers = tiles or TILES[head_dim]
+    bn, stages, consumers = tiles or SCHEDULE_TILES.get(schedule, TILES)[head_dim]
     sw = dict(ALL_SCHEDULES[schedule])
     if sw["PINGPONG"] and consumers < 2:
         raise ValueError(f"schedule {schedule!r} takes turns between consumer warpgroups; tiles "
@@ -391,7 +418,10 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     (plan_splits' rule unless `splits` is given; never an empty split)."""
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles = tiles is not None
-    tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
+    few = not pack and not given_tiles and schedule is None and few_rows(B, H, Sq, sms)
+    if few:
+        tiles, schedule = FEW_ROWS_TILES[D], DECODE_SCHEDULE
+    tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else SCHEDULE_TILES.get(schedule, TILES)[D])
     key_tiles = (Sk + tiles[0] - 1) // tiles[0]
     block_m = 64 * tiles[2]
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.

@@ -382,15 +382,21 @@ def test_call_schedule_rule():
     assert s6.choose(32, 16, 16, 512, 512, 64, True, 132)["schedule"] == "work queue without ping-pong"
     assert s6.choose(4, 16, 16, 8192, 8192, 128, True, 132)["schedule"] == s6.default_schedule(128)
     assert s6.choose(1, 32, 8, 1, 4096, 128, False, 132)["schedule"] == s6.DECODE_SCHEDULE
-    latency = s6.choose(1, 8, 8, 512, 512, 64, False, 132)  # the seeds' latency shape: 24 work tiles
-    assert latency["schedule"] == s6.default_schedule(64) and latency["splits"] == 1
+    for D in s6.INFO.head_dims:  # the latency shape: 64 blocks of one consumer, each with an SM
+        latency = s6.choose(1, 8, 8, 512, 512, D, False, 132)
+        assert (latency["schedule"], latency["tiles"], latency["work"], latency["splits"]) == \
+            (s6.DECODE_SCHEDULE, s6.FEW_ROWS_TILES[D], 64, 1), latency
+    # one block of 64 rows more than SMs: the head dim's blocks
+    assert s6.choose(1, 1, 1, 64 * 133, 64 * 133, 64, False, 132)["tiles"] == s6.TILES[64]
+    assert s6.choose(1, 1, 1, 64 * 132, 64 * 132, 64, True, 132)["tiles"] == s6.FEW_ROWS_TILES[64]
     # D128: the short tiles (two Q buffers, TMA store) for persistent launches of short keys only
     for causal in (False, True):
         ch = s6.choose(32, 32, 32, 512, 512, 128, causal, 132)
         assert ch["tiles"] == s6.SHORT_TILES[128]
         assert dict(s6.config(128, ch["tiles"], ch["schedule"])["defines"])["O_TMA_STORE"] == 1
         assert s6.choose(2, 32, 32, 8192, 8192, 128, causal, 132)["tiles"] == s6.TILES[128]
-    assert s6.choose(1, 8, 8, 512, 512, 128, False, 132)["tiles"] == s6.TILES[128]  # one wave: default
+    assert s6.choose(1, 8, 8, 512, 512, 128, False, 132, schedule=s6.default_schedule(128))["tiles"] \
+        == s6.TILES[128]  # a schedule asked for: the head dim's tiles
     assert s6.choose(32, 32, 32, 512, 512, 128, False, 132, tiles=(176, 2, 2))["tiles"] == (176, 2, 2)
     assert s6.SHORT_TILES[128][2] == s6.TILES[128][2], "the same work tiles, only the key tiles differ"
 
