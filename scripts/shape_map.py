@@ -54,34 +54,24 @@ WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("+ combine in the last block", {})]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048, 8192)
-SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2), ((128, 3, 2), 2)],
-                  128: [((176, 2, 2), 1), ((128, 2, 2), 2), ((64, 4, 2), 2)]}
+SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
 
 
 SHORT_NAMES = {"+ persistent blocks": "persistent", "+ work queue": "queue",
-               "work queue without ping-pong": "queue no pp",
-               "persistent, softmax ping-pong": "persistent softmax pp",
-               "work queue, softmax ping-pong": "queue softmax pp",
-               "work queue, softmax ping-pong, no overlap": "queue softmax pp no overlap",
-               "persistent, S ahead": "persistent S ahead", "work queue, S ahead": "queue S ahead",
-               "work queue without ping-pong, S ahead": "queue no pp S ahead"}
+               "work queue without ping-pong": "queue no pp"}
 
 
 def schedule_variants(D, causal):
     """(name, attention options) for the schedules part: the one-block-per-work-tile launch, then
     per tile choice (with its Q buffers; O leaves as stores_by_tma says) the persistent
-    launches: a fixed stride for full attention, the work queue for causal, with and (causal)
-    without ping-pong, and with S a key tile ahead of its softmax (INTRA_OVERLAP=2) where its
-    copy of S fits in the registers: two consumers at D64, 64-key tiles at D128. (The softmax
-    ping-pong, PINGPONG=2, measured slower everywhere: results/logs/2026-11-25-fd50989-call2.)"""
+    launches: a fixed stride for full attention, the work queue with and without ping-pong for
+    causal. (The softmax ping-pong, PINGPONG=2, measured slower at every one of these shapes in
+    results/logs/2026-11-25-fd50989-call2; S issued a key tile ahead of its softmax, tried at
+    18b9a4f, 20-35% slower in -18b9a4f-call3, was taken out again.)"""
     out = [("one block per work tile", {"schedule": s6.default_schedule(D), "q_stages": 1})]
-    scheds = (["work queue without ping-pong", "+ work queue", "work queue without ping-pong, S ahead",
-               "work queue, S ahead"] if causal else ["+ persistent blocks", "persistent, S ahead"])
+    scheds = ["work queue without ping-pong", "+ work queue"] if causal else ["+ persistent blocks"]
     for tiles, qs in SCHEDULE_TILES[D]:
-        ahead_fits = tiles[2] == 2 and (D == 64 or tiles[0] == 64)
         for sched in scheds:
-            if "S ahead" in sched and not ahead_fits:
-                continue
             out.append((f"{SHORT_NAMES[sched]} {tiles[0]}x{tiles[1]}x{tiles[2]} q{qs}",
                         {"schedule": sched, "tiles": tiles, "q_stages": qs}))
     return out

@@ -122,9 +122,8 @@ constexpr int KV_BYTES = BLOCK_N * D * 2;
 constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // Registers per thread after setmaxnreg: the producer keeps few, the consumers take the rest
 // of the 64K-register file (2 consumers: 128·24 + 256·240 = 64,512 ≤ 65,536; 3: 128·32 + 384·160).
-// The work queue's producer also works out each next tile's coordinates: 24 registers made it
-// spill (and ptxas then serialized the consumers' wgmma in some builds, C7519); it keeps 40
-// with one or two consumers (128·40 + 256·232 = 64,512).
+// The work queue's producer also works out each next tile's coordinates: with 24 registers it
+// spilled (28 bytes at D64); it keeps 40 with one or two consumers (128·40 + 256·232 = 64,512).
 constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
 constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
@@ -286,16 +285,13 @@ template <int ROWS>
 __device__ __forceinline__ unsigned long long k_step(int kk) {
     return (unsigned long long)(((kk / 4) * ROWS * 128 + (kk % 4) * 32) >> 4);
 }
-// S = Q·Kᵀ: D/16 wgmma of 64 × BLOCK_N × 16. With issue = false only the (empty) commit group:
-// the count of groups in flight then does not depend on the branch (INTRA_OVERLAP=2's waits).
+// S = Q·Kᵀ: D/16 wgmma of 64 × BLOCK_N × 16.
 __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], unsigned long long q_desc,
-                                         unsigned long long k_desc, bool issue = true) {
+                                         unsigned long long k_desc) {
     wgmma_fence();
-    if (issue) {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            Wgmma<BLOCK_N>::ss(s, q_desc + k_step<BLOCK_M>(kk), k_desc + k_step<BLOCK_N>(kk), kk > 0);
-    }
+    for (int kk = 0; kk < D / 16; ++kk)
+        Wgmma<BLOCK_N>::ss(s, q_desc + k_step<BLOCK_M>(kk), k_desc + k_step<BLOCK_N>(kk), kk > 0);
     wgmma_commit();
 }
 // O += P·V: BLOCK_N/16 wgmma of 64 × D × 16; step t reads V rows 16t … 16t + 15 (2048 bytes on).
@@ -571,9 +567,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         const int qs = count % Q_STAGES;  // this work tile's Q buffer
         if (DYNAMIC_WORK) {  // which work tile the producer took: published with its Q
             mbar_wait(&sm.q_full[qs], (count / Q_STAGES) & 1);
-            // read by lane 0 and passed round: ptxas then knows w (and every count made from it)
-            // is the same across the warp, and a wgmma under a branch on it is not in a divergent
-            // path (which it would serialize, C7519)
+            // read by lane 0 and passed round: ptxas then knows w, and every count made from it,
+            // is the same across the warp (as for wg above), and branches on it are uniform.
+            // With the producer's 40 registers: 94.4 → 88.4 µs at D64 causal S 512 (B32 H16,
+            // bf16; results/logs/2026-11-25-fd50989-call2 and -18b9a4f-call3)
             w = __shfl_sync(0xffffffffu, *reinterpret_cast<volatile int*>(&sm.work[qs]), 0);
         }
         if (w >= n_work) break;
@@ -670,61 +667,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 give_turn(c);
             }
         } else {
-#if INTRA_OVERLAP == 2
-            // S a key tile ahead of its softmax: once S of tile j is done it is copied out of the
-            // accumulator (x) and S of tile j + 1 is issued into it at once, so it runs in the
-            // tensor cores beside P·V of tile j − 1 while the softmax of tile j works on the copy,
-            // and the next turn finds its S done instead of waiting an S latency. Each turn ends
-            // with nothing in flight (wgmma_wait<0>, by then S j + 1 has long finished): ptxas
-            // tracks wgmma groups only within an iteration, and one left in flight across the
-            // loop's back edge makes it serialize every wgmma (C7514).
-            float x[BLOCK_N / 2];
-            auto s_ahead = [&](int j) {  // S of tile j − 1 out of s, S of tile j into it
-#pragma unroll
-                for (int i = 0; i < BLOCK_N / 2; ++i) x[i] = s[i];
-                const int nxt = pos + j;
-                if (j < my_tiles) mbar_wait(&sm.k_full[nxt % STAGES], (nxt / STAGES) & 1);
-                issue_qk(s, q_desc, k_desc(nxt % STAGES), j < my_tiles);
-                release(&sm.k_empty[(nxt - 1) % STAGES]);
-            };
-            mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
-            STAMP(role, pos, 0);
-            turn_begin(c);
-            issue_qk(s, q_desc, k_desc(pos % STAGES));
-            turn_end(c);
-            wgmma_wait<0>();
-            fence_registers(s);
-            s_ahead(1);
-            STAMP(role, pos, 1);
-            softmax_begin(c);
-            softmax(x, m, l, alpha, 0);
-            softmax_end(c);
-            STAMP(role, pos, 2);
-            wgmma_wait<0>();
-            fence_registers(s);
-            to_operand(x, p);
-            for (int j = 1; j < my_tiles; ++j) {
-                const int cur = pos + j, prev = cur - 1;
-                mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
-                STAMP(role, cur, 0);
-                turn_begin(c);
-                rescale(o, alpha);  // tile j − 1's factor, before its P·V adds to O
-                issue_pv(o, p, v_desc(prev % STAGES));
-                turn_end(c);
-                s_ahead(j + 1);     // S of tile j was done at the last turn's end
-                STAMP(role, cur, 1);
-                softmax_begin(c);
-                softmax(x, m, l, alpha, j);
-                softmax_end(c);
-                STAMP(role, cur, 2);
-                wgmma_wait<0>();    // P·V of tile j − 1, and S of tile j + 1
-                fence_registers(o);
-                fence_registers(s);
-                release(&sm.v_empty[prev % STAGES]);
-                STAMP(role, prev, 3);
-                to_operand(x, p);
-            }
-#elif INTRA_OVERLAP
+#if INTRA_OVERLAP
             // Tile 0's S alone; then each turn issues S of tile j with P·V of tile j − 1, and the
             // softmax of tile j runs while P·V j − 1 is still in the tensor cores.
             mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
@@ -765,8 +708,6 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 STAMP(role, pos + j - 1, 3);
                 to_operand(s, p);
             }
-#endif
-#if INTRA_OVERLAP
             if (!O_TMA_STORE) release_q(sm, qs);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
             const int last = pos + my_tiles - 1;
             mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);

@@ -95,22 +95,7 @@ VARIANTS = {
     # products (cuDNN's Hopper kernels take them so, two consumers of 64 rows, no overlap within
     # a warpgroup): one warpgroup has the exp2 unit to itself while the other's products run.
     "softmax ping-pong": dict(_FA3, PINGPONG=2, PERSISTENT=0, DYNAMIC_WORK=0),
-    "persistent, softmax ping-pong": dict(_FA3, PINGPONG=2, PERSISTENT=1, DYNAMIC_WORK=0),
-    "work queue, softmax ping-pong": dict(_FA3, PINGPONG=2, PERSISTENT=1, DYNAMIC_WORK=1),
-    "work queue, softmax ping-pong, no overlap": dict(_FA3, PINGPONG=2, INTRA_OVERLAP=0, PERSISTENT=1,
-                                                      DYNAMIC_WORK=1),
-    # INTRA_OVERLAP=2: S issued a key tile ahead of its softmax (copied out of the accumulator
-    # first), so the softmax no longer waits an S latency; a copy of S in registers.
-    "S ahead": dict(_FA3, INTRA_OVERLAP=2, PERSISTENT=0, DYNAMIC_WORK=0),
-    "persistent, S ahead": dict(_FA3, INTRA_OVERLAP=2, PERSISTENT=1, DYNAMIC_WORK=0),
-    "S ahead without ping-pong": dict(_FA3, PINGPONG=0, INTRA_OVERLAP=2, PERSISTENT=0, DYNAMIC_WORK=0),
-    "work queue, S ahead": dict(_FA3, INTRA_OVERLAP=2, PERSISTENT=1, DYNAMIC_WORK=1),
-    "work queue without ping-pong, S ahead": dict(_FA3, PINGPONG=0, INTRA_OVERLAP=2, PERSISTENT=1, DYNAMIC_WORK=1),
 }
-# The tiles a schedule runs when none are given, where the head dim's (TILES) cannot hold it: S
-# ahead keeps a copy of S beside the accumulator (room for two consumers at D64, with a third
-# stage so the producer stays a tile ahead; 64-key tiles at D128, where O takes 64 registers).
-SCHEDULE_TILES = {name: {64: (128, 3, 2), 128: (64, 4, 2)} for name in VARIANTS if "S ahead" in name}
 ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
 # The schedule each head dim runs by default: the pick of `scripts/stage6_schedules.py --pick` on
 # the H100 (candidates and rule fixed before measuring: PICK_CANDIDATES, PICK_RULE there; the
@@ -122,11 +107,13 @@ def default_schedule(head_dim: int) -> str:
     return DEFAULT_SCHEDULES[head_dim]
 
 
-# Which launch a prefill call gets (call_schedule), from how its work tiles look: short ones
-# (prompts up to SHORT_KEYS keys) get a persistent launch and, at D128, SHORT_TILES.
+# Which launch a prefill call gets (call_schedule), from how its work tiles look: with more work
+# tiles than SMs, full attention gets persistent blocks and causal attention with up to
+# QUEUE_KEYS keys the work queue (CAUSAL_QUEUE); up to SHORT_KEYS keys, SHORT_TILES (short_tiles).
+QUEUE_KEYS = {64: 2048, 128: 2048}
 SHORT_KEYS = {64: 1024, 128: 2048}
-SHORT_TILES = {128: (128, 2, 2)}
-CAUSAL_SHORT = {64: "work queue without ping-pong", 128: "+ work queue"}
+SHORT_TILES = {(64, True): (128, 2, 2), (128, False): (128, 2, 2), (128, True): (128, 2, 2)}
+CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
 
 
 def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> str:
@@ -142,20 +129,21 @@ def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> 
       work tile ahead (two Q buffers), the consumers' turns run on from one work tile to the
       next, and O leaves by TMA store (stores_by_tma), so a work tile's start and end cost the
       consumers little. Measured no slower at the long shapes, where a tile's work dwarfs both;
-    - causal with short keys (Sk ≤ SHORT_KEYS): work tiles differ in length, so a fixed stride
+    - causal with up to QUEUE_KEYS keys: work tiles differ in length, so a fixed stride
       unbalances the SMs; a work queue hands the next tile to whichever block is free. At D64
-      (three consumers, each with a short share of a 192-row block's diagonal) without
-      ping-pong, at D128 with it: the faster of the two at S 512–2048 in the schedules part of
-      scripts/shape_map.py (results/logs/2026-11-24-3463826-call5), by 1–3%;
-    - causal with long keys: the head dim's default (one block per work tile, heaviest first),
-      where the tiles' own work dwarfs their start (at D64 S 2048 it measured 4% faster than
-      the queue)."""
+      without ping-pong, at D128 with it: the faster of the two at S 512–2048 in the schedules
+      part of scripts/shape_map.py (results/logs/2026-11-24-3463826-call5, and at D64 again in
+      -2026-11-25-18b9a4f-call3, where the queue also beat one block per work tile at S 2048:
+      198 against 205 µs);
+    - causal with longer keys: the head dim's default (one block per work tile, heaviest
+      first), where the tiles' own work dwarfs their start (D64 S 8192: 579 against 615 µs for
+      the queue, in the same log)."""
     if work <= sms:
         return DEFAULT_SCHEDULES[head_dim]
     if not causal:
         return "+ persistent blocks"
-    if Sk <= SHORT_KEYS[head_dim]:
-        return CAUSAL_SHORT[head_dim]
+    if Sk <= QUEUE_KEYS[head_dim]:
+        return CAUSAL_QUEUE[head_dim]
     return DEFAULT_SCHEDULES[head_dim]
 
 
@@ -175,14 +163,22 @@ def few_rows(B: int, H: int, Sq: int, sms: int) -> bool:
     return B * H * -(-Sq // 64) <= sms
 
 
-def short_tiles(head_dim: int, Sk: int, schedule: str):
-    """The tiles of a persistent launch with short keys, or None for the head dim's. At D128 the
-    176-key tiles leave no room for a second Q buffer (q_buffers): a short work tile (up to 16
-    key tiles of 128) gains more from loading the next Q early than from fewer, longer key tiles
-    (S 512–2048 in results/logs/2026-11-24-3463826-call5: 3–8% with the TMA store). A long one
-    keeps the 176-key tiles. At D64 the default tiles already have two Q buffers."""
+def short_tiles(head_dim: int, Sk: int, schedule: str, causal: bool):
+    """The tiles of a persistent launch with short keys (up to SHORT_KEYS), or None for the head
+    dim's (SHORT_TILES):
+    - D128: the 176-key tiles leave no room for a second Q buffer (q_buffers): a short work tile
+      (up to 16 key tiles of 128) gains more from loading the next Q early than from fewer,
+      longer key tiles (S 512–2048 in results/logs/2026-11-24-3463826-call5: 3–8% with the TMA
+      store). A long one keeps the 176-key tiles;
+    - D64 causal: blocks of two consumers (128 rows) instead of three. With 128-key tiles a
+      192-row block's first consumer ends its diagonal a key tile before the last one, and
+      idles a key tile of every short work tile; in a 128-row block both end on the same key
+      tile. 94 → 87 µs at S 512 and 135 → 128 at S 1024 (results/logs/2026-11-25-18b9a4f-call3);
+      at S 2048 three consumers are faster again (198 against 211 µs);
+    - D64 full attention keeps three consumers, whose work tiles are all alike (104 against 113
+      µs at S 512 for two)."""
     persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
-    return SHORT_TILES.get(head_dim) if persistent and Sk <= SHORT_KEYS[head_dim] else None
+    return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS[head_dim] else None
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
 # (stages/stage6.cu: poly_exp2), per head dim.
 EXP2_POLY = {64: 0, 128: 0}
@@ -272,7 +268,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
-    bn, stages, consumers = tiles or SCHEDULE_TILES.get(schedule, TILES)[head_dim]
+    bn, stages, consumers = tiles or TILES[head_dim]
     sw = dict(ALL_SCHEDULES[schedule])
     if sw["PINGPONG"] and consumers < 2:
         raise ValueError(f"schedule {schedule!r} takes turns between consumer warpgroups; tiles "
@@ -421,16 +417,18 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     few = not pack and not given_tiles and schedule is None and few_rows(B, H, Sq, sms)
     if few:
         tiles, schedule = FEW_ROWS_TILES[D], DECODE_SCHEDULE
-    tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else SCHEDULE_TILES.get(schedule, TILES)[D])
+    tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
     key_tiles = (Sk + tiles[0] - 1) // tiles[0]
     block_m = 64 * tiles[2]
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
     if schedule is None:
         schedule = DECODE_SCHEDULE if pack else call_schedule(D, causal, Sk, work, sms)
-        short = None if pack or given_tiles else short_tiles(D, Sk, schedule)
-        if short is not None:  # the same work tiles (64·consumers rows each): only the keys' split differs
+        short = None if pack or given_tiles else short_tiles(D, Sk, schedule, causal)
+        if short is not None:
             tiles, key_tiles = short, (Sk + short[0] - 1) // short[0]
+            block_m = 64 * tiles[2]
+            work = B * H * ((Sq + block_m - 1) // block_m)
     if pack and (H // Hk) * Sq > block_m:
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")

@@ -232,8 +232,7 @@ def test_plan_cache_on_the_cpu(monkeypatch):
     s6.attention(q2, k, v, causal=True)
     assert len(made) == 6
     config, params = launched[-1]
-    bm = s6.config(64)["block_m"]
-    assert config.grid == (2 * 4 * -(-300 // bm), 1, 1)
+    assert config.grid == (2 * 4 * -(-300 // 64), 1, 1)  # few rows: blocks of one consumer (few_rows)
     buf = torch.empty(q.numel() + 8, dtype=q.dtype)
     with pytest.raises(ValueError, match="data pointer"):
         s6.attention(buf[1:q.numel() + 1].view(q.shape), k, v)
@@ -362,14 +361,14 @@ def test_split_limit_agrees_with_the_kernel():
 
 def test_call_schedule_rule():
     """Full attention: persistent blocks (the same kernel, O stored by TMA); causal: the work
-    queue while keys are short (D64 without ping-pong), the head dim's default beyond; the short
-    tiles at D128; what choose() runs."""
+    queue up to QUEUE_KEYS keys (D64 without ping-pong), the head dim's default beyond; the short
+    tiles (D128, and D64 causal); what choose() runs."""
     for D in s6.INFO.head_dims:
-        short = s6.SHORT_KEYS[D]
+        queue = s6.QUEUE_KEYS[D]
         assert s6.call_schedule(D, False, 512, 500, 132) == s6.call_schedule(D, False, 65536, 500, 132) \
             == "+ persistent blocks"
-        assert s6.call_schedule(D, True, short, 500, 132) == s6.CAUSAL_SHORT[D]
-        assert s6.call_schedule(D, True, short + 1, 500, 132) == s6.default_schedule(D)
+        assert s6.call_schedule(D, True, queue, 500, 132) == s6.CAUSAL_QUEUE[D]
+        assert s6.call_schedule(D, True, queue + 1, 500, 132) == s6.default_schedule(D)
         # one work tile per SM or fewer: nothing to overlap, the default launch
         assert s6.call_schedule(D, False, 512, 132, 132) == s6.call_schedule(D, True, 512, 24, 132) \
             == s6.default_schedule(D)
@@ -392,13 +391,18 @@ def test_call_schedule_rule():
     # D128: the short tiles (two Q buffers, TMA store) for persistent launches of short keys only
     for causal in (False, True):
         ch = s6.choose(32, 32, 32, 512, 512, 128, causal, 132)
-        assert ch["tiles"] == s6.SHORT_TILES[128]
+        assert ch["tiles"] == s6.SHORT_TILES[(128, causal)]
         assert dict(s6.config(128, ch["tiles"], ch["schedule"])["defines"])["O_TMA_STORE"] == 1
         assert s6.choose(2, 32, 32, 8192, 8192, 128, causal, 132)["tiles"] == s6.TILES[128]
+    # D64: two consumers for causal short keys (128-row work tiles), three for full and longer
+    ch = s6.choose(32, 16, 16, 512, 512, 64, True, 132)
+    assert (ch["tiles"], ch["work"]) == (s6.SHORT_TILES[(64, True)], 32 * 16 * 4), ch
+    assert s6.choose(32, 16, 16, 512, 512, 64, False, 132)["tiles"] == s6.TILES[64]
+    assert s6.choose(8, 16, 16, 2048, 2048, 64, True, 132)["tiles"] == s6.TILES[64]
     assert s6.choose(1, 8, 8, 512, 512, 128, False, 132, schedule=s6.default_schedule(128))["tiles"] \
         == s6.TILES[128]  # a schedule asked for: the head dim's tiles
     assert s6.choose(32, 32, 32, 512, 512, 128, False, 132, tiles=(176, 2, 2))["tiles"] == (176, 2, 2)
-    assert s6.SHORT_TILES[128][2] == s6.TILES[128][2], "the same work tiles, only the key tiles differ"
+    assert s6.SHORT_TILES[(128, False)][2] == s6.TILES[128][2], "the same work tiles, only the key tiles differ"
 
 
 def test_packing_rule():
