@@ -688,7 +688,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 const int cur = pos + j, prev = cur - 1;
                 mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
                 mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
-                STAMP(role, pos + j, 0);
+                STAMP(role, cur, 0);
                 turn_begin(c);
                 issue_qk(s, q_desc, k_desc(cur % STAGES));
                 rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
@@ -697,15 +697,15 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
                 fence_registers(s);
                 release(&sm.k_empty[cur % STAGES]);
-                STAMP(role, pos + j, 1);
+                STAMP(role, cur, 1);
                 softmax_begin(c);
                 softmax(s, m, l, alpha, j);
                 softmax_end(c);
-                STAMP(role, pos + j, 2);
+                STAMP(role, cur, 2);
                 wgmma_wait<0>();
                 fence_registers(o);
                 release(&sm.v_empty[prev % STAGES]);
-                STAMP(role, pos + j - 1, 3);
+                STAMP(role, prev, 3);
                 to_operand(s, p);
             }
             if (!O_TMA_STORE) release_q(sm, qs);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
@@ -725,7 +725,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             for (int j = 0; j < my_tiles; ++j) {
                 const int cur = pos + j, st = cur % STAGES;
                 mbar_wait(&sm.k_full[st], (cur / STAGES) & 1);
-                STAMP(role, pos + j, 0);
+                STAMP(role, cur, 0);
                 turn_begin(c);
                 issue_qk(s, q_desc, k_desc(st));
                 turn_end(c);
@@ -733,13 +733,13 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 fence_registers(s);
                 release(&sm.k_empty[st]);
                 if (!O_TMA_STORE && j == my_tiles - 1) release_q(sm, qs);
-                STAMP(role, pos + j, 1);
+                STAMP(role, cur, 1);
                 softmax_begin(c);
                 softmax(s, m, l, alpha, j);
                 rescale(o, alpha);
                 to_operand(s, p);
                 softmax_end(c);
-                STAMP(role, pos + j, 2);
+                STAMP(role, cur, 2);
                 mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
                 turn_begin(c);
                 issue_pv(o, p, v_desc(st));
@@ -747,7 +747,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 wgmma_wait<0>();
                 fence_registers(o);
                 release(&sm.v_empty[st]);
-                STAMP(role, pos + j, 3);
+                STAMP(role, cur, 3);
 #if !WARP_SPECIALIZED
                 if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill these buffers once all are done
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, cur + STAGES, t.t0 + j + STAGES, t.hk, t.bmap, t.k_start);

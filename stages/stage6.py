@@ -445,7 +445,7 @@ class _Plan:
     their addresses are replaced (cuTensorMapReplaceAddress), not the whole map encoded."""
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
-                 "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_map",
+                 "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_tma",
                  "combine_in_block")
 
 
@@ -521,13 +521,13 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.combine_config = nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0) if n > 1 and not plan.combine_in_block else None
     plan.parts = {}  # split-KV's partial rows, one pair of buffers per stream (_partials)
     bn = ch["tiles"][0]
-    plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn)
+    # boxes of q, k, v and (O_TMA_STORE) the output: its map is made on the first call and
+    # pointed at each call's new output (_launch); other builds take q's map there, unread
+    plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn, 64)
     plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
-                 for i, (t, r) in enumerate(zip((q, k, v), plan.rows))]
-    plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
-    # O_TMA_STORE: the output's map, pointed at each call's new output (_launch); other builds
-    # take q's map in its place, unread.
-    plan.o_map = tensor_map(new_output(q), 64) if dict(cfg["defines"])["O_TMA_STORE"] else None
+                 for i, (t, r) in enumerate(zip((q, k, v), plan.rows))] + [None]
+    plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0]
+    plan.o_tma = bool(dict(cfg["defines"])["O_TMA_STORE"])
     # DYNAMIC_WORK: the work counter (next, blocks done), zero between launches (the kernel's
     # last block resets it). One per stream: launches on two streams at once must not share one.
     plan.queues = {} if dict(cfg["defines"])["DYNAMIC_WORK"] else None
@@ -671,13 +671,11 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
                 _retarget(plan, i, t)
     o_part, lse_part, counts = _partials(plan, q.device) if plan.splits > 1 else (0, 0, 0)
-    if plan.o_map is not None:
-        try:
-            plan.o_map.replace_address(_Address(out))
-        except Exception:  # as in _retarget
-            plan.o_map = tensor_map(out, 64)
+    if plan.o_tma:
+        _retarget(plan, 3, out)
     nvrtc.launch_prepared(plan.kernel, plan.config,
-                          (*plan.maps, plan.o_map or plan.maps[0], out.data_ptr(), o_part, lse_part, *plan.args,
+                          (*plan.maps[:3], plan.maps[3] if plan.o_tma else plan.maps[0], out.data_ptr(),
+                           o_part, lse_part, *plan.args,
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device),
                            counts, *seqs))
     if plan.combine_config is not None:
@@ -687,12 +685,16 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline):
 
 
 def _retarget(plan: _Plan, i: int, t) -> None:
-    """Point tensor map i of a plan at tensor t (same layout as the one it was made for)."""
-    try:
-        plan.maps[i].replace_address(_Address(t))
-    except Exception:  # a cuda.core without replace_address, or one that reads more: encode
-        plan.maps[i] = tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i])
+    """Point tensor map i of a plan (q, k, v, the output) at tensor t, of the layout it was made
+    for; a map not made yet is encoded."""
     plan.ptrs[i] = t.data_ptr()
+    if plan.maps[i] is not None:
+        try:
+            plan.maps[i].replace_address(_Address(t))
+            return
+        except Exception:  # a cuda.core without replace_address, or one that reads more: encode
+            pass
+    plan.maps[i] = tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i])
 
 
 _sms: dict = {}
