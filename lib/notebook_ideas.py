@@ -281,6 +281,44 @@ def stage6_steps_table(rec: dict) -> str:
     return "\n".join(lines)
 
 
+# FlashAttention-3's own ablation (the paper, Table 2: B4 S8448 H16 D128, fp16, full attention,
+# TFLOPS) and FlashAttention-4's sm90 kernel with and without its intra_wg_overlap flag (this
+# project's anchor run, results/anchors/h100_fa4_sm90.json, B4 H16 S8192 D128 fp16).
+FA3_TABLE2 = {"FlashAttention-3": 661, "without the GEMM-softmax pipelining": 582,
+              "without warp specialization": 570}
+
+
+def stage6_ablations_table(rec: dict, anchor_rows: list[dict]) -> str:
+    """Stage 6's two FlashAttention-3 steps at B4 H16 S8192 D128 fp16 (full, causal), as ratios
+    of its record's same-run medians, beside FlashAttention-3's Table 2 and FlashAttention-4's
+    intra_wg_overlap flag: what overlapping the softmax with the products buys, and what the
+    producer warpgroup (warp specialization) buys, in each."""
+    lines = ["| what is taken away | stage 6, full | stage 6, causal | FlashAttention-3 (paper, Table 2) "
+             "| FlashAttention-4 sm90 (anchor run), full / causal |", "|---|---|---|---|---|"]
+    ours = {c: {r["variant"]: r["us"] for r in stage6_schedule_rows(rec, 4, 16, 8192, 128, c)} for c in (False, True)}
+    fa4 = {x["causal"]: x["tflops"] for x in anchor_rows
+           if (x["B"], x["H"], x["Sq"], x["D"], x["dtype"]) == (4, 16, 8192, 128, "float16")}
+
+    def ratio(c, slow, fast):
+        o = ours[c]
+        return f"{o[slow] / o[fast]:.2f}× ({o[fast]:,.0f} against {o[slow]:,.0f} µs)" if slow in o and fast in o else "—"
+    full3 = FA3_TABLE2["FlashAttention-3"]
+    lines.append("| the softmax overlapped with the products (stage 6: + intra-warpgroup overlap against + ping-pong) "
+                 f"| {ratio(False, '+ ping-pong', '+ intra-warpgroup overlap')} "
+                 f"| {ratio(True, '+ ping-pong', '+ intra-warpgroup overlap')} "
+                 f"| {full3 / FA3_TABLE2['without the GEMM-softmax pipelining']:.2f}× ({full3} against "
+                 f"{FA3_TABLE2['without the GEMM-softmax pipelining']} TFLOPS) | "
+                 + " / ".join(f"{fa4[c]['fa4_sm90'] / fa4[c]['fa4_sm90_no_intra_wg_overlap']:.2f}× "
+                              f"({fa4[c]['fa4_sm90']} against {fa4[c]['fa4_sm90_no_intra_wg_overlap']})"
+                              for c in (False, True) if c in fa4) + " |")
+    lines.append("| warp specialization (stage 6: + intra-warpgroup overlap against no warp specialization) "
+                 f"| {ratio(False, 'no warp specialization', '+ intra-warpgroup overlap')} "
+                 f"| {ratio(True, 'no warp specialization', '+ intra-warpgroup overlap')} "
+                 f"| {full3 / FA3_TABLE2['without warp specialization']:.2f}× ({full3} against "
+                 f"{FA3_TABLE2['without warp specialization']} TFLOPS) | — |")
+    return "\n".join(lines)
+
+
 def stage6_default_repeats(rec: dict) -> str:
     """The rows of the record that ran the default build again (fp16): the default schedule,
     the head dim's default tiles (stages/stage6.py TILES), its EXP2_POLY and its LAZY_RESCALE

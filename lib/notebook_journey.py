@@ -150,10 +150,14 @@ def journey_predictions(numbers, mods, panels) -> list[tuple]:
     """Each stage's INFO.prediction next to the recorded measurement at the throughput shape
     (full mask): [(stage, what, (low, high) or None, basis, measured or None, why not)]. The
     measurement is TFLOPS, or the previous stage's time ÷ this one's for a speed-up."""
+    from lib.notebook_common import ceilings
     *_, rows, skipped = next(p for p in panels if p[0] == "throughput" and not p[5])
+    ceil = ceilings()
     out = []
     for i, n in enumerate(numbers):
-        pred = mods[n].INFO.prediction if n in mods else {}
+        pred = dict(mods[n].INFO.prediction) if n in mods else {}
+        if "of_matmul_ceiling" in pred and ceil:  # shares of the ceiling: × the recorded one
+            pred["tflops"] = tuple(x * ceil["matmul_TFLOPS"] for x in pred.pop("of_matmul_ceiling"))
         kind = next((k for k in ("tflops", "speedup") if k in pred), None)
         prev = numbers[i - 1] if i else None
         measured, why = None, None

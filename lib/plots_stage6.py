@@ -59,13 +59,20 @@ def draw_pipeline(tiles: int = 5, gemm: float = 1.0, softmax: float = 0.8, ax=No
 
 def plot_waterfall(rows: list[dict], title: str, sdpa_tflops: float | None = None,
                    anchors: dict | None = None, ax=None):
-    """Bars: TFLOPS of each schedule step (rows in order, each {"variant", "tflops"}); a line
-    at SDPA's default backend from the same run, and dashed lines for anchors measured in
-    another run on the same GPU model ({label: TFLOPS})."""
+    """Bars: TFLOPS of each schedule step (rows in order, each {"variant", "tflops"}; with
+    "us" and "us_rounds", the medians of interleaved rounds, an error bar from the slowest round
+    to the fastest); a line at SDPA's default backend from the same run, and dashed lines for
+    anchors measured in another run on the same GPU model ({label: TFLOPS})."""
     ax = ax or plt.subplots(figsize=(7, 3.2))[1]
     names = [r["variant"] for r in rows]
     ys = [r["tflops"] for r in rows]
-    bars = ax.bar(range(len(ys)), ys, color="tab:blue")
+    err = None
+    if all(r.get("us_rounds") for r in rows):
+        # TFLOPS scale as 1/time: the slowest round gives the bar's low end, the fastest its high
+        err = [[y - y * r["us"] / max(r["us_rounds"]) for y, r in zip(ys, rows)],
+               [y * r["us"] / min(r["us_rounds"]) - y for y, r in zip(ys, rows)]]
+    bars = ax.bar(range(len(ys)), ys, color="tab:blue", yerr=err, capsize=2,
+                  error_kw={"lw": 0.8, "ecolor": "0.3"})
     for b, y in zip(bars, ys):
         ax.text(b.get_x() + b.get_width() / 2, y, f"{y:.0f}", ha="center", va="bottom", fontsize=7)
     if sdpa_tflops:
@@ -75,7 +82,8 @@ def plot_waterfall(rows: list[dict], title: str, sdpa_tflops: float | None = Non
     ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=7)
     ax.set_ylabel("TFLOPS")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
     return ax
 
 
@@ -178,6 +186,26 @@ def timeline_overlaps(tl: dict, first: int = 1, last: int = 12) -> dict:
         total = sum(b - a for a, b in mine)
         out[name] = {"softmaxes": sum(overlap(m, o) for m in mine for o in soft) / total,
                      "under S": sum(overlap(m, o) for m in mine for o in wait) / total}
+    return out
+
+
+# Dense fp16/bf16 tensor-core rate of one H100 SM: 989.4 TFLOPS (the data sheet's dense figure) /
+# (132 SMs × 1.83 GHz, the clock that figure assumes) = 4096 FLOP per clock.
+TENSOR_FLOP_PER_CLOCK = 4096
+
+
+def timeline_tensor_share(tl: dict, block_n: int, first: int = 1, last: int = 12) -> dict:
+    """From stage 6's timeline record: per schedule, the share of the SM's clocks its tensor
+    cores need for the products the timeline's consumers ran — per key tile each consumer's
+    S = Q·Kᵀ and O += P·V (2 · 64 · block_n · D FLOP each, at TENSOR_FLOP_PER_CLOCK), all
+    consumers together, over the measured key-tile period (timeline_phases: first S to first S,
+    averaged over the consumers). 100% would be tensor cores never idle."""
+    need = 2 * (2 * 64 * block_n * tl["D"]) / TENSOR_FLOP_PER_CLOCK  # both products, one consumer
+    out = {}
+    for name, per in timeline_phases(tl, first, last).items():
+        period = sum(p["tile"] for p in per) / len(per)
+        out[name] = {"wgmma_clocks_per_tile": need * len(per), "period_clocks": period,
+                     "share": need * len(per) / period}
     return out
 
 

@@ -1,9 +1,12 @@
 """Stage 6 on the GPU, idea by idea: every schedule of stages/stage6.py (the FlashAttention-3
 ablation: no warp specialization → + producer warpgroup → + setmaxnreg → + ping-pong →
 + intra-warpgroup overlap) and every tile choice, at the standard shape of each head dim,
-next to SDPA's default and FLASH backends on the same inputs; then one block's timeline
-(clock64 stamps per warpgroup) for the notebook's Gantt chart. Each variant is checked
-against the reference on an odd shape before it is timed.
+next to SDPA's default and FLASH backends on the same inputs, all of one shape and mask timed
+in the same interleaved rounds (lib.timing.time_interleaved: every variant and both SDPA
+backends once per round, five rounds; each row keeps its round medians, which the notebook
+draws as error bars); then one block's timeline (clock64 stamps per warpgroup) of every
+schedule and of the overlap without ping-pong, for the notebook's Gantt charts. Each variant
+is checked against the reference on an odd shape before it is timed.
 
     python scripts/stage6_schedules.py             # print
     python scripts/stage6_schedules.py --record    # and store under "stage6" in results/<gpu>.json
@@ -28,7 +31,7 @@ from lib import plots  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_attention  # noqa: E402
-from lib.timing import sdpa_call, time_cuda  # noqa: E402
+from lib.timing import sdpa_call, time_cuda, time_interleaved  # noqa: E402
 
 # (B, H, S, D, dtype): the throughput and long shapes; bf16 at the long shape with the defaults only
 SHAPES = [(16, 16, 2048, 64, torch.float16), (4, 16, 8192, 128, torch.float16), (4, 16, 8192, 128, torch.bfloat16)]
@@ -102,7 +105,7 @@ def timeline(D: int = 128) -> dict:
     n = (1 + cons) * s6.TIMELINE_TILES * s6.TIMELINE_EVENTS
     out = {}
     q, k, v = make_qkv(4, 16, 8192, D, dtype=torch.float16)
-    for name in s6.SCHEDULES:
+    for name in [*s6.SCHEDULES, "overlap without ping-pong"]:
         tl = torch.zeros(n, dtype=torch.int64, device="cuda")
         for _ in range(3):  # warm: the last run's stamps are kept
             tl.zero_()
@@ -131,30 +134,39 @@ def main() -> int:
         q, k, v = make_qkv(B, H, S, D, dtype=dtype)
         for causal in ((False,) if a.quick else (False, True)):
             flops = attention_flops(B, H, S, S, D, causal)
-            sd, sf = sdpa_call(q, k, v, causal=causal), sdpa_call(q, k, v, causal=causal, backend="flash")
-            t_sd, t_sf = time_cuda(sd).median_us, time_cuda(sf).median_us
-            print(f"B{B} H{H} S{S} D{D} {str(dtype)[6:]} {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs "
-                  f"({flops / t_sd / 1e6:.0f} TFLOPS), FLASH {t_sf:,.1f} µs ({flops / t_sf / 1e6:.0f})", flush=True)
+            fns, meta = {}, {}
             for kind, label, kw in variants():
                 if (a.quick and kind not in ("schedule", "variant")) or (kind == "tiles" and not s6.fits(D, kw["tiles"])):
                     continue
                 if dtype != torch.float16 and not (kind == "schedule" and label == s6.default_schedule(D)):
                     continue
+                if kind == "tiles" and kw["tiles"][2] == 1:
+                    kw = {**kw, "schedule": s6.DECODE_SCHEDULE}  # one consumer: nobody to take turns with
                 fn = lambda q, k, v, causal=False, kw=kw: s6.attention(q, k, v, causal=causal, **kw)  # noqa: E731
-                t0 = time.time()
                 passed = all(check_attention(fn, 2, 3, 300, 517, D, dtype=dtype, causal=c).passed
                              for c in (False, True))
-                t = time_cuda(lambda: fn(q, k, v, causal=causal))
+                fns[f"{kind}: {label}"] = lambda fn=fn: fn(q, k, v, causal=causal)
+                meta[f"{kind}: {label}"] = (kind, label, passed)
+            fns["sdpa"], fns["flash"] = sdpa_call(q, k, v, causal=causal), sdpa_call(q, k, v, causal=causal, backend="flash")
+            t0 = time.time()
+            times = time_interleaved(fns, budget_s=0.3)
+            t_sd, t_sf = times["sdpa"].median_us, times["flash"].median_us
+            print(f"B{B} H{H} S{S} D{D} {str(dtype)[6:]} {'causal' if causal else 'full'}: SDPA default {t_sd:,.1f} µs "
+                  f"({flops / t_sd / 1e6:.0f} TFLOPS), FLASH {t_sf:,.1f} µs ({flops / t_sf / 1e6:.0f}); "
+                  f"{len(fns)} timed in {time.time() - t0:.0f} s", flush=True)
+            for name, (kind, label, passed) in meta.items():
+                t = times[name]
                 row = {"kind": kind, "variant": label, "B": B, "H": H, "S": S, "D": D, "causal": causal,
-                       "dtype": str(dtype)[6:],
-                       "us": t.median_us, "tflops": flops / t.median_us / 1e6, "sdpa_us": t_sd,
+                       "dtype": str(dtype)[6:], "us": t.median_us, "us_rounds": t.round_medians_us,
+                       "tflops": flops / t.median_us / 1e6, "sdpa_us": t_sd, "sdpa_us_rounds": times["sdpa"].round_medians_us,
                        "sdpa_flash_us": t_sf, "passed": passed,
                        "default": (kind == "schedule" and label == s6.default_schedule(D))}
                 ok &= passed
                 rows.append(row)
-                print(f"  {kind:8s} {label:28s} {t.median_us:10,.1f} µs {row['tflops']:6.1f} TFLOPS "
-                      f"{t_sd / t.median_us:5.2f}× SDPA {t_sf / t.median_us:5.2f}× FLASH "
-                      f"{'pass' if passed else 'FAIL'} ({time.time() - t0:.1f} s)", flush=True)
+                spread = max(t.round_medians_us) / min(t.round_medians_us) - 1
+                print(f"  {kind:8s} {label:28s} {t.median_us:10,.1f} µs (rounds ±{100 * spread:.1f}%) "
+                      f"{row['tflops']:6.1f} TFLOPS {t_sd / t.median_us:5.2f}× SDPA {t_sf / t.median_us:5.2f}× FLASH "
+                      f"{'pass' if passed else 'FAIL'}", flush=True)
         del q, k, v
     tl = timeline()
     print("timeline (block (0, 0), B4 H16 S8192 D128; clock64 cycles):")

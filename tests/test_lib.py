@@ -474,3 +474,51 @@ def test_timeline_overlaps_of_two_consumers():
     tl = {"consumers": 2, "stamps": {"s": [[[0, 0, 0, 0]] * 14, c1, c2]}}
     got = timeline_overlaps(tl)["s"]
     assert got["under S"] == pytest.approx(0.5) and got["softmaxes"] == pytest.approx(0.5)
+
+
+def test_timeline_tensor_share():
+    """Two consumers, a key tile every 2000 clocks each (first S to first S), 128-key tiles at
+    D128: each consumer's two products are 2·2·64·128·128 FLOP = 1024 clocks at 4096 per clock,
+    so the pair keeps the tensor cores 2048 / 2000 > 100% busy: the stamps cannot be right, and the
+    function says so by its number, not by hiding it."""
+    from lib.plots import TENSOR_FLOP_PER_CLOCK, timeline_tensor_share
+    assert TENSOR_FLOP_PER_CLOCK == 4096
+    c = [[2000 * j, 2000 * j + 500, 2000 * j + 1500, 2000 * j + 1900] for j in range(14)]
+    tl = {"D": 128, "consumers": 2, "stamps": {"s": [[[0, 0, 0, 0]] * 14, c, c]}}
+    got = timeline_tensor_share(tl, 128)["s"]
+    assert got["wgmma_clocks_per_tile"] == 2048 and got["period_clocks"] == 2000
+    assert got["share"] == pytest.approx(1.024)
+    tl["stamps"]["s"] = [[[0, 0, 0, 0]] * 14, [[4 * x for x in t] for t in c], [[4 * x for x in t] for t in c]]
+    assert timeline_tensor_share(tl, 128)["s"]["share"] == pytest.approx(0.256)
+
+
+def test_stage6_ablations_table():
+    """Stage 6's steps as same-run ratios beside FlashAttention-3's Table 2 and the FA4 flag."""
+    from lib.notebook import FA3_TABLE2, stage6_ablations_table
+    rows = [{"kind": "schedule", "variant": v, "B": 4, "H": 16, "S": 8192, "D": 128, "causal": c,
+             "dtype": "float16", "us": us * (0.5 if c else 1.0)}
+            for c in (False, True) for v, us in (("no warp specialization", 5000.0), ("+ ping-pong", 4000.0),
+                                                 ("+ intra-warpgroup overlap", 3200.0))]
+    anchor = [{"B": 4, "H": 16, "Sq": 8192, "D": 128, "dtype": "float16", "causal": c,
+               "tflops": {"fa4_sm90": 640, "fa4_sm90_no_intra_wg_overlap": 610}} for c in (False, True)]
+    table = stage6_ablations_table({"rows": rows}, anchor)
+    assert "1.25× (3,200 against 4,000 µs)" in table          # 4000 / 3200, full
+    assert "1.25× (1,600 against 2,000 µs)" in table          # causal
+    assert "1.56× (3,200 against 5,000 µs)" in table          # warp specialization, full
+    assert f"{661 / 582:.2f}× (661 against 582 TFLOPS)" in table and FA3_TABLE2["without warp specialization"] == 570
+    assert "1.05× (640 against 610)" in table
+
+
+def test_waterfall_error_bars_span_the_rounds():
+    """plot_waterfall draws a bar per row and, with round medians, an error bar from the slowest
+    round's TFLOPS to the fastest's."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from lib.plots import plot_waterfall
+    rows = [{"variant": "a", "tflops": 100.0, "us": 10.0, "us_rounds": [9.0, 10.0, 12.5]},
+            {"variant": "b", "tflops": 200.0, "us": 5.0, "us_rounds": [5.0, 5.0, 5.0]}]
+    ax = plot_waterfall(rows, "t")
+    (bars,) = [c for c in ax.containers if hasattr(c, "errorbar") and c.errorbar is not None]
+    segs = bars.errorbar.lines[2][0].get_segments()
+    assert [tuple(s[:, 1]) for s in segs][0] == pytest.approx((80.0, 100.0 * 10 / 9))
+    assert tuple(segs[1][:, 1]) == pytest.approx((200.0, 200.0))

@@ -166,9 +166,9 @@ def test_every_stage_after_0_states_its_prediction():
         if mod.INFO.backend != "nvrtc" or not (ROOT / mod.INFO.notebook).exists():
             continue
         p = mod.INFO.prediction
-        assert p.get("basis") and (p.get("tflops") or p.get("speedup")), \
+        assert p.get("basis") and (p.get("tflops") or p.get("speedup") or p.get("of_matmul_ceiling")), \
             f"stage {mod.INFO.number}: INFO.prediction is empty"
-        lo, hi = p.get("tflops") or p.get("speedup")
+        lo, hi = p.get("tflops") or p.get("speedup") or p.get("of_matmul_ceiling")
         assert 0 < lo <= hi
 
 
@@ -251,3 +251,35 @@ def test_raw_shared_counters_are_read(tmp_path, monkeypatch):
     assert k["shared"]["loads"]["wavefronts_per_request"] == pytest.approx(4.0)
     assert k["shared"]["stores"]["ways"] == pytest.approx(536288 / 524288)
     assert k["ldsm"] == 21102592
+
+
+# A range the prose calls predicted ("predicted 233–699 TFLOPS", "predicted 1.18x to 1.77x"), and
+# a median it quotes as a ratio ("median 0.99×"): each must be printed by one of the notebook's
+# own outputs, so that a re-execution against a new record cannot leave the prose behind.
+PROSE_PREDICTION = re.compile(r"predicted (?:range )?(?:of )?\(?(\d[\d,.]*)\s*(?:–|-|to)\s*(\d[\d,.]*)\s*(?:TFLOPS|×|x)", re.I)
+PROSE_MEDIAN = re.compile(r"median[^.\n]{0,60}?(\d+\.\d+)\s*[×x]", re.I)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_quoted_predictions_and_medians_are_printed(path):
+    nb = _nb(path)
+    outputs = "\n".join(_outputs(c) for c in nb.cells if c.cell_type == "code")
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    missing = [m.group(0) for m in PROSE_PREDICTION.finditer(prose)
+               if not re.search(re.escape(m.group(1)) + r"\s*(?:–|-|to)\s*" + re.escape(m.group(2)), outputs)]
+    missing += [m.group(0) for m in PROSE_MEDIAN.finditer(prose) if m.group(1) not in outputs]
+    assert not missing, f"{path.name}: the prose quotes what no output prints: {missing}"
+
+
+def test_stage6_prediction_is_the_notebooks_count():
+    """stage6.INFO.prediction (fractions of the matmul ceiling, the count of section 2) times the
+    ceiling the notebook printed is the range its section 9 prints, at D64."""
+    import stages.stage6 as s6
+    nb = _nb(ROOT / "notebooks" / "stage6_wgmma_tma.ipynb")
+    outputs = "\n".join(_outputs(c) for c in nb.cells if c.cell_type == "code")
+    ceiling = float(re.search(r"matmul ceiling (\d+) TFLOPS", outputs).group(1))
+    lo, hi = s6.INFO.prediction["of_matmul_ceiling"]
+    printed = re.search(r"D64: predicted (\d+)–(\d+) TFLOPS", outputs)
+    assert printed, "section 9 prints the D64 prediction"
+    assert abs(int(printed.group(1)) - lo * ceiling) <= 1.5 and abs(int(printed.group(2)) - hi * ceiling) <= 1.5, \
+        (printed.group(0), lo * ceiling, hi * ceiling)
