@@ -568,9 +568,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (DYNAMIC_WORK) {  // which work tile the producer took: published with its Q
             mbar_wait(&sm.q_full[qs], (count / Q_STAGES) & 1);
             // read by lane 0 and passed round: ptxas then knows w, and every count made from it,
-            // is the same across the warp (as for wg above), and branches on it are uniform.
-            // With the producer's 40 registers: 94.4 → 88.4 µs at D64 causal S 512 (B32 H16,
-            // bf16; results/logs/2026-11-25-fd50989-call2 and -18b9a4f-call3)
+            // is the same across the warp (as for wg above), and branches on it are uniform. The
+            // three-consumer queue (whose producer kept its 32 registers) went 94.4 → 88.4 µs at
+            // D64 causal S 512 (B32 H16, bf16; results/logs/2026-11-25-fd50989-call2 against
+            // -18b9a4f-call3)
             w = __shfl_sync(0xffffffffu, *reinterpret_cast<volatile int*>(&sm.work[qs]), 0);
         }
         if (w >= n_work) break;
