@@ -281,3 +281,61 @@ def show_journey_host_table(shape, host: dict, targets: dict, pending: dict, not
     calls = next(r for rows in host.values() for r in rows.values()).get("host_calls", "many")
     _md(f"{note} B{B} H{H} S{S} D{D}, fp16; host µs/call over {calls} back-to-back calls.\n\n"
         + "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else ""))
+
+
+# --------------------------------------------------------------------------------------------
+# The journey's last reading: one row per stage — the idea, its measured step, and where the
+# mechanism's evidence is (the stage's own notebook).
+
+STAGE_MECHANISMS = {
+    1: "tensor cores (WMMA) for Q·Kᵀ and P·V, S and P still written to memory between them: the "
+       "bytes against the tensor time counted in its §2, the memory throughput ncu measured in §7",
+    2: "one fused kernel, S and P kept on the SM, the online softmax: the compulsory bytes against "
+       "the tensor time in its §2, ncu's memory throughput falling in §7",
+    3: "the softmax's row reductions by warp shuffles instead of shared memory: the serial "
+       "instruction chain per tile counted in the SASS (its §2), cycles per issued instruction "
+       "from ncu (§7)",
+    4: "larger tiles, fewer K/V loads per row; a branch per column in the softmax costs back what "
+       "the loads save at D 64: SASS counts per row and key, ncu's occupancy and bank conflicts (§8)",
+    5: "16-byte asynchronous copies, ldmatrix from swizzled shared memory, a multi-stage pipeline: "
+       "bank conflicts measured with ncu, each idea added and left out in its waterfall",
+    6: "wgmma and TMA, a producer warpgroup, ping-pong turns and the softmax overlapped with the "
+       "products: the schedule waterfall in interleaved rounds (§6), the tensor cores' share of the "
+       "period from the timeline stamps (§7)",
+}
+
+
+def journey_reading_table(data: dict) -> str:
+    """A markdown table, one row per stage after 0: its idea (INFO.title), its step at the
+    throughput shape (D 64) and the long shape (D 128), fp16, full mask — each stage's speed
+    against SDPA's default backend in its own run, divided by the previous stage's (so a run's
+    pace cancels out; stages recorded in different runs are compared through SDPA) — and the
+    mechanism with the notebook section that holds its evidence. For stage 6 the tensor cores'
+    share of the key-tile period with and without the overlap is read from its timeline."""
+    import stages
+    from lib.plots_stage6 import timeline_tensor_share
+    rows = {}
+    for r in R.standard_runs(data):
+        if r.get("skipped") or r["dtype"] != "float16" or r["causal"] or not r.get("sdpa_us"):
+            continue
+        key = (r["B"], r["H"], r["Sq"], r["D"])
+        if key in ((16, 16, 2048, 64), (4, 16, 8192, 128)):
+            rows[r["stage"], r["D"]] = r["sdpa_us"] / r["us"]
+
+    def step(n, D):
+        a, b = rows.get((n - 1, D)), rows.get((n, D))
+        return f"{b / a:.2f}×" if a and b else "—"
+    extra = ""
+    tl = (data.get("stage6") or {}).get("timeline")
+    if tl:
+        import stages.stage6 as s6
+        share = timeline_tensor_share(tl, s6.TILES[tl["D"]][0])
+        on, off = share.get("+ intra-warpgroup overlap"), share.get("+ ping-pong")
+        if on and off:
+            extra = f" ({on['share']:.0%} with the overlap, {off['share']:.0%} without, at D {tl['D']})"
+    lines = ["| stage | the idea | step at D 64 (B16 H16 S2048) | step at D 128 (B4 H16 S8192) | mechanism, and where its evidence is |",
+             "|---|---|---|---|---|"]
+    for n in sorted(STAGE_MECHANISMS):
+        mech = STAGE_MECHANISMS[n] + (extra if n == 6 else "")
+        lines.append(f"| {n} | {stages.get(n).INFO.title} | {step(n, 64)} | {step(n, 128)} | {mech} |")
+    return "\n".join(lines)

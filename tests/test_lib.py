@@ -522,3 +522,20 @@ def test_waterfall_error_bars_span_the_rounds():
     segs = bars.errorbar.lines[2][0].get_segments()
     assert [tuple(s[:, 1]) for s in segs][0] == pytest.approx((80.0, 100.0 * 10 / 9))
     assert tuple(segs[1][:, 1]) == pytest.approx((200.0, 200.0))
+
+
+def test_journey_reading_table():
+    """One row per stage after 0; each step is this stage's speed against SDPA in its own run over
+    the previous stage's; a stage missing at a shape leaves its step and the next one empty."""
+    from lib.notebook import journey_reading_table
+    runs = []
+    for n, (t64, s64) in {0: (1000.0, 10.0), 1: (100.0, 11.0), 2: (50.0, 10.0), 3: (40.0, 10.0),
+                          4: (40.0, 10.0), 5: (10.0, 10.0), 6: (5.0, 10.0)}.items():
+        runs.append({"stage": n, "B": 16, "H": 16, "Sq": 2048, "D": 64, "dtype": "float16", "causal": False,
+                     "us": t64, "sdpa_us": s64})
+    table = journey_reading_table({"runs": runs})
+    lines = table.splitlines()
+    assert len(lines) == 2 + 6
+    assert lines[2].startswith("| 1 |") and "| 11.00× | — |" in lines[2]   # (11/100) / (10/1000)
+    assert "| 1.82× |" in lines[3]                                         # (10/50) / (11/100)
+    assert "| 2.00× |" in lines[7]
