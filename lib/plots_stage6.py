@@ -254,3 +254,66 @@ def plot_stage6_timelines(tl: dict, tiles: int = 10):
         plot_timeline(tl["stamps"][name], tl["consumers"], tiles=tiles, title=name, ax=ax)
     fig.tight_layout()
     return fig
+
+
+def draw_kv_ring(stages: int = 2, positions: int = 6, consumers: int = 2, ax=None):
+    """Stage 6's K ring as a schematic (from the kernel's formulas, not a measurement): one row
+    per buffer b = pos % STAGES, one box per ring position using it (use u = pos / STAGES). At a
+    box's left edge the producer has waited for the buffer's empty barrier (parity (u & 1) ^ 1:
+    the release of position pos − STAGES, or nothing for the first STAGES positions) and started
+    the copy; the full barrier's phase u completes when the bytes land, and the consumers wait
+    on it with parity u & 1. At the right edge every consumer warp has arrived on empty[b]
+    (4 · consumers arrivals), completing its phase u: the producer may refill b for pos + STAGES."""
+    ax = ax or plt.subplots(figsize=(10, 1.2 + 0.7 * stages))[1]
+    for pos in range(positions):
+        b, u = pos % stages, pos // stages
+        y = stages - 1 - b
+        ax.add_patch(plt.Rectangle((pos + 0.05, y + 0.15), stages - 0.1, 0.7, fc=f"C{pos % 10}", alpha=0.25,
+                                   ec="k", lw=0.6))
+        ax.text(pos + 0.1, y + 0.62, f"pos {pos}: tile {pos}, use {u}", fontsize=7, va="center")
+        ax.text(pos + 0.1, y + 0.36, f"wait empty[{b}] ≡ {(u & 1) ^ 1}, full[{b}] ≡ {u & 1}", fontsize=6,
+                va="center", color="0.25")
+        ax.annotate("", xy=(pos + stages - 0.05, y + 0.12), xytext=(pos + 0.05, y + 0.12),
+                    arrowprops={"arrowstyle": "-|>", "lw": 0.6, "color": "0.4"})
+        ax.text(pos + stages - 0.08, y + 0.02, f"{4 * consumers} arrivals: empty[{b}] phase {u}", fontsize=6,
+                ha="right", va="bottom", color="tab:red")
+    ax.set_xlim(0, positions + stages - 1)
+    ax.set_ylim(-0.05, stages)
+    ax.set_yticks([stages - 1 - b + 0.5 for b in range(stages)], [f"buffer {b}" for b in range(stages)])
+    ax.set_xlabel("ring position (the producer's copies, in order); a box spans the positions its buffer is held")
+    ax.set_title(f"K ring, STAGES = {stages}: who waits for which phase (≡ parity), who arrives", fontsize=9)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    return ax
+
+
+def draw_turns(consumers: int = 2, tiles: int = 4, ax=None):
+    """Ping-pong (PINGPONG=1) as a schematic: consumer c issues its products (S of tile j and
+    P·V of tile j − 1) only on its turn — a bar.sync on its named barrier TURN_BAR + c — and then
+    passes the turn to c + 1 with a bar.arrive, running its softmax while the next consumer's
+    products occupy the tensor cores. The last consumer's turn goes back to consumer 0, across
+    work tiles too; consumer 0 takes the final one back when the block ends."""
+    ax = ax or plt.subplots(figsize=(10, 0.8 + 0.6 * consumers))[1]
+    t = 0
+    for j in range(tiles):
+        for c in range(consumers):
+            y = consumers - 1 - c
+            ax.add_patch(plt.Rectangle((t, y + 0.2), 1, 0.6, fc="tab:blue", ec="k", lw=0.5))
+            ax.text(t + 0.5, y + 0.5, f"S{j}" + (f" + P·V{j - 1}" if j else ""), ha="center", va="center",
+                    fontsize=7, color="w")
+            w = max(consumers - 1, 1) - 0.1  # until the consumer's next turn
+            ax.add_patch(plt.Rectangle((t + 1, y + 0.3), w, 0.4, fc="tab:green", ec="k", lw=0.4, alpha=0.7))
+            ax.text(t + 1 + w / 2, y + 0.5, f"softmax {j}", ha="center", va="center", fontsize=6)
+            nxt = (c + 1) % consumers
+            ax.annotate("", xy=(t + 1, consumers - 1 - nxt + 0.5), xytext=(t + 1, y + 0.5),
+                        arrowprops={"arrowstyle": "-|>", "lw": 0.6, "color": "tab:red"})
+            t += 1
+    ax.set_xlim(0, t + consumers)
+    ax.set_ylim(0, consumers)
+    ax.set_yticks([consumers - 1 - c + 0.5 for c in range(consumers)], [f"consumer {c}" for c in range(consumers)])
+    ax.set_xlabel("turns in order (one unit: the products one consumer issues on its turn)")
+    ax.set_title("Ping-pong: blue = products issued on the turn, green = softmax, red = the turn passed on "
+                 "(bar.arrive on the next consumer's TURN_BAR)", fontsize=9)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    return ax
