@@ -228,3 +228,72 @@ def stage1_intensity(B, H, S, D, causal, itemsize=2) -> float | None:
     trips = (1 + 0.5) if causal else (1 + 1)
     nbytes = attention_min_bytes(B, H, S, S, D, itemsize) + trips * ws(B, H, S, S)
     return attention_flops(B, H, S, S, D, causal) / nbytes
+
+
+# --------------------------------------------------------------------------------------------
+# The backward pass (issue 23, stage 8): the float64 reference, and FlashAttention-2's
+# algorithm written out in PyTorch, block by block — the model a backward kernel follows, and
+# checked against the reference here before any kernel exists.
+
+def reference_backward(q, k, v, dout, *, causal=False, scale=None):
+    """(dq, dk, dv) of the reference attention in float64, by autograd: dk and dv of a K/V head
+    summed over the query heads that share it (GQA)."""
+    q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v))
+    reference_attention(q64, k64, v64, causal=causal, scale=scale).backward(dout.to(torch.float64))
+    return q64.grad, k64.grad, v64.grad
+
+
+def attention_lse(q, k, *, causal=False, scale=None, dtype=torch.float64):
+    """Each query row's log-sum-exp of its scaled, masked scores (natural log; −inf for a row
+    that sees no key): what a forward keeps for the backward (FlashAttention's softmax_lse)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    q, k = q.to(dtype), k.to(dtype)
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device, causal), -math.inf)
+    return torch.logsumexp(s, dim=-1)
+
+
+def flash_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, block_m=64, block_n=64,
+                   dtype=torch.float32):
+    """FlashAttention-2's backward, block by block, in `dtype`: D = rowsum(dO ∘ O); then for each
+    block of keys (the outer loop: its dK and dV stay in one place, as a kernel keeps them in
+    registers) and each block of queries (skipped where causal masking hides it whole), recompute
+    S = scale·Q·Kᵀ and P = exp(S − lse) from the saved log-sum-exp, and accumulate
+        dV += Pᵀ·dO,   dP = dO·Vᵀ,   dS = P ∘ (dP − D),   dK += scale·dSᵀ·Q,   dQ += scale·dS·K
+    — dQ across key blocks, which a kernel does with fp32 atomics or in a pass of its own. GQA:
+    a K/V head's dK and dV add up over its group of query heads. Returns (dq, dk, dv) in `dtype`."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    q, k, v, out, dout = (t.to(dtype) for t in (q, k, v, out, dout))
+    lse = lse.to(dtype)
+    B, H, Sq, _ = q.shape
+    Hk, Sk = k.shape[1], k.shape[2]
+    group = H // Hk
+    diag = Sk - Sq if causal == "bottom_right" else 0  # query i sees keys j <= i + diag
+    delta = (dout * out).sum(-1)                        # D, one number per query row
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for j0 in range(0, Sk, block_n):
+        j1 = min(j0 + block_n, Sk)
+        for h in range(H):
+            kj, vj = k[:, h // group, j0:j1], v[:, h // group, j0:j1]
+            for i0 in range(0, Sq, block_m):
+                i1 = min(i0 + block_m, Sq)
+                if causal and j0 > i1 - 1 + diag:
+                    continue  # every key of the block lies past every row's diagonal
+                qi, doi = q[:, h, i0:i1], dout[:, h, i0:i1]
+                s = (qi @ kj.transpose(-1, -2)) * scale
+                if causal:
+                    rows = torch.arange(i0, i1, device=q.device)[:, None]
+                    cols = torch.arange(j0, j1, device=q.device)[None, :]
+                    s = s.masked_fill(cols > rows + diag, -math.inf)
+                # exp(−inf − (−inf)) would be NaN for a row that sees no key: its P is 0
+                lse_i = lse[:, h, i0:i1, None]
+                p = torch.where(torch.isinf(lse_i), torch.zeros_like(s), torch.exp(s - lse_i))
+                dv[:, h // group, j0:j1] += p.transpose(-1, -2) @ doi
+                dp = doi @ vj.transpose(-1, -2)
+                ds = p * (dp - delta[:, h, i0:i1, None])
+                dk[:, h // group, j0:j1] += scale * ds.transpose(-1, -2) @ qi
+                dq[:, h, i0:i1] += scale * ds @ kj
+    return dq, dk, dv
