@@ -1,5 +1,5 @@
-"""The one shared harness of the curriculum: reference and error rule (reference), inputs and
-validation (inputs), timing (timing), NVRTC compile and launch (nvrtc), offline inspection
+"""The one shared harness of the curriculum: reference and error rule, and the backward's
+reference (reference), FP8 scaling and its emulated error (fp8), inputs and validation (inputs), timing (timing), NVRTC compile and launch (nvrtc), offline inspection
 (sass), simulator mode and warp shim (simulator), recorded results (results), plots (plots),
 the main job (bench) and notebook helpers (notebook).
 

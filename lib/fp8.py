@@ -1,0 +1,110 @@
+"""FP8 (e4m3) attention as arithmetic, for stage 7 (issue 25): how the inputs are scaled into
+e4m3's range (one scale per tensor or per block of rows), FlashAttention-3's incoherent
+processing (Q and K rotated by the same random orthogonal matrix, which leaves Q·Kᵀ as it is
+and spreads an outlier over every column), and an emulation of an FP8 forward in PyTorch: the
+products on e4m3 values with fp32 accumulation, the softmax in fp32, P cast to e4m3 (scaled by
+2^8 first, FlashAttention-3's Max_offset, or not). It predicts the error a kernel that does these
+steps makes — a model to hold the kernel against, not a measurement of it.
+
+e4m3 has 3 mantissa bits: a value's rounding is up to 2^-4 of it, against 2^-11 for fp16, and
+the largest finite value is 448. A tensor is stored as x / scale in e4m3 with scale =
+amax / 448, so its largest entry lands at the top of the range."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = float(torch.finfo(E4M3).max)  # 448
+P_OFFSET = 2.0 ** 8  # FlashAttention-3's Max_offset: P in [0, 1] cast as P·2^8, away from e4m3's subnormals
+
+
+def scales(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
+    """The descale factors of x [B, H, S, D] in fp32: one per (batch, head) with block None
+    (per-tensor within a head, as FlashAttention-3's q_descale of shape (batch, heads)), or one
+    per block of `block` rows of a head (block quantization). amax / 448, never 0."""
+    B, H, S, D = x.shape
+    if block is None:
+        amax = x.abs().amax(dim=(2, 3), keepdim=True)
+    else:
+        n = -(-S // block)
+        pad = torch.nn.functional.pad(x.abs(), (0, 0, 0, n * block - S))
+        amax = pad.reshape(B, H, n, block, D).amax(dim=(3, 4)).repeat_interleave(block, dim=2)[:, :, :S, None]
+    return (amax.float() / E4M3_MAX).clamp_min(1e-12)
+
+
+def quantize(x: torch.Tensor, block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x / scale in e4m3, scale): x ≈ q.float() · scale."""
+    s = scales(x, block)
+    return (x.float() / s).to(E4M3), s
+
+
+def dequantize(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return q.float() * s
+
+
+def hadamard(n: int, dtype=torch.float64) -> torch.Tensor:
+    """The n × n Hadamard matrix divided by sqrt(n) (Sylvester's construction, n a power of two):
+    orthogonal, every entry ±1/sqrt(n)."""
+    if n & (n - 1) or n < 1:
+        raise ValueError(f"a Hadamard matrix of order {n}: n must be a power of two")
+    h = torch.ones(1, 1, dtype=dtype)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / math.sqrt(n)
+
+
+def incoherent(q: torch.Tensor, k: torch.Tensor, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q and K multiplied by one random orthogonal M = diag(±1)·H (H: hadamard(D)): (Q·M)·(K·M)ᵀ
+    = Q·Kᵀ exactly in real arithmetic, while an outlier in one column of Q or K is spread evenly
+    over all D columns, so the per-block amax — and with it the rounding of every other entry —
+    shrinks."""
+    D = q.shape[-1]
+    g = torch.Generator().manual_seed(seed)
+    signs = (torch.randint(0, 2, (D,), generator=g) * 2 - 1).to(torch.float64)
+    m = (signs[:, None] * hadamard(D)).to(q.device)
+    return (q.double() @ m).to(q.dtype), (k.double() @ m).to(k.dtype)
+
+
+def fp8_attention(q, k, v, *, causal=False, scale=None, block: int | None = None,
+                  rotate: bool = False, p_offset: bool = True) -> torch.Tensor:
+    """An FP8 forward emulated in PyTorch (fp32 arithmetic on e4m3 values): Q, K, V quantized
+    (per tensor within a head, or per `block` rows), optionally after `incoherent` rotation of Q
+    and K; S = Q·Kᵀ·scale from the dequantized values (an e4m3 × e4m3 product is exact in fp32,
+    the sums are fp32); the softmax's exponentials in fp32 against the row max; P cast to e4m3
+    (times P_OFFSET first with p_offset); O = P·V over the row sum of the unrounded P. Returns O
+    in float32. GQA: K/V heads repeated. Top-left causal masking only (causal True)."""
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if rotate:
+        q, k = incoherent(q, k)
+    if k.shape[1] != q.shape[1]:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    qd, kd, vd = (dequantize(*quantize(t, block)) for t in (q, k, v))
+    s = (qd @ kd.transpose(-1, -2)) * scale
+    if causal:
+        Sq, Sk = q.shape[2], k.shape[2]
+        mask = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~mask, -math.inf)
+    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    l = p.sum(dim=-1, keepdim=True)
+    off = P_OFFSET if p_offset else 1.0
+    p8 = (p * off).to(E4M3).float() / off
+    return (p8 @ vd) / l
+
+
+def outlier_inputs(B, H, S, D, *, seed: int = 0, rate: float = 1e-3, std: float = 10.0):
+    """FlashAttention-3's accuracy inputs (its Table 3): every entry N(0, 1), plus with
+    probability `rate` an outlier N(0, std²) (the paper: N(0, 100)·Bernoulli(0.001)). float32."""
+    g = torch.Generator().manual_seed(seed)
+
+    def one():
+        x = torch.randn(B, H, S, D, generator=g)
+        return x + std * torch.randn(B, H, S, D, generator=g) * (torch.rand(B, H, S, D, generator=g) < rate)
+    return one(), one(), one()
+
+
+def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).pow(2).mean().sqrt().item()
