@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from lib.reference import causal_mask
+
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = float(torch.finfo(E4M3).max)  # 448
 P_OFFSET = 2.0 ** 8  # FlashAttention-3's Max_offset: P in [0, 1] cast as P·2^8, away from e4m3's subnormals
@@ -74,7 +76,8 @@ def fp8_attention(q, k, v, *, causal=False, scale=None, block: int | None = None
     and K; S = Q·Kᵀ·scale from the dequantized values (an e4m3 × e4m3 product is exact in fp32,
     the sums are fp32); the softmax's exponentials in fp32 against the row max; P cast to e4m3
     (times P_OFFSET first with p_offset); O = P·V over the row sum of the unrounded P. Returns O
-    in float32. GQA: K/V heads repeated. Top-left causal masking only (causal True)."""
+    in float32. GQA: K/V heads repeated. causal: False, True (top-left) or "bottom_right"
+    (lib.reference.causal_mask)."""
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if rotate:
@@ -85,9 +88,7 @@ def fp8_attention(q, k, v, *, causal=False, scale=None, block: int | None = None
     qd, kd, vd = (dequantize(*quantize(t, block)) for t in (q, k, v))
     s = (qd @ kd.transpose(-1, -2)) * scale
     if causal:
-        Sq, Sk = q.shape[2], k.shape[2]
-        mask = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device).tril()
-        s = s.masked_fill(~mask, -math.inf)
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device, causal), -math.inf)
     p = torch.exp(s - s.amax(dim=-1, keepdim=True))
     l = p.sum(dim=-1, keepdim=True)
     off = P_OFFSET if p_offset else 1.0

@@ -271,7 +271,7 @@ def flash_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, block_m
     B, H, Sq, _ = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
     group = H // Hk
-    diag = Sk - Sq if causal == "bottom_right" else 0  # query i sees keys j <= i + diag
+    visible = causal_mask(Sq, Sk, q.device, causal) if causal else None
     delta = (dout * out).sum(-1)                        # D, one number per query row
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for j0 in range(0, Sk, block_n):
@@ -280,14 +280,12 @@ def flash_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, block_m
             kj, vj = k[:, h // group, j0:j1], v[:, h // group, j0:j1]
             for i0 in range(0, Sq, block_m):
                 i1 = min(i0 + block_m, Sq)
-                if causal and j0 > i1 - 1 + diag:
+                if causal and not visible[i0:i1, j0:j1].any():
                     continue  # every key of the block lies past every row's diagonal
                 qi, doi = q[:, h, i0:i1], dout[:, h, i0:i1]
                 s = (qi @ kj.transpose(-1, -2)) * scale
                 if causal:
-                    rows = torch.arange(i0, i1, device=q.device)[:, None]
-                    cols = torch.arange(j0, j1, device=q.device)[None, :]
-                    s = s.masked_fill(cols > rows + diag, -math.inf)
+                    s = s.masked_fill(~visible[i0:i1, j0:j1], -math.inf)
                 # exp(−inf − (−inf)) would be NaN for a row that sees no key: its P is 0
                 lse_i = lse[:, h, i0:i1, None]
                 p = torch.where(torch.isinf(lse_i), torch.zeros_like(s), torch.exp(s - lse_i))

@@ -50,3 +50,31 @@ def assert_matches_reference(attention, dtypes, shapes, D, seed, label, **kwargs
                 c = check_output(out, q, k, v, causal=causal)
                 assert c.passed, (f"{label} {dtype} {(B, H, Sq, Sk, D)} causal={causal} "
                                   f"seed {seed}: {c.summary()}")
+
+
+def assert_graph_replays(call, qkv, new_inputs, *, causal, label):
+    """`call(q, k, v)` captured into a CUDA graph (compiled and planned first on the stream that
+    captures, outside the capture), then replayed on each set of `new_inputs` copied into the
+    static q, k, v: every replay's output, NaN-poisoned before it, against the reference."""
+    import math
+
+    import torch
+
+    from lib.reference import check_output
+    q, k, v = qkv
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call(q, k, v)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call(q, k, v)
+    for i, new in enumerate(new_inputs):
+        for t, x in zip((q, k, v), new):
+            t.copy_(x)
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        c = check_output(out, q, k, v, causal=causal)
+        assert c.passed, f"{label}, replay {i}: {c.summary()}"

@@ -1,14 +1,13 @@
 """Stage 6 beyond the shared suite: every schedule variant compiles to what the design says
 (offline, no GPU needed) and computes attention (GPU), inputs with real strides, and the
 timeline build."""
-import math
 import re
 
 import pytest
 import torch
 
 import stages.stage6 as s6
-from conftest import assert_matches_reference, gpu
+from conftest import assert_graph_replays, assert_matches_reference, gpu
 from lib.inputs import make_qkv, poisoned_outputs
 from lib.reference import check_output
 from lib.sass import inspect_cubin, sass_text
@@ -543,22 +542,9 @@ def test_combine_in_block_repeats_and_replays(seed):
     assert check_output(first, q, k, v, causal=False).passed
     other = s6.attention(q, k, v, combine_in_block=False)
     assert (other.float() - first.float()).abs().max().item() < 1e-2
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # planned outside the capture, on the stream that captures
-        s6.attention(q, k, v, combine_in_block=True)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = s6.attention(q, k, v, combine_in_block=True)
-    for i in range(3):
-        for t, x in zip((q, k, v), make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.bfloat16, seed=seed + 1 + i)):
-            t.copy_(x)
-        out.fill_(math.nan)
-        graph.replay()
-        torch.cuda.synchronize()
-        c = check_output(out, q, k, v, causal=False)
-        assert c.passed, f"replay {i}, seed {seed}: {c.summary()}"
+    assert_graph_replays(lambda q, k, v: s6.attention(q, k, v, combine_in_block=True), (q, k, v),
+                         (make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.bfloat16, seed=seed + 1 + i)
+                          for i in range(3)), causal=False, label=f"seed {seed}")
 
 
 def test_combine_in_block_rule():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import stages
-from conftest import cpu_only, gpu, runs_here
+from conftest import assert_graph_replays, cpu_only, gpu, runs_here
 from lib.inputs import (FLOAT_DTYPES, GPUTooOldError, NoBackwardError, make_qkv,
                         poisoned_outputs, validate)
 from lib.reference import check_output
@@ -198,23 +198,9 @@ def test_cuda_graph_capture(n, seed):
     Hk = 2 if mod.INFO.gqa else 4
     q, k, v = make_qkv(2, 4, 100, D, Sk=90, Hkv=Hk, dtype=mod.INFO.dtypes[0], seed=seed)
     q = q.transpose(1, 2).contiguous().transpose(1, 2)  # a strided view, as models capture
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # compile, load and plan outside the capture
-        mod.attention(q, k, v, causal=True)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = mod.attention(q, k, v, causal=True)
-    for _ in range(2):
-        new = make_qkv(2, 4, 100, D, Sk=90, Hkv=Hk, dtype=mod.INFO.dtypes[0])
-        for t, x in zip((q, k, v), new):
-            t.copy_(x)
-        out.fill_(math.nan)
-        graph.replay()
-        torch.cuda.synchronize()
-        c = check_output(out, q, k, v, causal=True)
-        assert c.passed, f"seed {seed}: {c.summary()}"
+    assert_graph_replays(lambda q, k, v: mod.attention(q, k, v, causal=True), (q, k, v),
+                         (make_qkv(2, 4, 100, D, Sk=90, Hkv=Hk, dtype=mod.INFO.dtypes[0]) for _ in range(2)),
+                         causal=True, label=f"seed {seed}")
 
 
 @pytest.mark.parametrize("n", MODULES)
