@@ -44,13 +44,17 @@ def refuse_grad(info: "StageInfo", q, k, v) -> None:
     if torch.is_grad_enabled() and (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
                                     or getattr(v, "requires_grad", False)):
         names = [n for n, t in (("q", q), ("k", k), ("v", v)) if getattr(t, "requires_grad", False)]
+        # A stage whose forward saves the log-sum-exp has a backward for [B, H, S, D] inputs
+        # (stage 8's); only its packed-sequence calls get here.
+        what = (f"stage {info.number}'s attention_varlen (packed sequences) has no backward pass"
+                if info.saves_lse else f"stage {info.number} has no backward pass")
         raise NoBackwardError(
-            f"stage {info.number} has no backward pass, and {', '.join(names)} "
+            f"{what}, and {', '.join(names)} "
             f"require{'s' if len(names) == 1 else ''} grad: its output would have no grad_fn, and "
             "a loss's gradient would silently leave attention out. For inference, call it under "
             "torch.no_grad() or torch.inference_mode() (or pass tensors that do not require "
-            "grad, e.g. .detach()); to train, use torch.nn.functional.scaled_dot_product_attention "
-            "until a stage with a backward exists.")
+            "grad, e.g. .detach()); to train, use a stage with a backward (stages 5 and 8, "
+            "[B, H, S, D] inputs) or torch.nn.functional.scaled_dot_product_attention.")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,9 @@ class StageInfo:
     # multiples of this many bytes (16 for 16-byte vector copies such as cp.async or TMA);
     # 0: any strides whose last dimension is unit-stride.
     align_bytes: int = 0
+    # The kernel takes, as its last argument, a float* where it writes each query row's
+    # log-sum-exp ([B, H, Sq] fp32, natural log; null: not written): what a backward needs.
+    saves_lse: bool = False
     # What the stage's notebook (section 2) predicts at B16 H16 S2048 D64 fp16, full mask,
     # from counting bytes, FLOPs or instructions against the measured ceilings: "tflops" or
     # "speedup" (over the previous stage) as a (low, high) range, and "basis", one line on how.

@@ -296,7 +296,7 @@ _plans: dict = {}
 
 
 def launch_fused(info, source: Path, q, k, v, *, causal, scale, block_q: int, threads: int,
-                 smem: int = 0, defines: tuple = (), varlen=None):
+                 smem: int = 0, defines: tuple = (), varlen=None, lse=None):
     """What the launcher of every fused stage (2 and up) does: validate the inputs, then run
     the stage's kernel `attention_fused` on a 1-D grid of (query tiles of block_q rows) ×
     (batch·heads) with `threads` threads and `smem` bytes of dynamic shared memory. The
@@ -305,7 +305,8 @@ def launch_fused(info, source: Path, q, k, v, *, causal, scale, block_q: int, th
     or an alignment name (lib.inputs.causal_mode: the kernel gets 0, 1 or 2). A stage with
     packed sequences (INFO.varlen) takes two more, the offsets cu_q and cu_k (null for a
     [B, H, S, D] call); `varlen` is then a validated lib.inputs.Varlen, whose views q, k, v
-    are, and whose output is [total_q, H, D].
+    are, and whose output is [total_q, H, D]. A stage whose kernel saves the log-sum-exp
+    (INFO.saves_lse) takes its pointer last: `lse`, a float32 [B, H, Sq] tensor, or null.
 
     A call whose shapes, strides, dtypes, device, causal and scale were seen before reuses
     that call's plan (validation included): only the pointers' alignment is checked again."""
@@ -336,9 +337,13 @@ def launch_fused(info, source: Path, q, k, v, *, causal, scale, block_q: int, th
         cu = (varlen.cu_q.data_ptr(), varlen.cu_k.data_ptr())
     else:
         if plan.trivial:
+            if lse is not None:
+                lse.fill_(-math.inf)  # no key: the log of an empty sum
             return trivial_output(q, k)
         out = new_output(q)
         cu = (0, 0) if info.varlen else ()
+    if info.saves_lse:
+        cu = (*cu, 0 if lse is None else lse.data_ptr())
     launch_prepared(plan.kernel, plan.config,
                     (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *plan.args, *cu))
     return out

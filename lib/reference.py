@@ -243,6 +243,52 @@ def reference_backward(q, k, v, dout, *, causal=False, scale=None):
     return q64.grad, k64.grad, v64.grad
 
 
+def sdpa_backward(q, k, v, dout, *, causal=False, scale=None):
+    """(dq, dk, dv) of PyTorch's SDPA (default backend) by autograd, in the inputs' dtype; its
+    math backend where the default gives non-finite gradients."""
+    def grads():
+        qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        with torch.enable_grad():
+            sdpa(qg, kg, vg, causal=causal, scale=scale).backward(dout)
+        return qg.grad, kg.grad, vg.grad
+    got = grads()
+    if not all(bool(torch.isfinite(g).all()) for g in got):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.MATH):
+            got = grads()
+    return got
+
+
+def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None) -> dict:
+    """Judge (dq, dk, dv) by the error rule of the module docstring, gradient by gradient:
+    at most twice SDPA's own gradient error against float64 autograd of the reference, plus
+    the dtype's rounding at the gradient's magnitude (with float32 sums over the keys for dq and
+    the queries for dk and dv). Returns {"dq": Check, "dk": Check, "dv": Check}."""
+    want = reference_backward(q, k, v, dout, causal=causal, scale=scale)
+    base = sdpa_backward(q, k, v, dout, causal=causal, scale=scale)
+    sums = {"dq": k.shape[2], "dk": q.shape[2], "dv": q.shape[2]}
+    out = {}
+    for name, got, ref, sd in zip(("dq", "dk", "dv"), grads, want, base):
+        if got.shape != ref.shape:
+            raise ValueError(f"{name} has shape {tuple(got.shape)}, expected {tuple(ref.shape)}")
+        g64, s64 = got.to(torch.float64), sd.to(torch.float64)
+        finite = torch.isfinite(g64)
+        nonfinite = int((~finite).sum())
+        err, diff = (g64 - ref).abs(), (g64 - s64).abs()
+        sdpa_err = float((s64 - ref).abs().max()) if ref.numel() else 0.0
+        magnitude = float(ref.abs().max()) if ref.numel() else 0.0
+        tolerance = 2.0 * sdpa_err + dtype_noise(got.dtype, magnitude, q.shape[-1], sums[name])
+        max_err = (float(err.max()) if err.numel() else 0.0) if nonfinite == 0 else math.inf
+        out[name] = Check(
+            passed=nonfinite == 0 and max_err <= tolerance, max_abs_err=max_err,
+            mean_abs_err=float(err[finite].mean()) if 0 < err.numel() and nonfinite < err.numel() else 0.0,
+            sdpa_max_abs_err=sdpa_err, tolerance=tolerance,
+            max_abs_diff_sdpa=(float(diff.max()) if diff.numel() else 0.0) if nonfinite == 0 else math.inf,
+            mean_abs_diff_sdpa=float(diff[finite].mean()) if 0 < diff.numel() and nonfinite < diff.numel() else 0.0,
+            nonfinite=nonfinite)
+    return out
+
+
 def attention_lse(q, k, *, causal=False, scale=None, dtype=torch.float64):
     """Each query row's log-sum-exp of its scaled, masked scores (natural log; −inf for a row
     that sees no key): what a forward keeps for the backward (FlashAttention's softmax_lse)."""

@@ -81,70 +81,15 @@ constexpr int LD_P = BLOCK_K + 8;
 // O reuses Q's place at the end.
 constexpr int SMEM_ELEMS = (BLOCK_Q + 2 * STAGES * BLOCK_K) * LD + (P_IN_REGISTERS ? 0 : BLOCK_Q * LD_P);
 
-// ---- the PTX instructions this stage adds ---------------------------------------------------
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// Copy 16 bytes global → shared without stopping; src_bytes = 0 writes 16 zero bytes instead.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+// ---- the PTX instructions this stage adds: stages/mma.cuh (stage 8 uses them too) ----------
+#include "mma.cuh"
 
-// Four 8×8 matrices of 16-bit elements from shared memory: lanes 8i … 8i + 7 give the row
-// addresses of matrix i; lane t receives row t / 4, elements 2(t % 4) and 2(t % 4) + 1, of
-// each (x.trans: of each transposed).
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const elem_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const elem_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
-// c[4] += a[4] · b[2]: one m16n8k16 tensor-core product, 16-bit inputs, fp32 accumulators.
-// Thread t = 4g + i holds c rows g and g + 8, columns 2i and 2i + 1: c[0], c[1] in row g,
-// c[2], c[3] in row g + 8.
-__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-#ifdef ELEM_BF16
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#endif
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 2^x in one MUFU.EX2. exp2f() adds a range check and two multiplies around it so that results
-// below 2^-126 stay exact (denormals); probabilities that small are 0 for the output anyway, and
-// those extra instructions were about a fifth of the loop's. (.ftz: denormals flush to 0.)
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 // The 2^x of the softmax: FAST_EXP2 0 measures what fast_exp2 saves over exp2f.
 #if FAST_EXP2
 #define EXP2 fast_exp2
 #else
 #define EXP2 exp2f
 #endif
-
-// Two floats → two 16-bit elements in one register (the low half is the first).
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-#ifdef ELEM_BF16
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-#else
-    __half2 h = __floats2half2_rn(lo, hi);
-#endif
-    return *reinterpret_cast<unsigned*>(&h);
-}
 
 // ---- the layout ------------------------------------------------------------------------------
 // Where element (row, col) of a tile with D columns sits: its 16-byte chunk is XOR-ed with
@@ -229,7 +174,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, int Sq, int Sk,
                 float scale_log2, int causal, int H, int group,
                 long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head,
-                int k_row, long long v_batch, long long v_head, int v_row, const int* cu_q, const int* cu_k) {
+                int k_row, long long v_batch, long long v_head, int v_row, const int* cu_q, const int* cu_k,
+                float* lse_out) {
     q_row = row_stride(q_row), k_row = row_stride(k_row), v_row = row_stride(v_row);  // attention.cuh
     extern __shared__ __align__(128) unsigned char smem_raw[];
     elem_t* const q_tile = reinterpret_cast<elem_t*>(smem_raw);
@@ -490,6 +436,15 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
             l += __shfl_xor_sync(0xffffffff, l, 2);
             const float inv_l = inv_sum(l);
             const int r = warp * WARP_Q + 16 * m + g + 8 * h;
+#if !VARLEN
+            // What the backward needs (stage 8): the row's log-sum-exp of the scaled scores, in
+            // natural units, −∞ for a row that sees no key. row_max is of the raw scores and
+            // scale_log2 > 0 here (a negative scale negated Q above): ln Σ e^(s·scale) =
+            // (max·scale_log2 + log2 l)·ln 2. [B, H, Sq] fp32; null when not asked for.
+            if (lse_out != nullptr && i4 == 0 && q0 + r < Sq)
+                lse_out[(size_t)bh * Sq + q0 + r] =
+                    l > 0.0f ? (row_max[m][h] * scale_log2 + __log2f(l)) * 0.6931471805599453f : NEG_INF;
+#endif
 #pragma unroll
             for (int n = 0; n < NT_O; ++n)
                 *reinterpret_cast<unsigned*>(o_tile + at(r, n * 8) + 2 * i4) =

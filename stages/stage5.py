@@ -20,7 +20,7 @@ lengths through `attention_varlen` (FlashAttention's flash_attn_varlen_func: q, 
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import torch
@@ -46,10 +46,11 @@ INFO = StageInfo(
     min_cc=(8, 0),
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
-    sources=("stages/stage5.py", "stages/stage5.cu", "stages/attention.cuh"),
+    sources=("stages/stage5.py", "stages/stage5.cu", "stages/mma.cuh", "stages/attention.cuh"),
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
     varlen=True,
+    saves_lse=True,  # for stage 8's backward
     align_bytes=16,  # 16-byte cp.async copies: pointers and batch/head/seq strides too
     # At D128 the 32-row warps with 64-key tiles need more than 255 registers, and ptxas spills
     # a few bytes (20 with NVRTC 13.0, up to 88 with 13.4). Measured on the H100 they are still
@@ -180,7 +181,7 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
 
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, tiles=None, swizzle=True,
-              ideas=None):
+              ideas=None, lse=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
     place with their strides; output a new contiguous tensor in q's dtype. `tiles` = (BLOCK_Q,
@@ -190,14 +191,25 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, tiles=None, 
     `causal` may also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be
     SDPA's causal bias, causal_upper_left(Sq, Sk) or causal_lower_right(Sq, Sk)
     (lib.inputs.causal_mode). Packed sequences of
-    different lengths: attention_varlen."""
+    different lengths: attention_varlen.
+    Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
+    runs stage 8's backward (stages/stage8.py); `lse`, a float32 [B, H, Sq] tensor, receives
+    the rows' log-sum-exp that backward needs."""
     causal = causal_from_mask(causal, attn_mask, q, k, INFO)
+    if lse is None and torch.is_grad_enabled() and any(
+            getattr(t, "requires_grad", False) for t in (q, k, v)):
+        from stages import stage8  # the stage that has the backward
+        return stage8.with_grad(partial(attention, tiles=tiles, swizzle=swizzle, ideas=ideas),
+                                q, k, v, causal=causal, scale=scale)
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None
     cfg = config(D if D in TILES else 64, tiles and tuple(tiles), swizzle,
                  _ideas_key(ideas) if ideas else ())
-    return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale, **cfg)
+    if lse is not None and (not isinstance(lse, torch.Tensor) or lse.dtype != torch.float32
+                            or not lse.is_contiguous() or tuple(lse.shape) != tuple(q.shape[:3])):
+        raise ValueError(f"lse must be a contiguous float32 [B, H, Sq] = {list(q.shape[:3])} tensor")
+    return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale, lse=lse, **cfg)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,

@@ -192,7 +192,7 @@ def test_tiny_llama_with_every_stage(dtype):
 
 
 @gpu
-@pytest.mark.parametrize("n", [5, 6])
+@pytest.mark.parametrize("n", [6])
 def test_training_through_a_stage_is_refused(n):
     """issue 23: a model in train() mode with grad on runs attention on inputs that require
     grad. With no backward, the stage refuses the call (the layer's q/k/v projections would
@@ -216,6 +216,40 @@ def test_training_through_a_stage_is_refused(n):
             assert torch.isfinite(model(ids, use_cache=False).logits).all()
     finally:
         hf.set_attention(model, "sdpa")
+
+
+@gpu
+def test_training_step_through_stage5(seed):
+    """issue 23: one training step of the tiny Llama (GQA) in bf16 through stage 5, whose
+    backward is stage 8's: the loss as SDPA's, and every parameter's gradient within the error
+    rule against a float64 copy of the model run with SDPA (at most twice bf16 SDPA's own
+    error, plus bf16 rounding at the gradient's magnitude)."""
+    model = hf.tiny_llama(torch.bfloat16, "cuda", seed=seed % 1000)
+    model.train()
+    ref = hf._float64_copy(model).train()
+    ids = torch.randint(0, model.config.vocab_size, (2, 93), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(seed))
+
+    def grads(m, name):
+        hf.set_attention(m, name)
+        m.zero_grad(set_to_none=True)
+        loss = m(ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        return float(loss), {n: p.grad.double() for n, p in m.named_parameters()}
+
+    name = hf.register([5])[0]
+    try:
+        loss_ref, g_ref = grads(ref, "sdpa")
+        loss_sdpa, g_sdpa = grads(model, "sdpa")
+        loss_stage, g_stage = grads(model, name)
+    finally:
+        hf.set_attention(model, "sdpa")
+    assert abs(loss_stage - loss_ref) <= 2 * abs(loss_sdpa - loss_ref) + 1e-2, (loss_stage, loss_sdpa, loss_ref)
+    eps = torch.finfo(torch.bfloat16).eps
+    for n, want in g_ref.items():
+        err = float((g_stage[n] - want).abs().max())
+        tol = 2 * float((g_sdpa[n] - want).abs().max()) + eps * float(want.abs().max())
+        assert err <= tol, f"{n}: max|stage 5 − float64| {err:.3e} > {tol:.3e} (seed {seed})"
 
 
 @gpu

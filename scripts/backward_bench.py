@@ -1,0 +1,122 @@
+"""Time stage 8's backward against SDPA's (its default backend, cuDNN on an H100, and its
+FLASH_ATTENTION backend, FlashAttention-2) in interleaved rounds, at the issue's shapes, after
+checking stage 8's gradients against float64 autograd (on one batch entry and two heads of each
+shape, every sequence length as timed) — and again after timing.
+
+    python scripts/backward_bench.py            # print the table
+    python scripts/backward_bench.py --record   # and store it under "backward" in results/<gpu>.json
+
+Each side's time is one whole backward: stage 8's preprocess (δ, lse in log2 units), kernel
+and postprocess (dQ to q's dtype); SDPA's autograd backward of one forward call (whatever
+kernels that backend runs). TFLOPS count 2.5 times the forward's FLOPs (the backward's five
+products against the forward's two), as FlashAttention's papers do.
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from lib import results as R  # noqa: E402
+from lib.inputs import make_qkv  # noqa: E402
+from lib.reference import attention_flops, check_gradients  # noqa: E402
+from lib.simulator import HAS_GPU  # noqa: E402
+from lib.timing import time_interleaved  # noqa: E402
+from stages import stage5, stage8  # noqa: E402
+
+# (B, H, S, D): the anchors' shapes (shared/anchors/h100_backward_fp8.json)
+SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]
+BACKENDS = {"SDPA default": None, "SDPA FLASH": SDPBackend.FLASH_ATTENTION}
+
+
+def forward_with_lse(q, k, v, causal):
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    return stage5.attention(q, k, v, causal=causal, lse=lse), lse
+
+
+def check(B, H, S, D, causal, dtype, seed) -> bool:
+    """Stage 8's gradients on a slice of the shape (B1 H2, the same lengths) by the error rule."""
+    q, k, v = make_qkv(1, 2, S, D, dtype=dtype, seed=seed)
+    dout = torch.randn_like(q)
+    out, lse = forward_with_lse(q, k, v, causal)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)
+    checks = check_gradients(grads, q, k, v, dout, causal=causal)
+    for name, c in checks.items():
+        print(f"   check B1 H2 S{S} D{D} {'causal' if causal else 'full'} {name}: {c.summary()}", flush=True)
+    return all(c.passed for c in checks.values())
+
+
+def sdpa_backward_call(q, k, v, dout, causal, backend):
+    """A callable running SDPA's backward of one forward (made once, graph kept); None when the
+    backend cannot take these inputs."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    try:
+        if backend is None:
+            out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+        else:
+            with sdpa_kernel(backend):
+                out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+    except RuntimeError:
+        return None
+    return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--record", action="store_true", help="store the rows under 'backward' in results/<gpu>.json")
+    ap.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    if not HAS_GPU:
+        ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU and none was found\n")
+    dtype = getattr(torch, a.dtype)
+    rows, ok = [], True
+    for B, H, S, D in SHAPES:
+        for causal in (False, True):
+            t0 = time.time()
+            seed = torch.randint(0, 2**31 - 1, ()).item()
+            ok &= check(B, H, S, D, causal, dtype, seed)
+            q, k, v = make_qkv(B, H, S, D, dtype=dtype, seed=seed)
+            dout = torch.randn_like(q)
+            out, lse = forward_with_lse(q, k, v, causal)
+            fns = {"stage 8": lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)}
+            fns.update({name: sdpa_backward_call(q, k, v, dout, causal, b) for name, b in BACKENDS.items()})
+            t = time_interleaved(fns, rounds=a.rounds, budget_s=2.0)
+            flops = 2.5 * attention_flops(B, H, S, S, D, causal)
+            row = {"stage": 8, "B": B, "H": H, "S": S, "D": D, "causal": causal, "dtype": a.dtype,
+                   "us": t["stage 8"].median_us, "tflops": flops / t["stage 8"].median_us / 1e6,
+                   "round_medians_us": t["stage 8"].round_medians_us}
+            for name in BACKENDS:
+                if name in t:
+                    key = name.split()[1].lower()
+                    row[f"sdpa_{key}_us"] = t[name].median_us
+                    row[f"sdpa_{key}_round_medians_us"] = t[name].round_medians_us
+            rows.append(row)
+            print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full  '}: stage 8 {row['us']:9,.1f} µs "
+                  f"({row['tflops']:5.1f} TFLOPS); SDPA default {row.get('sdpa_default_us', 0):9,.1f} µs "
+                  f"(stage 8 {row.get('sdpa_default_us', 0) / row['us']:.2f}x its speed); FLASH "
+                  f"{row.get('sdpa_flash_us', 0):9,.1f} µs ({row.get('sdpa_flash_us', 0) / row['us']:.2f}x) "
+                  f"[{time.time() - t0:.0f} s]", flush=True)
+            del q, k, v, dout, out, lse, fns
+            ok &= check(B, H, S, D, causal, dtype, seed + 1)  # validated again after timing
+    print("\n| shape | causal | stage 8 µs | TFLOPS | SDPA default µs | × SDPA default | SDPA FLASH µs | × SDPA FLASH |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | {r['us']:,.0f} | "
+              f"{r['tflops']:.0f} | {r.get('sdpa_default_us', 0):,.0f} | {r.get('sdpa_default_us', 0) / r['us']:.2f} | "
+              f"{r.get('sdpa_flash_us', 0):,.0f} | {r.get('sdpa_flash_us', 0) / r['us']:.2f} |")
+    if a.record and not ok:
+        print("not recorded: a gradient check failed", file=sys.stderr)
+    elif a.record:
+        env = R.capture_env()
+        shas = {str(n): R.stage_sha256(m.INFO) for n, m in ((5, stage5), (8, stage8))}
+        path = R.save_extra(env["gpu"], "backward", {"env": env, "sha256": shas, "rows": rows})
+        print(f"recorded in {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Stage 8 — the backward pass (FlashAttention-2's algorithm, mma.sync), CUDA C++ through NVRTC.
+
+`attention_backward(q, k, v, out, dout, lse)` gives (dq, dk, dv) from the forward's inputs,
+its output, the output's gradient and the row log-sum-exp the forward saved
+(stages/stage8.cu says how). Three steps, timed together:
+  1. preprocess (PyTorch): δ = rowsum(dO ∘ O) in float32, and lse in log2 units; both padded
+     to whole query blocks (lse with +∞, so padded rows get P = 0);
+  2. the kernel: one block per BLOCK_N keys of a (batch, K/V head) — dK and dV in registers,
+     dQ added up in float32 by atomics;
+  3. postprocess (PyTorch): dQ converted to q's dtype.
+
+Autograd: `attention(q, k, v, causal=..., scale=...)` is stage 5's forward, saving the
+log-sum-exp, whose output has a grad_fn that runs this backward; stage 5's own `attention`
+takes the same path when an input requires grad (`with_grad`). GQA sums dK and dV over each
+group of query heads; causal works in both alignments; any length.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from lib import nvrtc
+from lib.inputs import StageInfo, causal_from_mask, causal_mode, validate
+
+SOURCE = Path(__file__).with_suffix(".cu")
+# (BLOCK_N keys per block: 16 per warp, BLOCK_M queries per step) per head dim. At D 128 a
+# warp's dK and dV take 128 accumulator registers; with 64 queries per step, Sᵀ and dPᵀ
+# another 64 and ptxas spills (132 B), so D 128 steps 32 queries at a time.
+TILES = {64: (64, 64), 128: (64, 32)}
+
+INFO = StageInfo(
+    number=8,
+    slug="backward",
+    title="The backward pass",
+    adds="Gradients: dQ, dK and dV recomputed tile by tile from the saved log-sum-exp "
+         "(FlashAttention-2's backward), dK and dV held per key block, dQ summed by atomics.",
+    backend="nvrtc",
+    min_cc=(8, 0),
+    dtypes=(torch.float16, torch.bfloat16),
+    head_dims=(64, 128),
+    sources=("stages/stage8.py", "stages/stage8.cu", "stages/mma.cuh", "stages/attention.cuh"),
+    gqa=True,
+    causal_alignments=("top_left", "bottom_right"),
+    align_bytes=16,  # 16-byte cp.async copies of Q, K, V and dO
+)
+
+
+def smem_bytes(head_dim: int, block_n: int, block_m: int) -> int:
+    """Dynamic shared memory of one block (stages/stage8.cu: SMEM_BYTES_NEEDED): K and V, two
+    buffers each of Q and dO, the dSᵀ tile, and two buffers each of lse and δ."""
+    return (2 * block_n * head_dim + 4 * block_m * head_dim + block_n * block_m) * 2 + 4 * block_m * 4
+
+
+@lru_cache(maxsize=None)
+def config(head_dim: int, tiles: tuple[int, int] | None = None) -> dict:
+    bn, bm = tiles or TILES[head_dim]
+    return {"block_n": bn, "block_m": bm, "threads": 32 * bn // 16,
+            "smem": smem_bytes(head_dim, bn, bm), "defines": (("BLOCK_N", bn), ("BLOCK_M", bm))}
+
+
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None):
+    """The kernel built for `arch` (no GPU needed), for reading its ptxas log and SASS."""
+    cfg = config(head_dim, tiles and tuple(tiles))
+    return {"attention_backward": nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
+                                                      defines=dict(cfg["defines"]))}
+
+
+def _aligned(t: torch.Tensor, align: int = 16) -> bool:
+    item = t.element_size()
+    return (t.stride(-1) == 1 and t.data_ptr() % align == 0
+            and all(s * item % align == 0 for s in t.stride()[:-1]))
+
+
+def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None):
+    """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
+    output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
+    that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
+    summed over each group of query heads). New contiguous tensors in q's dtype. No gradient
+    of these gradients: a second backward raises (once_differentiable)."""
+    with torch.no_grad():
+        return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale)
+
+
+def _backward(q, k, v, out, dout, lse, *, causal, scale):
+    scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
+    B, H, Sq, D = q.shape
+    Hk, Sk = k.shape[1], k.shape[2]
+    mode = causal_mode(causal, Sq, Sk, INFO)
+    for name, t in (("out", out), ("dout", dout)):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(q.shape):
+            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, Sq):
+        raise ValueError(f"lse must be a [B, H, Sq] = {[B, H, Sq]} tensor (the forward's "
+                         "row log-sum-exp)")
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk = torch.zeros(k.shape, dtype=q.dtype, device=q.device)
+    dv = torch.zeros(v.shape, dtype=q.dtype, device=q.device)
+    if B * H * Sq * Sk * D == 0:
+        return dq.to(q.dtype), dk, dv
+    if not _aligned(dout):  # autograd may hand a broadcast or strided gradient
+        dout = dout.contiguous()
+    cfg = config(D)
+    bn, bm = cfg["block_n"], cfg["block_m"]
+    sq_pad = (Sq + bm - 1) // bm * bm
+    # Preprocess: δ and lse·log2(e), padded to whole query blocks.
+    delta = torch.zeros((B, H, sq_pad), dtype=torch.float32, device=q.device)
+    delta[..., :Sq] = (dout.float() * out.float()).sum(-1)
+    lse2 = torch.full((B, H, sq_pad), math.inf, dtype=torch.float32, device=q.device)
+    lse2[..., :Sq] = torch.where(torch.isneginf(lse), math.inf, lse.float() * math.log2(math.e))
+    n_blocks = (Sk + bn - 1) // bn * B * Hk
+    nvrtc.check_grid_x("stage 8", n_blocks)
+    kern = nvrtc.stage_kernels(SOURCE, ("attention_backward",), q.dtype, D, max_dynamic_smem=cfg["smem"],
+                               defines=cfg["defines"])["attention_backward"]
+    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2.data_ptr(), delta.data_ptr(),
+            dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), np.int32(Sq), np.int32(Sk), np.int32(sq_pad),
+            np.float32(scale * math.log2(math.e)), np.float32(scale), np.int32(mode), np.int32(H),
+            np.int32(H // Hk), *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v),
+            *nvrtc.layout_args(dout))
+    nvrtc.launch_prepared(kern, nvrtc.launch_config((n_blocks, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]), args)
+    return dq.to(q.dtype), dk, dv  # postprocess: dQ's float32 sum in q's dtype
+
+
+def grad_wanted(q, k, v) -> bool:
+    """Grad mode is on and q, k or v requires grad: the forward must keep what the backward needs."""
+    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
+
+
+class _Attention(torch.autograd.Function):
+    """A forward that saves the log-sum-exp, and this stage's backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, forward, causal, scale):
+        B, H, Sq, _ = q.shape
+        lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+        out = forward(q, k, v, causal=causal, scale=scale, lse=lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = attention_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale)
+        return dq, dk, dv, None, None, None
+
+
+def with_grad(forward, q, k, v, *, causal, scale):
+    """forward(q, k, v, causal=, scale=, lse=) — a forward that writes the log-sum-exp into
+    `lse` — run so that its output has a grad_fn whose backward is this stage's."""
+    return _Attention.apply(q, k, v, forward, causal, scale)
+
+
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True): stage 5's forward, and when an input requires grad an output whose
+    grad_fn runs this stage's backward."""
+    from stages import stage5
+    return stage5.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)

@@ -1,0 +1,169 @@
+"""Stage 8, the backward pass (issue 23), and autograd through stage 5: gradients against
+float64 autograd of the reference, by the error rule (lib.reference.check_gradients), on fresh
+random inputs at odd sizes, GQA, both causal alignments and strided views."""
+import pytest
+import torch
+
+from conftest import gpu
+from lib.inputs import make_qkv
+from lib.reference import attention_lse, check_gradients
+from stages import stage5, stage8
+
+# (B, H, H_kv, Sq, Sk, D, causal): one element; partial tiles everywhere; GQA 2, 4 and 16;
+# bottom-right with Sq > Sk (rows that see no key); a K/V ring of many query blocks.
+SHAPES = [
+    (1, 1, 1, 1, 1, 64, False),
+    (2, 4, 2, 37, 45, 64, True),
+    (1, 8, 2, 129, 67, 128, "bottom_right"),
+    (1, 4, 1, 200, 130, 64, "bottom_right"),
+    (2, 2, 2, 64, 64, 128, False),
+    (1, 16, 1, 77, 300, 128, True),
+    (1, 2, 2, 333, 333, 64, True),
+]
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_compiles_offline_without_spills(D, dtype):
+    """The kernel builds for Hopper without a GPU, and ptxas spills nothing."""
+    use = stage8.compile_for("sm_90a", dtype, D)["attention_backward"].resource_usage()["attention_backward"]
+    assert use["spill_stores"] == 0 and use["spill_loads"] == 0, use
+    assert use["registers"] <= 255
+
+
+def _run(B, H, Hk, Sq, Sk, D, causal, dtype, seed, *, scale=None, strided=False):
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dtype, seed=seed)
+    if strided:  # a model's [B, S, H, D] tensors seen as [B, H, S, D]
+        q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=dtype)
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
+    out = stage5.attention(q, k, v, causal=causal, scale=scale, lse=lse)
+    return q, k, v, out, dout, lse
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_backward_matches_reference(shape, dtype, seed):
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v, out, dout, lse = _run(*shape, dtype, seed)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)
+    for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
+        assert c.passed, f"{name} {shape} {dtype} seed {seed}: {c.summary()}"
+
+
+@gpu
+def test_backward_strided_and_negative_scale(seed):
+    """Views with a model's strides, read in place, and a negative scale."""
+    for scale in (None, -0.3):
+        shape = (2, 4, 2, 90, 70, 64, True)
+        q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed, scale=scale, strided=True)
+        assert q.stride(2) != q.shape[3]
+        grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=True, scale=scale)
+        for name, c in check_gradients(grads, q, k, v, dout, causal=True, scale=scale).items():
+            assert c.passed, f"{name} scale {scale} seed {seed}: {c.summary()}"
+
+
+@gpu
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+def test_forward_saves_the_log_sum_exp(causal, seed):
+    """Stage 5's lse against the float64 log-sum-exp (−∞ exactly where a row sees no key)."""
+    q, k, v, out, dout, lse = _run(2, 4, 2, 150, 97, 64, causal, torch.float16, seed)
+    want = attention_lse(q, k, causal=causal)
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(want))
+    fin = torch.isfinite(want)
+    assert float((lse.double()[fin] - want[fin]).abs().max()) < 1e-4, seed
+
+
+@gpu
+@pytest.mark.parametrize("entry", ["stage5", "stage8"])
+def test_autograd_through_the_stages(entry, seed):
+    """attention() on inputs that require grad: an output with a grad_fn whose backward gives
+    the reference's gradients; the same call under no_grad gives a plain output; a second
+    backward through the gradients raises instead of returning something wrong."""
+    mod = {"stage5": stage5, "stage8": stage8}[entry]
+    for causal in (False, True):
+        q, k, v = make_qkv(2, 8, 75, 128, Sk=75, Hkv=2, dtype=torch.bfloat16, seed=seed)
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = mod.attention(*leaves, causal=causal)
+        assert out.grad_fn is not None
+        dout = torch.randn_like(out)
+        out.backward(dout)
+        grads = [t.grad for t in leaves]
+        for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
+            assert c.passed, f"{entry} {name} causal={causal} seed {seed}: {c.summary()}"
+        with torch.no_grad():
+            assert mod.attention(*leaves, causal=causal).grad_fn is None
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = mod.attention(*leaves)
+    (g,) = torch.autograd.grad(out.sum(), leaves[0], create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()
+
+
+@gpu
+def test_only_some_inputs_require_grad(seed):
+    """A gradient only where one is asked for: k alone requires grad. dK does not go through
+    atomics, so it is the same bits as a direct call of the backward, and it passes the rule."""
+    q, k, v = make_qkv(1, 4, 50, 64, dtype=torch.float16, seed=seed)
+    kq = k.clone().requires_grad_(True)
+    out = stage5.attention(q, kq, v, causal=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    stage5.attention(q, k, v, causal=True, lse=lse)
+    grads = stage8.attention_backward(q, k, v, out.detach(), dout, lse, causal=True)
+    assert torch.equal(kq.grad, grads[1])
+    c = check_gradients(grads, q, k, v, dout, causal=True)["dk"]
+    assert c.passed, f"seed {seed}: {c.summary()}"
+
+
+@gpu
+def test_bad_backward_inputs_are_refused():
+    q, k, v, out, dout, lse = _run(1, 2, 2, 10, 10, 64, False, torch.float16, 1)
+    with pytest.raises(ValueError, match="dout"):
+        stage8.attention_backward(q, k, v, out, dout[:, :, :5], lse)
+    with pytest.raises(ValueError, match="lse"):
+        stage8.attention_backward(q, k, v, out, dout, lse[:, :1])
+    with pytest.raises(ValueError, match="lse"):
+        stage5.attention(q, k, v, lse=lse.double())
+
+
+@gpu
+def test_empty_inputs_give_empty_or_zero_gradients():
+    q, k, v = make_qkv(1, 2, 0, 64, Sk=5, dtype=torch.float16)
+    lse = torch.empty((1, 2, 0), device="cuda")
+    dq, dk, dv = stage8.attention_backward(q, k, v, torch.empty_like(q), torch.empty_like(q), lse)
+    assert dq.shape == q.shape and dk.shape == k.shape and not dk.any() and not dv.any()
+
+
+@gpu
+def test_packed_sequences_with_grad_are_refused():
+    """attention_varlen has no backward yet: a clear error, not a detached output."""
+    from lib.inputs import NoBackwardError, offsets_tensor
+    q, k, v = (torch.randn(30, 2, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    cu = offsets_tensor([0, 12, 30], "cuda")
+    with pytest.raises(NoBackwardError, match="attention_varlen"):
+        stage5.attention_varlen(q.requires_grad_(True), k, v, cu, cu, 18, 18)
+
+
+def test_launch_arguments_match_kernel_signature(monkeypatch):
+    """What attention_backward passes has the count and sizes of the kernel's parameters (read
+    from its cubin, no GPU): pointers, sizes, scale, causal, heads and four tensors' strides —
+    q's and dout's own (a strided dout is read in place too)."""
+    from lib import inputs, nvrtc
+    from test_stages import _arg_size, _param_sizes
+    launches = []
+    monkeypatch.setattr(stage8, "validate", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(nvrtc, "stage_kernels", lambda source, names, *a, **kw: {k: k for k in names})
+    monkeypatch.setattr(nvrtc, "launch_prepared", lambda kernel, config, params: launches.append((config, params)))
+    q, k, v = make_qkv(2, 4, 40, 64, Sk=33, Hkv=2, dtype=torch.float16, device="cpu")
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    dout = torch.randn(2, 40, 4, 64, dtype=torch.float16).transpose(1, 2)
+    stage8.attention_backward(q, k, v, torch.randn_like(q), dout, torch.zeros(2, 4, 40), causal=True)
+    (config, params), = launches
+    want = _param_sizes(stage8, torch.float16, 64)["attention_backward"]
+    assert [_arg_size(a) for a in params] == want
+    assert params[3] == dout.data_ptr() and [int(s) for s in params[-3:]] == list(dout.stride()[:3])
+    assert config.grid == (-(-33 // stage8.TILES[64][0]) * 2 * 2, 1, 1)
