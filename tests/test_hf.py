@@ -235,7 +235,7 @@ def test_training_step_through_stage5(seed):
         m.zero_grad(set_to_none=True)
         loss = m(ids, labels=ids, use_cache=False).loss
         loss.backward()
-        return float(loss), {n: p.grad.double() for n, p in m.named_parameters()}
+        return float(loss.detach()), {n: p.grad.double() for n, p in m.named_parameters()}
 
     name = hf.register([5])[0]
     try:
