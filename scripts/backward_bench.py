@@ -49,6 +49,19 @@ def check(B, H, S, D, causal, dtype, seed) -> bool:
     return all(c.passed for c in checks.values())
 
 
+def variants(D):
+    """(label, keyword arguments) of every build stage 8 offers besides its own: each tile
+    choice with dQ by atomics and by its own pass."""
+    out = []
+    for tiles in stage8.CHOICES:
+        for atomics in stage8.SWITCHES["DQ_ATOMICS"]:
+            cfg = stage8.config(D)
+            if (tiles, atomics) == ((cfg["block_n"], cfg["block_m"]), cfg["dq_atomics"]):
+                continue
+            out.append((f"{tiles} {'dQ atomics' if atomics else 'dQ pass'}", {"tiles": tiles, "dq_atomics": atomics}))
+    return out
+
+
 def sdpa_backward_call(q, k, v, dout, causal, backend):
     """A callable running SDPA's backward of one forward (made once, graph kept); None when the
     backend cannot take these inputs."""
@@ -69,6 +82,8 @@ def main() -> int:
     ap.add_argument("--record", action="store_true", help="store the rows under 'backward' in results/<gpu>.json")
     ap.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--variants", action="store_true",
+                    help="also time every other tile choice and the dQ switch (stage8.CHOICES, SWITCHES)")
     a = ap.parse_args()
     if not HAS_GPU:
         ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU and none was found\n")
@@ -83,12 +98,18 @@ def main() -> int:
             dout = torch.randn_like(q)
             out, lse = forward_with_lse(q, k, v, causal)
             fns = {"stage 8": lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)}
+            for label, kw in (variants(D) if a.variants else []):
+                fns[label] = (lambda kw=kw: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw))
             fns.update({name: sdpa_backward_call(q, k, v, dout, causal, b) for name, b in BACKENDS.items()})
             t = time_interleaved(fns, rounds=a.rounds, budget_s=2.0)
             flops = 2.5 * attention_flops(B, H, S, S, D, causal)
             row = {"stage": 8, "B": B, "H": H, "S": S, "D": D, "causal": causal, "dtype": a.dtype,
                    "us": t["stage 8"].median_us, "tflops": flops / t["stage 8"].median_us / 1e6,
-                   "round_medians_us": t["stage 8"].round_medians_us}
+                   "round_medians_us": t["stage 8"].round_medians_us,
+                   "variants": {label: {"us": t[label].median_us, "round_medians_us": t[label].round_medians_us}
+                                for label, _ in (variants(D) if a.variants else [])}}
+            for label, v_ in row["variants"].items():
+                print(f"   {label:34s} {v_['us']:10,.1f} µs ({t['stage 8'].median_us / v_['us']:.2f}x the stage's build)")
             for name in BACKENDS:
                 if name in t:
                     key = name.split()[1].lower()

@@ -32,6 +32,11 @@ SOURCE = Path(__file__).with_suffix(".cu")
 # warp's dK and dV take 128 accumulator registers; with 64 queries per step, Sᵀ and dPᵀ
 # another 64 and ptxas spills (132 B), so D 128 steps 32 queries at a time.
 TILES = {64: (64, 64), 128: (64, 32)}
+CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
+# The kernel's compile-time switch: dQ summed by float32 atomics in the dK/dV kernel (1), or
+# computed by a pass of its own, attention_backward_dq (0). The first value is the stage's build.
+SWITCHES = {"DQ_ATOMICS": (1, 0)}
+DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
 
 INFO = StageInfo(
     number=8,
@@ -53,24 +58,40 @@ INFO = StageInfo(
 )
 
 
-def smem_bytes(head_dim: int, block_n: int, block_m: int) -> int:
-    """Dynamic shared memory of one block (stages/stage8.cu: SMEM_BYTES_NEEDED): K and V, two
-    buffers each of Q and dO, the dSᵀ tile, and two buffers each of lse and δ."""
-    return (2 * block_n * head_dim + 4 * block_m * head_dim + block_n * block_m) * 2 + 4 * block_m * 4
+def smem_bytes(head_dim: int, block_n: int, block_m: int, dq_atomics: int = 1) -> int:
+    """Dynamic shared memory of one dK/dV block (stages/stage8.cu: SMEM_BYTES_NEEDED): K and V,
+    two buffers each of Q and dO, the dSᵀ tile (with dQ atomics), two buffers each of lse and δ."""
+    ds = block_n * block_m if dq_atomics else 0
+    return (2 * block_n * head_dim + 4 * block_m * head_dim + ds) * 2 + 4 * block_m * 4
+
+
+def dq_smem_bytes(head_dim: int) -> int:
+    """Dynamic shared memory of one block of the dQ pass: Q and dO, two K and two V tiles."""
+    return (2 * DQ_ROWS + 4 * DQ_KEYS) * head_dim * 2
 
 
 @lru_cache(maxsize=None)
-def config(head_dim: int, tiles: tuple[int, int] | None = None) -> dict:
+def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int | None = None) -> dict:
+    """Launch settings and defines for one choice of tiles and of the dQ switch (defaults: the
+    stage's build)."""
     bn, bm = tiles or TILES[head_dim]
-    return {"block_n": bn, "block_m": bm, "threads": 32 * bn // 16,
-            "smem": smem_bytes(head_dim, bn, bm), "defines": (("BLOCK_N", bn), ("BLOCK_M", bm))}
+    if (bn, bm) not in CHOICES:
+        raise ValueError(f"tiles must be one of {CHOICES}, got {(bn, bm)}")
+    dq_atomics = SWITCHES["DQ_ATOMICS"][0] if dq_atomics is None else int(dq_atomics)
+    if dq_atomics not in SWITCHES["DQ_ATOMICS"]:
+        raise ValueError(f"dq_atomics must be one of {SWITCHES['DQ_ATOMICS']}, got {dq_atomics!r}")
+    defines = (("BLOCK_N", bn), ("BLOCK_M", bm), ("DQ_ATOMICS", dq_atomics))
+    return {"block_n": bn, "block_m": bm, "threads": 32 * bn // 16, "dq_atomics": dq_atomics,
+            "smem": smem_bytes(head_dim, bn, bm, dq_atomics), "dq_smem": dq_smem_bytes(head_dim),
+            "defines": defines}
 
 
-def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None):
-    """The kernel built for `arch` (no GPU needed), for reading its ptxas log and SASS."""
-    cfg = config(head_dim, tiles and tuple(tiles))
-    return {"attention_backward": nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
-                                                      defines=dict(cfg["defines"]))}
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, dq_atomics=None):
+    """The kernels built for `arch` (no GPU needed), for reading their ptxas log and SASS."""
+    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics)
+    compiled = nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
+                                   defines=dict(cfg["defines"]))
+    return {"attention_backward": compiled}
 
 
 def _aligned(t: torch.Tensor, align: int = 16) -> bool:
@@ -79,17 +100,20 @@ def _aligned(t: torch.Tensor, align: int = 16) -> bool:
             and all(s * item % align == 0 for s in t.stride()[:-1]))
 
 
-def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None):
+def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
+                       dq_atomics=None):
     """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
     output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
     that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
     summed over each group of query heads). New contiguous tensors in q's dtype. No gradient
-    of these gradients: a second backward raises (once_differentiable)."""
+    of these gradients: a second backward raises (once_differentiable). `tiles` (one of
+    CHOICES) and `dq_atomics` (0: the separate dQ pass) are for measuring the alternatives."""
     with torch.no_grad():
-        return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale)
+        return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
+                         dq_atomics=dq_atomics)
 
 
-def _backward(q, k, v, out, dout, lse, *, causal, scale):
+def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None):
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -101,16 +125,22 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale):
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, Sq):
         raise ValueError(f"lse must be a [B, H, Sq] = {[B, H, Sq]} tensor (the forward's "
                          "row log-sum-exp)")
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    dk = torch.zeros(k.shape, dtype=q.dtype, device=q.device)
-    dv = torch.zeros(v.shape, dtype=q.dtype, device=q.device)
-    if B * H * Sq * Sk * D == 0:
-        return dq.to(q.dtype), dk, dv
+    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics)
+    atomics = cfg["dq_atomics"]
+    if B * H * Sq * Sk * D == 0:  # no products: zero gradients of the inputs' shapes
+        return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
+                torch.zeros(k.shape, dtype=q.dtype, device=q.device),
+                torch.zeros(v.shape, dtype=q.dtype, device=q.device))
+    # The kernels write every row of dK and dV (and of dQ, in the dQ pass): no memset, except
+    # for the float32 sum the atomics add into.
+    dq = (torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomics
+          else torch.empty(q.shape, dtype=q.dtype, device=q.device))
+    dk = torch.empty(k.shape, dtype=q.dtype, device=q.device)
+    dv = torch.empty(v.shape, dtype=q.dtype, device=q.device)
     if not _aligned(dout):  # autograd may hand a broadcast or strided gradient
         dout = dout.contiguous()
-    cfg = config(D)
-    bn, bm = cfg["block_n"], cfg["block_m"]
-    sq_pad = (Sq + bm - 1) // bm * bm
+    bn = cfg["block_n"]
+    sq_pad = (Sq + DQ_ROWS - 1) // DQ_ROWS * DQ_ROWS  # whole blocks of either kernel's rows
     # Preprocess: δ and lse·log2(e), padded to whole query blocks.
     delta = torch.zeros((B, H, sq_pad), dtype=torch.float32, device=q.device)
     delta[..., :Sq] = (dout.float() * out.float()).sum(-1)
@@ -118,15 +148,24 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale):
     lse2[..., :Sq] = torch.where(torch.isneginf(lse), math.inf, lse.float() * math.log2(math.e))
     n_blocks = (Sk + bn - 1) // bn * B * Hk
     nvrtc.check_grid_x("stage 8", n_blocks)
-    kern = nvrtc.stage_kernels(SOURCE, ("attention_backward",), q.dtype, D, max_dynamic_smem=cfg["smem"],
-                               defines=cfg["defines"])["attention_backward"]
-    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2.data_ptr(), delta.data_ptr(),
-            dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), np.int32(Sq), np.int32(Sk), np.int32(sq_pad),
-            np.float32(scale * math.log2(math.e)), np.float32(scale), np.int32(mode), np.int32(H),
-            np.int32(H // Hk), *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v),
-            *nvrtc.layout_args(dout))
-    nvrtc.launch_prepared(kern, nvrtc.launch_config((n_blocks, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]), args)
-    return dq.to(q.dtype), dk, dv  # postprocess: dQ's float32 sum in q's dtype
+    names = ("attention_backward",) if atomics else ("attention_backward", "attention_backward_dq")
+    kerns = nvrtc.stage_kernels(SOURCE, names, q.dtype, D, max_dynamic_smem=max(cfg["smem"], cfg["dq_smem"]),
+                                defines=cfg["defines"])
+    shape_args = (np.int32(Sq), np.int32(Sk), np.int32(sq_pad), np.float32(scale * math.log2(math.e)),
+                  np.float32(scale), np.int32(mode), np.int32(H), np.int32(H // Hk),
+                  *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v), *nvrtc.layout_args(dout))
+    inputs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2.data_ptr(), delta.data_ptr())
+    nvrtc.launch_prepared(kerns["attention_backward"],
+                          nvrtc.launch_config((n_blocks, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]),
+                          (*inputs, dq.data_ptr() if atomics else 0, dk.data_ptr(), dv.data_ptr(), *shape_args))
+    if atomics:
+        return dq.to(q.dtype), dk, dv  # postprocess: dQ's float32 sum in q's dtype
+    n_dq_blocks = (Sq + DQ_ROWS - 1) // DQ_ROWS * B * H
+    nvrtc.check_grid_x("stage 8 (dQ pass)", n_dq_blocks)
+    nvrtc.launch_prepared(kerns["attention_backward_dq"],
+                          nvrtc.launch_config((n_dq_blocks, 1, 1), (32 * DQ_ROWS // 16, 1, 1), cfg["dq_smem"]),
+                          (*inputs, dq.data_ptr(), *shape_args))
+    return dq, dk, dv
 
 
 def grad_wanted(q, k, v) -> bool:

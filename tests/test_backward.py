@@ -22,14 +22,17 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("atomics", [1, 0])
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_compiles_offline_without_spills(D, dtype):
-    """The kernel builds for Hopper without a GPU, and ptxas spills at most what INFO allows
-    (8 bytes at D 128 with some NVRTCs, none at D 64)."""
-    use = stage8.compile_for("sm_90a", dtype, D)["attention_backward"].resource_usage()["attention_backward"]
+def test_compiles_offline_without_spills(D, dtype, atomics):
+    """Both kernels build for Hopper without a GPU, and ptxas spills at most what INFO allows
+    (8 bytes at D 128 with some NVRTCs, none at D 64) in the stage's tiles."""
+    use = stage8.compile_for("sm_90a", dtype, D, dq_atomics=atomics)["attention_backward"].resource_usage()
     allowed = stage8.INFO.extra.get("spill_bytes_allowed", {}).get(D, 0)
-    assert use["spill_stores"] <= allowed and use["spill_loads"] <= allowed, use
+    assert set(use) == {"attention_backward", "attention_backward_dq"}
+    for kernel, u in use.items():
+        assert u["spill_stores"] <= allowed and u["spill_loads"] <= allowed, (kernel, u)
     assert use["registers"] <= 255
 
 
@@ -53,6 +56,28 @@ def test_backward_matches_reference(shape, dtype, seed):
     grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)
     for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
         assert c.passed, f"{name} {shape} {dtype} seed {seed}: {c.summary()}"
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+def test_every_build_matches_reference(D, seed):
+    """Every tile choice, with dQ by atomics and by its own pass, on an odd GQA shape."""
+    for tiles in stage8.CHOICES:
+        for atomics in stage8.SWITCHES["DQ_ATOMICS"]:
+            for causal in (False, True):
+                shape = (2, 6, 3, 83, 141, D, causal)
+                q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
+                grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, tiles=tiles,
+                                                  dq_atomics=atomics)
+                for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
+                    assert c.passed, f"{name} {tiles} atomics={atomics} causal={causal} seed {seed}: {c.summary()}"
+
+
+def test_bad_choices_are_refused():
+    with pytest.raises(ValueError, match="tiles"):
+        stage8.config(64, (32, 32))
+    with pytest.raises(ValueError, match="dq_atomics"):
+        stage8.config(64, None, 2)
 
 
 @gpu
