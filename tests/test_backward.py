@@ -33,7 +33,6 @@ def test_compiles_offline_without_spills(D, dtype, atomics):
     assert set(use) == {"attention_backward", "attention_backward_dq"}
     for kernel, u in use.items():
         assert u["spill_stores"] <= allowed and u["spill_loads"] <= allowed, (kernel, u)
-    assert use["registers"] <= 255
 
 
 def _run(B, H, Hk, Sq, Sk, D, causal, dtype, seed, *, scale=None, strided=False):
