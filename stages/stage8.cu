@@ -20,16 +20,16 @@
 //     of stage 5 feeds P·V);
 //   dPᵀ = V_w·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale;
 //   dK_w += dSᵀ·Q.
-// dQ needs all the block's keys at once: the warps store dSᵀ to shared memory, and after a
-// barrier each computes some 16 × 16 tiles of dS·K and adds them to a float32 dQ in global
-// memory with atomic adds (other blocks add their keys' share to the same rows; the launcher
-// converts the sum to q's dtype at the end: the postprocess). At the end dK and dV are written.
-//
-// DQ_ATOMICS 0 (the switch this stage measures, stages/stage8.py) takes dQ out of this kernel:
-// no dSᵀ tile, no atomics; a second kernel, attention_backward_dq, then walks over the keys for
-// each block of queries as the forward does, recomputes S, P, dP and dS there and keeps its
-// rows of dQ in registers — two more products per tile, against the atomics' traffic of
-// (keys / BLOCK_N) float32 additions per element of dQ.
+// dQ needs all the keys of a query row. The stage's build (DQ_ATOMICS 0) computes it in a second
+// kernel, attention_backward_dq, which walks over the keys for each block of queries as the
+// forward does: it recomputes S, P, dP and dS there and keeps its rows of dQ in registers — two
+// more products per tile than the atomics below, and no traffic but the tiles it reads.
+// DQ_ATOMICS 1 (the alternative this stage measures, stages/stage8.py) keeps dQ in this
+// kernel: the warps store dSᵀ to shared memory, and after a barrier each computes some 16 × 16
+// tiles of dS·K and adds them to a float32 dQ in global memory with atomic adds (every key
+// block adds its share to the same rows: (keys / BLOCK_N) additions per element of dQ, 34 GB
+// at B4 H16 S8192 D128); the launcher converts the sum to q's dtype at the end. At the end
+// dK and dV are written.
 //
 // Causal (attention.cuh: key j visible to query i when j <= i + diag): a key block's first
 // query block is the one holding its first visible query; blocks before it are skipped, and
@@ -44,7 +44,7 @@
 #error "BLOCK_N and BLOCK_M are set by stages/stage8.py"
 #endif
 #ifndef DQ_ATOMICS
-#define DQ_ATOMICS 1
+#define DQ_ATOMICS 0  // the stage's build: dQ by its own pass (stages/stage8.py, SWITCHES)
 #endif
 constexpr int D = HEAD_DIM;
 constexpr int WARPS = BLOCK_N / 16;    // warp w owns keys [16w, 16w + 16) of the block

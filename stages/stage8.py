@@ -5,9 +5,11 @@ its output, the output's gradient and the row log-sum-exp the forward saved
 (stages/stage8.cu says how). Three steps, timed together:
   1. preprocess (PyTorch): δ = rowsum(dO ∘ O) in float32, and lse in log2 units; both padded
      to whole query blocks (lse with +∞, so padded rows get P = 0);
-  2. the kernel: one block per BLOCK_N keys of a (batch, K/V head) — dK and dV in registers,
-     dQ added up in float32 by atomics;
-  3. postprocess (PyTorch): dQ converted to q's dtype.
+  2. the dK/dV kernel: one block per BLOCK_N keys of a (batch, K/V head), dK and dV in
+     registers while it walks over every query block of the group's heads;
+  3. the dQ kernel: one block per 64 query rows, walking over the keys as the forward does.
+With `dq_atomics=1` (the switch the notebook measures) step 3 is folded into step 2 instead:
+dQ summed across key blocks by float32 atomics, then converted to q's dtype.
 
 Autograd: `attention(q, k, v, causal=..., scale=...)` is stage 5's forward, saving the
 log-sum-exp, whose output has a grad_fn that runs this backward; stage 5's own `attention`
@@ -28,14 +30,18 @@ from lib import nvrtc
 from lib.inputs import StageInfo, causal_from_mask, causal_mode, validate
 
 SOURCE = Path(__file__).with_suffix(".cu")
-# (BLOCK_N keys per block: 16 per warp, BLOCK_M queries per step) per head dim. At D 128 a
-# warp's dK and dV take 128 accumulator registers; with 64 queries per step, Sᵀ and dPᵀ
-# another 64 and ptxas spills (132 B), so D 128 steps 32 queries at a time.
+# (BLOCK_N keys per block: 16 per warp, BLOCK_M queries per step) per head dim, the fastest of
+# CHOICES with the dQ pass in that measurement. At D 128 a warp's dK and dV take 128
+# accumulator registers; with 64 queries per step, Sᵀ and dPᵀ another 64 and ptxas spills
+# (160 B), so D 128 steps 32 queries at a time.
 TILES = {64: (64, 64), 128: (64, 32)}
 CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
-# The kernel's compile-time switch: dQ summed by float32 atomics in the dK/dV kernel (1), or
-# computed by a pass of its own, attention_backward_dq (0). The first value is the stage's build.
-SWITCHES = {"DQ_ATOMICS": (1, 0)}
+# The kernel's compile-time switch: dQ computed by a pass of its own, attention_backward_dq
+# (0), or summed by float32 atomics in the dK/dV kernel (1). The first value is the stage's
+# build: on the H100 the dQ pass took 1.39-1.61x less time than the atomics at the standard
+# shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
+# computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
+SWITCHES = {"DQ_ATOMICS": (0, 1)}
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
 
 INFO = StageInfo(
@@ -43,7 +49,8 @@ INFO = StageInfo(
     slug="backward",
     title="The backward pass",
     adds="Gradients: dQ, dK and dV recomputed tile by tile from the saved log-sum-exp "
-         "(FlashAttention-2's backward), dK and dV held per key block, dQ summed by atomics.",
+         "(FlashAttention-2's backward): dK and dV held per key block, dQ per query block in "
+         "a pass of its own.",
     backend="nvrtc",
     min_cc=(8, 0),
     dtypes=(torch.float16, torch.bfloat16),
@@ -53,7 +60,7 @@ INFO = StageInfo(
     causal_alignments=("top_left", "bottom_right"),
     align_bytes=16,  # 16-byte cp.async copies of Q, K, V and dO
     # At D 128 a warp holds dK and dV (128 accumulator registers) and Sᵀ and dPᵀ (32 more):
-    # NVRTC 13.0 (the H100 machine's) spills 8 bytes there at 255 registers, 13.5 none.
+    # with dQ atomics, NVRTC 13.0 (the H100 machine's) spills 8 bytes there, 13.5 none.
     extra={"spill_bytes_allowed": {128: 8}},
 )
 
