@@ -175,8 +175,8 @@ def test_packed_sequences_with_grad_are_refused():
 
 
 def test_launch_arguments_match_kernel_signature(monkeypatch):
-    """What attention_backward passes has the count and sizes of the kernel's parameters (read
-    from its cubin, no GPU): pointers, sizes, scale, causal, heads and four tensors' strides —
+    """What attention_backward passes has the count and sizes of both kernels' parameters (read
+    from the cubin, no GPU): pointers, sizes, scale, causal, heads and four tensors' strides —
     q's and dout's own (a strided dout is read in place too)."""
     from lib import inputs, nvrtc
     from test_stages import _arg_size, _param_sizes
@@ -188,8 +188,11 @@ def test_launch_arguments_match_kernel_signature(monkeypatch):
     q = q.transpose(1, 2).contiguous().transpose(1, 2)
     dout = torch.randn(2, 40, 4, 64, dtype=torch.float16).transpose(1, 2)
     stage8.attention_backward(q, k, v, torch.randn_like(q), dout, torch.zeros(2, 4, 40), causal=True)
-    (config, params), = launches
-    want = _param_sizes(stage8, torch.float16, 64)["attention_backward"]
-    assert [_arg_size(a) for a in params] == want
+    (config, params), (dq_config, dq_params) = launches
+    want = _param_sizes(stage8, torch.float16, 64)
+    assert [_arg_size(a) for a in params] == want["attention_backward"]
+    assert [_arg_size(a) for a in dq_params] == want["attention_backward_dq"]
     assert params[3] == dout.data_ptr() and [int(s) for s in params[-3:]] == list(dout.stride()[:3])
+    assert params[6] == 0  # no float32 dQ sum: the dQ pass writes dQ itself
     assert config.grid == (-(-33 // stage8.TILES[64][0]) * 2 * 2, 1, 1)
+    assert dq_config.grid == (-(-40 // stage8.DQ_ROWS) * 2 * 4, 1, 1)
