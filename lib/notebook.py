@@ -2,12 +2,13 @@
 notebook_common (the banner, sources and diffs, checks, recorded rows and targets, ncu reports,
 executing notebooks), notebook_sass (the stage 0-2 readings of SASS and profiles),
 notebook_stage34 (stage 3 and 4 evidence and counts), notebook_ideas (stage 5 and 6 idea by
-idea) and notebook_journey (every stage side by side).
+idea), notebook_journey (every stage side by side) and notebook_backward (stage 8).
 
     python -m lib.notebook --execute notebooks/X.ipynb   # execute in place, outputs kept
 """
 from __future__ import annotations
 
+from lib.notebook_backward import *  # noqa: F401,F403
 from lib.notebook_common import *  # noqa: F401,F403
 from lib.notebook_common import ROOT, _md  # noqa: F401  (names the notebooks' cells use)
 from lib.notebook_ideas import *  # noqa: F401,F403

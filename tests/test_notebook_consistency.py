@@ -175,7 +175,7 @@ def test_every_stage_after_0_states_its_prediction():
 def test_every_stage_notebook_opens_with_its_summary():
     for path in NOTEBOOKS:
         n = _stage_of(path)
-        if n is not None:
+        if n in stages.NUMBERS:  # the forward stages (stage 8's opens with its own outline)
             assert f"stage_summary({n}," in _text(_nb(path)), f"{path.name}: no stage_summary"
 
 

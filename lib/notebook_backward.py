@@ -1,0 +1,131 @@
+"""The stage 8 notebook's helpers: the backward's counts (products, FLOPs, the dQ atomics'
+traffic), its recorded timings against SDPA's backward, and the recorded training run."""
+from __future__ import annotations
+
+import math
+
+from lib import results as R
+from lib.reference import attention_flops
+
+
+def backward_counts(B, H, S, D, causal, block_n=64) -> dict:
+    """What one backward at this shape must do, counted: the forward's FLOPs, the backward's
+    five products (2.5 times the forward's, the papers' convention), the dQ pass's two extra
+    products (S and dP recomputed once more: 3.5 times), and the float32 additions the dQ
+    atomics make (every block of block_n keys adds its share of dS·K into all of dQ)."""
+    fwd = attention_flops(B, H, S, S, D, causal)
+    key_blocks = math.ceil(S / block_n)
+    # causal: a key block adds into the query rows at or after it, about half on average
+    adds = B * H * S * D * key_blocks * (0.5 if causal else 1.0)
+    return {"forward_flops": fwd, "backward_flops": 2.5 * fwd, "with_dq_pass_flops": 3.5 * fwd,
+            "dq_atomic_adds": adds, "dq_atomic_bytes": 4 * adds}
+
+
+def show_counts(shapes) -> None:
+    from IPython.display import Markdown, display
+    lines = ["| shape | causal | forward TFLOP | backward TFLOP (5 products) | with the dQ pass (7) "
+             "| dQ atomics: float32 adds | their bytes |", "|---|---|---|---|---|---|---|"]
+    for B, H, S, D in shapes:
+        for causal in (False, True):
+            c = backward_counts(B, H, S, D, causal)
+            lines.append(f"| B{B} H{H} S{S} D{D} | {'yes' if causal else 'no'} | {c['forward_flops'] / 1e12:.2f} "
+                         f"| {c['backward_flops'] / 1e12:.2f} | {c['with_dq_pass_flops'] / 1e12:.2f} "
+                         f"| {c['dq_atomic_adds'] / 1e9:.2f} G | {c['dq_atomic_bytes'] / 1e9:.1f} GB |")
+    display(Markdown("\n".join(lines)))
+
+
+def backward_record() -> dict | None:
+    data = R.load()
+    return (data or {}).get("backward")
+
+
+def training_record() -> dict | None:
+    data = R.load()
+    return (data or {}).get("training")
+
+
+def record_line(rec: dict) -> str:
+    """Where a record was made, and whether the stage sources it timed are still these."""
+    import stages.stage5 as s5
+    import stages.stage8 as s8
+    env = rec["env"]
+    fresh = all(rec.get("sha256", {}).get(str(n)) == R.stage_sha256(m.INFO) for n, m in ((5, s5), (8, s8)))
+    return (f"*Recorded* on {env['gpu']} at commit {env['commit']}, {env['date']} (torch {env['torch']}, "
+            f"NVRTC {env.get('nvrtc', '?')})" + ("" if fresh else " — **STALE: stage 5 or 8 changed since**"))
+
+
+def show_backward_table(rec: dict) -> None:
+    """Stage 8's backward against SDPA's default (cuDNN) and FLASH backends, same run."""
+    from IPython.display import Markdown, display
+    lines = [record_line(rec), "",
+             "| shape | causal | stage 8 µs | TFLOPS | SDPA default µs | stage 8 × SDPA default "
+             "| SDPA FLASH µs | stage 8 × SDPA FLASH |", "|---|---|---|---|---|---|---|---|"]
+    for r in rec["rows"]:
+        d, f = r.get("sdpa_default_us"), r.get("sdpa_flash_us")
+        lines.append(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | "
+                     f"{r['us']:,.0f} | {r['tflops']:.0f} | {d:,.0f} | {d / r['us']:.2f}× | "
+                     f"{f:,.0f} | {f / r['us']:.2f}× |")
+    display(Markdown("\n".join(lines)))
+
+
+def show_variants_table(rec: dict) -> None:
+    """Every build of stage 8 (tile choice × dQ by atomics or by its own pass), same rounds."""
+    from IPython.display import Markdown, display
+    rows = [r for r in rec["rows"] if r.get("variants")]
+    if not rows:
+        return
+    labels = list(rows[0]["variants"])
+    head = "| shape | causal | stage 8's build | " + " | ".join(labels) + " |"
+    lines = [head, "|" + "---|" * (3 + len(labels))]
+    for r in rows:
+        cells = [f"{r['us']:,.0f} µs"] + [f"{r['variants'][l]['us']:,.0f} ({r['us'] / r['variants'][l]['us']:.2f}×)"
+                                          for l in labels]
+        lines.append(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | "
+                     + " | ".join(cells) + " |")
+    display(Markdown("µs, and in brackets each build's speed as a multiple of the stage's build "
+                     "(below 1: slower):\n\n" + "\n".join(lines)))
+
+
+def plot_backward(rec: dict):
+    """Bars per shape: stage 8's build, its dQ-atomics build at the same tiles, SDPA FLASH and
+    SDPA default, as TFLOPS (2.5 × the forward's FLOPs)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import stages.stage8 as s8
+    rows = rec["rows"]
+    names = ["stage 8 (dQ atomics)", "stage 8", "SDPA FLASH (FlashAttention-2)", "SDPA default (cuDNN)"]
+    vals = {n: [] for n in names}
+    for r in rows:
+        fl = 2.5 * attention_flops(r["B"], r["H"], r["S"], r["S"], r["D"], r["causal"])
+        bn, bm = s8.TILES[r["D"]]
+        alt = r.get("variants", {}).get(f"({bn}, {bm}) dQ atomics")
+        vals["stage 8 (dQ atomics)"].append(fl / alt["us"] / 1e6 if alt else np.nan)
+        vals["stage 8"].append(r["tflops"])
+        vals["SDPA FLASH (FlashAttention-2)"].append(fl / r["sdpa_flash_us"] / 1e6)
+        vals["SDPA default (cuDNN)"].append(fl / r["sdpa_default_us"] / 1e6)
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for i, n in enumerate(names):
+        ax.bar(x + (i - 1.5) * 0.2, vals[n], 0.2, label=n)
+    ax.set_xticks(x, [f"B{r['B']} S{r['S']} D{r['D']}\n{'causal' if r['causal'] else 'full'}" for r in rows])
+    ax.set_ylabel("backward TFLOPS (2.5 × forward FLOPs)")
+    ax.set_title("The backward pass on the H100, same run (recorded)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_training(rec: dict):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for (name, losses), style in zip(rec["losses"].items(), ("-", "--")):
+        ax.plot(range(1, len(losses) + 1), losses, style, label=name)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.set_title(f"Tiny Llama, {rec['dtype']}, batch {rec['batch']} × {rec['length']} random tokens, "
+                 f"{rec['optimizer']}", fontsize=9)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,97 @@
+"""Train the tiny random Llama (GQA, bf16) for a few steps through stage 5's forward and stage 8's
+backward, and through SDPA, from the same weights on the same batch of random tokens: the loss
+of every step side by side, and on the first step every parameter's gradient against a float64
+copy of the model (run with SDPA) by the error rule.
+
+    python scripts/train_curve.py            # print
+    python scripts/train_curve.py --record   # and store it under "training" in results/<gpu>.json
+"""
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+
+from lib import hf  # noqa: E402
+from lib import results as R  # noqa: E402
+from lib.simulator import HAS_GPU  # noqa: E402
+from stages import stage5, stage8  # noqa: E402
+
+
+def gradients(model, ids):
+    model.zero_grad(set_to_none=True)
+    loss = model(ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.double() for n, p in model.named_parameters()}
+
+
+def first_step_check(ids, seed, name) -> dict:
+    """The error rule per parameter on one step: max|stage − float64| against 2·max|SDPA − float64|
+    + bf16 rounding at the gradient's magnitude. Returns the worst ratio of error to tolerance."""
+    model = hf.tiny_llama(torch.bfloat16, "cuda", seed=seed).train()
+    ref = hf._float64_copy(model).train()
+    _, g_ref = gradients(ref, ids)
+    hf.set_attention(model, "sdpa")
+    _, g_sdpa = gradients(model, ids)
+    hf.set_attention(model, name)
+    _, g_stage = gradients(model, ids)
+    eps = torch.finfo(torch.bfloat16).eps
+    worst, worst_name = 0.0, None
+    for n, want in g_ref.items():
+        err = float((g_stage[n] - want).abs().max())
+        tol = 2 * float((g_sdpa[n] - want).abs().max()) + eps * float(want.abs().max())
+        if err / tol > worst:
+            worst, worst_name = err / tol, n
+    return {"parameters": len(g_ref), "worst_error_over_tolerance": worst, "worst_parameter": worst_name}
+
+
+def curve(attention: str, ids, steps: int, seed: int, lr: float) -> list[float]:
+    model = hf.tiny_llama(torch.bfloat16, "cuda", seed=seed).train()
+    hf.set_attention(model, attention)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = model(ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--record", action="store_true", help="store under 'training' in results/<gpu>.json")
+    a = ap.parse_args()
+    if not HAS_GPU:
+        ap.exit(2, f"{ap.prog}: trains on a CUDA GPU and none was found\n")
+    seed, lr, batch, length = 0, 3e-3, 4, 256
+    name = hf.register([5])[0]
+    ids = torch.randint(0, 1000, (batch, length), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(seed))
+    check = first_step_check(ids, seed, name)
+    print(f"first step: {check['parameters']} parameters, worst error / tolerance "
+          f"{check['worst_error_over_tolerance']:.2f} ({check['worst_parameter']})", flush=True)
+    losses = {"sdpa": curve("sdpa", ids, a.steps, seed, lr), "stage 5 + stage 8": curve(name, ids, a.steps, seed, lr)}
+    for i in range(0, a.steps, 5):
+        print(f"step {i + 1:3d}: SDPA {losses['sdpa'][i]:.4f}  stages {losses['stage 5 + stage 8'][i]:.4f}")
+    diff = max(abs(x - y) for x, y in zip(*losses.values()))
+    print(f"largest difference of the two losses over {a.steps} steps: {diff:.4f}")
+    ok = check["worst_error_over_tolerance"] <= 1.0
+    if a.record and ok:
+        env = R.capture_env()
+        path = R.save_extra(env["gpu"], "training", {
+            "env": env, "sha256": {str(n): R.stage_sha256(m.INFO) for n, m in ((5, stage5), (8, stage8))},
+            "model": "hf.tiny_llama (hidden 256, 4 query heads, 2 K/V heads of D 64, 2 layers, vocabulary 1000)",
+            "dtype": "bfloat16", "batch": batch, "length": length, "optimizer": f"AdamW lr {lr}",
+            "seed": seed, "losses": losses, "first_step": check})
+        print(f"recorded in {path}")
+    elif a.record:
+        print("not recorded: a gradient missed the error rule", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
