@@ -87,26 +87,29 @@ def show_variants_table(rec: dict) -> None:
 
 
 def plot_backward(rec: dict):
-    """Bars per shape: stage 8's build, its dQ-atomics build at the same tiles, SDPA FLASH and
-    SDPA default, as TFLOPS (2.5 × the forward's FLOPs)."""
+    """Bars per shape: the mma.sync build with dQ atomics and with the dQ pass (its default
+    tiles), stage 8's build, SDPA FLASH and SDPA default, as TFLOPS (2.5 × the forward's FLOPs)."""
     import matplotlib.pyplot as plt
     import numpy as np
     import stages.stage8 as s8
     rows = rec["rows"]
-    names = ["stage 8 (dQ atomics)", "stage 8", "SDPA FLASH (FlashAttention-2)", "SDPA default (cuDNN)"]
+    names = ["mma.sync, dQ atomics", "mma.sync, dQ pass", "stage 8 (its build)", "SDPA FLASH (FlashAttention-2)",
+             "SDPA default (cuDNN)"]
     vals = {n: [] for n in names}
     for r in rows:
         fl = 2.5 * attention_flops(r["B"], r["H"], r["S"], r["S"], r["D"], r["causal"])
-        bn, bm = s8.TILES[r["D"]]
-        alt = r.get("variants", {}).get(f"({bn}, {bm}) dQ atomics")
-        vals["stage 8 (dQ atomics)"].append(fl / alt["us"] / 1e6 if alt else np.nan)
-        vals["stage 8"].append(r["tflops"])
-        vals["SDPA FLASH (FlashAttention-2)"].append(fl / r["sdpa_flash_us"] / 1e6)
-        vals["SDPA default (cuDNN)"].append(fl / r["sdpa_default_us"] / 1e6)
+        tiles = s8.TILES[r["D"]]
+        for n, label in ((names[0], f"mma.sync {tiles} dQ atomics"), (names[1], f"mma.sync {tiles} dQ pass")):
+            alt = r.get("variants", {}).get(label)
+            vals[n].append(fl / alt["us"] / 1e6 if alt else np.nan)
+        vals[names[2]].append(r["tflops"])
+        vals[names[3]].append(fl / r["sdpa_flash_us"] / 1e6)
+        vals[names[4]].append(fl / r["sdpa_default_us"] / 1e6)
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(11, 4))
+    w = 0.16
     for i, n in enumerate(names):
-        ax.bar(x + (i - 1.5) * 0.2, vals[n], 0.2, label=n)
+        ax.bar(x + (i - 2) * w, vals[n], w, label=n)
     ax.set_xticks(x, [f"B{r['B']} S{r['S']} D{r['D']}\n{'causal' if r['causal'] else 'full'}" for r in rows])
     ax.set_ylabel("backward TFLOPS (2.5 × forward FLOPs)")
     ax.set_title("The backward pass on the H100, same run (recorded)")

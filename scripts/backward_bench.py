@@ -50,16 +50,11 @@ def check(B, H, S, D, causal, dtype, seed) -> bool:
 
 
 def variants(D):
-    """(label, keyword arguments) of every build stage 8 offers besides its own: each tile
-    choice with dQ by atomics and by its own pass."""
-    out = []
-    for tiles in stage8.CHOICES:
-        for atomics in stage8.SWITCHES["DQ_ATOMICS"]:
-            cfg = stage8.config(D)
-            if (tiles, atomics) == ((cfg["block_n"], cfg["block_m"]), cfg["dq_atomics"]):
-                continue
-            out.append((f"{tiles} {'dQ atomics' if atomics else 'dQ pass'}", {"tiles": tiles, "dq_atomics": atomics}))
-    return out
+    """(label, keyword arguments) of the builds stage 8 offers besides its own (the WGMMA build
+    on an H100): every tile choice of the mma.sync build, with dQ by atomics and by its own pass."""
+    return [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
+             {"tiles": tiles, "dq_atomics": atomics, "wgmma": 0})
+            for tiles in stage8.CHOICES for atomics in stage8.SWITCHES["DQ_ATOMICS"]]
 
 
 def sdpa_backward_call(q, k, v, dout, causal, backend):

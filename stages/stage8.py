@@ -30,6 +30,7 @@ from lib import nvrtc
 from lib.inputs import StageInfo, causal_from_mask, causal_mode, validate
 
 SOURCE = Path(__file__).with_suffix(".cu")
+WGMMA_SOURCE = Path(__file__).with_name("stage8_wgmma.cu")  # the Hopper build (WGMMA 1, sm_90a)
 # (BLOCK_N keys per block: 16 per warp, BLOCK_M queries per step) per head dim, the fastest of
 # CHOICES with the dQ pass in that measurement. At D 128 a warp's dK and dV take 128
 # accumulator registers; with 64 queries per step, Sᵀ and dPᵀ another 64 and ptxas spills
@@ -41,7 +42,12 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # build: on the H100 the dQ pass took 1.39-1.61x less time than the atomics at the standard
 # shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
-SWITCHES = {"DQ_ATOMICS": (0, 1)}
+SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0)}
+# WGMMA 1: the same two kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
+# sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
+# WGMMA build has fixed tiles (64 keys per block, 64 queries per step, one warpgroup) and the
+# dQ pass only.
+WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
 
 INFO = StageInfo(
@@ -55,7 +61,8 @@ INFO = StageInfo(
     min_cc=(8, 0),
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
-    sources=("stages/stage8.py", "stages/stage8.cu", "stages/mma.cuh", "stages/attention.cuh"),
+    sources=("stages/stage8.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/mma.cuh",
+             "stages/hopper.cuh", "stages/attention.cuh"),
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
     align_bytes=16,  # 16-byte cp.async copies of Q, K, V and dO
@@ -77,28 +84,60 @@ def dq_smem_bytes(head_dim: int) -> int:
     return (2 * DQ_ROWS + 4 * DQ_KEYS) * head_dim * 2
 
 
+def wgmma_here() -> bool:
+    """Whether this machine runs the WGMMA build: a GPU of compute capability 9.0 (sm_90a)."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
 @lru_cache(maxsize=None)
-def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int | None = None) -> dict:
-    """Launch settings and defines for one choice of tiles and of the dQ switch (defaults: the
-    stage's build)."""
-    bn, bm = tiles or TILES[head_dim]
-    if (bn, bm) not in CHOICES:
-        raise ValueError(f"tiles must be one of {CHOICES}, got {(bn, bm)}")
+def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int | None = None,
+           wgmma: int = 0) -> dict:
+    """Launch settings and defines for one build: tiles and the dQ switch (defaults: the stage's
+    build) of the mma.sync kernels, or the WGMMA build (wgmma=1: fixed tiles, the dQ pass)."""
     dq_atomics = SWITCHES["DQ_ATOMICS"][0] if dq_atomics is None else int(dq_atomics)
     if dq_atomics not in SWITCHES["DQ_ATOMICS"]:
         raise ValueError(f"dq_atomics must be one of {SWITCHES['DQ_ATOMICS']}, got {dq_atomics!r}")
+    if wgmma:
+        if tiles is not None and tuple(tiles) != (WGMMA_ROWS, WGMMA_ROWS) or dq_atomics:
+            raise ValueError(f"the WGMMA build has fixed tiles {(WGMMA_ROWS, WGMMA_ROWS)} and the dQ pass "
+                             "only (dq_atomics=0); pass wgmma=0 for the mma.sync build's choices")
+        r, tiles_bytes = WGMMA_ROWS, 6 * WGMMA_ROWS * head_dim * 2  # six 64-row tiles in each kernel
+        return {"block_n": r, "block_m": r, "threads": 128, "dq_atomics": 0, "wgmma": 1,
+                "smem": tiles_bytes + 4 * r * 4 + 1024, "dq_smem": tiles_bytes + 1024, "defines": ()}
+    bn, bm = tiles or TILES[head_dim]
+    if (bn, bm) not in CHOICES:
+        raise ValueError(f"tiles must be one of {CHOICES}, got {(bn, bm)}")
     defines = (("BLOCK_N", bn), ("BLOCK_M", bm), ("DQ_ATOMICS", dq_atomics))
-    return {"block_n": bn, "block_m": bm, "threads": 32 * bn // 16, "dq_atomics": dq_atomics,
+    return {"block_n": bn, "block_m": bm, "threads": 32 * bn // 16, "dq_atomics": dq_atomics, "wgmma": 0,
             "smem": smem_bytes(head_dim, bn, bm, dq_atomics), "dq_smem": dq_smem_bytes(head_dim),
             "defines": defines}
 
 
-def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, dq_atomics=None):
-    """The kernels built for `arch` (no GPU needed), for reading their ptxas log and SASS."""
-    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics)
-    compiled = nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
-                                   defines=dict(cfg["defines"]))
+def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, dq_atomics=None,
+                wgmma=None):
+    """The kernels built for `arch` (no GPU needed), for reading their ptxas log and SASS. The
+    WGMMA build for an sm_90 arch unless wgmma=0."""
+    wgmma = arch.startswith("sm_90") if wgmma is None else bool(wgmma)
+    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma))
+    if wgmma:
+        compiled = nvrtc.compile_stage(WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=head_dim)
+    else:
+        compiled = nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
+                                       defines=dict(cfg["defines"]))
     return {"attention_backward": compiled}
+
+
+@lru_cache(maxsize=None)
+def _kernels(dtype, head_dim: int, cfg_key: tuple) -> dict:
+    """The build's kernels, compiled for this GPU and loaded once per process."""
+    cfg = dict(cfg_key)
+    names = ("attention_backward",) if cfg["dq_atomics"] else ("attention_backward", "attention_backward_dq")
+    smem = max(cfg["smem"], cfg["dq_smem"])
+    if cfg["wgmma"]:
+        compiled = nvrtc.compile_stage(WGMMA_SOURCE, arch=nvrtc.gpu_arch(arch_specific=True), dtype=dtype,
+                                       head_dim=head_dim)
+        return {n: nvrtc.load_kernel(compiled, n, max_dynamic_smem=smem) for n in names}
+    return nvrtc.stage_kernels(SOURCE, names, dtype, head_dim, max_dynamic_smem=smem, defines=cfg["defines"])
 
 
 def _aligned(t: torch.Tensor, align: int = 16) -> bool:
@@ -108,19 +147,20 @@ def _aligned(t: torch.Tensor, align: int = 16) -> bool:
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
-                       dq_atomics=None):
+                       dq_atomics=None, wgmma=None):
     """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
     output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
     that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
     summed over each group of query heads). New contiguous tensors in q's dtype. No gradient
-    of these gradients: a second backward raises (once_differentiable). `tiles` (one of
-    CHOICES) and `dq_atomics` (0: the separate dQ pass) are for measuring the alternatives."""
+    of these gradients: a second backward raises (once_differentiable). `wgmma` (default: 1 on
+    an sm_90 GPU), `tiles` (one of CHOICES) and `dq_atomics` (0: the separate dQ pass) are for
+    measuring the alternatives; tiles and dq_atomics=1 apply to the mma.sync build (wgmma=0)."""
     with torch.no_grad():
         return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
-                         dq_atomics=dq_atomics)
+                         dq_atomics=dq_atomics, wgmma=wgmma)
 
 
-def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None):
+def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None):
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -132,7 +172,12 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, Sq):
         raise ValueError(f"lse must be a [B, H, Sq] = {[B, H, Sq]} tensor (the forward's "
                          "row log-sum-exp)")
-    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics)
+    if wgmma is None:  # the Hopper build on an H100, unless an mma.sync choice was asked for
+        wgmma = wgmma_here() and tiles is None and not dq_atomics
+    if wgmma and not wgmma_here():
+        raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
+                                  "(sm_90a); pass wgmma=0 for the mma.sync build")
+    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)))
     atomics = cfg["dq_atomics"]
     if B * H * Sq * Sk * D == 0:  # no products: zero gradients of the inputs' shapes
         return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
@@ -155,9 +200,7 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
     lse2[..., :Sq] = torch.where(torch.isneginf(lse), math.inf, lse.float() * math.log2(math.e))
     n_blocks = (Sk + bn - 1) // bn * B * Hk
     nvrtc.check_grid_x("stage 8", n_blocks)
-    names = ("attention_backward",) if atomics else ("attention_backward", "attention_backward_dq")
-    kerns = nvrtc.stage_kernels(SOURCE, names, q.dtype, D, max_dynamic_smem=max(cfg["smem"], cfg["dq_smem"]),
-                                defines=cfg["defines"])
+    kerns = _kernels(q.dtype, D, tuple(sorted(cfg.items())))
     shape_args = (np.int32(Sq), np.int32(Sk), np.int32(sq_pad), np.float32(scale * math.log2(math.e)),
                   np.float32(scale), np.int32(mode), np.int32(H), np.int32(H // Hk),
                   *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v), *nvrtc.layout_args(dout))
@@ -170,7 +213,7 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
     n_dq_blocks = (Sq + DQ_ROWS - 1) // DQ_ROWS * B * H
     nvrtc.check_grid_x("stage 8 (dQ pass)", n_dq_blocks)
     nvrtc.launch_prepared(kerns["attention_backward_dq"],
-                          nvrtc.launch_config((n_dq_blocks, 1, 1), (32 * DQ_ROWS // 16, 1, 1), cfg["dq_smem"]),
+                          nvrtc.launch_config((n_dq_blocks, 1, 1), (128, 1, 1), cfg["dq_smem"]),
                           (*inputs, dq.data_ptr(), *shape_args))
     return dq, dk, dv
 

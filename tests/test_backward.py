@@ -28,7 +28,7 @@ SHAPES = [
 def test_compiles_offline_without_spills(D, dtype, atomics):
     """Both kernels build for Hopper without a GPU, and ptxas spills at most what INFO allows
     (8 bytes at D 128 with some NVRTCs, none at D 64) in the stage's tiles."""
-    use = stage8.compile_for("sm_90a", dtype, D, dq_atomics=atomics)["attention_backward"].resource_usage()
+    use = stage8.compile_for("sm_90a", dtype, D, dq_atomics=atomics, wgmma=0)["attention_backward"].resource_usage()
     allowed = stage8.INFO.extra.get("spill_bytes_allowed", {}).get(D, 0)
     assert set(use) == {"attention_backward", "attention_backward_dq"}
     for kernel, u in use.items():
@@ -60,16 +60,44 @@ def test_backward_matches_reference(shape, dtype, seed):
 @gpu
 @pytest.mark.parametrize("D", [64, 128])
 def test_every_build_matches_reference(D, seed):
-    """Every tile choice, with dQ by atomics and by its own pass, on an odd GQA shape."""
+    """Every tile choice of the mma.sync build, with dQ by atomics and by its own pass, on an odd
+    GQA shape (the WGMMA build, the default on an H100, runs in every other test here)."""
     for tiles in stage8.CHOICES:
         for atomics in stage8.SWITCHES["DQ_ATOMICS"]:
             for causal in (False, True):
                 shape = (2, 6, 3, 83, 141, D, causal)
                 q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
                 grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, tiles=tiles,
-                                                  dq_atomics=atomics)
+                                                  dq_atomics=atomics, wgmma=0)
                 for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
                     assert c.passed, f"{name} {tiles} atomics={atomics} causal={causal} seed {seed}: {c.summary()}"
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_wgmma_build_compiles_offline(D, dtype):
+    """The Hopper build compiles for sm_90a without a GPU: no spills, and ptxas does not report
+    its wgmma serialized."""
+    compiled = stage8.compile_for("sm_90a", dtype, D)["attention_backward"]
+    use = compiled.resource_usage()
+    assert set(use) == {"attention_backward", "attention_backward_dq"}
+    for kernel, u in use.items():
+        assert u["spill_stores"] == 0 and u["spill_loads"] == 0, (kernel, u)
+    assert "serializ" not in compiled.log.lower(), compiled.log
+
+
+@gpu
+def test_wgmma_and_mma_sync_builds_agree(seed):
+    """On an H100 both builds run: the same gradients up to rounding (each passes the rule)."""
+    if not stage8.wgmma_here():
+        pytest.skip("the WGMMA build needs sm_90")
+    for D in (64, 128):
+        shape = (1, 4, 2, 200, 150, D, True)
+        q, k, v, out, dout, lse = _run(*shape, torch.float16, seed)
+        for wgmma in (1, 0):
+            grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=True, wgmma=wgmma)
+            for name, c in check_gradients(grads, q, k, v, dout, causal=True).items():
+                assert c.passed, f"{name} D{D} wgmma={wgmma} seed {seed}: {c.summary()}"
 
 
 def test_bad_choices_are_refused():
@@ -77,6 +105,10 @@ def test_bad_choices_are_refused():
         stage8.config(64, (32, 32))
     with pytest.raises(ValueError, match="dq_atomics"):
         stage8.config(64, None, 2)
+    with pytest.raises(ValueError, match="WGMMA build"):
+        stage8.config(64, (128, 64), None, 1)
+    with pytest.raises(ValueError, match="WGMMA build"):
+        stage8.config(64, None, 1, 1)
 
 
 @gpu

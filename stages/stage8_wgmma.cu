@@ -1,0 +1,286 @@
+// Stage 8, the Hopper build (WGMMA 1, sm_90a): the same two kernels as stages/stage8.cu — dK and
+// dV per block of keys, dQ in a pass of its own — with every product a warpgroup's wgmma instead
+// of warps' mma.sync. Read stage8.cu first; this file changes the machinery, not the algorithm:
+//
+//   - A block is one warpgroup (4 warps, 128 threads), and a product is one 64-row wgmma: the
+//     dK/dV kernel owns 64 keys (warp w the 16 keys [16w, 16w + 16), as before), the dQ pass 64
+//     query rows.
+//   - Operands come from shared memory through descriptors (stages/hopper.cuh), in the
+//     128-byte-swizzled layout wgmma reads: a D-wide tile is D/64 "atoms" of [rows][64]
+//     elements, 128-byte rows, chunk c of row r at chunk c ^ (r % 8). The cp.async copies write
+//     that layout directly (TMA would too; the copies keep this file close to stage8.cu).
+//   - The transposed operands cost nothing: dV += Pᵀ·dO and dK += dSᵀ·Q read dO and Q as B
+//     "MN-major" (the tensor core transposes 16-bit tiles as it reads), and so does the dQ
+//     pass's dQ += dS·K with K. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ read both operands K-major.
+//   - Pᵀ and dSᵀ, in the accumulator layout, are the register A operand of the next wgmma, as
+//     P is in stage 6's P·V.
+// cp.async writes shared memory through the generic proxy, wgmma reads it through the async
+// proxy: each thread fences (fence.proxy.async) after its copies land, before the barrier.
+// No warp specialization, no TMA and no pipelining of the products here: the first step from
+// stage 5's machinery to stage 6's, measured on its own.
+#include "hopper.cuh"
+#include "mma.cuh"
+
+constexpr int D = HEAD_DIM;
+constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
+constexpr int ROWS = 64;        // keys per dK/dV block, queries per step; queries per dQ block, keys per tile
+constexpr int THREADS = 128;    // one warpgroup
+constexpr int CHUNKS = D / 8;
+
+// Element offset of (row, col) in a [ATOMS][R][64] tile, 128-byte swizzle.
+template <int R>
+__device__ __forceinline__ int sw(int row, int col) {
+    return (col / 64) * R * 64 + row * 64 + ((((col % 64) / 8) ^ (row % 8)) * 8) + col % 8;
+}
+// Rows [row0, row0 + R) of an [n_rows, D] matrix with row stride ld into a swizzled tile,
+// 16 bytes per thread and step, asynchronously; rows past n_rows become zeros.
+template <int R>
+__device__ __forceinline__ void copy_tile(elem_t* tile, const elem_t* src, int row0, int n_rows, int ld) {
+    constexpr int STEP = THREADS / CHUNKS;
+    const int r = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
+#pragma unroll
+    for (int i = 0; i < R / STEP; ++i) {
+        const int row = r + i * STEP;
+        const bool inside = row0 + row < n_rows;
+        cp_async_16(tile + sw<R>(row, c), inside ? src + (size_t)(row0 + row) * ld + c : src, inside ? 16 : 0);
+    }
+}
+// Descriptor offset (16-byte units) of k-step kk (16 columns) in a K-major [ATOMS][R][64] tile:
+// +32 bytes per step within an atom's 128-byte rows, the next atom every 4 steps.
+template <int R>
+__device__ __forceinline__ unsigned long long k_step(int kk) {
+    return (unsigned long long)(((kk / 4) * R * 128 + (kk % 4) * 32) >> 4);
+}
+// ... and of k-step t (16 rows) of an MN-major one: 16 rows of 128 bytes further.
+__device__ __forceinline__ unsigned long long row_step(int t) { return (unsigned long long)((t * 16 * 128) >> 4); }
+__device__ __forceinline__ unsigned long long kmajor(const void* tile) { return smem_desc(tile, 0); }
+template <int R>
+__device__ __forceinline__ unsigned long long mnmajor(const void* tile) { return smem_desc(tile, R * 128); }
+
+// 64 rows × 64 columns of A·Bᵀ over D (both K-major): the scores, or dP.
+__device__ __forceinline__ void issue_rows_d(float (&acc)[32], unsigned long long a, unsigned long long b) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) Wgmma<64>::ss(acc, a + k_step<ROWS>(kk), b + k_step<ROWS>(kk), kk > 0);
+}
+// Accumulator element i of thread t in warp w: row 16w + t/4 + 8·((i / 2) % 2), column
+// 8·(i / 4) + 2·(t % 4) + i % 2. Four of them per 8 columns, so k-step t of the next product
+// (16 columns) is elements 8t … 8t + 7, packed two by two.
+__device__ __forceinline__ void pack_a(unsigned (&a)[ROWS / 16][4], const float (&acc)[32]) {
+#pragma unroll
+    for (int t = 0; t < ROWS / 16; ++t) {
+        a[t][0] = pack2(acc[8 * t], acc[8 * t + 1]);
+        a[t][1] = pack2(acc[8 * t + 2], acc[8 * t + 3]);
+        a[t][2] = pack2(acc[8 * t + 4], acc[8 * t + 5]);
+        a[t][3] = pack2(acc[8 * t + 6], acc[8 * t + 7]);
+    }
+}
+
+struct KeySmem {  // the dK/dV kernel's shared memory (1024-byte aligned members)
+    elem_t k[ATOMS][ROWS][64];
+    elem_t v[ATOMS][ROWS][64];
+    elem_t q[2][ATOMS][ROWS][64];
+    elem_t dout[2][ATOMS][ROWS][64];
+    float lse[2][ROWS];
+    float delta[2][ROWS];
+};
+struct QuerySmem {  // the dQ pass's
+    elem_t q[ATOMS][ROWS][64];
+    elem_t dout[ATOMS][ROWS][64];
+    elem_t k[2][ATOMS][ROWS][64];
+    elem_t v[2][ATOMS][ROWS][64];
+};
+template <class T>
+__device__ __forceinline__ T& aligned_smem(unsigned char* raw) {  // wgmma's layout repeats every 1024 bytes
+    return *reinterpret_cast<T*>((reinterpret_cast<size_t>(raw) + 1023) & ~size_t(1023));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem_t* dout,
+                   const float* lse2, const float* delta, float* dq_accum, elem_t* dk, elem_t* dv,
+                   int Sq, int Sk, int Sq_pad, float scale_log2, float scale, int causal, int H, int group,
+                   long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head, int k_row,
+                   long long v_batch, long long v_head, int v_row, long long o_batch, long long o_head, int o_row) {
+    extern __shared__ unsigned char smem_raw[];
+    KeySmem& sm = aligned_smem<KeySmem>(smem_raw);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, i4 = lane % 4;
+    const int n_key_blocks = (Sk + ROWS - 1) / ROWS;
+    const int bhk = blockIdx.x / n_key_blocks, b = bhk / (H / group), hk = bhk % (H / group);
+    const int n0 = (blockIdx.x % n_key_blocks) * ROWS;
+    k += b * k_batch + hk * k_head;
+    v += b * v_batch + hk * v_head;
+
+    const int diag = causal_diagonal(causal, Sq, Sk);
+    const int n_q_blocks = (Sq + ROWS - 1) / ROWS;
+    const int first = causal ? min(n_q_blocks, max(0, n0 - diag) / ROWS) : 0;
+    const int per_head = n_q_blocks - first;
+    const int n_iter = per_head * group;
+    auto head_of = [&](int it) { return hk * group + it / per_head; };
+    auto m0_of = [&](int it) { return (first + it % per_head) * ROWS; };
+    auto issue = [&](int it) {
+        const int h = head_of(it), m0 = m0_of(it), buf = it % 2;
+        copy_tile<ROWS>(&sm.q[buf][0][0][0], q + b * q_batch + h * q_head, m0, Sq, q_row);
+        copy_tile<ROWS>(&sm.dout[buf][0][0][0], dout + b * o_batch + h * o_head, m0, Sq, o_row);
+        const size_t row = ((size_t)b * H + h) * Sq_pad + m0;
+        if (tid < ROWS / 4) cp_async_16(&sm.lse[buf][4 * tid], lse2 + row + 4 * tid, 16);
+        else if (tid < ROWS / 2) cp_async_16(&sm.delta[buf][4 * (tid - ROWS / 4)], delta + row + 4 * (tid - ROWS / 4), 16);
+    };
+    copy_tile<ROWS>(&sm.k[0][0][0], k, n0, Sk, k_row);
+    copy_tile<ROWS>(&sm.v[0][0][0], v, n0, Sk, v_row);
+    if (n_iter > 0) issue(0);
+    cp_async_commit();
+
+    float dk_acc[D / 2], dv_acc[D / 2];  // this warpgroup's 64 keys × D
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
+    const int key0 = n0 + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
+
+    for (int it = 0; it < n_iter; ++it) {
+        cp_async_wait<0>();
+        fence_proxy_async();  // this thread's copies, visible to wgmma
+        __syncthreads();      // everybody's; and every wgmma of block it − 1 is done (waited below)
+        if (it + 1 < n_iter) issue(it + 1);
+        cp_async_commit();
+        const int buf = it % 2, m0 = m0_of(it);
+
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: 64 keys × 64 queries each.
+        float s[32], dp[32];
+        wgmma_fence();
+        issue_rows_d(s, kmajor(&sm.k[0][0][0]), kmajor(&sm.q[buf][0][0][0]));
+        issue_rows_d(dp, kmajor(&sm.v[0][0][0]), kmajor(&sm.dout[buf][0][0][0]));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(s);
+        fence_registers(dp);
+
+        // Pᵀ and dSᵀ: element i is key key0 + 8·((i / 2) % 2) and query 8·(i / 4) + 2·i4 + i % 2.
+        const bool straddles = causal && m0 + diag < n0 + ROWS - 1;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int col = 8 * (i / 4) + 2 * i4 + i % 2;
+            float p = fast_exp2(fmaf(s[i], scale_log2, -sm.lse[buf][col]));
+            if (straddles && key0 + 8 * ((i / 2) % 2) > m0 + col + diag) p = 0.0f;
+            s[i] = p;
+            dp[i] = p * (dp[i] - sm.delta[buf][col]) * scale;
+        }
+        unsigned pa[ROWS / 16][4], dsa[ROWS / 16][4];
+        pack_a(pa, s);
+        pack_a(dsa, dp);
+
+        // dV += Pᵀ·dO and dK += dSᵀ·Q: 64 keys × D, over the 64 queries; dO and Q MN-major.
+        wgmma_fence();
+#pragma unroll
+        for (int t = 0; t < ROWS / 16; ++t) {
+            Wgmma<D>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][0][0][0]) + row_step(t), 1);
+            Wgmma<D>::rs(dk_acc, dsa[t], mnmajor<ROWS>(&sm.q[buf][0][0][0]) + row_step(t), 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();  // before the next copy may overwrite these buffers, and pa/dsa change
+        fence_registers(dv_acc);
+        fence_registers(dk_acc);
+    }
+    cp_async_wait<0>();
+    // dK and dV, rows key0 and key0 + 8: element i at column 8·(i / 4) + 2·i4 + i % 2.
+    const size_t out_rows = (size_t)bhk * Sk;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int key = key0 + 8 * hh;
+        if (key < Sk) {
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n) {
+                const size_t at_out = (out_rows + key) * D + 8 * n + 2 * i4;
+                *reinterpret_cast<unsigned*>(dk + at_out) = pack2(dk_acc[4 * n + 2 * hh], dk_acc[4 * n + 2 * hh + 1]);
+                *reinterpret_cast<unsigned*>(dv + at_out) = pack2(dv_acc[4 * n + 2 * hh], dv_acc[4 * n + 2 * hh + 1]);
+            }
+        }
+    }
+}
+
+// The dQ pass: 64 query rows of one (batch, head) per block; K and V tiles of 64 keys through a
+// ring of two. S = Q·Kᵀ and dP = dO·Vᵀ, dS in registers, dQ += dS·K with K MN-major.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const elem_t* dout,
+                      const float* lse2, const float* delta, elem_t* dq,
+                      int Sq, int Sk, int Sq_pad, float scale_log2, float scale, int causal, int H, int group,
+                      long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head, int k_row,
+                      long long v_batch, long long v_head, int v_row, long long o_batch, long long o_head, int o_row) {
+    extern __shared__ unsigned char smem_raw[];
+    QuerySmem& sm = aligned_smem<QuerySmem>(smem_raw);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, i4 = lane % 4;
+    const int n_q_blocks = (Sq + ROWS - 1) / ROWS;
+    const int bh = blockIdx.x / n_q_blocks, b = bh / H, h = bh % H;
+    const int m0 = (n_q_blocks - 1 - blockIdx.x % n_q_blocks) * ROWS;  // causal: longest first
+    k += b * k_batch + h / group * k_head;
+    v += b * v_batch + h / group * v_head;
+    const int diag = causal_diagonal(causal, Sq, Sk);
+    const int n_keys = causal ? max(0, min(Sk, m0 + ROWS + diag)) : Sk;
+    const int n_tiles = (n_keys + ROWS - 1) / ROWS;
+
+    copy_tile<ROWS>(&sm.q[0][0][0], q + b * q_batch + h * q_head, m0, Sq, q_row);
+    copy_tile<ROWS>(&sm.dout[0][0][0], dout + b * o_batch + h * o_head, m0, Sq, o_row);
+    if (n_tiles > 0) {
+        copy_tile<ROWS>(&sm.k[0][0][0][0], k, 0, Sk, k_row);
+        copy_tile<ROWS>(&sm.v[0][0][0][0], v, 0, Sk, v_row);
+    }
+    cp_async_commit();
+    const int query0 = m0 + 16 * warp + g;  // this thread's rows: query0 and query0 + 8
+    const size_t row_at = (size_t)bh * Sq_pad + query0;
+    const float lse_r[2] = {__ldg(lse2 + row_at), __ldg(lse2 + row_at + 8)};
+    const float delta_r[2] = {__ldg(delta + row_at), __ldg(delta + row_at + 8)};
+
+    float dq_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dq_acc[i] = 0.0f;
+
+    for (int j = 0; j < n_tiles; ++j) {
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (j + 1 < n_tiles) {
+            copy_tile<ROWS>(&sm.k[(j + 1) % 2][0][0][0], k, (j + 1) * ROWS, Sk, k_row);
+            copy_tile<ROWS>(&sm.v[(j + 1) % 2][0][0][0], v, (j + 1) * ROWS, Sk, v_row);
+        }
+        cp_async_commit();
+        const int buf = j % 2, k0 = j * ROWS;
+
+        float s[32], dp[32];
+        wgmma_fence();
+        issue_rows_d(s, kmajor(&sm.q[0][0][0]), kmajor(&sm.k[buf][0][0][0]));
+        issue_rows_d(dp, kmajor(&sm.dout[0][0][0]), kmajor(&sm.v[buf][0][0][0]));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(s);
+        fence_registers(dp);
+
+        // dS in place of dP: element i is row query0 + 8·((i / 2) % 2), key k0 + 8·(i / 4) + 2·i4 + i % 2.
+        const bool straddles = causal && k0 + ROWS - 1 > m0 + diag;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int hh = (i / 2) % 2;
+            float p = fast_exp2(fmaf(s[i], scale_log2, -lse_r[hh]));
+            if (straddles && k0 + 8 * (i / 4) + 2 * i4 + i % 2 > query0 + 8 * hh + diag) p = 0.0f;
+            dp[i] = p * (dp[i] - delta_r[hh]) * scale;
+        }
+        unsigned dsa[ROWS / 16][4];
+        pack_a(dsa, dp);
+        wgmma_fence();
+#pragma unroll
+        for (int t = 0; t < ROWS / 16; ++t)
+            Wgmma<D>::rs(dq_acc, dsa[t], mnmajor<ROWS>(&sm.k[buf][0][0][0]) + row_step(t), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(dq_acc);
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int row = query0 + 8 * hh;
+        if (row < Sq) {
+            elem_t* const to = dq + ((size_t)bh * Sq + row) * D + 2 * i4;
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n)
+                *reinterpret_cast<unsigned*>(to + 8 * n) = pack2(dq_acc[4 * n + 2 * hh], dq_acc[4 * n + 2 * hh + 1]);
+        }
+    }
+}
