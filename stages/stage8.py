@@ -1,15 +1,17 @@
-"""Stage 8 — the backward pass (FlashAttention-2's algorithm, mma.sync), CUDA C++ through NVRTC.
+"""Stage 8 — the backward pass (FlashAttention-2's algorithm), CUDA C++ through NVRTC.
 
 `attention_backward(q, k, v, out, dout, lse)` gives (dq, dk, dv) from the forward's inputs,
 its output, the output's gradient and the row log-sum-exp the forward saved
 (stages/stage8.cu says how). Three steps, timed together:
   1. preprocess (PyTorch): δ = rowsum(dO ∘ O) in float32, and lse in log2 units; both padded
      to whole query blocks (lse with +∞, so padded rows get P = 0);
-  2. the dK/dV kernel: one block per BLOCK_N keys of a (batch, K/V head), dK and dV in
+  2. the dK/dV kernel: one block per block of keys of a (batch, K/V head), dK and dV in
      registers while it walks over every query block of the group's heads;
   3. the dQ kernel: one block per 64 query rows, walking over the keys as the forward does.
-With `dq_atomics=1` (the switch the notebook measures) step 3 is folded into step 2 instead:
-dQ summed across key blocks by float32 atomics, then converted to q's dtype.
+Two builds of the same kernels: mma.sync (stages/stage8.cu, any GPU from sm_80, with tile
+choices and `dq_atomics=1`, dQ summed by float32 atomics in step 2 instead of step 3) and
+WGMMA (stages/stage8_wgmma.cu, sm_90a: every product a warpgroup's wgmma), the default on an
+H100. The notebook measures each against the others.
 
 Autograd: `attention(q, k, v, causal=..., scale=...)` is stage 5's forward, saving the
 log-sum-exp, whose output has a grad_fn that runs this backward; stage 5's own `attention`
@@ -56,7 +58,7 @@ INFO = StageInfo(
     title="The backward pass",
     adds="Gradients: dQ, dK and dV recomputed tile by tile from the saved log-sum-exp "
          "(FlashAttention-2's backward): dK and dV held per key block, dQ per query block in "
-         "a pass of its own.",
+         "a pass of its own; every product a WGMMA on Hopper.",
     backend="nvrtc",
     min_cc=(8, 0),
     dtypes=(torch.float16, torch.bfloat16),
