@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# GPU call 7 of session 30 (2026-11-25) at commit 15a09c3: stage 8 recorded — its backward (WGMMA build) and
+# every mma.sync build against SDPA's backward in five interleaved rounds, and the training run
+# through stages 5 + 8 against SDPA — then the stage 8 notebook and the journey executed.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > /dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FA_CACHE_DIR=/tmp/fa-cache NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 FA_GIT_COMMIT=15a09c3
+timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_backward.py > $OUT/pytest-backward.log 2>&1; echo "pytest backward rc=$?"
+grep -E "passed|failed|FAILED|^E " $OUT/pytest-backward.log | head -20 | cut -c1-300
+timeout 280 python3 scripts/backward_bench.py --record --variants --rounds 5 > $OUT/backward.log 2>&1; echo "backward bench rc=$?"
+grep -vE "^   check|Warning|return Variable" $OUT/backward.log | tail -8 | cut -c1-220
+timeout 120 python3 scripts/train_curve.py --record > $OUT/train.log 2>&1; echo "train rc=$?"
+grep -vE "Warning|warn" $OUT/train.log | tail -16 | cut -c1-200
+for nb in stage8_backward journey; do
+  t0=$(date +%s); timeout 150 python3 -m lib.notebook --execute notebooks/$nb.ipynb >> $OUT/notebooks.log 2>&1; echo "$nb rc=$? $(( $(date +%s) - t0 )) s"
+done
+tar czf $OUT/run.tgz results notebooks/stage8_backward.ipynb notebooks/journey.ipynb
