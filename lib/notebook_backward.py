@@ -122,7 +122,7 @@ def plot_backward(rec: dict):
 def plot_training(rec: dict):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    for (name, losses), style in zip(rec["losses"].items(), ("-", "--")):
+    for (name, losses), style in zip(rec["losses"].items(), ("-", ":", "--")):
         ax.plot(range(1, len(losses) + 1), losses, style, label=name)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
@@ -132,3 +132,21 @@ def plot_training(rec: dict):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def training_summary(rec: dict) -> str:
+    """The training record in three lines: both gradient checks and how far the curves drift."""
+    L = rec["losses"]
+    sd, st = L["sdpa"], L["stage 5 + stage 8"]
+    lines = [f"first step: every one of {rec['first_step']['parameters']} parameter gradients within the error "
+             f"rule (largest error / tolerance {rec['first_step']['worst_error_over_tolerance']:.2f})"]
+    if rec.get("after_training"):
+        lines.append(f"after {len(sd)} steps, at the weights stages 5 + 8 trained: largest error / tolerance "
+                     f"{rec['after_training']['worst_error_over_tolerance']:.2f}")
+    drift = [f"stages 5 + 8 {max(abs(x - y) for x, y in zip(sd, st)):.3f}"]
+    if "sdpa FLASH" in L:
+        drift.insert(0, f"SDPA's FLASH backend {max(abs(x - y) for x, y in zip(sd, L['sdpa FLASH'])):.3f}")
+    lines.append(f"final loss: SDPA {sd[-1]:.4f}, stages 5 + 8 {st[-1]:.4f}; largest gap to SDPA's default "
+                 f"curve at any step: " + ", ".join(drift))
+    return "\n".join(lines)
+
