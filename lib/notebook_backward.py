@@ -122,8 +122,8 @@ def plot_backward(rec: dict):
 def plot_training(rec: dict):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    for (name, losses), style in zip(rec["losses"].items(), ("-", ":", "--")):
-        ax.plot(range(1, len(losses) + 1), losses, style, label=name)
+    for (name, losses), style in zip(rec["losses"].items(), ("-", ":", "--", "-.", (0, (1, 3)))):
+        ax.plot(range(1, len(losses) + 1), losses, linestyle=style, label=name)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     ax.set_title(f"Tiny Llama, {rec['dtype']}, batch {rec['batch']} × {rec['length']} random tokens, "
@@ -148,5 +148,18 @@ def training_summary(rec: dict) -> str:
         drift.insert(0, f"SDPA's FLASH backend {max(abs(x - y) for x, y in zip(sd, L['sdpa FLASH'])):.3f}")
     lines.append(f"final loss: SDPA {sd[-1]:.4f}, stages 5 + 8 {st[-1]:.4f}; largest gap to SDPA's default "
                  f"curve at any step: " + ", ".join(drift))
+    for label in ("stage 5 forward + SDPA backward", "SDPA forward + stage 8 backward"):
+        if label in L:
+            lines.append(f"{label}: largest gap to SDPA's default {max(abs(x - y) for x, y in zip(sd, L[label])):.3f}, "
+                         f"final loss {L[label][-1]:.4f}")
+    if rec.get("seeds"):
+        seeds = rec["seeds"]
+        above = sum(v["stage 5 + stage 8"]["mean"] > v["sdpa"]["mean"] for v in seeds.values())
+        flash = sum(v["sdpa FLASH"]["mean"] > v["sdpa"]["mean"] for v in seeds.values())
+        lines.append(f"over {len(seeds)} seeds (weights and tokens), the mean loss over the steps was above SDPA "
+                     f"default's for stages 5 + 8 in {above} and for SDPA's FLASH backend in {flash}")
+        lines.append("   mean loss per seed (SDPA default / FLASH / stages): " + "; ".join(
+            f"{sd} {v['sdpa']['mean']:.3f} / {v['sdpa FLASH']['mean']:.3f} / {v['stage 5 + stage 8']['mean']:.3f}"
+            for sd, v in seeds.items()))
     return "\n".join(lines)
 
