@@ -51,10 +51,12 @@ def check(B, H, S, D, causal, dtype, seed) -> bool:
 
 def variants(D):
     """(label, keyword arguments) of the builds stage 8 offers besides its own (the WGMMA build
-    on an H100): every tile choice of the mma.sync build, with dQ by atomics and by its own pass."""
-    return [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
-             {"tiles": tiles, "dq_atomics": atomics, "wgmma": 0})
-            for tiles in stage8.CHOICES for atomics in stage8.SWITCHES["DQ_ATOMICS"]]
+    on an H100): the WGMMA build without its overlap, and every tile choice of the mma.sync
+    build, with dQ by atomics and by its own pass."""
+    out = [("WGMMA without overlap", {"wgmma": 1, "overlap": 0})] if stage8.wgmma_here() else []
+    return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
+                   {"tiles": tiles, "dq_atomics": atomics, "wgmma": 0})
+                  for tiles in stage8.CHOICES for atomics in stage8.SWITCHES["DQ_ATOMICS"]]
 
 
 def sdpa_backward_call(q, k, v, dout, causal, backend):

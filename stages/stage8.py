@@ -44,11 +44,12 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # build: on the H100 the dQ pass took 1.39-1.61x less time than the atomics at the standard
 # shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
-SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0)}
+SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0)}
 # WGMMA 1: the same two kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed tiles (64 keys per block, 64 queries per step, one warpgroup) and the
-# dQ pass only.
+# dQ pass only. OVERLAP (WGMMA build): each product its own commit group, the exponentials
+# computed while the next product runs (1), or every product waited for at once (0).
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
 
@@ -93,7 +94,7 @@ def wgmma_here() -> bool:
 
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int | None = None,
-           wgmma: int = 0) -> dict:
+           wgmma: int = 0, overlap: int | None = None) -> dict:
     """Launch settings and defines for one build: tiles and the dQ switch (defaults: the stage's
     build) of the mma.sync kernels, or the WGMMA build (wgmma=1: fixed tiles, the dQ pass)."""
     dq_atomics = SWITCHES["DQ_ATOMICS"][0] if dq_atomics is None else int(dq_atomics)
@@ -103,9 +104,15 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if tiles is not None and tuple(tiles) != (WGMMA_ROWS, WGMMA_ROWS) or dq_atomics:
             raise ValueError(f"the WGMMA build has fixed tiles {(WGMMA_ROWS, WGMMA_ROWS)} and the dQ pass "
                              "only (dq_atomics=0); pass wgmma=0 for the mma.sync build's choices")
+        overlap = SWITCHES["OVERLAP"][0] if overlap is None else int(overlap)
+        if overlap not in SWITCHES["OVERLAP"]:
+            raise ValueError(f"overlap must be one of {SWITCHES['OVERLAP']}, got {overlap!r}")
         r, tiles_bytes = WGMMA_ROWS, 6 * WGMMA_ROWS * head_dim * 2  # six 64-row tiles in each kernel
         return {"block_n": r, "block_m": r, "threads": 128, "dq_atomics": 0, "wgmma": 1,
-                "smem": tiles_bytes + 4 * r * 4 + 1024, "dq_smem": tiles_bytes + 1024, "defines": ()}
+                "smem": tiles_bytes + 4 * r * 4 + 1024, "dq_smem": tiles_bytes + 1024,
+                "defines": (("OVERLAP", overlap),)}
+    if overlap is not None:
+        raise ValueError("overlap is a switch of the WGMMA build (wgmma=1)")
     bn, bm = tiles or TILES[head_dim]
     if (bn, bm) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {(bn, bm)}")
@@ -116,13 +123,14 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
 
 
 def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, dq_atomics=None,
-                wgmma=None):
+                wgmma=None, overlap=None):
     """The kernels built for `arch` (no GPU needed), for reading their ptxas log and SASS. The
     WGMMA build for an sm_90 arch unless wgmma=0."""
     wgmma = arch.startswith("sm_90") if wgmma is None else bool(wgmma)
-    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma))
+    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma), overlap)
     if wgmma:
-        compiled = nvrtc.compile_stage(WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=head_dim)
+        compiled = nvrtc.compile_stage(WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=head_dim,
+                                       defines=dict(cfg["defines"]))
     else:
         compiled = nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
                                        defines=dict(cfg["defines"]))
@@ -137,7 +145,7 @@ def _kernels(dtype, head_dim: int, cfg_key: tuple) -> dict:
     smem = max(cfg["smem"], cfg["dq_smem"])
     if cfg["wgmma"]:
         compiled = nvrtc.compile_stage(WGMMA_SOURCE, arch=nvrtc.gpu_arch(arch_specific=True), dtype=dtype,
-                                       head_dim=head_dim)
+                                       head_dim=head_dim, defines=dict(cfg["defines"]))
         return {n: nvrtc.load_kernel(compiled, n, max_dynamic_smem=smem) for n in names}
     return nvrtc.stage_kernels(SOURCE, names, dtype, head_dim, max_dynamic_smem=smem, defines=cfg["defines"])
 
@@ -149,20 +157,22 @@ def _aligned(t: torch.Tensor, align: int = 16) -> bool:
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
-                       dq_atomics=None, wgmma=None):
+                       dq_atomics=None, wgmma=None, overlap=None):
     """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
     output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
     that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
     summed over each group of query heads). New contiguous tensors in q's dtype. No gradient
     of these gradients: a second backward raises (once_differentiable). `wgmma` (default: 1 on
     an sm_90 GPU), `tiles` (one of CHOICES) and `dq_atomics` (0: the separate dQ pass) are for
-    measuring the alternatives; tiles and dq_atomics=1 apply to the mma.sync build (wgmma=0)."""
+    measuring the alternatives; tiles and dq_atomics=1 apply to the mma.sync build (wgmma=0),
+    overlap=0 to the WGMMA build."""
     with torch.no_grad():
         return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
-                         dq_atomics=dq_atomics, wgmma=wgmma)
+                         dq_atomics=dq_atomics, wgmma=wgmma, overlap=overlap)
 
 
-def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None):
+def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None,
+              overlap=None):
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -175,11 +185,11 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
         raise ValueError(f"lse must be a [B, H, Sq] = {[B, H, Sq]} tensor (the forward's "
                          "row log-sum-exp)")
     if wgmma is None:  # the Hopper build on an H100, unless an mma.sync choice was asked for
-        wgmma = wgmma_here() and tiles is None and not dq_atomics
+        wgmma = wgmma_here() and tiles is None and not dq_atomics or overlap is not None
     if wgmma and not wgmma_here():
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
-    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)))
+    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)), overlap)
     atomics = cfg["dq_atomics"]
     if B * H * Sq * Sk * D == 0:  # no products: zero gradients of the inputs' shapes
         return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),

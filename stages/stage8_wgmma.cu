@@ -16,10 +16,17 @@
 //     P is in stage 6's P·V.
 // cp.async writes shared memory through the generic proxy, wgmma reads it through the async
 // proxy: each thread fences (fence.proxy.async) after its copies land, before the barrier.
-// No warp specialization, no TMA and no pipelining of the products here: the first step from
-// stage 5's machinery to stage 6's, measured on its own.
+// OVERLAP 1 (stages/stage8.py, SWITCHES; 0 undoes it) lets the exponentials run under the tensor
+// core: each product is committed as a group of its own, and the warpgroup waits only for the
+// one it needs next — P is computed while dPᵀ is still being multiplied, and dS (dK/dV kernel)
+// while dV += Pᵀ·dO is. No warp specialization and no TMA here: the first steps from stage 5's
+// machinery to stage 6's, measured on their own.
 #include "hopper.cuh"
 #include "mma.cuh"
+
+#ifndef OVERLAP
+#define OVERLAP 1
+#endif
 
 constexpr int D = HEAD_DIM;
 constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
@@ -144,16 +151,18 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
         const int buf = it % 2, m0 = m0_of(it);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: 64 keys × 64 queries each.
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), a commit group each.
         float s[32], dp[32];
         wgmma_fence();
         issue_rows_d(s, kmajor(&sm.k[0][0][0]), kmajor(&sm.q[buf][0][0][0]));
+        wgmma_commit();
         issue_rows_d(dp, kmajor(&sm.v[0][0][0]), kmajor(&sm.dout[buf][0][0][0]));
         wgmma_commit();
-        wgmma_wait<0>();
+        if (OVERLAP) wgmma_wait<1>();  // Sᵀ is done; dPᵀ may still be running
+        else wgmma_wait<0>();
         fence_registers(s);
-        fence_registers(dp);
 
-        // Pᵀ and dSᵀ: element i is key key0 + 8·((i / 2) % 2) and query 8·(i / 4) + 2·i4 + i % 2.
+        // Pᵀ: element i is key key0 + 8·((i / 2) % 2) and query 8·(i / 4) + 2·i4 + i % 2.
         const bool straddles = causal && m0 + diag < n0 + ROWS - 1;
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -161,21 +170,36 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
             float p = fast_exp2(fmaf(s[i], scale_log2, -sm.lse[buf][col]));
             if (straddles && key0 + 8 * ((i / 2) % 2) > m0 + col + diag) p = 0.0f;
             s[i] = p;
-            dp[i] = p * (dp[i] - sm.delta[buf][col]) * scale;
         }
         unsigned pa[ROWS / 16][4], dsa[ROWS / 16][4];
         pack_a(pa, s);
+        // dV += Pᵀ·dO (64 keys × D over the 64 queries, dO MN-major): with OVERLAP issued now, to
+        // run under dPᵀ's end and the dS below.
+        if (OVERLAP) {
+            wgmma_fence();
+#pragma unroll
+            for (int t = 0; t < ROWS / 16; ++t)
+                Wgmma<D>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][0][0][0]) + row_step(t), 1);
+            wgmma_commit();
+            wgmma_wait<1>();  // dPᵀ is done (groups complete in order); dV may still be running
+        }
+        fence_registers(dp);
+        // dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale
+#pragma unroll
+        for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]) * scale;
         pack_a(dsa, dp);
 
-        // dV += Pᵀ·dO and dK += dSᵀ·Q: 64 keys × D, over the 64 queries; dO and Q MN-major.
+        // dK += dSᵀ·Q (Q MN-major), and without OVERLAP dV here too.
         wgmma_fence();
 #pragma unroll
         for (int t = 0; t < ROWS / 16; ++t) {
-            Wgmma<D>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][0][0][0]) + row_step(t), 1);
+            if (!OVERLAP) Wgmma<D>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][0][0][0]) + row_step(t), 1);
             Wgmma<D>::rs(dk_acc, dsa[t], mnmajor<ROWS>(&sm.q[buf][0][0][0]) + row_step(t), 1);
         }
         wgmma_commit();
         wgmma_wait<0>();  // before the next copy may overwrite these buffers, and pa/dsa change
+        fence_registers(pa);  // read by the asynchronous products until here
+        fence_registers(dsa);
         fence_registers(dv_acc);
         fence_registers(dk_acc);
     }
@@ -247,21 +271,27 @@ attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const e
         float s[32], dp[32];
         wgmma_fence();
         issue_rows_d(s, kmajor(&sm.q[0][0][0]), kmajor(&sm.k[buf][0][0][0]));
+        wgmma_commit();
         issue_rows_d(dp, kmajor(&sm.dout[0][0][0]), kmajor(&sm.v[buf][0][0][0]));
         wgmma_commit();
-        wgmma_wait<0>();
+        if (OVERLAP) wgmma_wait<1>();  // S is done; P is computed while dP is multiplied
+        else wgmma_wait<0>();
         fence_registers(s);
-        fence_registers(dp);
 
-        // dS in place of dP: element i is row query0 + 8·((i / 2) % 2), key k0 + 8·(i / 4) + 2·i4 + i % 2.
+        // P, then dS in place of dP: element i is row query0 + 8·((i / 2) % 2), key
+        // k0 + 8·(i / 4) + 2·i4 + i % 2.
         const bool straddles = causal && k0 + ROWS - 1 > m0 + diag;
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int hh = (i / 2) % 2;
             float p = fast_exp2(fmaf(s[i], scale_log2, -lse_r[hh]));
             if (straddles && k0 + 8 * (i / 4) + 2 * i4 + i % 2 > query0 + 8 * hh + diag) p = 0.0f;
-            dp[i] = p * (dp[i] - delta_r[hh]) * scale;
+            s[i] = p;
         }
+        wgmma_wait<0>();
+        fence_registers(dp);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - delta_r[(i / 2) % 2]) * scale;
         unsigned dsa[ROWS / 16][4];
         pack_a(dsa, dp);
         wgmma_fence();
@@ -270,6 +300,7 @@ attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const e
             Wgmma<D>::rs(dq_acc, dsa[t], mnmajor<ROWS>(&sm.k[buf][0][0][0]) + row_step(t), 1);
         wgmma_commit();
         wgmma_wait<0>();
+        fence_registers(dsa);
         fence_registers(dq_acc);
     }
     cp_async_wait<0>();

@@ -83,7 +83,7 @@ def test_wgmma_build_compiles_offline(D, dtype):
     and passed every check there."""
     from lib import nvrtc  # a define of its own: a fresh compile with ptxas's report, not a cached build
     compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
-                                   defines={"STAGE8_OFFLINE_CHECK": 1})
+                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(stage8.config(D, wgmma=1)["defines"])})
     use = compiled.resource_usage()
     assert set(use) == {"attention_backward", "attention_backward_dq"}, compiled.log[-2000:]
     for kernel, u in use.items():
@@ -93,16 +93,16 @@ def test_wgmma_build_compiles_offline(D, dtype):
 
 @gpu
 def test_wgmma_and_mma_sync_builds_agree(seed):
-    """On an H100 both builds run: the same gradients up to rounding (each passes the rule)."""
+    """On an H100 both builds run (the WGMMA one with and without its overlap): each passes the rule."""
     if not stage8.wgmma_here():
         pytest.skip("the WGMMA build needs sm_90")
     for D in (64, 128):
         shape = (1, 4, 2, 200, 150, D, True)
         q, k, v, out, dout, lse = _run(*shape, torch.float16, seed)
-        for wgmma in (1, 0):
-            grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=True, wgmma=wgmma)
+        for kw in ({"wgmma": 1}, {"wgmma": 1, "overlap": 0}, {"wgmma": 0}):
+            grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=True, **kw)
             for name, c in check_gradients(grads, q, k, v, dout, causal=True).items():
-                assert c.passed, f"{name} D{D} wgmma={wgmma} seed {seed}: {c.summary()}"
+                assert c.passed, f"{name} D{D} {kw} seed {seed}: {c.summary()}"
 
 
 def test_bad_choices_are_refused():
@@ -114,6 +114,10 @@ def test_bad_choices_are_refused():
         stage8.config(64, (128, 64), None, 1)
     with pytest.raises(ValueError, match="WGMMA build"):
         stage8.config(64, None, 1, 1)
+    with pytest.raises(ValueError, match="overlap"):
+        stage8.config(64, None, None, 0, 0)
+    with pytest.raises(ValueError, match="overlap"):
+        stage8.config(64, None, None, 1, 2)
 
 
 @gpu
