@@ -163,3 +163,44 @@ def training_summary(rec: dict) -> str:
             for sd, v in seeds.items()))
     return "\n".join(lines)
 
+
+
+def draw_backward_blocks(Sq: int = 16, Sk: int = 16, block: int = 4, causal: bool = True):
+    """The two kernels' work on one head's score matrix (queries down, keys across), in blocks:
+    left, one dK/dV block owns a column of keys and walks down over the query blocks that see
+    them (causal: from the diagonal on); right, one block of the dQ pass owns a row of queries
+    and walks across the keys they see. Blocks past the diagonal (causal) are never visited."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+    nq, nk = Sq // block, Sk // block
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    titles = ("dK/dV kernel: a block owns keys j, loops over query blocks i",
+              "dQ pass: a block owns queries i, loops over key blocks j")
+    for ax, title, own_col in zip(axes, titles, (True, False)):
+        for i in range(nq):
+            for j in range(nk):
+                hidden = causal and j > i
+                mine = (j == 1) if own_col else (i == 2)
+                visited = mine and not hidden
+                color = "#d9d9d9" if hidden else ("#4c72b0" if visited else "#eaf0f8")
+                ax.add_patch(Rectangle((j, nq - 1 - i), 1, 1, facecolor=color, edgecolor="white", lw=2))
+        if own_col:
+            start, end = (1.5, nq - 1 - 1 + 0.5), (1.5, 0.5)
+            label = "dK_j, dV_j stay in registers;\nQ_i, dO_i, lse_i, δ_i stream in"
+        else:
+            start, end = (0.5, nq - 1 - 2 + 0.5), (2.5, nq - 1 - 2 + 0.5)
+            label = "dQ_i stays in registers;\nK_j, V_j stream in"
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=18, color="#c44e52", lw=2))
+        ax.text(nk + 0.2, nq / 2, label, va="center", fontsize=9)
+        ax.set_xlim(0, nk + 3.2)
+        ax.set_ylim(0, nq)
+        ax.set_xticks([j + 0.5 for j in range(nk)], [f"K{j}" for j in range(nk)])
+        ax.set_yticks([nq - 1 - i + 0.5 for i in range(nq)], [f"Q{i}" for i in range(nq)])
+        ax.set_title(title, fontsize=9)
+        ax.set_aspect("equal")
+        for side in ("top", "right", "bottom", "left"):
+            ax.spines[side].set_visible(False)
+    fig.suptitle("One head's scores S = Q·Kᵀ in blocks" + (" (causal: grey blocks lie past the diagonal)" if causal else ""),
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
