@@ -109,3 +109,41 @@ def outlier_inputs(B, H, S, D, *, seed: int = 0, rate: float = 1e-3, std: float 
 
 def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).pow(2).mean().sqrt().item()
+
+
+# --------------------------------------------------------------------------------------------
+# Register layouts of the FP8 product P·V (issue 25, item 3). On Hopper the second product of
+# an FP8 attention takes P as the register A operand of wgmma m64nNk32 (e4m3), while P comes
+# out of the first product in the float32 accumulator layout. The two do not match element for
+# element — but they match thread for thread, row for row, once the 32 keys of a k-step are
+# taken in another order (the order below) and V's rows are stored in that same order: then
+# each thread packs its own accumulators into its A registers, with no shuffle. (Summing over
+# the keys does not care about their order, as long as P and V agree on it.)
+
+def acc_element(thread: int, i: int) -> tuple[int, int]:
+    """(row, column) of float32 accumulator element i of `thread` (0–127) in a wgmma m64nN:
+    rows 16w + lane/4 (+8), columns 8·(i/4) + 2·(lane%4) (+1), as the PTX ISA lays it out."""
+    w, lane = divmod(thread, 32)
+    return 16 * w + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+def a8_element(thread: int, i: int) -> tuple[int, int]:
+    """(row, k) of element i (0–15; register i/4, byte i%4 from the low end) of the e4m3 A
+    fragment of wgmma m64nNk32 held by `thread`: rows 16w + lane/4 (+8 for registers 1 and 3),
+    k = 4·(lane%4) + i%4 (+16 for registers 2 and 3)."""
+    w, lane = divmod(thread, 32)
+    return 16 * w + lane // 4 + 8 * ((i // 4) % 2), 4 * (lane % 4) + i % 4 + 16 * (i // 8)
+
+
+def key_order() -> list[int]:
+    """π: slot k (0–31) of an A fragment's k-step takes key π(k) of the step's 32 keys, the key
+    the same thread already holds in its accumulators (lane%4 = q holds keys 8j + 2q, 8j + 2q + 1)."""
+    return [8 * (2 * (k // 16) + (k % 4) // 2) + 2 * ((k % 16) // 4) + k % 2 for k in range(32)]
+
+
+def a8_sources(kstep: int = 0) -> list[list[int]]:
+    """For each thread, the accumulator index that feeds each of its 16 A-fragment bytes in
+    k-step `kstep` (keys 32·kstep … of the first product's output), under key_order():
+    register r takes accumulators j0, j0 + 1, j0 + 4, j0 + 5 with j0 = 16·kstep + 8·(r/2) + 2·(r%2)."""
+    return [[16 * kstep + 8 * (r // 2) + 2 * (r % 2) + (0, 1, 4, 5)[b] for r in range(4) for b in range(4)]
+            for _ in range(128)]

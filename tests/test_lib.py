@@ -632,3 +632,27 @@ def test_fp8_emulation_reproduces_flashattention3s_ordering():
     # seeds 5-7 measured here: rotated ÷ tensor 0.64-0.70, both ÷ rotated 0.94-1.12, block ÷ tensor 0.87-0.92
     assert got["rotated"] < 0.8 * got["tensor"] and got["both"] <= 1.15 * got["rotated"]
     assert got["block"] <= got["tensor"]
+
+
+def test_fp8_p_fragment_needs_no_shuffle():
+    """issue 25, item 3: with the keys of each k-step in fp8.key_order(), every byte of the e4m3
+    A fragment of P·V comes from an accumulator of the same thread (same row, key π(k)), and
+    a8_sources names which; π is a permutation of the 32 keys."""
+    from lib import fp8
+    order = fp8.key_order()
+    assert sorted(order) == list(range(32))
+    for kstep in (0, 1):
+        sources = fp8.a8_sources(kstep)
+        for t in range(128):
+            held = {fp8.acc_element(t, j): j for j in range(64)}  # a 64 × 128-key S: 64 per thread
+            for i in range(16):
+                row, k = fp8.a8_element(t, i)
+                want = (row, 32 * kstep + order[k])
+                assert want in held, (t, i, want)  # the same thread holds that score
+                assert held[want] == sources[t][i], (t, i)
+    # and in the natural key order, three bytes in four would have to come from another thread
+    elsewhere = 0
+    for t in range(128):
+        held = {fp8.acc_element(t, j) for j in range(64)}
+        elsewhere += sum(fp8.a8_element(t, i) not in held for i in range(16))
+    assert elsewhere == 128 * 16 * 3 // 4, elsewhere

@@ -139,6 +139,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/shape_map.py", "--record"], "runs on sm_90 GPUs (H100/H200) only"),
     (["scripts/backward_bench.py", "--record"], "needs a CUDA GPU and none was found"),
     (["scripts/train_curve.py", "--record"], "trains on a CUDA GPU and none was found"),
+    (["scripts/fp8_tile_probe.py"], "needs an H100 or H200 and none was found"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
     before = _tree_digest(ROOT / "results")
@@ -187,3 +188,14 @@ def test_shape_map_records_partial_rows_then_the_map(tmp_path, monkeypatch):
     assert n > 20 and seen[10] == 10 and seen[20] == 20 and seen[9] == 0  # saved every 10 rows
     data = json.loads((tmp_path / "fake-gpu.json").read_text())
     assert len(data["shape_map"]["rows"]) == n and "shape_map_partial" not in data
+
+
+def test_fp8_tile_probe_compiles_offline():
+    """issue 25's probe (one FP8 tile, both products) builds for sm_90a without a GPU and spills nothing."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fp8_tile_probe", ROOT / "scripts/fp8_tile_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    use = probe.compile_probe("sm_90a").resource_usage()["fp8_tile_probe"]
+    assert use["spill_stores"] == 0 and use["spill_loads"] == 0, use
+
