@@ -49,8 +49,8 @@ def main() -> int:
                              max_dynamic_smem=3 * 64 * 128 + 1024)
     a, b, v, vt = inputs(a_.seed)
     s_ss, s_rs, o_pv = (torch.empty(64, 64, device="cuda") for _ in range(3))
-    nvrtc.launch(kern, (1, 1, 1), (128, 1, 1), a.view(torch.uint8).data_ptr(), b.view(torch.uint8).data_ptr(),
-                 vt.data_ptr(), s_ss.data_ptr(), s_rs.data_ptr(), o_pv.data_ptr(), smem=3 * 64 * 128 + 1024)
+    nvrtc.launch(kern, (1, 1, 1), (128, 1, 1), a.view(torch.uint8), b.view(torch.uint8), vt, s_ss, s_rs,
+                 o_pv, smem=3 * 64 * 128 + 1024)
     torch.cuda.synchronize()
     s_ref = a.float() @ b.float().T
     o_ref = s_ss.to(E4M3).float() @ v.float()
