@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from lib import fp8, nvrtc  # noqa: E402
@@ -54,14 +55,21 @@ def main() -> int:
     torch.cuda.synchronize()
     s_ref = a.float() @ b.float().T
     o_ref = s_ss.to(E4M3).float() @ v.float()
+    # The products of e4m3 values are exact in float32, but Hopper's FP8 tensor cores keep fewer
+    # mantissa bits than float32 in their running sums: the first run of this probe (call 13,
+    # results/logs/2026-11-25-8423a0d-call13) measured errors of 2^-11.4 to 2^-13.0 of the
+    # largest value, where float32 sums of 128 terms would be near 2^-20. The checks allow 2^-10;
+    # a layout error would be off by the size of the values themselves.
+    s_err = float((s_ss - s_ref).abs().max()) / float(s_ref.abs().max())
+    o_err = float((o_pv - o_ref).abs().max()) / float(o_ref.abs().max())
     checks = {
-        "1. S, both operands from shared memory, against torch": float((s_ss - s_ref).abs().max()) <= 1e-5 * float(s_ref.abs().max()),
+        "1. S, both operands from shared memory, against torch": s_err <= 2 ** -10,
         "2. S with A from registers (lib.fp8.a8_element), bit for bit as 1": bool(torch.equal(s_rs, s_ss)),
-        "3. P·V, P packed in-thread (a8_sources), Vᵀ in key_order, against torch": float((o_pv - o_ref).abs().max()) <= 1e-5 * float(o_ref.abs().max()),
+        "3. P·V, P packed in-thread (a8_sources), Vᵀ in key_order, against torch": o_err <= 2 ** -10,
     }
-    print(f"max |S − torch| {float((s_ss - s_ref).abs().max()):.2e} (max |S| {float(s_ref.abs().max()):.1f}); "
+    print(f"max |S − torch| = 2^{np.log2(s_err):.1f} of max |S| ({float(s_ref.abs().max()):.1f}); "
           f"max |S_regs − S| {float((s_rs - s_ss).abs().max()):.2e}; "
-          f"max |O − torch| {float((o_pv - o_ref).abs().max()):.2e} (max |O| {float(o_ref.abs().max()):.1f})")
+          f"max |O − torch| = 2^{np.log2(o_err):.1f} of max |O| ({float(o_ref.abs().max()):.1f})")
     for name, ok in checks.items():
         print(f"{'pass' if ok else 'FAIL'}: {name}")
     return 0 if all(checks.values()) else 1
