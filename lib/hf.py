@@ -548,6 +548,26 @@ def _float64_copy(model):
     return ref
 
 
+def loss_and_gradients(model, ids, attention: str) -> tuple[float, dict]:
+    """One training step's loss and every parameter's gradient (float64 copies), with the
+    attention implementation `attention` and the tokens as their own labels."""
+    set_attention(model, attention)
+    model.zero_grad(set_to_none=True)
+    loss = model(ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.double() for n, p in model.named_parameters()}
+
+
+def gradient_rule(got: dict, sdpa: dict, ref: dict, dtype) -> dict:
+    """The error rule per parameter: {name: (max|got − ref|, tolerance)} with tolerance
+    2·max|sdpa − ref| + the dtype's rounding at the gradient's magnitude; `ref` from a float64
+    copy of the model."""
+    eps = torch.finfo(dtype).eps
+    return {n: (float((got[n] - want).abs().max()),
+                2 * float((sdpa[n] - want).abs().max()) + eps * float(want.abs().max()))
+            for n, want in ref.items()}
+
+
 def table(results: list[ForwardResult]) -> str:
     """The comparison as a text table (for notebooks)."""
     sdpa_ms = next((r.ms for r in results if r.implementation == "sdpa"), None)

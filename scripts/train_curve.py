@@ -20,31 +20,16 @@ from lib.simulator import HAS_GPU  # noqa: E402
 from stages import stage5, stage8  # noqa: E402
 
 
-def gradients(model, ids):
-    model.zero_grad(set_to_none=True)
-    loss = model(ids, labels=ids, use_cache=False).loss
-    loss.backward()
-    return float(loss.detach()), {n: p.grad.double() for n, p in model.named_parameters()}
-
-
 def gradient_check(model, ids, name) -> dict:
-    """The error rule per parameter at `model`'s weights: max|stage − float64| against
-    2·max|SDPA − float64| + bf16 rounding at the gradient's magnitude, with a float64 copy of
-    the model run with SDPA as the reference. Returns the worst ratio of error to tolerance."""
-    ref = hf._float64_copy(model).train()
-    _, g_ref = gradients(ref, ids)
-    hf.set_attention(model, "sdpa")
-    _, g_sdpa = gradients(model, ids)
-    hf.set_attention(model, name)
-    _, g_stage = gradients(model, ids)
-    eps = torch.finfo(torch.bfloat16).eps
-    worst, worst_name = 0.0, None
-    for n, want in g_ref.items():
-        err = float((g_stage[n] - want).abs().max())
-        tol = 2 * float((g_sdpa[n] - want).abs().max()) + eps * float(want.abs().max())
-        if err / tol > worst:
-            worst, worst_name = err / tol, n
-    return {"parameters": len(g_ref), "worst_error_over_tolerance": worst, "worst_parameter": worst_name}
+    """The error rule per parameter at `model`'s weights (lib.hf.gradient_rule), with a float64
+    copy of the model run with SDPA as the reference. Returns the worst ratio of error to
+    tolerance and its parameter."""
+    _, g_ref = hf.loss_and_gradients(hf._float64_copy(model).train(), ids, "sdpa")
+    _, g_sdpa = hf.loss_and_gradients(model, ids, "sdpa")
+    _, g_stage = hf.loss_and_gradients(model, ids, name)
+    ratios = {n: err / tol for n, (err, tol) in hf.gradient_rule(g_stage, g_sdpa, g_ref, torch.bfloat16).items()}
+    worst = max(ratios, key=ratios.get)
+    return {"parameters": len(ratios), "worst_error_over_tolerance": ratios[worst], "worst_parameter": worst}
 
 
 def curve(attention: str, ids, steps: int, seed: int, lr: float, backend=None):
