@@ -49,9 +49,10 @@ def record_line(rec: dict) -> str:
     import stages.stage5 as s5
     import stages.stage8 as s8
     env = rec["env"]
-    fresh = all(rec.get("sha256", {}).get(str(n)) == R.stage_sha256(m.INFO) for n, m in ((5, s5), (8, s8)))
+    changed = [n for n, m in ((5, s5), (8, s8)) if rec.get("sha256", {}).get(str(n)) != R.stage_sha256(m.INFO)]
     return (f"*Recorded* on {env['gpu']} at commit {env['commit']}, {env['date']} (torch {env['torch']}, "
-            f"NVRTC {env.get('nvrtc', '?')})" + ("" if fresh else " — **STALE: stage 5 or 8 changed since**"))
+            f"NVRTC {env.get('nvrtc', '?')})"
+            + (f" — **stage {' and '.join(map(str, changed))} changed since: re-record pending**" if changed else ""))
 
 
 def show_backward_table(rec: dict) -> None:

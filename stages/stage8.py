@@ -181,6 +181,8 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(q.shape):
             raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got "
                              f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        if t.dtype != q.dtype or t.device != q.device:  # the kernels read dout as q's element type
+            raise TypeError(f"{name} must be {q.dtype} on {q.device}, as q is; got {t.dtype} on {t.device}")
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, Sq):
         raise ValueError(f"lse must be a [B, H, Sq] = {[B, H, Sq]} tensor (the forward's "
                          "row log-sum-exp)")
@@ -228,11 +230,6 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
                           nvrtc.launch_config((n_dq_blocks, 1, 1), (128, 1, 1), cfg["dq_smem"]),
                           (*inputs, dq.data_ptr(), *shape_args))
     return dq, dk, dv
-
-
-def grad_wanted(q, k, v) -> bool:
-    """Grad mode is on and q, k or v requires grad: the forward must keep what the backward needs."""
-    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
 
 
 class _Attention(torch.autograd.Function):

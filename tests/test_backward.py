@@ -237,3 +237,17 @@ def test_launch_arguments_match_kernel_signature(monkeypatch):
     assert params[6] == 0  # no float32 dQ sum: the dQ pass writes dQ itself
     assert config.grid == (-(-33 // stage8.TILES[64][0]) * 2 * 2, 1, 1)
     assert dq_config.grid == (-(-40 // stage8.DQ_ROWS) * 2 * 4, 1, 1)
+
+
+def test_gradient_of_another_dtype_is_refused(monkeypatch):
+    """A dout in another dtype than q would be read as q's element type by the kernels (garbage,
+    silently): refused with a TypeError naming it, before anything runs."""
+    from lib import inputs
+    monkeypatch.setattr(stage8, "validate", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
+    q, k, v = make_qkv(1, 2, 10, 64, dtype=torch.bfloat16, device="cpu")
+    out, lse = torch.zeros_like(q), torch.zeros(1, 2, 10)
+    with pytest.raises(TypeError, match="dout"):
+        stage8.attention_backward(q, k, v, out, torch.zeros(q.shape), lse)
+    with pytest.raises(TypeError, match="out"):
+        stage8.attention_backward(q, k, v, out.half(), torch.zeros_like(q), lse)
+
