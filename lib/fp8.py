@@ -141,9 +141,8 @@ def key_order() -> list[int]:
     return [8 * (2 * (k // 16) + (k % 4) // 2) + 2 * ((k % 16) // 4) + k % 2 for k in range(32)]
 
 
-def a8_sources(kstep: int = 0) -> list[list[int]]:
-    """For each thread, the accumulator index that feeds each of its 16 A-fragment bytes in
-    k-step `kstep` (keys 32·kstep … of the first product's output), under key_order():
+def a8_sources(kstep: int = 0) -> list[int]:
+    """The accumulator index that feeds each of the 16 A-fragment bytes of k-step `kstep` (keys
+    32·kstep … of the first product's output) under key_order(), the same in every thread:
     register r takes accumulators j0, j0 + 1, j0 + 4, j0 + 5 with j0 = 16·kstep + 8·(r/2) + 2·(r%2)."""
-    return [[16 * kstep + 8 * (r // 2) + 2 * (r % 2) + (0, 1, 4, 5)[b] for r in range(4) for b in range(4)]
-            for _ in range(128)]
+    return [16 * kstep + 8 * (r // 2) + 2 * (r % 2) + (0, 1, 4, 5)[b] for r in range(4) for b in range(4)]

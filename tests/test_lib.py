@@ -649,7 +649,7 @@ def test_fp8_p_fragment_needs_no_shuffle():
                 row, k = fp8.a8_element(t, i)
                 want = (row, 32 * kstep + order[k])
                 assert want in held, (t, i, want)  # the same thread holds that score
-                assert held[want] == sources[t][i], (t, i)
+                assert held[want] == sources[i], (t, i)
     # and in the natural key order, three bytes in four would have to come from another thread
     elsewhere = 0
     for t in range(128):
