@@ -187,7 +187,7 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
         raise ValueError(f"lse must be a [B, H, Sq] = {[B, H, Sq]} tensor (the forward's "
                          "row log-sum-exp)")
     if wgmma is None:  # the Hopper build on an H100, unless an mma.sync choice was asked for
-        wgmma = wgmma_here() and tiles is None and not dq_atomics or overlap is not None
+        wgmma = (wgmma_here() and tiles is None and not dq_atomics) or overlap is not None
     if wgmma and not wgmma_here():
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
