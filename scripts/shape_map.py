@@ -9,7 +9,8 @@
   with the combine in each work tile's last block where its rule takes it (stage 6's choice);
 - (--parts schedules) stage 6's launches at short prefill, S 512 … 2048: one block per work
   tile against persistent blocks (fixed stride, or a work queue with and without ping-pong for
-  causal), each with the head dim's tiles and with 128-key tiles, one Q buffer or two;
+  causal), each with the head dim's tiles and with 128-key tiles, one Q buffer or two, each
+  work tile's last P·V carried into the next (CARRY_PV, where the rule puts it) and not;
 - (--parts timeline) block 0's measured timeline at S 512 (persistent blocks, one Q buffer and
   two): per consumer, how long each work tile took and the gap before the next one's first S.
 
@@ -65,15 +66,18 @@ def schedule_variants(D, causal):
     """(name, attention options) for the schedules part: the one-block-per-work-tile launch, then
     per tile choice (with its Q buffers; O leaves as stores_by_tma says) the persistent
     launches: a fixed stride for full attention, the work queue with and without ping-pong for
-    causal. (The softmax ping-pong, PINGPONG=2, measured slower at every one of these shapes in
+    causal; each of these also with CARRY_PV off where carries_pv's rule turns it on. (The
+    softmax ping-pong, PINGPONG=2, measured slower at every one of these shapes in
     results/logs/2026-11-25-fd50989-call2; S issued a key tile ahead of its softmax, tried at
     18b9a4f, 20-35% slower in -18b9a4f-call3, was taken out again.)"""
     out = [("one block per work tile", {"schedule": s6.default_schedule(D), "q_stages": 1})]
     scheds = ["work queue without ping-pong", "+ work queue"] if causal else ["+ persistent blocks"]
     for tiles, qs in SCHEDULE_TILES[D]:
         for sched in scheds:
-            out.append((f"{SHORT_NAMES[sched]} {tiles[0]}x{tiles[1]}x{tiles[2]} q{qs}",
-                        {"schedule": sched, "tiles": tiles, "q_stages": qs}))
+            name = f"{SHORT_NAMES[sched]} {tiles[0]}x{tiles[1]}x{tiles[2]} q{qs}"
+            out.append((name, {"schedule": sched, "tiles": tiles, "q_stages": qs}))
+            if dict(s6.config(D, tiles, sched, q_stages=qs)["defines"])["CARRY_PV"]:
+                out.append((name + " no carry", {"schedule": sched, "tiles": tiles, "q_stages": qs, "carry_pv": False}))
     return out
 
 
@@ -174,7 +178,8 @@ def measure(row, opts=None, budget_s=0.3):
     ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, torch.cuda.get_device_properties(0).multi_processor_count,
                    splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"), schedule=opts.get("schedule"),
                    tiles=opts.get("tiles"))
-    built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"], q_stages=opts.get("q_stages"))["defines"])
+    built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"], q_stages=opts.get("q_stages"),
+                           carry_pv=opts.get("carry_pv"))["defines"])
     q_stages = opts.get("q_stages") or built["Q_STAGES"]
     tma_store = bool(built["O_TMA_STORE"] if opts.get("tma_store") is None else opts["tma_store"])
     times = time_interleaved({"stage": lambda: fn(q, k, v),
@@ -190,6 +195,7 @@ def measure(row, opts=None, budget_s=0.3):
                vs_sdpa=sd / t if sd else None, vs_flash=sf / t if sf else None,
                max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
                splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"], q_stages=q_stages, tma_store=tma_store,
+               carry_pv=bool(built["CARRY_PV"]),
                stage_round_medians_us=times["stage"].round_medians_us)
     del q, k, v
     return row
@@ -211,6 +217,8 @@ def main() -> int:
     ap.add_argument("--head-dims", nargs="+", type=int, default=[64, 128], choices=[64, 128],
                     help="the schedules part's head dims")
     ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=["float16", "bfloat16"])
+    ap.add_argument("--seqs", nargs="+", type=int, default=list(SCHEDULE_SEQS),
+                    help="the schedules part's sequence lengths (B·S = 16k)")
     ap.add_argument("--parts", nargs="+", default=["decode", "waterfall", "prefill"],
                         choices=["decode", "waterfall", "prefill", "schedules", "latency", "timeline"],
                     help="schedules, latency, timeline: stage 6's launches at short prefill (not in the default set)")
@@ -237,7 +245,7 @@ def main() -> int:
         for D, H in PREFILL_HEADS.items():
             if D not in a.head_dims:
                 continue
-            for S in (SCHEDULE_SEQS[:1] if a.quick else SCHEDULE_SEQS):
+            for S in (a.seqs[:1] if a.quick else a.seqs):
                 for causal in (False, True):
                     for name, opts in schedule_variants(D, causal):
                         plan.append(({"part": "schedules", "variant": name, "B": TOKENS // S, "H": H, "Hkv": H,

@@ -43,6 +43,9 @@
 //                       took through shared memory. With causal masking the work tiles of a
 //                       head differ in length; a fixed stride can hand some SMs mostly long
 //                       ones, a counter hands each SM the next tile as soon as it is free.
+//        CARRY_PV       for a persistent launch: a work tile's last P·V is issued with the
+//                       next work tile's first S, so the overlap runs on across work tiles
+//                       instead of draining at each one's end.
 //   5. LAZY_RESCALE (FlashAttention-4's conditional rescaling): -1 rescales O by every tile's
 //      correction factor, as FlashAttention-3 does (64 FMUL per tile and thread at D128); k >= 0
 //      keeps a row's running max until a tile's exceeds it by a factor over 2^k (k in the
@@ -107,10 +110,15 @@
 #ifndef O_TMA_STORE
 #define O_TMA_STORE 0  // 1: O leaves through shared memory and a TMA store (see the epilogue)
 #endif
+#ifndef CARRY_PV
+#define CARRY_PV 0  // 1: a work tile's last P·V goes with the next work tile's first S (see the consumers)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
 static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
+static_assert(!CARRY_PV || (WARP_SPECIALIZED && INTRA_OVERLAP),
+              "the carried P·V is the overlap's last product, issued with the next tile's first S");
 static_assert(!O_TMA_STORE || (WARP_SPECIALIZED && !PACK_GQA && !SEQS),
               "the TMA-store epilogue writes [B, H, S, D] rows of one head per consumer");
 
@@ -295,11 +303,14 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], unsigned long 
     wgmma_commit();
 }
 // O += P·V: BLOCK_N/16 wgmma of 64 × D × 16; step t reads V rows 16t … 16t + 15 (2048 bytes on).
+// A work tile's first P·V (fresh) writes O instead of adding to it: O needs no zeroing (nor
+// rescaling) before it, and its registers hold nothing between work tiles (zeros kept live
+// across a work tile's start spilled).
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[BLOCK_N / 16][4],
-                                         unsigned long long v_desc) {
+                                         unsigned long long v_desc, bool fresh) {
     wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < BLOCK_N / 16; ++t) Wgmma<D>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), 1);
+    for (int t = 0; t < BLOCK_N / 16; ++t) Wgmma<D>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), t > 0 || !fresh);
     wgmma_commit();
 }
 
@@ -564,9 +575,174 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     auto k_desc = [&](int st) { return smem_desc(&sm.k[st][0][0][0], 0); };
     auto v_desc = [&](int st) { return smem_desc(&sm.v[st][0][0][0], BLOCK_N * 128); };
 
+    long long* const stamps = (TIMELINE && blockIdx.x == 0) ? timeline : nullptr;
+    (void)stamps;
+    // This thread's two rows of work tile t, r = 0, 1: query position qpos[r] of head head[r]
+    // (valid: the row exists). With PACK_GQA block row i is query i % Sq of head t.h + i / Sq.
+    auto rows_of = [&](const Work& t, int (&qpos)[2], int (&head)[2], bool (&valid)[2]) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = 64 * c + 16 * warp + lane / 4 + 8 * r;
+            if (PACK_GQA) {
+                const int g = i / Sq;
+                qpos[r] = i - g * Sq; head[r] = t.h + g; valid[r] = g < group && qpos[r] < t.len_q;
+            } else {
+                qpos[r] = t.q0 + i; head[r] = t.h; valid[r] = qpos[r] < t.len_q;
+            }
+        }
+    };
+    float o[D / 2];
+    unsigned p[BLOCK_N / 16][4];
+    auto zero_o = [&]() {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    };
+    // A row's sum l (this thread's share) and max m → 1 / l and its log2-sum-exp, base + log2(l)
+    // (the softmax's base is max·scale_log2), which split-KV's combine weighs by.
+    auto close_rows = [&](float (&l)[2], const float (&m)[2], float (&inv_l)[2], float (&lse)[2]) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            lse[r] = m[r] == NEG_INF ? NEG_INF : m[r] * scale_log2 + __log2f(l[r]);
+            inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no key seen: zeros, as SDPA gives
+        }
+    };
+
+    // ---- the end of work tile w (the block's count-th): O / l out, rows that do not exist
+    // clipped; 4-byte stores of two elements. With n_splits > 1, this block's share in fp32
+    // instead: O / l and the rows' log2-sum-exp, for the combine.
+    auto finish = [&](int w, int count, const float (&inv_l)[2], const float (&lse)[2]) {
+        const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
+        const int qs = count % Q_STAGES;
+        int qpos[2], head[2];
+        bool valid[2];
+        rows_of(t, qpos, head, valid);
+        if (O_TMA_STORE && n_splits == 1) {
+            // O / l in 16 bits into this consumer's rows of its work tile's Q buffer (every
+            // S = Q·Kᵀ is done), in the 128-byte swizzle the tensor maps describe: 16-byte chunk k
+            // of a row lives at chunk k ^ (row % 8). Then one thread stores the 64 rows with the
+            // copy engine, one box per 64 columns; it clips rows past the sequence's end. The
+            // consumer goes on at once instead of issuing D/4 scattered 4-byte stores per thread
+            // (measured at S 512: 2-3k clocks per work tile). The buffer is released to the
+            // producer only once the copy has read it.
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = 16 * warp + lane / 4 + 8 * r;  // of the consumer's 64
+                unsigned char* const base = reinterpret_cast<unsigned char*>(&sm.q[qs][0][64 * c + row][0]);
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n)
+                    *reinterpret_cast<unsigned*>(base + (n / 8) * BLOCK_M * 128 + ((n % 8) ^ (row % 8)) * 16 + 4 * (lane % 4)) =
+                        pack2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
+            }
+            fence_proxy_async();         // generic-proxy writes, read next by the copy engine
+            named_bar_sync(1 + c, 128);  // the consumer's 64 rows are all there
+            if (threadIdx.x % 128 == 0 && t.q0 + 64 * c < t.len_q) {
+#pragma unroll
+                for (int a = 0; a < ATOMS; ++a) tma_store_4d(&o_map, &sm.q[qs][a][64 * c][0], 64 * a, t.q0 + 64 * c, t.h, t.b);
+                bulk_commit();
+                bulk_wait_read();
+            }
+        }
+        if (O_TMA_STORE) release_q(sm, qs);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            if (!valid[r] || (O_TMA_STORE && n_splits == 1)) continue;
+            // The output's row: of [B, H, Sq], or of [total_q, H] for packed sequences.
+            const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qpos[r]) * H + head[r]
+                                               : ((size_t)t.b * H + head[r]) * Sq + qpos[r];
+            if (n_splits == 1) {
+                elem_t* const dst = out + row * D + 2 * (lane % 4);
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n)
+                    *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
+            } else {  // o_part [rows][n_splits][D], lse_part [rows][n_splits]
+                float* const dst = o_part + (row * n_splits + t.split) * D + 2 * (lane % 4);
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n)
+                    *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
+                if (lane % 4 == 0) lse_part[row * n_splits + t.split] = lse[r];
+            }
+        }
+#if COMBINE_IN_BLOCK
+        if (n_splits > 1 && split_counts != nullptr) {
+            // The last of the work tile's blocks to get here combines its rows. Each thread's
+            // partial rows are made visible to every SM (__threadfence) before the block counts
+            // itself in; the block that counts last sees every other split's rows after its count
+            // (the fence after it). It also sets the counter back to 0 for the next launch. (A
+            // launch cut short leaves no counter behind that a later one could read: a fault on the
+            // device ends the process's CUDA context, and every later call fails.)
+            __threadfence();
+            named_bar_sync(SPLIT_BAR, 128 * CONSUMERS);
+            int* const count = split_counts + w / n_splits;
+            if (threadIdx.x == 128 * WARP_SPECIALIZED) {  // the first consumer thread
+                const bool last = atomicAdd(count, 1) == n_splits - 1;
+                if (last) atomicExch(count, 0);
+                sm.last_split = last;
+            }
+            named_bar_sync(SPLIT_BAR, 128 * CONSUMERS);
+            if (sm.last_split) {
+                __threadfence();
+                const int rows = PACK_GQA ? group * Sq : BLOCK_M;
+                for (int i = (threadIdx.x - 128 * WARP_SPECIALIZED) / 32; i < rows; i += 4 * CONSUMERS) {
+                    int qp, hd;  // block row i: query qp of head hd (as rows_of)
+                    if (PACK_GQA) {
+                        const int g = i / Sq;
+                        qp = i - g * Sq, hd = t.h + g;
+                    } else {
+                        qp = t.q0 + i, hd = t.h;
+                    }
+                    if (qp >= t.len_q) continue;
+                    const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qp) * H + hd
+                                                               : ((size_t)t.b * H + hd) * Sq + qp;
+                    combine_row(o_part, lse_part, out, row, n_splits, lane);
+                }
+            }
+        }
+#endif
+    };
+
+    // ---- CARRY_PV: a work tile's last O += P·V is not issued at its end but with the next work
+    // tile's first S = Q·Kᵀ, in the same turn, and the next tile's first softmax runs while it is
+    // in the tensor cores; only then is the tile finished (its O stored). Without it the tensor
+    // cores wait at every work tile's end through the last P·V alone, the epilogue and the next
+    // first S, which at S 512 is a fifth of a work tile. Kept meanwhile: P in p, O in o (already
+    // rescaled), the ring position of its V, the work tile and its rows' 1 / l and lse.
+    bool pend = false, pend_fresh = false;  // pend_fresh: it is its tile's only P·V
+    // Its work tile is always the block's previous one, count − 1: in a fixed stride w − gridDim.x,
+    // from the queue pend_w (fewer registers held across work tiles: three consumers have 160).
+    int pend_pos = 0, pend_w = 0;
+    int w = blockIdx.x, count = 0;  // the block's count-th work tile, w
+    float pend_inv_l[2] = {0.0f, 0.0f}, pend_lse[2] = {NEG_INF, NEG_INF};
+    auto settle_pending = [&]() {  // the pending P·V was issued: wait for it, release V, finish
+        wgmma_wait<0>();
+        fence_registers(o);
+        fence_registers(p);
+        release(&sm.v_empty[pend_pos % STAGES]);
+        STAMP(role, pend_pos, 3);
+        finish(DYNAMIC_WORK ? pend_w : w - (int)gridDim.x, count - 1, pend_inv_l, pend_lse);
+        pend = false;
+    };
+    // One turn of its own: the pending P·V (if any) alone. Each branch issues and waits for its
+    // own products: ptxas checks every path for an accumulator read while its wgmma may still
+    // run, and serializes every wgmma of the kernel if one path (even one that never runs, as a
+    // path through two separate tests of `pend` would be) has it.
+    auto flush_alone = [&]() {
+        if (pend) {
+            mbar_wait(&sm.v_full[pend_pos % STAGES], (pend_pos / STAGES) & 1);
+            turn_begin(c);
+            issue_pv(o, p, v_desc(pend_pos % STAGES), pend_fresh);
+            turn_end(c);
+            settle_pending();
+        } else {
+            turn_begin(c);
+            turn_end(c);
+        }
+    };
+
     int pos = 0;  // ring position, as the producer counts it
     if (PINGPONG && c == CONSUMERS - 1) named_bar_arrive(TURN_BAR, 256);  // consumer 0 goes first
-    for (int w = blockIdx.x, count = 0;; w += gridDim.x, ++count) {
+    for (;; w += gridDim.x, ++count) {
         const int qs = count % Q_STAGES;  // this work tile's Q buffer
         if (DYNAMIC_WORK) {  // which work tile the producer took: published with its Q
             mbar_wait(&sm.q_full[qs], (count / Q_STAGES) & 1);
@@ -579,23 +755,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         }
         if (w >= n_work) break;
         const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
-        long long* const stamps = (TIMELINE && blockIdx.x == 0) ? timeline : nullptr;
-        (void)stamps;
         const int n_tiles = t.n_tiles;
-        // This thread's two rows of the block, r = 0, 1: query position qpos[r] of head head[r]
-        // (valid: the row exists). With PACK_GQA block row i is query i % Sq of head t.h + i / Sq.
         int qpos[2], head[2];
         bool valid[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int i = 64 * c + 16 * warp + lane / 4 + 8 * r;
-            if (PACK_GQA) {
-                const int g = i / Sq;
-                qpos[r] = i - g * Sq; head[r] = t.h + g; valid[r] = g < group && qpos[r] < t.len_q;
-            } else {
-                qpos[r] = t.q0 + i; head[r] = t.h; valid[r] = qpos[r] < t.len_q;
-            }
-        }
+        rows_of(t, qpos, head, valid);
 #if !WARP_SPECIALIZED
         if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
             load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
@@ -625,14 +788,14 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         const int qdiag[2] = {qpos[0] + t.diag, qpos[1] + t.diag};  // the last key each row may see
         // Causal: the block's tiles reach its last consumer's diagonal, but this consumer's rows
         // end before rows_end, and the last tiles may lie wholly past them. It skips their
-        // products and only hands their buffers (and, with ping-pong, its turns) on: pass_on.
-        // (Without a producer, consumer 0 refills the ring inside its loop: it keeps every tile.)
-        // Causal work is never split, so its key tiles start at t0 = 0.
+        // products and only hands their buffers (and, with ping-pong, `turns` turns each) on:
+        // pass_on. (Without a producer, consumer 0 refills the ring inside its loop: it keeps
+        // every tile.) Causal work is never split, so its key tiles start at t0 = 0.
         // Bottom-right with Sq > Sk, a consumer's rows may see no key at all: my_tiles = 0.
         const int my_tiles = causal && WARP_SPECIALIZED
             ? min(n_tiles, (max(0, min(t.len_k, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
-        auto pass_on = [&](int cur) {
-            for (int i = 0; PINGPONG && i < TILE_TURNS; ++i) {
+        auto pass_on = [&](int cur, int turns) {
+            for (int i = 0; PINGPONG && i < turns; ++i) {
                 take_turn(c);
                 give_turn(c);
             }
@@ -651,43 +814,59 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
         };
 
-        float o[D / 2];
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
         float s[BLOCK_N / 2];
-        unsigned p[BLOCK_N / 16][4];
 
         if (my_tiles == 0) {
             // No key for these rows (a sequence without keys, a query block past its sequence's
             // end, bottom-right rows before the first key): Q is released and the tiles the other
             // consumers use are passed on, with as many turns as they take — TILE_TURNS per tile,
-            // with the products' turns one more for INTRA_OVERLAP's last P·V (and at least one) —
+            // with the products' turns one more for INTRA_OVERLAP's last P·V (and at least one);
+            // with CARRY_PV one per tile and at least one, the first spent on the pending P·V —
             // and the rows get zeros below.
             if (!O_TMA_STORE) release_q(sm, qs);
-            for (int j = 0; j < n_tiles; ++j) pass_on(pos + j);
-            if (PINGPONG == 1 && (INTRA_OVERLAP || n_tiles == 0)) {
-                take_turn(c);
-                give_turn(c);
+            if (CARRY_PV) {
+                flush_alone();
+                for (int j = 0; j < n_tiles; ++j) pass_on(pos + j, j > 0 ? TILE_TURNS : 0);
+            } else {
+                for (int j = 0; j < n_tiles; ++j) pass_on(pos + j, TILE_TURNS);
+                if (PINGPONG == 1 && (INTRA_OVERLAP || n_tiles == 0)) {
+                    take_turn(c);
+                    give_turn(c);
+                }
             }
         } else {
 #if INTRA_OVERLAP
-            // Tile 0's S alone; then each turn issues S of tile j with P·V of tile j − 1, and the
-            // softmax of tile j runs while P·V j − 1 is still in the tensor cores.
-            mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
-            STAMP(role, pos, 0);
-            turn_begin(c);
-            issue_qk(s, q_desc, k_desc(pos % STAGES));
-            turn_end(c);
-            wgmma_wait<0>();
-            fence_registers(s);
-            release(&sm.k_empty[pos % STAGES]);
-            STAMP(role, pos, 1);
-            softmax_begin(c);
-            softmax(s, m, l, alpha, 0);
-            to_operand(s, p);
-            softmax_end(c);
-            STAMP(role, pos, 2);
+            // Tile 0's S alone (CARRY_PV: with the previous work tile's last P·V); then each turn
+            // issues S of tile j with P·V of tile j − 1, and the softmax of tile j runs while
+            // P·V j − 1 is still in the tensor cores. first_tile is called with a constant, once
+            // with a carried P·V and once without: inlined, each copy is a path whose waits are
+            // known at compile time (see flush_alone).
+            auto first_tile = [&](const bool CARRIED) {
+                mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
+                if (CARRIED) mbar_wait(&sm.v_full[pend_pos % STAGES], (pend_pos / STAGES) & 1);
+                STAMP(role, pos, 0);
+                turn_begin(c);
+                issue_qk(s, q_desc, k_desc(pos % STAGES));
+                if (CARRIED) issue_pv(o, p, v_desc(pend_pos % STAGES), pend_fresh);
+                turn_end(c);
+                if (CARRIED) wgmma_wait<1>();
+                else wgmma_wait<0>();
+                fence_registers(s);
+                release(&sm.k_empty[pos % STAGES]);
+                STAMP(role, pos, 1);
+                softmax_begin(c);
+                softmax(s, m, l, alpha, 0);
+                if (!CARRY_PV) to_operand(s, p);
+                softmax_end(c);
+                STAMP(role, pos, 2);
+                if (CARRY_PV) {
+                    if (CARRIED) settle_pending();  // P is free once the previous tile's P·V is done
+                    to_operand(s, p);
+                }
+            };
+            if (CARRY_PV && pend) first_tile(true);
+            else first_tile(false);
             for (int j = 1; j < my_tiles; ++j) {
                 const int cur = pos + j, prev = cur - 1;
                 mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
@@ -695,8 +874,8 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 STAMP(role, cur, 0);
                 turn_begin(c);
                 issue_qk(s, q_desc, k_desc(cur % STAGES));
-                rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
-                issue_pv(o, p, v_desc(prev % STAGES));
+                if (j > 1) rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
+                issue_pv(o, p, v_desc(prev % STAGES), j == 1);
                 turn_end(c);
                 wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
                 fence_registers(s);
@@ -708,22 +887,32 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 STAMP(role, cur, 2);
                 wgmma_wait<0>();
                 fence_registers(o);
+                fence_registers(p);  // read by that P·V: rewritten only now
                 release(&sm.v_empty[prev % STAGES]);
                 STAMP(role, prev, 3);
                 to_operand(s, p);
             }
             if (!O_TMA_STORE) release_q(sm, qs);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
             const int last = pos + my_tiles - 1;
+#if CARRY_PV
+            // The last P·V waits for the next work tile's first turn (or the one after the loop).
+            if (my_tiles > 1) rescale(o, alpha);
+            close_rows(l, m, pend_inv_l, pend_lse);
+            pend = true, pend_fresh = my_tiles == 1, pend_pos = last, pend_w = w;
+            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, TILE_TURNS);  // the tiles above: their turns
+#else
             mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
             turn_begin(c);
-            rescale(o, alpha);
-            issue_pv(o, p, v_desc(last % STAGES));
+            if (my_tiles > 1) rescale(o, alpha);
+            issue_pv(o, p, v_desc(last % STAGES), my_tiles == 1);
             turn_end(c);
             wgmma_wait<0>();
             fence_registers(o);
+            fence_registers(p);
             release(&sm.v_empty[last % STAGES]);
             STAMP(role, pos + my_tiles - 1, 3);
-            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j);  // the tiles above: their turns
+            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, TILE_TURNS);  // the tiles above: their turns
+#endif
 #else
             // One tile at a time: S, its softmax, then P·V, each product waited for at once.
             for (int j = 0; j < my_tiles; ++j) {
@@ -740,16 +929,17 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 STAMP(role, cur, 1);
                 softmax_begin(c);
                 softmax(s, m, l, alpha, j);
-                rescale(o, alpha);
+                if (j > 0) rescale(o, alpha);
                 to_operand(s, p);
                 softmax_end(c);
                 STAMP(role, cur, 2);
                 mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
                 turn_begin(c);
-                issue_pv(o, p, v_desc(st));
+                issue_pv(o, p, v_desc(st), j == 0);
                 turn_end(c);
                 wgmma_wait<0>();
                 fence_registers(o);
+                fence_registers(p);
                 release(&sm.v_empty[st]);
                 STAMP(role, cur, 3);
 #if !WARP_SPECIALIZED
@@ -759,105 +949,18 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 }
 #endif
             }
-            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j);  // the tiles above: their turns
+            for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, TILE_TURNS);  // the tiles above: their turns
 #endif
         }
         pos += n_tiles;
-
-        // ---- O / l, rows that do not exist clipped; 4-byte stores of two elements ----
-        // With n_splits > 1, this block's share in fp32 instead: O / l and the rows'
-        // log2-sum-exp, base + log2(l) (the softmax's base is max·scale_log2), for attention_combine_splits.
-        float lse[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-            lse[r] = m[r] == NEG_INF ? NEG_INF : m[r] * scale_log2 + __log2f(l[r]);
-            l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no key seen: zeros, as SDPA gives
+        if (!pend) {  // finished now (with CARRY_PV, a tile whose rows saw no key)
+            if (my_tiles == 0) zero_o();  // no P·V wrote O: zeros, as SDPA gives
+            float inv_l[2], lse[2];
+            close_rows(l, m, inv_l, lse);
+            finish(w, count, inv_l, lse);
         }
-        if (O_TMA_STORE && n_splits == 1) {
-            // O / l in 16 bits into this consumer's rows of its work tile's Q buffer (every
-            // S = Q·Kᵀ is done), in the 128-byte swizzle the tensor maps describe: 16-byte chunk k
-            // of a row lives at chunk k ^ (row % 8). Then one thread stores the 64 rows with the
-            // copy engine, one box per 64 columns; it clips rows past the sequence's end. The
-            // consumer goes on at once instead of issuing D/4 scattered 4-byte stores per thread
-            // (measured at S 512: 2-3k clocks per work tile). The buffer is released to the
-            // producer only once the copy has read it.
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = 16 * warp + lane / 4 + 8 * r;  // of the consumer's 64
-                unsigned char* const base = reinterpret_cast<unsigned char*>(&sm.q[qs][0][64 * c + row][0]);
-#pragma unroll
-                for (int n = 0; n < D / 8; ++n)
-                    *reinterpret_cast<unsigned*>(base + (n / 8) * BLOCK_M * 128 + ((n % 8) ^ (row % 8)) * 16 + 4 * (lane % 4)) =
-                        pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
-            }
-            fence_proxy_async();         // generic-proxy writes, read next by the copy engine
-            named_bar_sync(1 + c, 128);  // the consumer's 64 rows are all there
-            if (threadIdx.x % 128 == 0 && t.q0 + 64 * c < t.len_q) {
-#pragma unroll
-                for (int a = 0; a < ATOMS; ++a) tma_store_4d(&o_map, &sm.q[qs][a][64 * c][0], 64 * a, t.q0 + 64 * c, t.h, t.b);
-                bulk_commit();
-                bulk_wait_read();
-            }
-        }
-        if (O_TMA_STORE) release_q(sm, qs);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            if (!valid[r] || (O_TMA_STORE && n_splits == 1)) continue;
-            // The output's row: of [B, H, Sq], or of [total_q, H] for packed sequences.
-            const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qpos[r]) * H + head[r]
-                                               : ((size_t)t.b * H + head[r]) * Sq + qpos[r];
-            if (n_splits == 1) {
-                elem_t* const dst = out + row * D + 2 * (lane % 4);
-#pragma unroll
-                for (int n = 0; n < D / 8; ++n)
-                    *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
-            } else {  // o_part [rows][n_splits][D], lse_part [rows][n_splits]
-                float* const dst = o_part + (row * n_splits + t.split) * D + 2 * (lane % 4);
-#pragma unroll
-                for (int n = 0; n < D / 8; ++n)
-                    *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[4 * n + 2 * r] * l[r], o[4 * n + 2 * r + 1] * l[r]);
-                if (lane % 4 == 0) lse_part[row * n_splits + t.split] = lse[r];
-            }
-        }
-#if COMBINE_IN_BLOCK
-        if (n_splits > 1 && split_counts != nullptr) {
-            // The last of the work tile's blocks to get here combines its rows. Each thread's
-            // partial rows are made visible to every SM (__threadfence) before the block counts
-            // itself in; the block that counts last sees every other split's rows after its count
-            // (the fence after it). It also sets the counter back to 0 for the next launch. (A
-            // launch cut short leaves no counter behind that a later one could read: a fault on the
-            // device ends the process's CUDA context, and every later call fails.)
-            __threadfence();
-            named_bar_sync(SPLIT_BAR, 128 * CONSUMERS);
-            int* const count = split_counts + w / n_splits;
-            if (threadIdx.x == 128 * WARP_SPECIALIZED) {  // the first consumer thread
-                const bool last = atomicAdd(count, 1) == n_splits - 1;
-                if (last) atomicExch(count, 0);
-                sm.last_split = last;
-            }
-            named_bar_sync(SPLIT_BAR, 128 * CONSUMERS);
-            if (sm.last_split) {
-                __threadfence();
-                const int rows = PACK_GQA ? group * Sq : BLOCK_M;
-                for (int i = (threadIdx.x - 128 * WARP_SPECIALIZED) / 32; i < rows; i += 4 * CONSUMERS) {
-                    int qp, hd;  // block row i: query qp of head hd (as qpos, head above)
-                    if (PACK_GQA) {
-                        const int g = i / Sq;
-                        qp = i - g * Sq, hd = t.h + g;
-                    } else {
-                        qp = t.q0 + i, hd = t.h;
-                    }
-                    if (qp >= t.len_q) continue;
-                    const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qp) * H + hd
-                                                               : ((size_t)t.b * H + hd) * Sq + qp;
-                    combine_row(o_part, lse_part, out, row, n_splits, lane);
-                }
-            }
-        }
-#endif
     }
+    if (CARRY_PV) flush_alone();  // the last work tile's last P·V, in one more turn of every consumer
     // The last consumer's final turn went to consumer 0, who takes it here: every turn barrier
     // sees as many arrivals as waits, and nothing is left pending when the block ends.
     if (PINGPONG && c == 0) take_turn(0);

@@ -216,6 +216,18 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
     return persistent and q_stages == 2 and not pack_gqa and not seqs
 
 
+def carries_pv(persistent: bool, switches: dict, consumers: int) -> bool:
+    """CARRY_PV, the rule: a persistent launch whose consumers overlap S with P·V carries each
+    work tile's last P·V into the next work tile's first turn, issued with its first S. Without
+    it the overlap drains at every work tile's end: the last P·V runs alone, then the epilogue,
+    then the next first S with nothing beside it, about 2.5k clocks of a 12k-clock work tile at
+    S 512 D64 (the timeline of results/logs/2026-11-25-edf711c-call7). A block with one work
+    tile has nothing to carry into. Not with three consumers and the work queue: their 160
+    registers then spill 28-40 bytes (ptxas of NVRTC 13.0, the H100's)."""
+    return (persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
+            and not (consumers == 3 and switches["DYNAMIC_WORK"]))
+
+
 def q_buffers(head_dim: int, tiles) -> int:
     """Q_STAGES, the rule: two Q buffers wherever they fit in shared memory, else one. A block
     with several work tiles (a persistent launch) then loads the next tile's Q while this tile's
@@ -261,14 +273,15 @@ INFO = StageInfo(
 def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
-           combine_in_block: bool | None = None) -> dict:
+           combine_in_block: bool | None = None, carry_pv: bool | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
     q_stages: Q buffers (None: q_buffers' rule); tma_store: the epilogue writes O through shared
     memory and a TMA store (None: stores_by_tma's rule); combine_in_block: the build whose last
     split-KV block of a work tile may combine (None: the packed build, which has registers to
-    spare; at D64 the prefill build's consumers spill with it)."""
+    spare; at D64 the prefill build's consumers spill with it); carry_pv: a work tile's last
+    P·V issued with the next one's first S (None: carries_pv's rule)."""
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -290,6 +303,9 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     if smem > MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} with {qs} Q buffer(s) at D{head_dim} need {smem:,} "
                          f"bytes of shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
+    carry = carries_pv(persistent, sw, consumers) if carry_pv is None else bool(carry_pv)
+    if carry and not (sw["INTRA_OVERLAP"] and sw["WARP_SPECIALIZED"]):
+        raise ValueError(f"carry_pv carries the overlap's last P·V; schedule {schedule!r} has no overlap")
     eighths = EXP2_POLY[head_dim] if exp2_poly is None else exp2_poly
     if not 0 <= eighths <= 8:
         raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {eighths}")
@@ -299,7 +315,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers),
                *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
                ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs),
-               ("O_TMA_STORE", int(tma)),
+               ("O_TMA_STORE", int(tma)), ("CARRY_PV", int(carry)),
                ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
@@ -308,7 +324,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
 def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles=None,
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
-                q_stages: int | None = None, tma_store: bool | None = None) -> dict:
+                q_stages: int | None = None, tma_store: bool | None = None,
+                carry_pv: bool | None = None) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
     lengths). Only sm_90a has the instructions; any other arch is refused."""
@@ -317,7 +334,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode, seqs, q_stages, tma_store)
+                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -469,7 +486,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None) -> _Plan:
+               combine_in_block=None, carry_pv=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -478,6 +495,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"pack_gqa must be True, False or None (chosen per call), got {pack_gqa!r}")
     if combine_in_block not in (None, True, False):
         raise ValueError(f"combine_in_block must be True, False or None (chosen per call), got {combine_in_block!r}")
+    if carry_pv not in (None, True, False):
+        raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
     plan = _Plan()
     plan.varlen = varlen is not None
     if varlen is None:
@@ -505,7 +524,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                 splits=splits, pack_gqa=pack_gqa)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
-                 seqs or varlen is not None, q_stages, tma_store, combine_in_block)
+                 seqs or varlen is not None, q_stages, tma_store, combine_in_block, carry_pv)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -569,7 +588,7 @@ def _queue(plan: _Plan, device) -> int:
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
-              pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None):
+              pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -589,8 +608,9 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given) and
     `combine_in_block` (split-KV's combine in the last block of each work tile rather than a
     second kernel; None: combines_in_block's rule);
-    `q_stages` (1 or 2 Q buffers; None: q_buffers' rule) and `tma_store` (the epilogue through
-    shared memory and a TMA store; None: stores_by_tma's rule) for measuring them."""
+    `q_stages` (1 or 2 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
+    shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
+    last P·V issued with the next one's first S; None: carries_pv's rule) for measuring them."""
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     try:  # attributes a non-tensor lacks: the full validation in _make_plan says what is wrong
@@ -598,7 +618,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block)
+               combine_in_block, carry_pv)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -612,7 +632,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
-                          tma_store=tma_store, combine_in_block=combine_in_block)
+                          tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

@@ -284,15 +284,17 @@ def test_work_queue_hands_out_every_tile_once(schedule, seed):
 
 
 @on_hopper
+@pytest.mark.parametrize("carry_pv", [False, True])
 @pytest.mark.parametrize("tma_store", [False, True])
 @pytest.mark.parametrize("q_stages", [1, 2])
 @pytest.mark.parametrize("schedule", ["+ persistent blocks", "+ work queue", "work queue without ping-pong"])
-def test_q_buffers_match_reference(schedule, q_stages, tma_store, seed):
+def test_q_buffers_match_reference(schedule, q_stages, tma_store, carry_pv, seed):
     """Persistent blocks with one Q buffer or two (Q_STAGES): about five work tiles per block, so
     each Q buffer is refilled several times and its barriers' parities flip; odd lengths, GQA,
     causal in both alignments and not, and a negative scale (the consumers flip the signs of
     their buffer's rows); O stored by the consumers or by TMA from the Q buffer (clipped at the
-    sequence end). The output starts NaN-poisoned: every row must be written, and right."""
+    sequence end); each work tile's last P·V issued at its end or carried into the next one
+    (CARRY_PV). The output starts NaN-poisoned: every row must be written, and right."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for D in s6.INFO.head_dims:
         tiles = (128, 2, 2)
@@ -302,9 +304,55 @@ def test_q_buffers_match_reference(schedule, q_stages, tma_store, seed):
         for causal, scale in ((False, None), ("top_left", None), ("bottom_right", -0.07)):
             with poisoned_outputs():
                 out = s6.attention(q, k, v, causal=causal, scale=scale, schedule=schedule, tiles=tiles,
-                                   q_stages=q_stages, tma_store=tma_store)
+                                   q_stages=q_stages, tma_store=tma_store, carry_pv=carry_pv)
             c = check_output(out, q, k, v, causal=causal, scale=scale)
-            assert c.passed, f"{schedule} q{q_stages} tma {tma_store} D{D} causal={causal} seed {seed}: {c.summary()}"
+            assert c.passed, (f"{schedule} q{q_stages} tma {tma_store} carry {carry_pv} D{D} causal={causal} "
+                              f"seed {seed}: {c.summary()}")
+
+
+@on_hopper
+@pytest.mark.parametrize("schedule", ["+ persistent blocks", "+ work queue", "work queue without ping-pong"])
+def test_carried_pv_where_rows_see_no_key(schedule, seed):
+    """CARRY_PV where a consumer's work tile has no key for its rows (bottom-right with Sq > Sk:
+    its first turn only settles the carried P·V), where a consumer's rows end before the block's
+    last key tiles (causal, three consumers: their turns are passed on), where a work tile has a
+    single key tile (its only P·V is the carried one), and key lengths of one tile plus one row.
+    Several work tiles per block, ping-pong and not; the output starts NaN-poisoned."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for D in s6.INFO.head_dims:
+        for tiles in ((128, 2, 3), (128, 2, 2)):
+            if not s6.fits(D, tiles, 2):
+                continue
+            for B, Sq, Sk, causal in ((2, 700, 129, "bottom_right"), (2, 515, 515, "top_left"),
+                                      (2, 300, 64, False), (2, 333, 129, False)):
+                H = 4 * sms // (B * -(-Sq // (64 * tiles[2]))) + 1
+                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=1, dtype=torch.float16, seed=seed)
+                with poisoned_outputs():
+                    out = s6.attention(q, k, v, causal=causal, schedule=schedule, tiles=tiles, carry_pv=True)
+                c = check_output(out, q, k, v, causal=causal)
+                assert c.passed, f"{schedule} {tiles} D{D} {B}x{Sq}x{Sk} causal={causal} seed {seed}: {c.summary()}"
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_carried_pv_compiles_clean(D):
+    """The builds the rule carries the P·V in (persistent launches of the head dim's tiles and of
+    the short tiles) compile without a serialized wgmma or a spill; three consumers with the work
+    queue are left out by the rule (they spilled)."""
+    for tiles in {s6.TILES[D], *(t for (d, _), t in s6.SHORT_TILES.items() if d == D)}:
+        for schedule in ("+ persistent blocks", "+ work queue", "work queue without ping-pong"):
+            if not s6.fits(D, tiles) or (s6.ALL_SCHEDULES[schedule]["PINGPONG"] and tiles[2] < 2):
+                continue
+            cfg = s6.config(D, tiles, schedule)
+            carry = dict(cfg["defines"])["CARRY_PV"]
+            assert carry == (not (tiles[2] == 3 and s6.ALL_SCHEDULES[schedule]["DYNAMIC_WORK"])), (tiles, schedule)
+            if not carry:
+                continue
+            (compiled,) = s6.compile_for(s6.ARCH, torch.bfloat16, D, tiles=tiles, schedule=schedule).values()
+            assert not SERIALIZING.search(compiled.log), (tiles, schedule, compiled.log)
+            usage = compiled.resource_usage()["attention_wgmma"]
+            assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, (tiles, schedule, usage)
+    with pytest.raises(ValueError, match="carry_pv"):
+        s6.config(D, schedule="+ ping-pong", carry_pv=True)
 
 
 def test_q_buffer_rule():
@@ -371,12 +419,14 @@ def test_call_schedule_rule():
         # one work tile per SM or fewer: nothing to overlap, the default launch
         assert s6.call_schedule(D, False, 512, 132, 132) == s6.call_schedule(D, True, 512, 24, 132) \
             == s6.default_schedule(D)
-        # the same kernel but for the epilogue, where two Q buffers fit
-        same = lambda cfg: {k: v for k, v in cfg["defines"] if k != "O_TMA_STORE"}  # noqa: E731
+        # the same kernel but for the epilogue, where two Q buffers fit, and the P·V carried
+        # from one work tile into the next
+        same = lambda cfg: {k: v for k, v in cfg["defines"] if k not in ("O_TMA_STORE", "CARRY_PV")}  # noqa: E731
         assert same(s6.config(D, schedule="+ persistent blocks")) == same(s6.config(D))
         persistent = dict(s6.config(D, schedule="+ persistent blocks")["defines"])
         assert persistent["O_TMA_STORE"] == (persistent["Q_STAGES"] == 2)
-        assert dict(s6.config(D)["defines"])["O_TMA_STORE"] == 0
+        assert persistent["CARRY_PV"] == 1
+        assert dict(s6.config(D)["defines"])["O_TMA_STORE"] == dict(s6.config(D)["defines"])["CARRY_PV"] == 0
     assert s6.choose(32, 16, 16, 512, 512, 64, True, 132)["schedule"] == "work queue without ping-pong"
     assert s6.choose(4, 16, 16, 8192, 8192, 128, True, 132)["schedule"] == s6.default_schedule(128)
     assert s6.choose(1, 32, 8, 1, 4096, 128, False, 132)["schedule"] == s6.DECODE_SCHEDULE
