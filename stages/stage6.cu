@@ -119,6 +119,8 @@ static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgro
 static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
 static_assert(!CARRY_PV || (WARP_SPECIALIZED && INTRA_OVERLAP),
               "the carried P·V is the overlap's last product, issued with the next tile's first S");
+static_assert(!CARRY_PV || !O_TMA_STORE || Q_STAGES == 2,
+              "a carried tile's O is staged in its Q buffer, which the next tile's Q must not need");
 static_assert(!O_TMA_STORE || (WARP_SPECIALIZED && !PACK_GQA && !SEQS),
               "the TMA-store epilogue writes [B, H, S, D] rows of one head per consumer");
 

@@ -216,16 +216,18 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
     return persistent and q_stages == 2 and not pack_gqa and not seqs
 
 
-def carries_pv(persistent: bool, switches: dict, consumers: int) -> bool:
+def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, tma_store: bool) -> bool:
     """CARRY_PV, the rule: a persistent launch whose consumers overlap S with P·V carries each
     work tile's last P·V into the next work tile's first turn, issued with its first S. Without
     it the overlap drains at every work tile's end: the last P·V runs alone, then the epilogue,
     then the next first S with nothing beside it, about 2.5k clocks of a 12k-clock work tile at
     S 512 D64 (the timeline of results/logs/2026-11-25-edf711c-call7). A block with one work
     tile has nothing to carry into. Not with three consumers and the work queue: their 160
-    registers then spill 28-40 bytes (ptxas of NVRTC 13.0, the H100's)."""
+    registers then spill 28-40 bytes (ptxas of NVRTC 13.0, the H100's). Not with one Q buffer
+    and the TMA-store epilogue: the carried tile's O is staged in the Q buffer the next tile's Q
+    must wait for (a deadlock, not a slowdown: the kernel refuses it)."""
     return (persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
-            and not (consumers == 3 and switches["DYNAMIC_WORK"]))
+            and not (consumers == 3 and switches["DYNAMIC_WORK"]) and not (tma_store and q_stages == 1))
 
 
 def q_buffers(head_dim: int, tiles) -> int:
@@ -303,9 +305,12 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     if smem > MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} with {qs} Q buffer(s) at D{head_dim} need {smem:,} "
                          f"bytes of shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
-    carry = carries_pv(persistent, sw, consumers) if carry_pv is None else bool(carry_pv)
+    carry = carries_pv(persistent, sw, consumers, qs, tma) if carry_pv is None else bool(carry_pv)
     if carry and not (sw["INTRA_OVERLAP"] and sw["WARP_SPECIALIZED"]):
         raise ValueError(f"carry_pv carries the overlap's last P·V; schedule {schedule!r} has no overlap")
+    if carry and tma and qs == 1:
+        raise ValueError("carry_pv with the TMA-store epilogue needs two Q buffers (q_stages=2): the "
+                         "carried tile's O is staged in the Q buffer the next tile loads into")
     eighths = EXP2_POLY[head_dim] if exp2_poly is None else exp2_poly
     if not 0 <= eighths <= 8:
         raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {eighths}")

@@ -295,6 +295,10 @@ def test_q_buffers_match_reference(schedule, q_stages, tma_store, carry_pv, seed
     their buffer's rows); O stored by the consumers or by TMA from the Q buffer (clipped at the
     sequence end); each work tile's last P·V issued at its end or carried into the next one
     (CARRY_PV). The output starts NaN-poisoned: every row must be written, and right."""
+    if carry_pv and tma_store and q_stages == 1:
+        with pytest.raises(ValueError, match="two Q buffers"):
+            s6.config(64, (128, 2, 2), schedule, q_stages=1, tma_store=True, carry_pv=True)
+        return  # refused: the carried O would hold the one Q buffer the next tile waits for
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for D in s6.INFO.head_dims:
         tiles = (128, 2, 2)
