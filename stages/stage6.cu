@@ -529,7 +529,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 // The next work tile's Q: with two buffers right after this tile's first K and V
                 // (its buffer was freed by the tile before), a whole work tile before it is
                 // needed; with one, after this tile's copies (its S = Q·Kᵀ must finish first).
+                // CARRY_PV: after the second K and V. The tile before is finished, and its Q buffer
+                // freed, only after this tile's first softmax: waiting for it sooner would hold
+                // back the second K, which the consumers need right then.
                 bool next_q = next >= n_work;
+                const int q_after = CARRY_PV && t.n_tiles > 1 ? 1 : 0;
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {  // stamps: K, V copied; the waits before them
                     STAMP(0, pos, 2);
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
@@ -537,7 +541,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                     STAMP(0, pos, 3);
                     load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, pos, 1);
-                    if (Q_STAGES == 2 && !next_q) work_q(next, count + 1), next_q = true;
+                    if (Q_STAGES == 2 && !next_q && j == q_after) work_q(next, count + 1), next_q = true;
                 }
                 if (!next_q) work_q(next, count + 1);
             }
