@@ -66,7 +66,7 @@ def schedule_variants(D, causal):
     """(name, attention options) for the schedules part: the one-block-per-work-tile launch, then
     per tile choice (with its Q buffers; O leaves as stores_by_tma says) the persistent
     launches: a fixed stride for full attention, the work queue with and without ping-pong for
-    causal; each of these also with CARRY_PV off where carries_pv's rule turns it on. (The
+    causal; each of these also with CARRY_PV on where carries_pv allows it. (The
     softmax ping-pong, PINGPONG=2, measured slower at every one of these shapes in
     results/logs/2026-11-25-fd50989-call2; S issued a key tile ahead of its softmax, tried at
     18b9a4f, 20-35% slower in -18b9a4f-call3, was taken out again.)"""
@@ -76,8 +76,9 @@ def schedule_variants(D, causal):
         for sched in scheds:
             name = f"{SHORT_NAMES[sched]} {tiles[0]}x{tiles[1]}x{tiles[2]} q{qs}"
             out.append((name, {"schedule": sched, "tiles": tiles, "q_stages": qs}))
-            if dict(s6.config(D, tiles, sched, q_stages=qs)["defines"])["CARRY_PV"]:
-                out.append((name + " no carry", {"schedule": sched, "tiles": tiles, "q_stages": qs, "carry_pv": False}))
+            sw = s6.ALL_SCHEDULES[sched]
+            if not (tiles[2] == 3 and sw["DYNAMIC_WORK"]):  # carries_pv's exceptions; one Q buffer stores O itself
+                out.append((name + " carry", {"schedule": sched, "tiles": tiles, "q_stages": qs, "carry_pv": True}))
     return out
 
 

@@ -216,17 +216,28 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
     return persistent and q_stages == 2 and not pack_gqa and not seqs
 
 
+# CARRY_PV where carries_pv allows it: off. Measured and not kept (below).
+CARRY_PV_DEFAULT = False
+
+
 def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, tma_store: bool) -> bool:
-    """CARRY_PV, the rule: a persistent launch whose consumers overlap S with P·V carries each
-    work tile's last P·V into the next work tile's first turn, issued with its first S. Without
-    it the overlap drains at every work tile's end: the last P·V runs alone, then the epilogue,
-    then the next first S with nothing beside it, about 2.5k clocks of a 12k-clock work tile at
-    S 512 D64 (the timeline of results/logs/2026-11-25-edf711c-call7). A block with one work
-    tile has nothing to carry into. Not with three consumers and the work queue: their 160
-    registers then spill 28-40 bytes (ptxas of NVRTC 13.0, the H100's). Not with one Q buffer
-    and the TMA-store epilogue: the carried tile's O is staged in the Q buffer the next tile's Q
-    must wait for (a deadlock, not a slowdown: the kernel refuses it)."""
-    return (persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
+    """CARRY_PV, the rule: off (CARRY_PV_DEFAULT); where it may be switched on, a persistent
+    launch whose consumers overlap S with P·V carries each work tile's last P·V into the next
+    work tile's first turn, issued with its first S. The prediction: without it the overlap
+    drains at every work tile's end (the last P·V alone, the epilogue, then the next first S with
+    nothing beside it), about 2.5k clocks of a 12k-clock work tile at S 512 D64 (the timeline of
+    results/logs/2026-11-25-edf711c-call7), so up to 1.2× there. Measured at S 512 and 1024 (B·S
+    = 16k, bf16, results/logs/2026-11-25-0a60c0e-call3, carry against no carry in the same
+    rounds): with two Q buffers level, 0.95-1.02× (D64 full 105.9 against 106.2 µs, D128 full
+    277.8 against 278.9); with one Q buffer (D128's 176-key tiles) 0.88-0.95×. The consumers'
+    turns already put one consumer's products beside another's epilogue: the bubble the timeline
+    shows per consumer is not one of the tensor cores. (First try, -3b3239f-call2: 0.86-0.93×,
+    the producer then waited for the carried tile's Q buffer ahead of the second K.) Never with
+    a block of one work tile (nothing to carry into), nor with three consumers and the work
+    queue (their 160 registers spill 28-40 bytes, NVRTC 13.0's ptxas), nor with one Q buffer and
+    the TMA-store epilogue (the carried O is staged in the Q buffer the next tile's Q must wait
+    for: a deadlock, which config refuses)."""
+    return (CARRY_PV_DEFAULT and persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
             and not (consumers == 3 and switches["DYNAMIC_WORK"]) and not (tma_store and q_stages == 1))
 
 

@@ -339,19 +339,18 @@ def test_carried_pv_where_rows_see_no_key(schedule, seed):
 
 @pytest.mark.parametrize("D", [64, 128])
 def test_carried_pv_compiles_clean(D):
-    """The builds the rule carries the P·V in (persistent launches of the head dim's tiles and of
-    the short tiles) compile without a serialized wgmma or a spill; three consumers with the work
-    queue are left out by the rule (they spilled)."""
+    """The builds CARRY_PV may be switched on in (persistent launches of the head dim's tiles and
+    of the short tiles) compile with it without a serialized wgmma or a spill; three consumers
+    with the work queue are left out by the rule (they spilled)."""
     for tiles in {s6.TILES[D], *(t for (d, _), t in s6.SHORT_TILES.items() if d == D)}:
         for schedule in ("+ persistent blocks", "+ work queue", "work queue without ping-pong"):
             if not s6.fits(D, tiles) or (s6.ALL_SCHEDULES[schedule]["PINGPONG"] and tiles[2] < 2):
                 continue
-            cfg = s6.config(D, tiles, schedule)
-            carry = dict(cfg["defines"])["CARRY_PV"]
-            assert carry == (not (tiles[2] == 3 and s6.ALL_SCHEDULES[schedule]["DYNAMIC_WORK"])), (tiles, schedule)
-            if not carry:
+            if tiles[2] == 3 and s6.ALL_SCHEDULES[schedule]["DYNAMIC_WORK"]:
+                assert not s6.carries_pv(True, s6.ALL_SCHEDULES[schedule], 3, 2, True)
                 continue
-            (compiled,) = s6.compile_for(s6.ARCH, torch.bfloat16, D, tiles=tiles, schedule=schedule).values()
+            (compiled,) = s6.compile_for(s6.ARCH, torch.bfloat16, D, tiles=tiles, schedule=schedule,
+                                         carry_pv=True).values()
             assert not SERIALIZING.search(compiled.log), (tiles, schedule, compiled.log)
             usage = compiled.resource_usage()["attention_wgmma"]
             assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, (tiles, schedule, usage)
@@ -429,7 +428,7 @@ def test_call_schedule_rule():
         assert same(s6.config(D, schedule="+ persistent blocks")) == same(s6.config(D))
         persistent = dict(s6.config(D, schedule="+ persistent blocks")["defines"])
         assert persistent["O_TMA_STORE"] == (persistent["Q_STAGES"] == 2)
-        assert persistent["CARRY_PV"] == 1
+        assert persistent["CARRY_PV"] == int(s6.CARRY_PV_DEFAULT)
         assert dict(s6.config(D)["defines"])["O_TMA_STORE"] == dict(s6.config(D)["defines"])["CARRY_PV"] == 0
     assert s6.choose(32, 16, 16, 512, 512, 64, True, 132)["schedule"] == "work queue without ping-pong"
     assert s6.choose(4, 16, 16, 8192, 8192, 128, True, 132)["schedule"] == s6.default_schedule(128)
