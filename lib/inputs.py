@@ -53,7 +53,7 @@ def refuse_grad(info: "StageInfo", q, k, v) -> None:
             f"require{'s' if len(names) == 1 else ''} grad: its output would have no grad_fn, and "
             "a loss's gradient would silently leave attention out. For inference, call it under "
             "torch.no_grad() or torch.inference_mode() (or pass tensors that do not require "
-            "grad, e.g. .detach()); to train, use a stage with a backward (stages 5 and 8, "
+            "grad, e.g. .detach()); to train, use a stage with a backward (stages 5, 6 and 8, "
             "[B, H, S, D] inputs) or torch.nn.functional.scaled_dot_product_attention.")
 
 

@@ -476,7 +476,8 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 elem_t* __restrict__ out,
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, long long* timeline,
-                int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k) {
+                int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k,
+                float* __restrict__ lse_out) {
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
@@ -651,6 +652,14 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             }
         }
         if (O_TMA_STORE) release_q(sm, qs);
+        // What the backward needs (stage 8), when asked for (lse_out non-null, [B, H, Sq] rows,
+        // one launch without splits): each row's log-sum-exp of the scaled scores in natural
+        // units, −∞ for a row that saw no key.
+        if (lse_out != nullptr && n_splits == 1 && lane % 4 == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                if (valid[r]) lse_out[((size_t)t.b * H + head[r]) * Sq + qpos[r]] = lse[r] * 0.6931471805599453f;
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             if (!valid[r] || (O_TMA_STORE && n_splits == 1)) continue;

@@ -29,15 +29,15 @@ attention(..., seqlens_k=...) (FlashAttention's seqused_k).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from lib import nvrtc
-from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode, new_output,
-                        refuse_grad, trivial_output, validate_cached, validate_varlen)
+from lib.inputs import (NO_MASK, GPUTooOldError, NoBackwardError, StageInfo, causal_from_mask, causal_mode,
+                        new_output, refuse_grad, trivial_output, validate_cached, validate_varlen)
 
 SOURCE = Path(__file__).with_suffix(".cu")
 ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
@@ -266,6 +266,7 @@ INFO = StageInfo(
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
     varlen=True,
+    saves_lse=True,  # for stage 8's backward
     align_bytes=16,  # the copy engine: 16-byte-aligned base and strides
     # The notebook's count at B16 H16 S2048 D64, as shares of the matmul ceiling (so that it
     # stays the same prediction whichever run measured the ceiling; the journey multiplies by the
@@ -604,7 +605,7 @@ def _queue(plan: _Plan, device) -> int:
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
-              pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None):
+              pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -626,9 +627,35 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     second kernel; None: combines_in_block's rule);
     `q_stages` (1 or 2 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
-    last P·V issued with the next one's first S; None: carries_pv's rule) for measuring them."""
+    last P·V issued with the next one's first S; None: carries_pv's rule) for measuring them.
+    Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
+    runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
+    with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
+    receives the rows' log-sum-exp (natural log, −∞ for a row that sees no key; the keys are
+    then never split)."""
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
+    if lse is None and torch.is_grad_enabled() and any(
+            getattr(t, "requires_grad", False) for t in (q, k, v)):
+        if seqlens_k is not None:
+            raise NoBackwardError("stage 6 with seqlens_k (per-entry key lengths) has no backward pass: "
+                                  "stage 8 takes every key of each entry. Call it under torch.no_grad() "
+                                  "for inference, or without seqlens_k to train.")
+        from stages import stage8  # the stage that has the backward
+        return stage8.with_grad(partial(attention, tiles=tiles, schedule=schedule, exp2_poly=exp2_poly,
+                                        lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
+                                        tma_store=tma_store, combine_in_block=combine_in_block,
+                                        carry_pv=carry_pv),
+                                q, k, v, causal=causal, scale=scale)
+    if lse is not None:
+        if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
+                and lse.dtype == torch.float32 and lse.is_contiguous() and lse.device == q.device
+                and tuple(lse.shape) == tuple(q.shape[:3])):
+            raise ValueError(f"lse must be a contiguous float32 [B, H, Sq] = "
+                             f"{list(getattr(q, 'shape', [])[:3])} tensor on q's device")
+        if seqlens_k is not None:
+            raise ValueError("lse is not written with seqlens_k (stage 8 takes every key of each entry)")
+        splits = 1  # one block per row's keys: its log-sum-exp is the kernel's own
     try:  # attributes a non-tensor lacks: the full validation in _make_plan says what is wrong
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
@@ -654,9 +681,11 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                 _plans.clear()
             _plans[key] = plan
     if plan.trivial:
+        if lse is not None:
+            lse.fill_(-math.inf)  # no key: the log of an empty sum
         return trivial_output(q, k)
     used_k = _check_seqlens_k(seqlens_k, q) if seqlens_k is not None else 0
-    return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline)
+    return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
@@ -703,9 +732,10 @@ def _check_seqlens_k(seqlens_k, q) -> int:
     return seqlens_k.data_ptr()
 
 
-def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline):
+def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None):
     """Run a plan on these tensors (same layout as it was made for): the kernel, and split-KV's
-    combine. `seqs`: the kernel's cu_q, cu_k and used_k pointers (0: none)."""
+    combine. `seqs`: the kernel's cu_q, cu_k and used_k pointers (0: none); `lse`: the rows'
+    log-sum-exp tensor, or None."""
     if ptrs is not None:
         for i, t in enumerate((q, k, v)):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
@@ -717,7 +747,7 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline):
                           (*plan.maps[:3], plan.maps[3] if plan.o_tma else plan.maps[0], out.data_ptr(),
                            o_part, lse_part, *plan.args,
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device),
-                           counts, *seqs))
+                           counts, *seqs, 0 if lse is None else lse.data_ptr()))
     if plan.combine_config is not None:
         nvrtc.launch_prepared(plan.combine, plan.combine_config,
                               (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits)))

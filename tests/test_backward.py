@@ -7,7 +7,9 @@ import torch
 from conftest import cpu_only, gpu
 from lib.inputs import make_qkv
 from lib.reference import attention_lse, check_gradients
-from stages import stage5, stage8
+from stages import stage5, stage6, stage8
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 # (B, H, H_kv, Sq, Sk, D, causal): one element; partial tiles everywhere; GQA 2, 4 and 16;
 # bottom-right with Sq > Sk (rows that see no key); a K/V ring of many query blocks.
@@ -144,12 +146,39 @@ def test_forward_saves_the_log_sum_exp(causal, seed):
 
 
 @gpu
-@pytest.mark.parametrize("entry", ["stage5", "stage8"])
+@pytest.mark.skipif(not HOPPER, reason="stage 6 needs an sm_90 GPU (H100/H200)")
+@pytest.mark.parametrize("shape", [(2, 4, 2, 150, 97, 64, False), (2, 4, 2, 150, 97, 128, True),
+                                   (1, 8, 1, 300, 129, 64, "bottom_right"),  # rows that see no key
+                                   (1, 8, 8, 512, 512, 64, False),          # blocks of one consumer
+                                   (16, 16, 4, 700, 700, 64, False),        # persistent blocks
+                                   (16, 16, 16, 515, 515, 128, True),       # the work queue
+                                   (3, 32, 8, 1, 4096, 128, False),         # decoding: packed GQA
+                                   (2, 32, 8, 4, 333, 64, "bottom_right")], ids=str)
+def test_stage6_saves_the_log_sum_exp(shape, seed):
+    """Stage 6's lse on every launch path (one consumer, persistent blocks with the TMA store,
+    the work queue, packed decoding, whose keys are then not split) against the float64
+    log-sum-exp, −∞ exactly where a row sees no key; its output is the call's without lse."""
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
+    lse = torch.full((B, H, Sq), float("nan"), device="cuda")
+    out = stage6.attention(q, k, v, causal=causal, lse=lse)
+    want = attention_lse(q, k, causal=causal)
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(want))
+    fin = torch.isfinite(want)
+    assert float((lse.double()[fin] - want[fin]).abs().max()) < 1e-4, seed
+    if Sq > 4:  # decoding without lse may split the keys: other bits
+        assert torch.equal(out, stage6.attention(q, k, v, causal=causal))
+
+
+@gpu
+@pytest.mark.parametrize("entry", ["stage5", "stage6", "stage8"])
 def test_autograd_through_the_stages(entry, seed):
     """attention() on inputs that require grad: an output with a grad_fn whose backward gives
     the reference's gradients; the same call under no_grad gives a plain output; a second
     backward through the gradients raises instead of returning something wrong."""
-    mod = {"stage5": stage5, "stage8": stage8}[entry]
+    if entry == "stage6" and not HOPPER:
+        pytest.skip("stage 6 needs an sm_90 GPU (H100/H200)")
+    mod = {"stage5": stage5, "stage6": stage6, "stage8": stage8}[entry]
     for causal in (False, True):
         q, k, v = make_qkv(2, 8, 75, 128, Sk=75, Hkv=2, dtype=torch.bfloat16, seed=seed)
         leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
@@ -203,6 +232,26 @@ def test_empty_inputs_give_empty_or_zero_gradients():
     lse = torch.empty((1, 2, 0), device="cuda")
     dq, dk, dv = stage8.attention_backward(q, k, v, torch.empty_like(q), torch.empty_like(q), lse)
     assert dq.shape == q.shape and dk.shape == k.shape and not dk.any() and not dv.any()
+
+
+@gpu
+@pytest.mark.skipif(not HOPPER, reason="stage 6 needs an sm_90 GPU (H100/H200)")
+def test_stage6_what_has_no_backward_is_refused():
+    """Per-entry key lengths (seqlens_k) and packed sequences with grad: a clear error; a bad lse
+    tensor: a clear error."""
+    from lib.inputs import NoBackwardError, offsets_tensor
+    q, k, v = make_qkv(2, 4, 20, 64, dtype=torch.float16)
+    used = torch.tensor([5, 20], dtype=torch.int32, device="cuda")
+    with pytest.raises(NoBackwardError, match="seqlens_k"):
+        stage6.attention(q.clone().requires_grad_(True), k, v, seqlens_k=used)
+    for bad in (torch.empty(2, 4, 20, device="cuda", dtype=torch.float64), torch.empty(2, 4, 19, device="cuda"),
+                torch.empty(2, 4, 40, device="cuda")[..., ::2]):
+        with pytest.raises(ValueError, match="lse"):
+            stage6.attention(q, k, v, lse=bad)
+    qp, kp, vp = (torch.randn(30, 2, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    cu = offsets_tensor([0, 12, 30], "cuda")
+    with pytest.raises(NoBackwardError, match="attention_varlen"):
+        stage6.attention_varlen(qp.requires_grad_(True), kp, vp, cu, cu, 18, 18)
 
 
 @gpu

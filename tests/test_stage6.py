@@ -496,8 +496,8 @@ def test_split_launches_on_the_cpu(monkeypatch):
     q, k, v = make_qkv(1, 32, 1, 128, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")
     s6.attention(q, k, v)
     # the kernel's parameters end (..., n_splits, per_split, timeline, work_queue, split_counts,
-    # cu_q, cu_k, used_k)
-    N_SPLITS, COUNTS = -8, -4
+    # cu_q, cu_k, used_k, lse_out)
+    N_SPLITS, COUNTS = -9, -5
     ((k1, c1, p1),) = launched                    # 4 rows × 16 splits × 128 floats: combined in the block
     assert k1 == "kernel" and c1.grid == (8 * 16, 1, 1)  # 8 K/V heads × 16 splits of 2 tiles
     assert int(p1[N_SPLITS]) == 16 and p1[COUNTS] == 3333 and p1[5:7] == (1111, 2222)
@@ -628,9 +628,10 @@ def test_shape_map_rows_run_what_stage6_runs_now():
         assert r.get("schedule", ch["schedule"]) == ch["schedule"], r  # recorded since 511f4c1
 
 
-def test_grad_refused_whatever_was_cached(monkeypatch):
+def test_grad_goes_to_stage8_whatever_was_cached(monkeypatch):
     """A layout validated and planned without grad, then called with grad and another option
-    (a new plan, but a cached validation): still refused (lib.inputs.validate_cached)."""
+    (a new plan, but a cached validation): an output with stage 8's grad_fn, never a detached
+    one; with seqlens_k (no backward) refused."""
     from lib import inputs
     monkeypatch.setattr(s6, "_plans", {})
     monkeypatch.setattr(s6, "_check_arch", lambda q: None)
@@ -646,8 +647,10 @@ def test_grad_refused_whatever_was_cached(monkeypatch):
     s6.attention(q, k, v)                       # validated and planned without grad
     q.requires_grad_(True)
     for opts in ({}, {"splits": 1}, {"pack_gqa": False}):
-        with pytest.raises(inputs.NoBackwardError):
-            s6.attention(q, k, v, **opts)
+        out = s6.attention(q, k, v, **opts)
+        assert out.grad_fn is not None and "Attention" in type(out.grad_fn).__name__, opts
+    with pytest.raises(inputs.NoBackwardError, match="seqlens_k"):
+        s6.attention(q, k, v, seqlens_k=torch.full((1,), 100, dtype=torch.int32))
 
 
 @pytest.mark.parametrize("D", [64, 128])
