@@ -192,7 +192,7 @@ def test_tiny_llama_with_every_stage(dtype):
 
 
 @gpu
-@pytest.mark.parametrize("n", [6])
+@pytest.mark.parametrize("n", [4])  # stages 5 and 6 train through stage 8 (test below)
 def test_training_through_a_stage_is_refused(n):
     """issue 23: a model in train() mode with grad on runs attention on inputs that require
     grad. With no backward, the stage refuses the call (the layer's q/k/v projections would
