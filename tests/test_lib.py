@@ -153,6 +153,9 @@ def test_warp_functions_match_numpy(threads):
 WMMA_SOURCE = (HERE / "kernels" / "wmma_tile.cu").read_text()
 
 
+# CPU only: on the H100 machine under pytest-xdist, NVRTC has twice returned a good cubin with an
+# empty log (no ptxas report to read registers from; results/logs/2026-11-25-3103364-call5).
+@cpu_only
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_wmma_compiles_offline_with_hmma(arch, tmp_path, monkeypatch):
     monkeypatch.setenv("FA_CACHE_DIR", str(tmp_path))
