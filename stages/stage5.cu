@@ -424,8 +424,13 @@ attention_fused(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* out, 
 
     // l: the sum of the 4 threads' shares of each row; then O / l, through shared memory (Q's
     // place: this warp's own rows, which only this warp read) for 16-byte stores.
-    cp_async_wait<0>();  // no copy may still be writing to shared memory (the last groups are empty)
-    __syncwarp();        // every lane of the warp is done reading its rows of Q
+    // A block barrier, not a warp's: this warp's rows of Q were copied by every warp's threads,
+    // and a block whose rows see no key (n_tiles = 0, bottom-right with Sq > Sk) passed no
+    // barrier since. With only __syncwarp a copy issued by another warp could land on these rows
+    // after this warp had written its zeros there (seen once on the H100 under load: a row of Q
+    // values in place of zeros, results/logs/2026-11-25-3103364-call5).
+    cp_async_wait<0>();  // no copy of this thread's may still be writing (the last groups are empty)
+    __syncthreads();     // ... nor any other thread's; every lane is done reading Q
     elem_t* const o_tile = q_tile;
 #pragma unroll
     for (int m = 0; m < M_TILES; ++m) {
