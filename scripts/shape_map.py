@@ -22,6 +22,7 @@ SDPA's time over stage 6's (> 1: stage 6 faster).
     python scripts/shape_map.py                  # print
     python scripts/shape_map.py --record         # and store under "shape_map" in results/<gpu>.json
     python scripts/shape_map.py --quick          # a few rows of each part (a smoke run)
+    python scripts/shape_map.py --record --resume  # finish a recorded run that was cut short
 """
 import argparse
 import json
@@ -202,6 +203,18 @@ def measure(row, opts=None, budget_s=0.3):
     return row
 
 
+def resumable_rows(data, plan, sha) -> list:
+    """The rows of a recorded run cut short (shape_map_partial) that --resume keeps: only when it
+    had the same plan (its row count, and each kept row's part and shape) and stage 6's current
+    sources; else none."""
+    part = (data or {}).get("shape_map_partial")
+    if not part or part.get("of") != len(plan) or part.get("sha256") != sha:
+        return []
+    keys = ("part", "variant", "B", "H", "Hkv", "Sq", "Sk", "D", "dtype", "causal")
+    same = all(all(r.get(k) == p.get(k) for k in keys) for r, (p, _) in zip(part["rows"], plan))
+    return part["rows"] if same else []
+
+
 def _fmt(row) -> str:
     vs = lambda x: f"{x:5.2f}x" if x else "  n/a"  # noqa: E731
     return (f"{row['part']:8s} {row.get('variant', ''):22s} B{row['B']:<3d} H{row['H']}/{row['Hkv']:<3d} "
@@ -215,6 +228,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--record", action="store_true", help='store under "shape_map" in results/<gpu>.json')
     ap.add_argument("--quick", action="store_true", help="a few rows of each part")
+    ap.add_argument("--resume", action="store_true",
+                    help="with --record: keep the rows of a run cut short (shape_map_partial) when it had this "
+                         "plan and stage 6's sources, and measure only the rest")
     ap.add_argument("--head-dims", nargs="+", type=int, default=[64, 128], choices=[64, 128],
                     help="the schedules part's head dims")
     ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=["float16", "bfloat16"])
@@ -263,15 +279,21 @@ def main() -> int:
         plan += [(r, None) for r in prefill_rows(a.dtype, a.quick)]
     rows, t0 = [], time.time()
     env = R.capture_env() if a.record else None
+    if a.resume:
+        path = R.results_path(env["gpu"]) if a.record else None
+        kept = resumable_rows(R.load(path), plan, R.stage_sha256(s6.INFO)) if path and path.exists() else []
+        print(f"resuming after {len(kept)} recorded rows of {len(plan)}", flush=True)
+        rows, plan = list(kept), plan[len(kept):]
+    done, total = len(rows), len(rows) + len(plan)
     for i, (row, opts) in enumerate(plan):
         rows.append(measure(row, opts))
         left = (time.time() - t0) / (i + 1) * (len(plan) - i - 1)
-        print(f"[{i + 1}/{len(plan)}, ~{left:.0f} s left] {_fmt(row)}", flush=True)
-        if a.record and (i + 1) % 10 == 0:
+        print(f"[{done + i + 1}/{total}, ~{left:.0f} s left] {_fmt(row)}", flush=True)
+        if a.record and (done + i + 1) % 10 == 0:
             # a run cut short (a call's time limit) leaves its rows here, beside the complete map,
-            # which only a finished run replaces
+            # which only a finished run replaces (--resume goes on from them)
             R.save_extra(env["gpu"], "shape_map_partial", {"env": env, "sha256": R.stage_sha256(s6.INFO),
-                                                           "of": len(plan), "rows": rows})
+                                                           "of": total, "rows": rows})
     failed = [r for r in rows if not r["passed"]]
     for part in a.parts:
         got = [r["vs_sdpa"] for r in rows if r["part"] == part and r["vs_sdpa"]]

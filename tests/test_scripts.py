@@ -188,6 +188,19 @@ def test_shape_map_records_partial_rows_then_the_map(tmp_path, monkeypatch):
     assert n > 20 and seen[10] == 10 and seen[20] == 20 and seen[9] == 0  # saved every 10 rows
     data = json.loads((tmp_path / "fake-gpu.json").read_text())
     assert len(data["shape_map"]["rows"]) == n and "shape_map_partial" not in data
+    # --resume: a run cut short after 20 rows goes on from them, measuring only the rest; a
+    # partial record of another plan (or other sources) is not kept
+    kept_rows = data["shape_map"]["rows"][:20]
+    data["shape_map_partial"] = {"env": {}, "sha256": R.stage_sha256(sm.s6.INFO), "of": n, "rows": kept_rows}
+    (tmp_path / "fake-gpu.json").write_text(json.dumps(data))
+    seen.clear()
+    monkeypatch.setattr(sys, "argv", ["shape_map.py", "--record", "--resume", "--parts", "decode", "--dtype", "bfloat16"])
+    assert sm.main() == 0 and len(seen) == n - 20
+    assert len(json.loads((tmp_path / "fake-gpu.json").read_text())["shape_map"]["rows"]) == n
+    plan = [(r, None) for r in sm.decode_rows(["bfloat16"], False)]
+    partial = {"shape_map_partial": {"sha256": "x", "of": n, "rows": kept_rows}}
+    assert sm.resumable_rows(partial, plan, "x") == kept_rows
+    assert sm.resumable_rows(partial, plan, "y") == [] and sm.resumable_rows(partial, plan[:-1], "x") == []
 
 
 def test_fp8_tile_probe_compiles_offline():
