@@ -25,6 +25,10 @@ sequences of different lengths through `attention_varlen` (FlashAttention's
 flash_attn_varlen_func, the same kernel with each work tile starting its copies at its
 sequence's offset); and decoding against caches of different lengths per batch entry with
 attention(..., seqlens_k=...) (FlashAttention's seqused_k).
+
+Training (issue 23): the kernel also writes each row's log-sum-exp when asked (`lse=`), and
+attention() on inputs that require grad returns an output whose grad_fn runs stage 8's backward
+from it (stages/stage8.py; not with seqlens_k).
 """
 from __future__ import annotations
 
