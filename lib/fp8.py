@@ -96,6 +96,71 @@ def fp8_attention(q, k, v, *, causal=False, scale=None, block: int | None = None
     return (p8 @ vd) / l
 
 
+def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
+    """The inputs of an FP8 forward, checked: (q8, k8, v8, q_descale, k_descale, v_descale).
+    q [B, H, Sq, D], k and v [B, H_kv, Sk, D], H a multiple of H_kv.
+    - Already e4m3 (torch.float8_e4m3fn): all three must be, each with its descale factors,
+      float32 tensors of shape (B, H_kv) on q's device (FlashAttention-3's q_descale, k_descale,
+      v_descale: x ≈ x8 · descale, one factor per batch entry and K/V head; Q's covers the query
+      heads of that K/V head's group). Missing or malformed descales: a ValueError that says so.
+    - fp16 or bf16: quantized here, one scale per (batch, K/V head) — amax / 448 over the rows it
+      covers, so no value overflows e4m3 whatever its size (448 is e4m3's largest). Descales given
+      with such inputs are refused (they would be ignored).
+    - Anything else: a TypeError."""
+    ts = {"q": q, "k": k, "v": v}
+    for name, t in ts.items():
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise TypeError(f"{name} must be a 4-D tensor [B, heads, S, D], got "
+                            f"{type(t).__name__ if not isinstance(t, torch.Tensor) else tuple(t.shape)}")
+    B, H, _, D = q.shape
+    Hk = k.shape[1]
+    if k.shape[0] != B or v.shape[:2] != k.shape[:2] or k.shape[3] != D or v.shape[3] != D or H % Hk:
+        raise ValueError(f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}: need "
+                         f"q [B, H, Sq, D], k and v [B, H_kv, Sk, D] with H a multiple of H_kv")
+    given = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+    dtypes = {t.dtype for t in ts.values()}
+    if dtypes == {E4M3}:
+        for name, d in given.items():
+            if d is None:
+                raise ValueError(f"{name} is missing: e4m3 inputs need their descale factors (float32, "
+                                 f"shape (B, H_kv) = ({B}, {Hk}); x ≈ x8 · descale)")
+            if not isinstance(d, torch.Tensor) or d.dtype != torch.float32 or tuple(d.shape) != (B, Hk) \
+                    or d.device != q.device:
+                raise ValueError(f"{name} must be a float32 tensor of shape (B, H_kv) = ({B}, {Hk}) on "
+                                 f"{q.device}, got {getattr(d, 'dtype', type(d).__name__)} "
+                                 f"{tuple(getattr(d, 'shape', ()))} on {getattr(d, 'device', '-')}")
+        return q, k, v, q_descale, k_descale, v_descale
+    if len(dtypes) == 1 and dtypes <= {torch.float16, torch.bfloat16}:
+        if any(d is not None for d in given.values()):
+            raise ValueError("descale factors go with e4m3 inputs; fp16/bf16 inputs are quantized here "
+                             "with scales of their own")
+        g = H // Hk
+        out = []
+        for t, heads in ((q, g), (k, 1), (v, 1)):
+            grouped = t.reshape(B, Hk, heads * t.shape[2], D)  # a K/V head's rows together
+            amax = grouped.abs().amax(dim=(2, 3)).float() if grouped.numel() else torch.zeros(B, Hk, device=t.device)
+            d = (amax / E4M3_MAX).clamp_min(1e-12)
+            x8 = (grouped.float() / d[:, :, None, None]).to(E4M3).reshape(t.shape)
+            out.append((x8, d))
+        (q8, qd), (k8, kd), (v8, vd) = out
+        return q8, k8, v8, qd, kd, vd
+    raise TypeError(f"q, k and v must all be float16, all bfloat16 or all float8_e4m3fn; got "
+                    f"{[str(t.dtype) for t in ts.values()]}")
+
+
+def v_for_pv(v8: torch.Tensor) -> torch.Tensor:
+    """V [B, H_kv, Sk, D] → Vᵀ [B, H_kv, D, Sk'] with Sk' = Sk rounded up to 32 (zero keys after
+    the last), the keys of each 32-key k-step in key_order(): the K-major B operand of the FP8
+    P·V, whose A operand then packs each thread's own accumulators of P with no shuffle (see
+    below). Position 32j + k of a row holds key 32j + key_order()[k]. A pass before the kernel
+    (issue 25, item 2 measures it against a transpose inside the kernel)."""
+    B, Hk, Sk, D = v8.shape
+    pad = -Sk % 32
+    vt = torch.nn.functional.pad(v8.view(torch.uint8), (0, 0, 0, pad)).transpose(2, 3)  # [B, Hk, D, Sk']
+    perm = torch.tensor([32 * j + pi for j in range((Sk + pad) // 32) for pi in key_order()], device=v8.device)
+    return vt.index_select(3, perm).contiguous().view(v8.dtype)
+
+
 def outlier_inputs(B, H, S, D, *, seed: int = 0, rate: float = 1e-3, std: float = 10.0):
     """FlashAttention-3's accuracy inputs (its Table 3): every entry N(0, 1), plus with
     probability `rate` an outlier N(0, std²) (the paper: N(0, 100)·Bernoulli(0.001)). float32."""

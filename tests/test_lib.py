@@ -659,3 +659,53 @@ def test_fp8_p_fragment_needs_no_shuffle():
         held = {fp8.acc_element(t, j) for j in range(64)}
         elsewhere += sum(fp8.a8_element(t, i) not in held for i in range(16))
     assert elsewhere == 128 * 16 * 3 // 4, elsewhere
+
+
+def test_fp8_prepare_checks_and_quantizes():
+    """issue 25's input rules, on the CPU: fp16/bf16 inputs quantized with one scale per (batch,
+    K/V head) — an input far beyond e4m3's 448 comes back finite and within e4m3's rounding;
+    e4m3 inputs need their descales, each float32 (B, H_kv) on q's device; mixed dtypes and
+    descales with 16-bit inputs are refused."""
+    from lib import fp8
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 6, 9, 64, generator=g).to(torch.bfloat16)
+    k = (torch.randn(2, 3, 11, 64, generator=g) * 5000).to(torch.bfloat16)  # overflows e4m3 unscaled
+    v = torch.randn(2, 3, 11, 64, generator=g).to(torch.bfloat16)
+    q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v)
+    assert {t.dtype for t in (q8, k8, v8)} == {fp8.E4M3} and qd.shape == kd.shape == vd.shape == (2, 3)
+    for x, x8, d, group in ((q, q8, qd, 2), (k, k8, kd, 1), (v, v8, vd, 1)):
+        back = x8.float() * d.repeat_interleave(group, dim=1)[:, :, None, None]
+        assert torch.isfinite(back).all()
+        assert ((back - x.float()).abs() <= x.float().abs() / 16 + d.max() * 2 ** -9).all()  # 3 mantissa bits
+    assert k8.float().abs().max() == fp8.E4M3_MAX  # the largest entry lands on the top of the range
+    assert fp8.prepare(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)[3] is qd
+    with pytest.raises(ValueError, match="k_descale is missing"):
+        fp8.prepare(q8, k8, v8, q_descale=qd, v_descale=vd)
+    for bad in (qd.double(), qd[:, :1], qd.t().contiguous(), [1.0]):
+        with pytest.raises(ValueError, match="v_descale must be a float32 tensor of shape"):
+            fp8.prepare(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=bad)
+    with pytest.raises(ValueError, match="descale factors go with e4m3"):
+        fp8.prepare(q, k, v, q_descale=qd)
+    with pytest.raises(TypeError, match="must all be float16, all bfloat16 or all float8"):
+        fp8.prepare(q, k.half(), v)
+    with pytest.raises(ValueError, match="multiple of H_kv"):
+        fp8.prepare(q[:, :5], k, v)
+
+
+def test_fp8_v_for_pv_keeps_p_times_v():
+    """Vᵀ in key_order within each 32-key k-step, zero-padded to whole k-steps: P with its columns
+    taken in the same slot order, times that Vᵀ, is P·V (float64), at a key count that is not a
+    multiple of 32; the layout is K-major (keys contiguous) as the FP8 wgmma's B operand needs."""
+    from lib import fp8
+    g = torch.Generator().manual_seed(2)
+    v8 = (torch.randn(1, 2, 45, 64, generator=g) * 8).to(fp8.E4M3)
+    vt = fp8.v_for_pv(v8)
+    assert vt.shape == (1, 2, 64, 64) and vt.dtype == fp8.E4M3 and vt.stride(-1) == 1
+    slot = torch.tensor([32 * j + pi for j in range(2) for pi in fp8.key_order()])  # position → key
+    assert vt.float()[..., slot >= 45].abs().max() == 0  # the padded keys are zero
+    assert torch.equal(vt.float()[0, 1, :, (slot == 7).nonzero().item()], v8.float()[0, 1, 7])
+    p = torch.rand(1, 2, 7, 64, generator=g, dtype=torch.float64)
+    p[..., 45:] = 0
+    got = p[..., slot] @ vt.double().transpose(-1, -2)
+    want = p[..., :45] @ v8.double()
+    assert torch.allclose(got, want, rtol=0, atol=1e-12)
