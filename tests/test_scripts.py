@@ -212,3 +212,17 @@ def test_fp8_tile_probe_compiles_offline():
     use = probe.compile_probe("sm_90a").resource_usage()["fp8_tile_probe"]
     assert use["spill_stores"] == 0 and use["spill_loads"] == 0, use
 
+
+
+def test_fp8_loop_probe_compiles_offline():
+    """issue 25's second step (the whole FP8 loop, one warpgroup) builds for sm_90a without a GPU:
+    no spills, and ptxas neither serializes its wgmma nor injects waits."""
+    import importlib.util
+    import re
+    spec = importlib.util.spec_from_file_location("fp8_loop_probe", ROOT / "scripts/fp8_loop_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    compiled = probe.compile_probe("sm_90a")
+    use = compiled.resource_usage()["fp8_loop_probe"]
+    assert use["spill_stores"] == 0 and use["spill_loads"] == 0, use
+    assert not re.search(r"C75\d\d", compiled.log), compiled.log
