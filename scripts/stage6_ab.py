@@ -1,0 +1,103 @@
+"""Stage 6's kernel against the same kernel at an older commit, in the same interleaved rounds
+(with SDPA's default backend beside both), on the GPU. The question it answers: did a change to
+stages/stage6.cu make stage 6 slower, or did the GPU's pace move between two records? (Session
+31's records put stage 6 0–4% lower against SDPA than edf711c's, with small changes to the
+kernel in between: issue 21's closing note.)
+
+The older stages/stage6.cu is taken from git (`git show REV:stages/stage6.cu`) and compiled with
+today's defines for each shape's launch (a define it does not know is ignored; a build it cannot
+make is reported); today's launcher runs both, its argument list cut to the older kernel's
+parameter count (parameters added since come last). Both outputs are checked against the float64
+reference first.
+
+    python scripts/stage6_ab.py                    # against edf711c
+    python scripts/stage6_ab.py --against 9e84965 --rounds 7
+"""
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+
+import stages.stage6 as s6  # noqa: E402
+from lib.inputs import make_qkv, new_output  # noqa: E402
+from lib.reference import check_output  # noqa: E402
+from lib.timing import sdpa_call, time_interleaved  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+# (B, H, S, D, causal): the standard shapes and the short prefill rows the map finds weakest
+SHAPES = [(1, 8, 512, 64, False), (16, 16, 2048, 64, False), (16, 16, 2048, 64, True),
+          (4, 16, 8192, 128, False), (4, 16, 8192, 128, True), (32, 16, 512, 64, False),
+          (32, 16, 512, 64, True), (32, 32, 512, 128, False)]
+
+
+def older_source(rev: str) -> tuple[Path, int]:
+    """stages/stage6.cu at `rev` in a temporary file (compile_stage adds stages/ to the include
+    path, so its #include "hopper.cuh" resolves to today's), and its kernel's parameter count."""
+    text = subprocess.check_output(["git", "-C", str(ROOT), "show", f"{rev}:stages/stage6.cu"], text=True)
+    path = Path(tempfile.mkdtemp()) / "stage6.cu"
+    path.write_text(text)
+    signature = text.split("attention_wgmma(", 1)[1].split(")", 1)[0]
+    return path, signature.count(",") + 1
+
+
+def with_params(n: int, fn):
+    """fn run with every kernel launch's arguments cut to the first n."""
+    def run():
+        launch = s6.nvrtc.launch_prepared
+        s6.nvrtc.launch_prepared = lambda kernel, config, params: launch(kernel, config, params[:n])
+        try:
+            return fn()
+        finally:
+            s6.nvrtc.launch_prepared = launch
+    return run
+
+
+def plan_with_source(source: Path, q, k, v, causal):
+    """A stage 6 plan for this call whose kernel is compiled from `source`."""
+    saved_source, saved_kernels = s6.SOURCE, dict(s6._kernels)
+    try:
+        s6.SOURCE, s6._kernels = source, {}
+        return s6._make_plan(q, k, v, causal, None, None, None, False, None, None, None, None)
+    finally:
+        s6.SOURCE, s6._kernels = saved_source, saved_kernels
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--against", default="edf711c", help="the older commit of stages/stage6.cu")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
+    a = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: stage 6 runs on sm_90 GPUs (H100/H200) only\n")
+    old, n_old = older_source(a.against)
+    dtype = getattr(torch, a.dtype)
+    print(f"| shape | causal | today µs | {a.against} µs | today / {a.against} | today vs SDPA | {a.against} vs SDPA |")
+    print("|---|---|---|---|---|---|---|")
+    ok = True
+    for B, H, S, D, causal in SHAPES:
+        q, k, v = make_qkv(B, H, S, D, dtype=dtype)
+        plans = {"today": plan_with_source(s6.SOURCE, q, k, v, causal),
+                 a.against: plan_with_source(old, q, k, v, causal)}
+        run = {name: (lambda p=p: s6._launch(p, q, k, v, None, new_output(q), (0, 0, 0), None))
+               for name, p in plans.items()}
+        run[a.against] = with_params(n_old, run[a.against])
+        for name, fn in run.items():
+            c = check_output(fn(), q, k, v, causal=causal)
+            ok &= c.passed
+            if not c.passed:
+                print(f"{name} B{B} H{H} S{S} D{D} causal={causal}: {c.summary()}")
+        t = time_interleaved({**run, "sdpa": sdpa_call(q, k, v, causal=causal)}, rounds=a.rounds, budget_s=1.0)
+        us = {n: t[n].median_us for n in t}
+        print(f"| B{B} H{H} S{S} D{D} | {'yes' if causal else 'no'} | {us['today']:,.1f} | {us[a.against]:,.1f} | "
+              f"{us[a.against] / us['today']:.3f} | {us['sdpa'] / us['today']:.3f} | {us['sdpa'] / us[a.against]:.3f} |",
+              flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
