@@ -78,21 +78,29 @@ def fp8_attention(q, k, v, *, causal=False, scale=None, block: int | None = None
     (times P_OFFSET first with p_offset); O = P·V over the row sum of the unrounded P. Returns O
     in float32. GQA: K/V heads repeated. causal: False, True (top-left) or "bottom_right"
     (lib.reference.causal_mask)."""
-    D = q.shape[-1]
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if rotate:
         q, k = incoherent(q, k)
     if k.shape[1] != q.shape[1]:
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    qd, kd, vd = (dequantize(*quantize(t, block)) for t in (q, k, v))
+    return attention_on_dequantized(*(dequantize(*quantize(t, block)) for t in (q, k, v)), causal=causal,
+                                    scale=scale, p_offset=p_offset)
+
+
+def attention_on_dequantized(qd, kd, vd, *, causal=False, scale=None, p_offset: bool = True) -> torch.Tensor:
+    """The arithmetic after quantization, in the inputs' float dtype: S = Q·Kᵀ·scale from the
+    dequantized values (as many heads in K and V as in Q), the exponentials against the row max,
+    P cast to e4m3 (times P_OFFSET first with p_offset), O = P·V over the row sum of the
+    unrounded P. Shared by fp8_attention and the probes that check a kernel on its own e4m3
+    inputs (scripts/fp8_loop_probe.py)."""
+    scale = 1.0 / math.sqrt(qd.shape[-1]) if scale is None else float(scale)
     s = (qd @ kd.transpose(-1, -2)) * scale
     if causal:
-        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device, causal), -math.inf)
+        s = s.masked_fill(~causal_mask(qd.shape[2], kd.shape[2], qd.device, causal), -math.inf)
     p = torch.exp(s - s.amax(dim=-1, keepdim=True))
     l = p.sum(dim=-1, keepdim=True)
     off = P_OFFSET if p_offset else 1.0
-    p8 = (p * off).to(E4M3).float() / off
+    p8 = (p * off).to(E4M3).to(p.dtype) / off
     return (p8 @ vd) / l
 
 
@@ -134,15 +142,15 @@ def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
         if any(d is not None for d in given.values()):
             raise ValueError("descale factors go with e4m3 inputs; fp16/bf16 inputs are quantized here "
                              "with scales of their own")
-        g = H // Hk
         out = []
-        for t, heads in ((q, g), (k, 1), (v, 1)):
-            grouped = t.reshape(B, Hk, heads * t.shape[2], D)  # a K/V head's rows together
-            amax = grouped.abs().amax(dim=(2, 3)).float() if grouped.numel() else torch.zeros(B, Hk, device=t.device)
-            d = (amax / E4M3_MAX).clamp_min(1e-12)
-            x8 = (grouped.float() / d[:, :, None, None]).to(E4M3).reshape(t.shape)
-            out.append((x8, d))
-        (q8, qd), (k8, kd), (v8, vd) = out
+        for t in (q, k, v):
+            if t.numel() == 0:  # no rows to take a maximum over
+                out += [t.to(E4M3), torch.ones(B, Hk, device=t.device)]
+                continue
+            # a K/V head's rows (of every query head in its group) as one head: quantize's scale per head
+            x8, d = quantize(t.reshape(B, Hk, -1, D).float())
+            out += [x8.reshape(t.shape), d.reshape(B, Hk)]
+        q8, qd, k8, kd, v8, vd = out
         return q8, k8, v8, qd, kd, vd
     raise TypeError(f"q, k and v must all be float16, all bfloat16 or all float8_e4m3fn; got "
                     f"{[str(t.dtype) for t in ts.values()]}")

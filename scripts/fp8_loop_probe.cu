@@ -13,31 +13,11 @@
 //   - O · v_descale / (2^8 · l) to bf16.
 // Q and K descales are per (batch, K/V head), as lib.fp8.prepare makes them; GQA: query head h
 // reads K/V head h / (H / H_kv).
-#include "hopper.cuh"
+#include "fp8.cuh"  // sw128, wgmma_e4m3_ss/rs, to_e4m3x2
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
-typedef unsigned char u8;
 constexpr int D = 128, BLOCK_M = 64, BLOCK_N = 128;
 
-// Byte offset of (row, byte c) in a tile of 128-byte rows with the 128-byte swizzle.
-__device__ __forceinline__ int sw128(int row, int c) { return row * 128 + (((c / 16) ^ (row % 8)) * 16) + c % 16; }
-
-__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[64], unsigned long long a, unsigned long long b, int acc) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_R64 ", %64, %65, p, 1, 1;\n}\n"
-                 : WG_F64(d) : "l"(a), "l"(b), "r"(acc));
-}
-__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long b, int acc) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_R64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-                 : WG_F64(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
-}
-// Two floats → two e4m3 bytes, the first in the low byte (round to nearest, saturating).
-__device__ __forceinline__ unsigned to_e4m3x2(float lo, float hi) {
-    return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
-}
 __device__ __forceinline__ float exp2_approx(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

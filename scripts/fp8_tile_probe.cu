@@ -8,29 +8,8 @@
 //      float32 accumulators into its A registers (lib.fp8.a8_sources), no shuffle, because the
 //      host stores Vᵀ with the keys of each k-step in lib.fp8.key_order().
 // Each result goes out in the accumulator layout (lib.fp8.acc_element).
-#include "hopper.cuh"
-#include <cuda_fp8.h>
+#include "fp8.cuh"  // sw128, wgmma_e4m3_ss/rs, to_e4m3x2
 
-typedef unsigned char u8;
-
-// Byte offset of (row, byte c) in a tile of 128-byte rows with the 128-byte swizzle.
-__device__ __forceinline__ int sw128(int row, int c) { return row * 128 + (((c / 16) ^ (row % 8)) * 16) + c % 16; }
-
-__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[32], unsigned long long a, unsigned long long b, int acc) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_R32 ", %32, %33, p, 1, 1;\n}\n"
-                 : WG_F32(d) : "l"(a), "l"(b), "r"(acc));
-}
-__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[32], const unsigned (&a)[4], unsigned long long b, int acc) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_R32
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-                 : WG_F32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
-}
-// Two floats → two e4m3 bytes, the first in the low byte (round to nearest, saturating).
-__device__ __forceinline__ unsigned short to_e4m3x2(float lo, float hi) {
-    return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
-}
 __device__ __forceinline__ void store_acc(float* out, const float (&d)[32]) {  // 64 × 64, row-major
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll

@@ -1,0 +1,39 @@
+// FP8 (e4m3) pieces for Hopper, shared by issue 25's probes (scripts/fp8_tile_probe.cu,
+// scripts/fp8_loop_probe.cu) and, later, stage 7: the 128-byte swizzle of one e4m3 row of 128,
+// wgmma m64nNk32 e4m3 with both operands in shared memory (ss) or A from registers (rs), for
+// N = 64 (32 accumulators per thread) and N = 128 (64), and the float → e4m3 pair conversion.
+#pragma once
+#include "hopper.cuh"
+#include <cuda_fp8.h>
+
+typedef unsigned char u8;
+
+// Byte offset of (row, byte c) in a tile of 128-byte rows with the 128-byte swizzle.
+__device__ __forceinline__ int sw128(int row, int c) { return row * 128 + (((c / 16) ^ (row % 8)) * 16) + c % 16; }
+
+__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[32], unsigned long long a, unsigned long long b, int acc) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_R32 ", %32, %33, p, 1, 1;\n}\n"
+                 : WG_F32(d) : "l"(a), "l"(b), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[32], const unsigned (&a)[4], unsigned long long b, int acc) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_R32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : WG_F32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[64], unsigned long long a, unsigned long long b, int acc) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_R64 ", %64, %65, p, 1, 1;\n}\n"
+                 : WG_F64(d) : "l"(a), "l"(b), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long b, int acc) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_R64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : WG_F64(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+}
+// Two floats → two e4m3 bytes, the first in the low byte (round to nearest, saturating).
+__device__ __forceinline__ unsigned to_e4m3x2(float lo, float hi) {
+    return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+}
