@@ -232,10 +232,10 @@ def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, 
     nothing beside it), about 2.5k clocks of a 12k-clock work tile at S 512 D64 (the timeline of
     results/logs/2026-11-25-edf711c-call7), so up to 1.2× there. Measured at S 512 and 1024 (B·S
     = 16k, bf16, results/logs/2026-11-25-0a60c0e-call3, carry against no carry in the same
-    rounds): with two Q buffers level, 0.95-1.02× (D64 full 105.9 against 106.2 µs, D128 full
-    277.8 against 278.9); with one Q buffer (D128's 176-key tiles) 0.88-0.95×. The consumers'
+    rounds): with two Q buffers level, 0.95-1.04× over 14 pairs (D64 full 105.9 against 106.2 µs, D128 full
+    277.8 against 278.9); with one Q buffer (D128's 176-key tiles) 0.89-0.98× over 6. The consumers'
     turns already put one consumer's products beside another's epilogue: the bubble the timeline
-    shows per consumer is not one of the tensor cores. (First try, -3b3239f-call2: 0.86-0.93×,
+    shows per consumer is not one of the tensor cores. (First try, -3b3239f-call2: 0.85-0.99×,
     the producer then waited for the carried tile's Q buffer ahead of the second K.) Never with
     a block of one work tile (nothing to carry into), nor with three consumers and the work
     queue (their 160 registers spill 28-40 bytes, NVRTC 13.0's ptxas), nor with one Q buffer and
