@@ -25,7 +25,7 @@ from lib import simulator
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
-               torch.float64: "float64"}
+               torch.float64: "float64", torch.float8_e4m3fn: "float8_e4m3fn"}
 
 
 class GPUTooOldError(NotImplementedError):
@@ -191,10 +191,12 @@ def validate(q, k, v, *, causal, scale, info: StageInfo, check_device: bool = Tr
         if t.dim() != 4:
             raise ValueError(f"{name} must have rank 4, [batch, heads, seq_len, head_dim]; "
                              f"got rank {t.dim()} with shape {_dims(t)}")
+    # the floating-point dtypes, and any other a stage takes (stage 7: e4m3)
+    known = FLOAT_DTYPES + tuple(d for d in info.dtypes if d not in FLOAT_DTYPES)
     for name, t in tensors.items():
-        if t.dtype not in FLOAT_DTYPES:
+        if t.dtype not in known:
             raise TypeError(f"{name} must be a floating-point tensor "
-                            f"({', '.join(DTYPE_NAMES[d] for d in FLOAT_DTYPES)}), got {t.dtype}")
+                            f"({', '.join(DTYPE_NAMES[d] for d in known)}), got {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share one dtype; got q {q.dtype}, k {k.dtype}, "
                         f"v {v.dtype}")

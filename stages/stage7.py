@@ -1,0 +1,233 @@
+"""Stage 7 — FP8 (e4m3): FlashAttention-3's third idea (sm_90a), CUDA C++ through NVRTC.
+
+Stage 6's warp-specialized kernel with both products on the tensor cores' e4m3 path, which runs
+at twice the 16-bit rate (stages/stage7.cu says what changes, line by line against stage6.cu).
+The arithmetic is lib.fp8's: Q, K and V stored as x / descale in e4m3 with one fp32 descale
+per batch entry and K/V head (FlashAttention-3's q_descale, k_descale, v_descale), scores from
+e4m3 products summed by the tensor cores, the softmax in fp32, P cast to e4m3 as P·2^8, O out
+in 16 bits. Two passes run before the kernel, each timed on its own by the notebook:
+- quantization, when the inputs are fp16 or bf16 (lib.fp8.prepare: amax / 448 per batch entry
+  and K/V head, so nothing overflows e4m3's 448);
+- V's transpose (lib.fp8.v_for_pv): 8-bit wgmma reads its B operand K-major only, so P·V needs
+  Vᵀ [D][keys], each 32-key k-step's keys in lib.fp8.key_order() so that P's A fragment is
+  every thread's own scores.
+
+Status (2026-11-25): written and compiled offline (sm_90a: QGMMA, no spills, no serialized
+wgmma in the default builds; tests/test_stage7.py), not yet run on a GPU — so not registered in
+stages.NUMBERS, with no recorded rows. scripts/fp8_loop_probe.py checks its loop's arithmetic
+first; tests/test_stage7.py's GPU tests check this kernel against lib.fp8's emulation and the
+float64 reference.
+
+Not here (NotImplementedError): stage 6's serving paths (split-KV, packed GQA, packed sequences,
+per-entry key lengths: decoding shapes run unsplit), and a backward (inputs that require grad
+are refused, lib.inputs.refuse_grad).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lib import fp8, nvrtc
+from lib.inputs import GPUTooOldError, StageInfo, causal_from_mask, causal_mode, new_output, refuse_grad, validate
+from stages import stage6 as s6
+
+SOURCE = Path(__file__).with_suffix(".cu")
+ARCH = s6.ARCH  # wgmma (e4m3 too) and setmaxnreg exist only in the arch-specific target
+# (BLOCK_N, STAGES, CONSUMERS) per head dim. Predicted, not yet measured: stage 6's consumer
+# counts (three at D64; two at D128, where three serialize the wgmma for want of registers:
+# ptxas C7512 with 160 each), 128-key tiles (one 128-byte swizzle row of Vᵀ), and a ring one
+# deeper than stage 6's — an e4m3 tile is half the bytes, and the products that use it take half
+# the time, so a copy has less time to land.
+TILES = {64: (128, 3, 3), 128: (128, 3, 2)}
+FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
+CHOICES = [(128, s, c) for c in (1, 2, 3) for s in (2, 3, 4)]
+# When the softmax rescales O: 0 only in warps where a row's max grew (stage 6's default,
+# FlashAttention-4's threshold of 2^8, cannot be kept: P·2^8 must stay within e4m3's 448);
+# -1 every tile, as FlashAttention-3 does.
+LAZY_RESCALE = 0
+P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
+
+
+def smem_bytes(head_dim: int, tiles, q_stages: int = 1) -> int:
+    """One block's dynamic shared memory: the Q buffers, the K and Vᵀ rings (one byte per element),
+    the barriers and work slots, and 1 KB of slack to align the tiles to 1024 bytes."""
+    bn, stages, consumers = tiles
+    return (q_stages * 64 * consumers + 2 * stages * bn) * head_dim + 8 * (2 * q_stages + 4 * stages) \
+        + 4 * q_stages + 1024
+
+
+def q_buffers(head_dim: int, tiles) -> int:
+    """Two Q buffers wherever they fit (stage 6's rule, q_buffers there): e4m3 tiles always do."""
+    return 2 if smem_bytes(head_dim, tiles, 2) <= s6.MAX_SMEM else 1
+
+
+INFO = StageInfo(
+    number=7,
+    slug="fp8",
+    title="FP8 (e4m3): FlashAttention-3's low precision",
+    adds="Both products on the tensor cores' e4m3 path (twice the 16-bit rate): Q, K and V scaled "
+         "into e4m3 with per-head descale factors, Vᵀ laid out so that P's 8-bit operand needs no "
+         "shuffle, P cast to e4m3 with FlashAttention-3's 2^8 offset.",
+    backend="nvrtc",
+    min_cc=(9, 0),
+    dtypes=(torch.float16, torch.bfloat16, torch.float8_e4m3fn),
+    head_dims=(64, 128),
+    sources=("stages/stage7.py", "stages/stage7.cu", "stages/fp8.cuh", "stages/hopper.cuh",
+             "stages/attention.cuh", "lib/fp8.py"),
+    gqa=True,
+    causal_alignments=("top_left", "bottom_right"),
+    align_bytes=16,  # the copy engine: 16-byte-aligned base and strides
+    notes="sm_90a only (H100/H200). Not yet run on a GPU: offline compilation only.",
+    extra={"arch": ARCH, "tensor_core_op": "QGMMA", "registered": False},
+)
+
+
+@lru_cache(maxsize=None)
+def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int | None = None,
+           lazy_rescale: int | None = None, p_offset: bool | None = None, exp2_poly: int = 0) -> dict:
+    """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and one of stage 6's
+    schedules (stages.stage6.ALL_SCHEDULES): query rows per block, threads, dynamic shared
+    memory and the kernel's defines."""
+    schedule = s6.default_schedule(head_dim) if schedule is None else schedule
+    if schedule not in s6.ALL_SCHEDULES:
+        raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
+    bn, stages, consumers = tiles or TILES[head_dim]
+    if (bn, stages, consumers) not in CHOICES:
+        raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
+    sw = dict(s6.ALL_SCHEDULES[schedule])
+    if sw["PINGPONG"] and consumers < 2:
+        raise ValueError(f"schedule {schedule!r} takes turns between consumer warpgroups; tiles "
+                         f"{(bn, stages, consumers)} have one (use {s6.DECODE_SCHEDULE!r})")
+    persistent = bool(sw.pop("PERSISTENT"))
+    qs = q_buffers(head_dim, (bn, stages, consumers)) if q_stages is None else q_stages
+    if qs not in (1, 2):
+        raise ValueError(f"q_stages is 1 or 2 Q buffers, got {q_stages!r}")
+    smem = smem_bytes(head_dim, (bn, stages, consumers), qs)
+    if smem > s6.MAX_SMEM:
+        raise ValueError(f"tiles {(bn, stages, consumers)} need {smem:,} bytes of shared memory at D{head_dim}")
+    lazy = LAZY_RESCALE if lazy_rescale is None else lazy_rescale
+    if lazy not in (-1, 0):
+        raise ValueError(f"lazy_rescale is -1 (every tile) or 0 (when a row's max grew): P·2^8 must stay "
+                         f"within e4m3's 448; got {lazy_rescale!r}")
+    offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
+    defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
+               ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
+               ("P_OFFSET_LOG2", offset))
+    return {"block_m": 64 * consumers, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
+            "persistent": persistent, "smem": smem, "defines": defines}
+
+
+def compile_for(arch: str = ARCH, dtype=torch.bfloat16, head_dim: int = 128, tiles=None,
+                schedule: str | None = None, **options) -> dict:
+    """The stage's kernel compiled without a GPU, for lib.sass; `dtype` is the output's (fp16 or
+    bf16: the kernel's inputs are e4m3 either way). Only sm_90a has the instructions."""
+    if arch != ARCH:
+        raise NotImplementedError(f"stage 7 compiles only for {ARCH} (e4m3 wgmma, setmaxnreg); got {arch}")
+    cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, **options)
+    return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
+            nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim, defines=dict(cfg["defines"]))}
+
+
+def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None) -> dict:
+    """Tiles and schedule of a call: stage 6's rules (few_rows: blocks of one consumer when each
+    gets an SM to itself; call_schedule: persistent blocks or the work queue between work
+    tiles), on this stage's tiles."""
+    if tiles is None and schedule is None and s6.few_rows(B, H, Sq, sms):
+        tiles, schedule = FEW_ROWS_TILES[D], s6.DECODE_SCHEDULE
+    tiles = tuple(tiles) if tiles is not None else TILES[D]
+    work = B * H * -(-Sq // (64 * tiles[2]))
+    if schedule is None:
+        schedule = s6.call_schedule(D, causal, Sk, work, sms) if tiles[2] > 1 else s6.DECODE_SCHEDULE
+    return {"tiles": tiles, "schedule": schedule, "work": work}
+
+
+def tensor_map(t: torch.Tensor, rows: int, inner: int):
+    """The copy engine's description of a 4-D e4m3 tensor with its real strides: boxes of `rows`
+    × `inner` bytes, swizzled by the row's width (128 bytes: the 128-byte swizzle; 64: 64-byte)."""
+    from cuda.core.utils import StridedMemoryView
+    from cuda.core._tensor_map import TensorMapSwizzle
+    strides = [st if n > 1 else 16 * (t.numel() + 1) for n, st in zip(t.shape, t.stride())]
+    strides[-1] = 1
+    t = t.view(torch.uint8).as_strided(t.shape, strides)
+    view = StridedMemoryView.from_dlpack(t, stream_ptr=-1)
+    swizzle = TensorMapSwizzle.SWIZZLE_128B if inner == 128 else TensorMapSwizzle.SWIZZLE_64B
+    return view.as_tensor_map((1, 1, rows, inner), swizzle=swizzle)
+
+
+def _check_arch(q) -> None:
+    cc = torch.cuda.get_device_capability(q.device)
+    if cc != (9, 0):
+        raise GPUTooOldError(f"stage 7 is built for sm_90a and needs compute capability 9.0 exactly "
+                             f"(H100, H200); {torch.cuda.get_device_name(q.device)} has {cc[0]}.{cc[1]}")
+
+
+@lru_cache(maxsize=None)
+def _kernel(out_dtype, D, defines, smem):
+    compiled = nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=out_dtype, head_dim=D, defines=dict(defines))
+    return nvrtc.load_kernel(compiled, "attention_fp8", max_dynamic_smem=smem)
+
+
+_queues: dict = {}
+
+
+def _queue(device) -> torch.Tensor:
+    """DYNAMIC_WORK's counter (next, blocks done), zero between launches, one per stream."""
+    stream = torch.cuda.current_stream(device).cuda_stream
+    q = _queues.get(stream)
+    if q is None:
+        q = _queues[stream] = torch.zeros(2, dtype=torch.int32, device=device)
+    return q
+
+
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
+              v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
+              p_offset=None, seqlens_k=None):
+    """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
+    - fp16/bf16 inputs are quantized here (lib.fp8.prepare: one scale per batch entry and K/V
+      head); the output is in their dtype.
+    - e4m3 inputs (torch.float8_e4m3fn) come with q_descale, k_descale, v_descale: float32
+      (B, H_kv) on their device, x ≈ x8 · descale (FlashAttention-3's convention); the output
+      is bfloat16.
+    `causal` and `attn_mask` as in stage 6 (either alignment). `tiles`, `schedule`, `q_stages`,
+    `lazy_rescale` (-1 or 0) and `p_offset` (False: P cast without the 2^8) are for measuring
+    the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    (NoBackwardError)."""
+    if seqlens_k is not None:
+        raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
+    if attn_mask is not None:
+        causal = causal_from_mask(causal, attn_mask, q, k, INFO)
+    refuse_grad(INFO, q, k, v)
+    scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
+    _check_arch(q)
+    B, H, Sq, D = q.shape
+    Hk, Sk = k.shape[1], k.shape[2]
+    causal = causal_mode(causal, Sq, Sk, INFO)
+    if Sq <= 1 and causal == 2:
+        causal = 0  # one query bottom-right is the last position: it sees every key
+    q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    out_dtype = torch.bfloat16 if q.dtype == fp8.E4M3 else q.dtype
+    if q.numel() == 0 or Sk == 0:  # no queries, or no keys: what SDPA returns
+        return torch.zeros(q.shape, dtype=out_dtype, device=q.device)
+    out = new_output(q, dtype=out_dtype)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule)
+    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset)
+    n_work = ch["work"]
+    if n_work >= 2**31:
+        raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
+    vt = fp8.v_for_pv(v8)  # [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step
+    bn = ch["tiles"][0]
+    maps = (tensor_map(q8, cfg["block_m"], D), tensor_map(k8, bn, D), tensor_map(vt, D, bn))
+    kernel = _kernel(out_dtype, D, cfg["defines"], cfg["smem"])
+    grid = min(n_work, sms) if cfg["persistent"] else n_work
+    queue = _queue(q.device).data_ptr() if dict(cfg["defines"])["DYNAMIC_WORK"] else 0
+    nvrtc.launch_prepared(kernel, nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]),
+                          (*maps, out.data_ptr(), qd.data_ptr(), kd.data_ptr(), vd.data_ptr(), np.int32(Sq),
+                           np.int32(Sk), np.int32(H), np.int32(H // Hk), np.float32(scale * math.log2(math.e)),
+                           np.int32(causal), np.int32(n_work), queue))
+    return out
