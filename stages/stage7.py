@@ -213,21 +213,45 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     out_dtype = torch.bfloat16 if q.dtype == fp8.E4M3 else q.dtype
     if q.numel() == 0 or Sk == 0:  # no queries, or no keys: what SDPA returns
         return torch.zeros(q.shape, dtype=out_dtype, device=q.device)
-    out = new_output(q, dtype=out_dtype)
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    vt = fp8.v_for_pv(v8)  # [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step
+    return forward(q8, k8, vt, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
+                   tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset)
+
+
+def forward(q8, k8, vt, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
+            out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
+            p_offset=None):
+    """The kernel alone, on inputs already prepared (what attention() does after quantizing and
+    transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
+    [B, H_kv, Sk, D] e4m3, vt = lib.fp8.v_for_pv(v8), the descales float32 (B, H_kv); `causal`
+    the kernel's code (lib.inputs.causal_mode), `scale` a float. Checks nothing: attention()
+    has."""
+    B, H, Sq, D = q8.shape
+    Hk = k8.shape[1]
+    out = new_output(q8, dtype=out_dtype)
+    sms = _sm_count(q8.device)
     ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule)
     cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset)
     n_work = ch["work"]
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
-    vt = fp8.v_for_pv(v8)  # [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step
     bn = ch["tiles"][0]
     maps = (tensor_map(q8, cfg["block_m"], D), tensor_map(k8, bn, D), tensor_map(vt, D, bn))
     kernel = _kernel(out_dtype, D, cfg["defines"], cfg["smem"])
     grid = min(n_work, sms) if cfg["persistent"] else n_work
-    queue = _queue(q.device).data_ptr() if dict(cfg["defines"])["DYNAMIC_WORK"] else 0
+    queue = _queue(q8.device).data_ptr() if dict(cfg["defines"])["DYNAMIC_WORK"] else 0
     nvrtc.launch_prepared(kernel, nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]),
-                          (*maps, out.data_ptr(), qd.data_ptr(), kd.data_ptr(), vd.data_ptr(), np.int32(Sq),
-                           np.int32(Sk), np.int32(H), np.int32(H // Hk), np.float32(scale * math.log2(math.e)),
-                           np.int32(causal), np.int32(n_work), queue))
+                          (*maps, out.data_ptr(), q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
+                           np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
+                           np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work), queue))
     return out
+
+
+_sms: dict = {}
+
+
+def _sm_count(device) -> int:
+    n = _sms.get(device.index)
+    if n is None:
+        n = _sms[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n

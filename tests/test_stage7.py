@@ -1,0 +1,205 @@
+"""Stage 7 (FP8, issue 25): offline on any machine (the kernel builds for sm_90a without spills
+or serialized wgmma, the launch rules, the checks of bad input, the P·V fragment layout against
+lib.fp8.v_for_pv), and on an H100/H200 against lib.fp8's emulation of the same arithmetic on the
+same e4m3 inputs and against the float64 reference.
+
+The rule a GPU run is held to (the loop probe's, scripts/fp8_loop_probe.py): max |kernel −
+emulation| ≤ 2^-7 of max |emulation| — the emulation rounds P against each row's final max,
+the kernel against its running max, and Hopper's FP8 wgmma keeps fewer mantissa bits in its sums
+than float32 (2^-11.4 to 2^-13 of the largest value, the tile probe found) — and the kernel's
+RMSE against float64 within 1.5× the emulation's plus the output's own 16-bit rounding."""
+import math
+import re
+
+import pytest
+import torch
+
+import stages.stage6 as s6
+import stages.stage7 as s7
+from conftest import gpu
+from lib import fp8
+from lib.inputs import NoBackwardError, validate
+from lib.reference import reference_attention
+from lib.simulator import HAS_GPU
+
+ON_HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+hopper = pytest.mark.skipif(not ON_HOPPER, reason="stage 7 runs wgmma (sm_90a): needs an H100 or H200")
+
+
+# ---- offline -----------------------------------------------------------------------------------
+
+BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their rules pick
+    (64, None, {}), (128, None, {}),
+    (128, None, {"schedule": "+ work queue"}), (64, None, {"schedule": "work queue without ping-pong"}),
+    (64, s7.FEW_ROWS_TILES[64], {"schedule": s6.DECODE_SCHEDULE}),
+    (128, None, {"schedule": "no warp specialization"}),
+]
+
+
+@pytest.mark.parametrize("D,tiles,opts", BUILDS, ids=[f"D{d}-{o.get('schedule', 'default')}-{t}" for d, t, o in BUILDS])
+def test_builds_offline_without_spills_or_serialized_wgmma(D, tiles, opts):
+    """Each build ptxas accepts as written: no spills, no wgmma serialized or split by waits it
+    inserted (C7510-C7515), setmaxnreg kept (C7508), and the SASS runs the e4m3 tensor-core
+    product (QGMMA: D/32 per S and BLOCK_N/32 per P·V, twice for the overlap's two paths) and
+    converts P in pairs (F2FP), with no local memory."""
+    from lib import sass
+    (compiled,) = s7.compile_for(head_dim=D, tiles=tiles, **opts).values()
+    use = compiled.resource_usage()["attention_fp8"]
+    assert use["spill_stores"] == 0 and use["spill_loads"] == 0 and use["stack_bytes"] == 0, use
+    assert not re.search(r"C75(0[0-9]|1[0-9])", compiled.log), compiled.log
+    mix = sass.instruction_mix(sass.sass_text(compiled.cubin))
+    assert mix["QGMMA"] >= D // 32 + 4 and mix["HGMMA"] == 0, mix
+    assert mix["F2FP"] >= 32 and mix["LDL"] == 0 and mix["STL"] == 0, mix
+
+
+def test_three_consumers_at_d128_serialize_wgmma():
+    """Why TILES keeps two consumers at D128: with three (160 registers each) ptxas serializes the
+    products for want of registers — the warning the build test above refuses."""
+    (compiled,) = s7.compile_for(head_dim=128, tiles=(128, 2, 3), schedule="+ intra-warpgroup overlap").values()
+    assert re.search(r"C751[0-9]", compiled.log), compiled.log
+
+
+def test_config_rules_and_refusals():
+    for D in (64, 128):
+        cfg = s7.config(D)
+        assert cfg["smem"] <= s6.MAX_SMEM and dict(cfg["defines"])["Q_STAGES"] == 2
+        assert dict(cfg["defines"])["LAZY_RESCALE"] == 0 and dict(cfg["defines"])["P_OFFSET_LOG2"] == 8
+    assert dict(s7.config(64, p_offset=False)["defines"])["P_OFFSET_LOG2"] == 0
+    with pytest.raises(ValueError, match="448"):
+        s7.config(64, lazy_rescale=8)  # P·2^8 past e4m3's range
+    with pytest.raises(ValueError, match="tiles"):
+        s7.config(64, (176, 2, 2))
+    with pytest.raises(ValueError, match="one"):
+        s7.config(64, (128, 3, 1), "+ ping-pong")
+    with pytest.raises(NotImplementedError, match="sm_90a"):
+        s7.compile_for("sm_80")
+    # few rows: one consumer per block; many: the head dim's tiles and stage 6's launch rule
+    assert s7.choose(1, 8, 512, 512, 64, False, 132)["tiles"][2] == 1
+    big = s7.choose(16, 16, 2048, 2048, 64, False, 132)
+    assert big["tiles"] == s7.TILES[64] and big["schedule"] == "+ persistent blocks"
+    assert big["work"] == 16 * 16 * math.ceil(2048 / 192)
+
+
+def test_bad_input_is_refused_offline():
+    """The checks before any launch, on the CPU: e4m3 accepted as a dtype, mixed dtypes and
+    unsupported head dims refused, descales required with e4m3 inputs, no grad, no seqlens_k."""
+    q = torch.randn(1, 4, 9, 64)
+    k = torch.randn(1, 2, 11, 64)
+    q8, k8 = q.to(fp8.E4M3), k.to(fp8.E4M3)
+    assert validate(q8, k8, k8, causal=False, scale=None, info=s7.INFO, check_device=False) == 1 / 8
+    with pytest.raises(TypeError, match="share one dtype"):
+        validate(q8, k, k, causal=False, scale=None, info=s7.INFO, check_device=False)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        validate(q.to(torch.int8), k.to(torch.int8), k.to(torch.int8), causal=False, scale=None,
+                 info=s7.INFO, check_device=False)
+    with pytest.raises(NotImplementedError, match="64, 128"):
+        validate(q[..., :32].to(fp8.E4M3), k[..., :32].to(fp8.E4M3), k[..., :32].to(fp8.E4M3), causal=False,
+                 scale=None, info=s7.INFO, check_device=False)
+    with pytest.raises(ValueError, match="k_descale is missing"):
+        fp8.prepare(q8, k8, k8, q_descale=torch.ones(1, 2), v_descale=torch.ones(1, 2))
+    with pytest.raises(NotImplementedError, match="seqlens_k"):
+        s7.attention(q, k, k, seqlens_k=torch.ones(1, dtype=torch.int32))
+    qg = q.clone().requires_grad_()
+    with pytest.raises(NoBackwardError, match="stage 7"):
+        s7.attention(qg, k, k)
+
+
+def test_p_fragments_times_vt_is_p_times_v():
+    """The kernel's P·V from its pieces: each thread's e4m3 A fragment packed from its own
+    accumulators as stage7.cu's to_operand packs them (accumulator j0, j0+1, j0+4, j0+5 with
+    j0 = 16t + 8(r/2) + 2(r%2): lib.fp8.a8_sources), laid out by lib.fp8.a8_element, times the
+    Vᵀ tile lib.fp8.v_for_pv makes (B[n][k] = Vᵀ[n][32t + k]), summed over the k-steps as wgmma
+    sums them: equal to P·V in the keys' own order (float64, exact on small integers)."""
+    g = torch.Generator().manual_seed(11)
+    n_keys, D = 128, 64
+    P = torch.randint(0, 9, (64, n_keys), generator=g).double()
+    v8 = torch.randint(-8, 9, (1, 1, n_keys, D), generator=g).float().to(fp8.E4M3)
+    vt = fp8.v_for_pv(v8)[0, 0].double()  # [D, keys in slot order]
+    A = torch.full((64, n_keys), math.nan, dtype=torch.float64)
+    for thread in range(128):
+        acc = [P[fp8.acc_element(thread, j)] for j in range(n_keys // 2)]  # the thread's accumulators
+        for t in range(n_keys // 32):
+            for r in range(4):
+                j0 = 16 * t + 8 * (r // 2) + 2 * (r % 2)
+                for b, j in enumerate((j0, j0 + 1, j0 + 4, j0 + 5)):
+                    row, kslot = fp8.a8_element(thread, 4 * r + b)
+                    A[row, 32 * t + kslot] = acc[j]
+    assert not torch.isnan(A).any()  # every element of every k-step's fragment was written
+    assert torch.equal(A @ vt.T, P @ v8[0, 0].double())
+
+
+# ---- on an H100 / H200 -----------------------------------------------------------------------
+
+def emulation(q8, k8, v8, qd, kd, vd, *, causal=False, scale=None):
+    """lib.fp8's arithmetic on the kernel's own e4m3 inputs and descales (per batch and K/V head),
+    in float64: what the kernel should give up to the rounding the module docstring lists."""
+    g = q8.shape[1] // k8.shape[1]
+    qf = q8.double() * qd.double().repeat_interleave(g, 1)[..., None, None]
+    kf, vf = ((x8.double() * d.double()[..., None, None]).repeat_interleave(g, 1) for x8, d in ((k8, kd), (v8, vd)))
+    return fp8.attention_on_dequantized(qf, kf, vf, causal=causal, scale=scale)
+
+
+def assert_close_to_emulation(out, q, k, v, *, causal=False, scale=None, descales=None):
+    q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v, **(descales or {}))
+    emu = emulation(q8, k8, v8, qd, kd, vd, causal=causal, scale=scale)
+    assert bool(torch.isfinite(out).all())
+    peak = float(emu.abs().max())
+    diff = float((out.double() - emu).abs().max())
+    assert diff <= 2 ** -7 * peak + 1e-30, f"max |kernel - emulation| = {diff:.3g} > 2^-7 of {peak:.3g}"
+    if q.dtype != fp8.E4M3:  # against the float64 reference of the unquantized inputs
+        ref = reference_attention(q, k, v, causal=causal, scale=scale)
+        rounding = fp8.rmse(ref.to(out.dtype), ref)
+        assert fp8.rmse(out, ref) <= 1.5 * fp8.rmse(emu, ref) + rounding
+
+
+SHAPES = [(1, 1, 1, 1, 1), (2, 4, 2, 17, 17), (1, 2, 2, 127, 1000), (2, 8, 2, 1000, 127), (1, 4, 1, 333, 333),
+          (1, 2, 2, 65, 1)]
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+def test_matches_emulation_and_reference(shape, causal, dtype, D, seed):
+    B, H, Hk, Sq, Sk = shape
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", dtype) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+    out = s7.attention(q, k, v, causal=causal)
+    assert out.dtype == dtype and out.shape == q.shape and out.is_contiguous()
+    assert_close_to_emulation(out, q, k, v, causal=causal)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("schedule", list(s6.ALL_SCHEDULES))
+@pytest.mark.parametrize("D", [64, 128])
+def test_every_schedule(schedule, D, seed):
+    """Each of stage 6's schedules on this kernel, at a shape whose K/V ring wraps several times
+    and whose work tiles outnumber the SMs (persistent blocks walk several)."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(3, 40, 700, D, generator=g).to("cuda", torch.bfloat16) for _ in range(3))
+    for causal in (False, True):
+        assert_close_to_emulation(s7.attention(q, k, v, causal=causal, schedule=schedule), q, k, v, causal=causal)
+
+
+@gpu
+@hopper
+def test_e4m3_inputs_strided_views_and_odd_options(seed):
+    """e4m3 inputs with their descales (bf16 out), transposed [B, S, H, D] views read in place,
+    a negative scale, P without its 2^8 offset, the rescale on every tile, empty inputs."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 300, 6, 128, generator=g).to("cuda", torch.bfloat16)  # [B, S, H, D]
+    q, k, v = x.transpose(1, 2), x[:, :, :3].transpose(1, 2), x[:, :, 3:].transpose(1, 2)
+    assert_close_to_emulation(s7.attention(q, k, v, causal=True), q, k, v, causal=True)
+    assert_close_to_emulation(s7.attention(q, k, v, scale=-0.2), q, k, v, scale=-0.2)
+    for opts in ({"p_offset": False}, {"lazy_rescale": -1}):
+        assert_close_to_emulation(s7.attention(q, k, v, **opts), q, k, v)
+    q8, k8, v8, qd, kd, vd = fp8.prepare(q.contiguous(), k.contiguous(), v.contiguous())
+    descales = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
+    out = s7.attention(q8, k8, v8, **descales)
+    assert out.dtype == torch.bfloat16
+    assert_close_to_emulation(out, q8, k8, v8, descales=descales)
+    assert s7.attention(q[:, :, :0], k, v).shape == (2, 6, 0, 128)
+    assert torch.equal(s7.attention(q, k[:, :, :0], v[:, :, :0]), torch.zeros_like(q))
