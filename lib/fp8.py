@@ -104,6 +104,31 @@ def attention_on_dequantized(qd, kd, vd, *, causal=False, scale=None, p_offset: 
     return (p8 @ vd) / l
 
 
+def emulate_on_e4m3(q8, k8, v8, q_descale, k_descale, v_descale, *, causal=False, scale=None,
+                    p_offset: bool = True) -> torch.Tensor:
+    """attention_on_dequantized in float64 on a kernel's own e4m3 inputs and descales (one per
+    batch entry and K/V head, as prepare makes them): what an FP8 kernel given these inputs should
+    return, up to its P rounded against running maxima, its tensor cores' FP8 sums and its 16-bit
+    output. float64 [B, H, Sq, D]."""
+    g = q8.shape[1] // k8.shape[1]
+    qf = q8.double() * q_descale.double().repeat_interleave(g, 1)[..., None, None]
+    kf, vf = ((x8.double() * d.double()[..., None, None]).repeat_interleave(g, 1)
+              for x8, d in ((k8, k_descale), (v8, v_descale)))
+    return attention_on_dequantized(qf, kf, vf, causal=causal, scale=scale, p_offset=p_offset)
+
+
+KERNEL_VS_EMULATION = 2.0 ** -7  # of max |O|: the rule an FP8 kernel is held to against emulate_on_e4m3
+
+
+def kernel_vs_emulation(out: torch.Tensor, emu: torch.Tensor) -> float:
+    """max |out − emu| as a share of max |emu| (0 for an empty or all-zero output); inf if out
+    has a non-finite element."""
+    if not bool(torch.isfinite(out).all()):
+        return math.inf
+    peak = float(emu.abs().max()) if emu.numel() else 0.0
+    diff = float((out.double() - emu.double()).abs().max()) if out.numel() else 0.0
+    return diff / peak if peak else (0.0 if diff == 0 else math.inf)
+
 def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
     """The inputs of an FP8 forward, checked: (q8, k8, v8, q_descale, k_descale, v_descale).
     q [B, H, Sq, D], k and v [B, H_kv, Sk, D], H a multiple of H_kv.
