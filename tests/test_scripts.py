@@ -141,6 +141,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/train_curve.py", "--record"], "trains on a CUDA GPU and none was found"),
     (["scripts/fp8_tile_probe.py"], "needs an H100 or H200 and none was found"),
     (["scripts/fp8_loop_probe.py"], "needs an H100 or H200 and none was found"),
+    (["scripts/fp8_bench.py"], "needs an H100 or H200 and none was found"),
     (["scripts/stage6_ab.py"], "stage 6 runs on sm_90 GPUs (H100/H200) only"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
