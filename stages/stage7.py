@@ -229,7 +229,7 @@ def forward(q8, k8, vt, q_descale, k_descale, v_descale, *, Sk: int, causal: int
     B, H, Sq, D = q8.shape
     Hk = k8.shape[1]
     out = new_output(q8, dtype=out_dtype)
-    sms = _sm_count(q8.device)
+    sms = s6._sm_count(q8.device)
     ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule)
     cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset)
     n_work = ch["work"]
@@ -246,12 +246,3 @@ def forward(q8, k8, vt, q_descale, k_descale, v_descale, *, Sk: int, causal: int
                            np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work), queue))
     return out
 
-
-_sms: dict = {}
-
-
-def _sm_count(device) -> int:
-    n = _sms.get(device.index)
-    if n is None:
-        n = _sms[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
-    return n
