@@ -51,6 +51,18 @@ def show_diff(old: str, new: str) -> None:
     _md("```diff\n" + "\n".join(d) + "\n```")
 
 
+def show_part_diff(old: str, new: str, start: str, end: str) -> None:
+    """Unified diff of the part of two source files from the line containing `start` up to the
+    line containing `end` (as show_source cuts them): one function of two stages side by side."""
+    def part(path):
+        lines = (ROOT / path).read_text().splitlines()
+        a = next(i for i, ln in enumerate(lines) if start in ln)
+        b = next((i for i, ln in enumerate(lines[a + 1:], a + 1) if end in ln), len(lines))
+        return lines[a:b]
+    d = difflib.unified_diff(part(old), part(new), old, new, lineterm="", n=3)
+    _md("```diff\n" + "\n".join(d) + "\n```")
+
+
 def check_shapes(attention, shapes, dtypes=(torch.float16,), hkv=None):
     """Run `attention` on fresh random inputs for each (B, H, Sq, Sk, D, causal) and dtype
     (with `hkv` K/V heads when given: grouped-query inputs), show one table of every case, and

@@ -13,8 +13,8 @@ in 16 bits. Two passes run before the kernel, each timed on its own by the noteb
   every thread's own scores.
 
 Status (2026-11-25): written and compiled offline (sm_90a: QGMMA, no spills, no serialized
-wgmma in the default builds; tests/test_stage7.py), not yet run on a GPU — so not registered in
-stages.NUMBERS, with no recorded rows. scripts/fp8_loop_probe.py checks its loop's arithmetic
+wgmma in the default builds; tests/test_stage7.py), not yet run on a GPU — so a draft
+(stages.DRAFTS), outside the harness and the recorded results. scripts/fp8_loop_probe.py checks its loop's arithmetic
 first; tests/test_stage7.py's GPU tests check this kernel against lib.fp8's emulation and the
 float64 reference.
 
