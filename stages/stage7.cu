@@ -10,10 +10,10 @@
 //   2. S = Q·Kᵀ: wgmma m64nNk32 e4m3 — 32 bytes of D per k-step, D/32 steps.
 //   3. O += P·V: 8-bit wgmma takes both shared-memory operands K-major only (the tensor core
 //      transposes B on the fly for 16-bit types alone), so its B operand is Vᵀ [D][keys], laid
-//      out before the kernel by lib.fp8.v_for_pv (a separate pass; a transpose inside the kernel
-//      is the alternative issue 25 measures), with each 32-key k-step's keys in
-//      lib.fp8.key_order(). In that order P's e4m3 A fragment takes each thread's own
-//      accumulators (to_operand): no shuffle, only conversions and byte packing.
+//      out before the kernel by lib.fp8.v_for_pv (a separate pass) or, with V_IN_KERNEL, by the
+//      producer warpgroup from V's own tiles (FlashAttention-3's way: transpose_v), with each
+//      32-key k-step's keys in lib.fp8.key_order(). In that order P's e4m3 A fragment takes each
+//      thread's own accumulators (to_operand): no shuffle, only conversions and byte packing.
 //   4. Scales: S holds raw products of e4m3 values. The work tile's q_descale·k_descale (one
 //      each per batch entry and K/V head, FlashAttention-3's shape) joins the softmax scale, and
 //      v_descale joins O's final 1 / l.
@@ -55,6 +55,9 @@
 #ifndef Q_STAGES
 #define Q_STAGES 1  // Q buffers: 2 lets a persistent block load its next work tile's Q early
 #endif
+#ifndef V_IN_KERNEL
+#define V_IN_KERNEL 0  // 1: the producer warpgroup transposes V's tiles itself (no Vᵀ pass before the kernel)
+#endif
 #ifndef P_OFFSET_LOG2
 #define P_OFFSET_LOG2 8  // P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
 #endif
@@ -62,6 +65,8 @@ static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
 static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
+static_assert(!V_IN_KERNEL || (WARP_SPECIALIZED && !DYNAMIC_WORK),
+              "the producer warpgroup transposes V, all its threads walking the same fixed stride of work tiles");
 static_assert(LAZY_RESCALE <= 0, "P·2^P_OFFSET_LOG2 must stay within e4m3's 448: a kept max may not be exceeded");
 static_assert(P_OFFSET_LOG2 >= 0 && P_OFFSET_LOG2 <= 8, "P·2^8 is the most e4m3 holds (448)");
 
@@ -71,9 +76,11 @@ constexpr int Q_BYTES = BLOCK_M * D;              // e4m3: one byte per element
 constexpr int KV_BYTES = BLOCK_N * D;             // a K tile, and a Vᵀ tile (D rows of BLOCK_N keys)
 constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // Registers per thread after setmaxnreg, as in stage 6 (2 consumers: 128·24 + 256·240 = 64,512;
-// 3: 128·32 + 384·160; the work queue's producer keeps 40 with one or two consumers).
-constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
-constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
+// 3: 128·32 + 384·160; the work queue's producer keeps 40 with one or two consumers; a producer
+// that transposes V keeps 56: 128·56 + 256·224 = 64,512, 128·56 + 384·152 = 65,536).
+constexpr int PRODUCER_REGS = V_IN_KERNEL ? 56 : CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
+constexpr int CONSUMER_REGS = V_IN_KERNEL ? (CONSUMERS == 3 ? 152 : 224) : CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
+constexpr int PRODUCER_BAR = 8;  // named barrier of the producer warpgroup's 128 threads (V_IN_KERNEL)
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");
 static_assert(D == 64 || D == 128, "head dims 64 and 128");
@@ -88,6 +95,10 @@ struct Smem {
     u8 q[Q_STAGES][BLOCK_M][D];
     u8 k[STAGES][BLOCK_N][D];
     u8 vt[STAGES][D][BLOCK_N];
+#if V_IN_KERNEL
+    u8 vs[2][BLOCK_N][D];  // V tiles as TMA brings them ([keys][D], laid out as K's), before transpose_v
+    unsigned long long vs_full[2];
+#endif
     unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
     unsigned long long k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
     int work[Q_STAGES];  // DYNAMIC_WORK: the work tile whose Q is in that buffer (n_work: none left)
@@ -159,6 +170,52 @@ __device__ __forceinline__ void load_tile(u8* tile, unsigned long long* full, un
     if (transposed) tma_load_4d(tile, map, &full[st], key_tile * BLOCK_N, 0, hk, b);
     else tma_load_4d(tile, map, &full[st], 0, key_tile * BLOCK_N, hk, b);
 }
+
+#if V_IN_KERNEL
+// Byte (key, byte) of a tile of D-byte rows as TMA writes it: 16-byte chunk c of row r at chunk
+// c ^ (r mod 8) with the 128-byte swizzle (D = 128), c ^ ((r / 2) mod 4) with the 64-byte one.
+__device__ __forceinline__ int kv_offset(int row, int byte) {
+    const int chunk = D == 128 ? (byte / 16) ^ (row % 8) : (byte / 16) ^ ((row / 2) % 4);
+    return row * D + chunk * 16 + byte % 16;
+}
+// V tile [BLOCK_N keys][D] → Vᵀ tile [D][BLOCK_N slots] (128-byte rows, 128-byte swizzle), the
+// keys of each 32-slot k-step in lib.fp8.key_order(): what lib.fp8.v_for_pv lays out in global
+// memory, here done per tile by the producer warpgroup's 128 threads (`pt`: 0-127). A task is
+// 4 dims × one 16-slot chunk of Vᵀ; its slots 4q … 4q + 3 take keys 2q, 2q + 1, 2q + 8, 2q + 9
+// of the chunk's 16. Four 4-byte loads (4 dims of 4 keys), a 4 × 4 byte transpose (six byte
+// permutes), four 4-byte stores (4 keys of each dim).
+// (Shared-memory loads and stores by address: through a generic pointer computed from the
+// aligned base, the compiler could not tell these were shared and emitted generic LD/ST.)
+__device__ __forceinline__ unsigned lds32(unsigned addr) {
+    unsigned v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void sts32(unsigned addr, unsigned v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void transpose_v(const u8* src_tile, u8* dst_tile, int pt) {
+    const unsigned src = smem_u32(src_tile), dst = smem_u32(dst_tile);
+    for (int task = pt; task < (D / 4) * (BLOCK_N / 16); task += 128) {
+        const int d0 = 4 * (task % (D / 4)), c = task / (D / 4), key0 = 16 * c;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int k = key0 + 2 * q;
+            const unsigned w0 = lds32(src + kv_offset(k, d0)), w1 = lds32(src + kv_offset(k + 1, d0));
+            const unsigned w2 = lds32(src + kv_offset(k + 8, d0)), w3 = lds32(src + kv_offset(k + 9, d0));
+            const unsigned lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
+            const unsigned lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
+            const unsigned out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                     __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // dim d0 + e: row d0 + e of Vᵀ, chunk c swizzled, word q
+                const int d = d0 + e;
+                sts32(dst + d * BLOCK_N + ((c ^ (d % 8)) * 16) + 4 * q, out[e]);
+            }
+        }
+    }
+}
+#endif
 
 // A block's work tile: BLOCK_M query rows of one (batch, head) and its key tiles 0 …
 // n_tiles − 1. Work w is query block w % n_qb of head w / n_qb; causal work starts with the
@@ -344,10 +401,14 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         }
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(&sm.k_full[st], 1);
-            mbar_init(&sm.v_full[st], 1);
+            mbar_init(&sm.v_full[st], V_IN_KERNEL ? 128 : 1);  // V_IN_KERNEL: every producer thread's share of Vᵀ
             mbar_init(&sm.k_empty[st], 4 * CONSUMERS);
             mbar_init(&sm.v_empty[st], 4 * CONSUMERS);
         }
+#if V_IN_KERNEL
+        mbar_init(&sm.vs_full[0], 1);
+        mbar_init(&sm.vs_full[1], 1);
+#endif
         mbar_init_fence();
         tma_prefetch_map(&q_map); tma_prefetch_map(&k_map); tma_prefetch_map(&vt_map);
     }
@@ -356,6 +417,48 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
 #if WARP_SPECIALIZED
     if (wg == 0) {  // ---- producer ----
         if (SETMAXNREG) regs_release<PRODUCER_REGS>();
+#if V_IN_KERNEL
+        // Every producer thread walks the work tiles (a fixed stride); thread 0 issues the copies,
+        // and all 128 transpose each V tile from a staging buffer (two, taken in turn by ring
+        // position) into the Vᵀ ring. Thread 0 asks for ring position pos + 1's V tile while the
+        // tile of pos is transposed: its staging buffer was last read for pos − 1, which every
+        // producer thread finished before the barrier that ended that turn.
+        const int pt = threadIdx.x;
+        auto stage_v = [&](int p, int key_tile, int hk, int b) {  // a V tile → staging buffer p % 2
+            mbar_arrive_expect_bytes(&sm.vs_full[p % 2], KV_BYTES);
+            tma_load_4d(&sm.vs[p % 2][0][0], &vt_map, &sm.vs_full[p % 2], 0, key_tile * BLOCK_N, hk, b);
+        };
+        int pos = 0, count = 0;
+        bool staged = false;  // ring position pos's V tile is already on its way into staging
+        if (pt == 0 && blockIdx.x < n_work) {
+            const Work t = work_tile(blockIdx.x, n_qb, H, group, Sq, Sk, causal);
+            load_q(sm, &q_map, 0, t.q0, t.h, t.b, blockIdx.x);
+        }
+        for (int w = blockIdx.x; w < n_work; w += gridDim.x, ++count) {
+            const int next = w + (int)gridDim.x;
+            const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
+            const Work nt = work_tile(next < n_work ? next : w, n_qb, H, group, Sq, Sk, causal);  // the next work tile
+            bool next_q = next >= n_work;
+            if (pt == 0 && !staged && t.n_tiles > 0) stage_v(pos, 0, t.hk, t.b);
+            for (int j = 0; j < t.n_tiles; ++j, ++pos) {
+                const int st = pos % STAGES;
+                const bool more = j + 1 < t.n_tiles;
+                staged = more || (next < n_work && nt.n_tiles > 0);  // ring position pos + 1 has a V tile
+                if (pt == 0) {
+                    load_tile(&sm.k[st][0][0], sm.k_full, sm.k_empty, &k_map, pos, j, t.hk, t.b, false);
+                    if (staged) stage_v(pos + 1, more ? j + 1 : 0, more ? t.hk : nt.hk, more ? t.b : nt.b);
+                    if (Q_STAGES == 2 && !next_q) load_q(sm, &q_map, count + 1, nt.q0, nt.h, nt.b, next), next_q = true;
+                }
+                mbar_wait(&sm.vs_full[pos % 2], (pos / 2) & 1);          // the V tile has landed
+                mbar_wait(&sm.v_empty[st], ((pos / STAGES) & 1) ^ 1);    // and the consumers are done with Vᵀ buffer st
+                transpose_v(&sm.vs[pos % 2][0][0], &sm.vt[st][0][0], pt);
+                fence_proxy_async();                // ordinary stores to shared memory, read next by wgmma
+                mbar_arrive(&sm.v_full[st]);
+                named_bar_sync(PRODUCER_BAR, 128);  // staging buffer pos % 2 is free again
+            }
+            if (pt == 0 && !next_q) load_q(sm, &q_map, count + 1, nt.q0, nt.h, nt.b, next);
+        }
+#else
         if (threadIdx.x == 0) {
             int pos = 0;  // ring position
             int count = 0;
@@ -395,6 +498,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 }
             }
         }
+#endif
         return;
     }
     if (SETMAXNREG) regs_claim<CONSUMER_REGS>();

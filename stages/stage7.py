@@ -52,11 +52,13 @@ LAZY_RESCALE = 0
 P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
 
 
-def smem_bytes(head_dim: int, tiles, q_stages: int = 1) -> int:
+def smem_bytes(head_dim: int, tiles, q_stages: int = 1, v_in_kernel: bool = False) -> int:
     """One block's dynamic shared memory: the Q buffers, the K and Vᵀ rings (one byte per element),
-    the barriers and work slots, and 1 KB of slack to align the tiles to 1024 bytes."""
+    with V_IN_KERNEL two staging tiles of V and their barriers, the barriers and work slots, and
+    1 KB of slack to align the tiles to 1024 bytes."""
     bn, stages, consumers = tiles
-    return (q_stages * 64 * consumers + 2 * stages * bn) * head_dim + 8 * (2 * q_stages + 4 * stages) \
+    staging = (2 * bn * head_dim + 16) if v_in_kernel else 0
+    return (q_stages * 64 * consumers + 2 * stages * bn) * head_dim + staging + 8 * (2 * q_stages + 4 * stages) \
         + 4 * q_stages + 1024
 
 
@@ -88,10 +90,13 @@ INFO = StageInfo(
 
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int | None = None,
-           lazy_rescale: int | None = None, p_offset: bool | None = None, exp2_poly: int = 0) -> dict:
+           lazy_rescale: int | None = None, p_offset: bool | None = None, exp2_poly: int = 0,
+           v_in_kernel: bool = False) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and one of stage 6's
     schedules (stages.stage6.ALL_SCHEDULES): query rows per block, threads, dynamic shared
-    memory and the kernel's defines."""
+    memory and the kernel's defines. v_in_kernel: the producer warpgroup transposes V's tiles
+    (V_IN_KERNEL) instead of reading Vᵀ from lib.fp8.v_for_pv's pass; it walks a fixed stride of
+    work tiles, so a work-queue schedule is refused."""
     schedule = s6.default_schedule(head_dim) if schedule is None else schedule
     if schedule not in s6.ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
@@ -103,10 +108,13 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
         raise ValueError(f"schedule {schedule!r} takes turns between consumer warpgroups; tiles "
                          f"{(bn, stages, consumers)} have one (use {s6.DECODE_SCHEDULE!r})")
     persistent = bool(sw.pop("PERSISTENT"))
+    if v_in_kernel and (sw["DYNAMIC_WORK"] or not sw["WARP_SPECIALIZED"]):
+        raise ValueError(f"v_in_kernel: the producer warpgroup transposes V, walking a fixed stride of work "
+                         f"tiles; schedule {schedule!r} has {'a work queue' if sw['DYNAMIC_WORK'] else 'no producer'}")
     qs = q_buffers(head_dim, (bn, stages, consumers)) if q_stages is None else q_stages
     if qs not in (1, 2):
         raise ValueError(f"q_stages is 1 or 2 Q buffers, got {q_stages!r}")
-    smem = smem_bytes(head_dim, (bn, stages, consumers), qs)
+    smem = smem_bytes(head_dim, (bn, stages, consumers), qs, v_in_kernel)
     if smem > s6.MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} need {smem:,} bytes of shared memory at D{head_dim}")
     lazy = LAZY_RESCALE if lazy_rescale is None else lazy_rescale
@@ -116,7 +124,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
-               ("P_OFFSET_LOG2", offset))
+               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)))
     return {"block_m": 64 * consumers, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
             "persistent": persistent, "smem": smem, "defines": defines}
 
@@ -132,16 +140,19 @@ def compile_for(arch: str = ARCH, dtype=torch.bfloat16, head_dim: int = 128, til
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim, defines=dict(cfg["defines"]))}
 
 
-def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None) -> dict:
+def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, v_in_kernel=False) -> dict:
     """Tiles and schedule of a call: stage 6's rules (few_rows: blocks of one consumer when each
     gets an SM to itself; call_schedule: persistent blocks or the work queue between work
-    tiles), on this stage's tiles."""
+    tiles), on this stage's tiles. With v_in_kernel, where the rule picks a work queue, the same
+    launch in a fixed stride (persistent blocks)."""
     if tiles is None and schedule is None and s6.few_rows(B, H, Sq, sms):
         tiles, schedule = FEW_ROWS_TILES[D], s6.DECODE_SCHEDULE
     tiles = tuple(tiles) if tiles is not None else TILES[D]
     work = B * H * -(-Sq // (64 * tiles[2]))
     if schedule is None:
         schedule = s6.call_schedule(D, causal, Sk, work, sms) if tiles[2] > 1 else s6.DECODE_SCHEDULE
+        if v_in_kernel and s6.ALL_SCHEDULES[schedule]["DYNAMIC_WORK"]:
+            schedule = "+ persistent blocks"
     return {"tiles": tiles, "schedule": schedule, "work": work}
 
 
@@ -185,7 +196,7 @@ def _queue(device) -> torch.Tensor:
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-              p_offset=None, seqlens_k=None):
+              p_offset=None, v_in_kernel=False, seqlens_k=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (lib.fp8.prepare: one scale per batch entry and K/V
@@ -194,8 +205,9 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
       (B, H_kv) on their device, x ≈ x8 · descale (FlashAttention-3's convention); the output
       is bfloat16.
     `causal` and `attn_mask` as in stage 6 (either alignment). `tiles`, `schedule`, `q_stages`,
-    `lazy_rescale` (-1 or 0) and `p_offset` (False: P cast without the 2^8) are for measuring
-    the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    `lazy_rescale` (-1 or 0), `p_offset` (False: P cast without the 2^8) and `v_in_kernel` (the
+    producer warpgroup transposes V's tiles, instead of a pass before the kernel) are for
+    measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -213,30 +225,33 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     out_dtype = torch.bfloat16 if q.dtype == fp8.E4M3 else q.dtype
     if q.numel() == 0 or Sk == 0:  # no queries, or no keys: what SDPA returns
         return torch.zeros(q.shape, dtype=out_dtype, device=q.device)
-    vt = fp8.v_for_pv(v8)  # [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step
-    return forward(q8, k8, vt, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
-                   tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset)
+    # B of P·V: Vᵀ [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step; or V itself
+    v_op = v8 if v_in_kernel else fp8.v_for_pv(v8)
+    return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
+                   tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
+                   v_in_kernel=v_in_kernel)
 
 
-def forward(q8, k8, vt, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
+def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-            p_offset=None):
+            p_offset=None, v_in_kernel=False):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
-    [B, H_kv, Sk, D] e4m3, vt = lib.fp8.v_for_pv(v8), the descales float32 (B, H_kv); `causal`
-    the kernel's code (lib.inputs.causal_mode), `scale` a float. Checks nothing: attention()
-    has."""
+    [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
+    descales float32 (B, H_kv); `causal` the kernel's code (lib.inputs.causal_mode), `scale` a
+    float. Checks nothing: attention() has."""
     B, H, Sq, D = q8.shape
     Hk = k8.shape[1]
     out = new_output(q8, dtype=out_dtype)
     sms = s6._sm_count(q8.device)
-    ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule)
-    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset)
+    ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel)
+    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, v_in_kernel=v_in_kernel)
     n_work = ch["work"]
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
     bn = ch["tiles"][0]
-    maps = (tensor_map(q8, cfg["block_m"], D), tensor_map(k8, bn, D), tensor_map(vt, D, bn))
+    v_map = tensor_map(v_op, bn, D) if v_in_kernel else tensor_map(v_op, D, bn)  # V's tiles as K's, or Vᵀ's
+    maps = (tensor_map(q8, cfg["block_m"], D), tensor_map(k8, bn, D), v_map)
     kernel = _kernel(out_dtype, D, cfg["defines"], cfg["smem"])
     grid = min(n_work, sms) if cfg["persistent"] else n_work
     queue = _queue(q8.device).data_ptr() if dict(cfg["defines"])["DYNAMIC_WORK"] else 0

@@ -33,6 +33,8 @@ BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their r
     (128, None, {"schedule": "+ work queue"}), (64, None, {"schedule": "work queue without ping-pong"}),
     (64, s7.FEW_ROWS_TILES[64], {"schedule": s6.DECODE_SCHEDULE}),
     (128, None, {"schedule": "no warp specialization"}),
+    (64, None, {"v_in_kernel": True}), (128, None, {"v_in_kernel": True}),
+    (64, s7.FEW_ROWS_TILES[64], {"schedule": s6.DECODE_SCHEDULE, "v_in_kernel": True}),
 ]
 
 
@@ -146,6 +148,50 @@ def test_emulation_on_e4m3_inputs_and_the_kernel_rule():
     assert fp8.kernel_vs_emulation(bumped, emu) == math.inf
 
 
+def byte_perm(x: int, y: int, selector: int) -> int:
+    """CUDA's __byte_perm(x, y, s): byte n of the result is byte s_n of the 8 bytes y:x."""
+    pool = [(x >> 8 * i) & 255 for i in range(4)] + [(y >> 8 * i) & 255 for i in range(4)]
+    return sum(pool[(selector >> 4 * n) & 7] << 8 * n for n in range(4))
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_in_kernel_transpose_lays_out_what_v_for_pv_does(D):
+    """stage7.cu's transpose_v (V_IN_KERNEL), replayed here index for index on one V tile: the
+    tile as TMA swizzles it (kv_offset: chunk c of row r at c ^ (r mod 8) for 128-byte rows,
+    c ^ ((r / 2) mod 4) for 64-byte rows), every thread's tasks, its loads, byte permutes and
+    stores; the resulting Vᵀ tile, its 128-byte swizzle undone, is v_for_pv's tile byte for byte."""
+    g = torch.Generator().manual_seed(D)
+    v = torch.randint(0, 256, (128, D), generator=g, dtype=torch.uint8)
+
+    def kv_offset(row, byte):
+        chunk = (byte // 16) ^ (row % 8) if D == 128 else (byte // 16) ^ ((row // 2) % 4)
+        return row * D + chunk * 16 + byte % 16
+    src = bytearray(128 * D)
+    for r in range(128):
+        for b in range(D):
+            src[kv_offset(r, b)] = int(v[r, b])
+    word = lambda off: int.from_bytes(src[off:off + 4], "little")  # noqa: E731
+    dst = bytearray(D * 128)
+    for pt in range(128):
+        for task in range(pt, (D // 4) * (128 // 16), 128):
+            d0, c = 4 * (task % (D // 4)), task // (D // 4)
+            for q in range(4):
+                k = 16 * c + 2 * q
+                w0, w1, w2, w3 = (word(kv_offset(key, d0)) for key in (k, k + 1, k + 8, k + 9))
+                lo01, hi01 = byte_perm(w0, w1, 0x5140), byte_perm(w0, w1, 0x7362)
+                lo23, hi23 = byte_perm(w2, w3, 0x5140), byte_perm(w2, w3, 0x7362)
+                out = (byte_perm(lo01, lo23, 0x5410), byte_perm(lo01, lo23, 0x7632),
+                       byte_perm(hi01, hi23, 0x5410), byte_perm(hi01, hi23, 0x7632))
+                for e in range(4):
+                    d = d0 + e
+                    off = d * 128 + ((c ^ (d % 8)) * 16) + 4 * q
+                    dst[off:off + 4] = out[e].to_bytes(4, "little")
+    want = fp8.v_for_pv(v.view(fp8.E4M3)[None, None]).view(torch.uint8)[0, 0]  # [D, 128 slots]
+    got = torch.tensor([[dst[d * 128 + (((s // 16) ^ (d % 8)) * 16) + s % 16] for s in range(128)] for d in range(D)],
+                       dtype=torch.uint8)
+    assert torch.equal(got, want)
+
+
 # ---- on an H100 / H200 -----------------------------------------------------------------------
 
 def assert_close_to_emulation(out, q, k, v, *, causal=False, scale=None, descales=None):
@@ -193,6 +239,20 @@ def test_every_schedule(schedule, D, seed):
 
 @gpu
 @hopper
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+def test_v_transposed_in_the_kernel(causal, D, seed):
+    """V_IN_KERNEL: the producer warpgroup transposes V's tiles (no Vᵀ pass), at shapes with odd
+    lengths, GQA, work tiles without keys, blocks of one consumer and persistent blocks walking
+    several work tiles (its staging buffers run on across them)."""
+    g = torch.Generator().manual_seed(seed)
+    for B, H, Hk, Sq, Sk in [(1, 2, 1, 77, 300), (2, 8, 2, 1000, 333), (4, 40, 8, 700, 700), (1, 4, 4, 300, 65)]:
+        q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+        assert_close_to_emulation(s7.attention(q, k, v, causal=causal, v_in_kernel=True), q, k, v, causal=causal)
+
+
+@gpu
+@hopper
 def test_e4m3_inputs_strided_views_and_odd_options(seed):
     """e4m3 inputs with their descales (bf16 out), transposed [B, S, H, D] views read in place,
     a negative scale, P without its 2^8 offset, the rescale on every tile, empty inputs."""
@@ -201,7 +261,7 @@ def test_e4m3_inputs_strided_views_and_odd_options(seed):
     q, k, v = x.transpose(1, 2), x[:, :, :3].transpose(1, 2), x[:, :, 3:].transpose(1, 2)
     assert_close_to_emulation(s7.attention(q, k, v, causal=True), q, k, v, causal=True)
     assert_close_to_emulation(s7.attention(q, k, v, scale=-0.2), q, k, v, scale=-0.2)
-    for opts in ({"p_offset": False}, {"lazy_rescale": -1}):
+    for opts in ({"p_offset": False}, {"lazy_rescale": -1}, {"v_in_kernel": True}):
         assert_close_to_emulation(s7.attention(q, k, v, **opts), q, k, v)
     q8, k8, v8, qd, kd, vd = fp8.prepare(q.contiguous(), k.contiguous(), v.contiguous())
     descales = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
