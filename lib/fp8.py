@@ -190,7 +190,10 @@ def v_for_pv(v8: torch.Tensor) -> torch.Tensor:
     B, Hk, Sk, D = v8.shape
     pad = -Sk % 32
     vt = torch.nn.functional.pad(v8.view(torch.uint8), (0, 0, 0, pad)).transpose(2, 3)  # [B, Hk, D, Sk']
-    perm = torch.tensor([32 * j + pi for j in range((Sk + pad) // 32) for pi in key_order()], device=v8.device)
+    # key_order as arithmetic on the device (no host list to copy: works inside CUDA-graph capture)
+    slot = torch.arange(Sk + pad, device=v8.device)
+    k = slot % 32
+    perm = slot - k + 8 * (2 * (k // 16) + (k % 4) // 2) + 2 * ((k % 16) // 4) + k % 2
     return vt.index_select(3, perm).contiguous().view(v8.dtype)
 
 
