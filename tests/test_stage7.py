@@ -270,3 +270,30 @@ def test_e4m3_inputs_strided_views_and_odd_options(seed):
     assert_close_to_emulation(out, q8, k8, v8, descales=descales)
     assert s7.attention(q[:, :, :0], k, v).shape == (2, 6, 0, 128)
     assert torch.equal(s7.attention(q, k[:, :, :0], v[:, :, :0]), torch.zeros_like(q))
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("v_in_kernel", [False, True])
+def test_cuda_graph_replays(v_in_kernel, seed):
+    """The whole call (quantization, V's transpose or not, the kernel) captured in a CUDA graph
+    after a warm-up on the capturing side, then replayed on new inputs copied into the captured
+    ones: each replay's output, NaN-poisoned before it, against the emulation."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 8, 333, 128, generator=g).to("cuda", torch.bfloat16) for _ in range(3))
+    call = lambda: s7.attention(q, k, v, causal=True, v_in_kernel=v_in_kernel)  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    for _ in range(2):
+        for t in (q, k, v):
+            t.copy_(torch.randn(t.shape, generator=g).to("cuda", torch.bfloat16))
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close_to_emulation(out, q, k, v, causal=True)
