@@ -6,6 +6,8 @@
 #   stage6     stage 6 idea by idea (scripts/stage6_schedules.py --record)
 #   stage5     stage 5 idea by idea: waterfall and leave-one-out (scripts/stage5_ideas.py --record)
 #   shapemap   stage 6 against SDPA at prefill and decode shapes (scripts/shape_map.py --record)
+#   fp8        stage 7 (FP8, a draft until a GPU has checked it): the loop probe, its tests, its
+#              benchmark against stage 6, SDPA and the GEMM ceilings (logs only: no record yet)
 #   profile    Nsight Compute on one call of every CUDA C++ stage (results/profiles/)
 #   notebooks  every notebook executed with outputs
 #   pytest     the whole suite with nbval (stages running for real)
@@ -35,7 +37,7 @@
 # times with distinct names), and add NAME to ALL_STEPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_STEPS="bench gap tiles stage6 stage5 shapemap profile notebooks pytest sanitize"
+ALL_STEPS="bench gap tiles stage6 stage5 shapemap fp8 profile notebooks pytest sanitize"
 
 refuse() {  # refuse WHY: nothing has run yet
   echo "gpu_session.sh: $1" >&2
@@ -83,6 +85,17 @@ step_stage6() {  # stage 6 idea by idea (schedules), its tile choices and a meas
 step_shapemap() {  # stage 6 at the shapes models run: prefill grid, decoding, decoding waterfall
   # shellcheck disable=SC2086  # FA_SHAPEMAP_ARGS is a list of arguments, e.g. "--dtype bfloat16"
   run shapemap python3 scripts/shape_map.py --record ${FA_SHAPEMAP_ARGS:-}
+}
+
+step_fp8() {  # stage 7 step by step: the loop's arithmetic alone, then the kernel's tests, then its speed
+  run fp8probe python3 scripts/fp8_loop_probe.py
+  run fp8tests python3 -m pytest -x -q tests/test_stage7.py
+  run fp8bench python3 scripts/fp8_bench.py --out "$OUT/logs/fp8_bench.json"
+  local tool  # both producers (Vᵀ by the pass, and transposed in the kernel), persistent blocks, rings that wrap
+  for tool in memcheck racecheck synccheck; do
+    run "fp8-sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
+      --report-api-errors no python3 -m pytest -x -q tests/test_stage7.py -k "v_transposed or (every_schedule and persistent)"
+  done
 }
 
 step_stage5() {  # stage 5 idea by idea: the waterfall from stage-4-like and the leave-one-out variants
