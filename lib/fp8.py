@@ -295,9 +295,13 @@ def attention_rounded(qd, kd, vd, *, round_p, sum_bits: int | None = None, key_t
 def attention_16bit(q, k, v, dtype: torch.dtype, *, causal=False, scale=None) -> torch.Tensor:
     """The roundings of a 16-bit attention kernel (FlashAttention-2's, stage 6's), emulated: q,
     k, v rounded to `dtype`, products and softmax in fp32, P rounded to `dtype` before P·V (the
-    tensor cores take it so), O written in `dtype`. Returned as float32. Not any stage's kernel:
+    tensor cores take it so), O written in `dtype`; GQA: K/V heads repeated. Returned as float32.
+    Not any stage's kernel:
     the baseline an FP8 forward's error is held against, on the same inputs."""
     qd, kd, vd = (t.to(dtype).float() for t in (q, k, v))
+    if kd.shape[1] != qd.shape[1]:  # GQA: K/V heads repeated
+        rep = qd.shape[1] // kd.shape[1]
+        kd, vd = kd.repeat_interleave(rep, dim=1), vd.repeat_interleave(rep, dim=1)
     o = attention_rounded(qd, kd, vd, round_p=lambda p: p.to(dtype).float(), causal=causal, scale=scale)
     return o.to(dtype).float()
 
@@ -322,7 +326,7 @@ FP8_MAX_FACTOR = 2.0  # the project's "at most twice as wrong", with the FP8 emu
 def fp8_error_rule(out, ref, bf16_out, fp8_out) -> dict:
     """The error rule for an FP8 forward's output `out` (judged against the float64 `ref`):
 
-        rmse(out, ref)  <=  32 · rmse(bf16_out, ref)            and
+        rmse(out, ref)  <=  max(32 · rmse(bf16_out, ref), 2 · rmse(fp8_out, ref))   and
         max|out − ref|  <=   2 · max|fp8_out − ref|  +  noise
 
     bf16_out: attention_16bit(q, k, v, torch.bfloat16) on the same inputs; fp8_out: this
@@ -343,7 +347,11 @@ def fp8_error_rule(out, ref, bf16_out, fp8_out) -> dict:
     FP8 error ranged from 2.4 to 40 times bf16's over those seeds (a tail against a tail) while
     the emulation's rounding of P and V is the kernel's own, element for element; truncating the
     emulation's sums as Hopper does (fp8_attention_short_sums, 2^-11) moved its max error by 4%
-    at most, well inside the factor 2."""
+    at most, well inside the factor 2. The RMSE part also allows twice the emulation's own RMSE:
+    where a 16-bit kernel is exact and e4m3 cannot be (one key: O is V, which bf16 inputs hold
+    exactly and e4m3 must round), 32 × bf16's error is 0; and on inputs already in bf16 the bf16
+    baseline's error is P's and O's rounding alone, about 23-25 times under the emulation's at
+    D 64 and 128 (measured on N(0,1) bf16 inputs, 2026-11-25), which leaves 32× thin margins."""
     from lib.reference import dtype_noise
     ref64 = ref.double()
 
@@ -351,7 +359,8 @@ def fp8_error_rule(out, ref, bf16_out, fp8_out) -> dict:
         return float((t.double() - ref64).abs().max())
 
     noise = dtype_noise(torch.bfloat16, float(ref64.abs().max()), ref.shape[-1])
-    got = {"rmse": rmse(out, ref), "rmse_bound": FP8_RMSE_FACTOR * rmse(bf16_out, ref),
+    got = {"rmse": rmse(out, ref),
+           "rmse_bound": max(FP8_RMSE_FACTOR * rmse(bf16_out, ref), FP8_MAX_FACTOR * rmse(fp8_out, ref)),
            "max_abs_err": worst(out), "max_bound": FP8_MAX_FACTOR * worst(fp8_out) + noise}
     got["passed"] = bool(torch.isfinite(out).all()) and got["rmse"] <= got["rmse_bound"] \
         and got["max_abs_err"] <= got["max_bound"]

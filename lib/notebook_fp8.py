@@ -126,14 +126,49 @@ def accuracy_record() -> dict | None:
     return data.get("fp8_accuracy_emulated")
 
 
+def accuracy_markdown(rows: list[dict], paper: dict) -> str:
+    """The accuracy experiment's rows (scripts/fp8_accuracy.py) as tables: per input kind, a row
+    per configuration (in the order measured), a column group per head dim (RMSE, ÷ bf16, ÷ fp16
+    on the same inputs); on the outlier inputs the paper's figure (`paper`: {config: {"rmse",
+    "paper_row"}}) beside."""
+    parts = []
+    for kind in dict.fromkeys(r["inputs"] for r in rows):
+        mine = [r for r in rows if r["inputs"] == kind]
+        dims = sorted({r["D"] for r in mine})
+        with_paper = kind == "outliers"
+        cols = ["config", "block", "rotate", "P·2^8"] + (["paper (Table 3)", "paper ÷ fp16"] if with_paper else [])
+        for D in dims:
+            cols += [f"D{D} RMSE", f"D{D} ÷ bf16", f"D{D} ÷ fp16"]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for name in dict.fromkeys(r["config"] for r in mine):
+            first = next(r for r in mine if r["config"] == name)
+            cells = [name, str(first["block"] or "—"), "yes" if first["rotate"] else "—",
+                     "—" if not first["fp8"] else ("yes" if first["p_offset"] else "no")]
+            if with_paper:
+                p = paper.get(name)
+                cells += [f"{p['rmse']:.1e}" if p else "—", f"{p['rmse'] / paper['fp16']['rmse']:.0f}×" if p else "—"]
+            for D in dims:
+                r = next(r for r in mine if r["D"] == D and r["config"] == name)
+                cells += [f"{r['rmse']:.2e}", f"{r['ratio_to_bf16']:.2f}×", f"{r['ratio_to_fp16']:.1f}×"]
+            lines.append("| " + " | ".join(cells) + " |")
+        shape = f"B{mine[0]['B']} H{mine[0]['H']} S{mine[0]['S']}, seeds {mine[0]['seeds']}"
+        title = ("FlashAttention-3's outlier inputs, N(0,1) + N(0,100)·Bernoulli(0.001)" if with_paper
+                 else "plain N(0,1) inputs")
+        parts.append(f"**{title}** ({shape}; medians over the seeds; ÷: the median over seeds of "
+                     "the ratio on the same inputs):\n\n" + "\n".join(lines))
+    notes = ("The paper's figures are for its own kernels and shapes, on its GPU; ours are "
+             "lib.fp8's emulation on the CPU. Paper rows beside ours: " +
+             "; ".join(f"{name} ~ {p['paper_row']}" for name, p in paper.items()) + ".")
+    return "\n\n".join(parts + [notes])
+
+
 def show_accuracy(rec: dict) -> None:
-    """The emulated accuracy record as a table, one row per configuration and input kind."""
-    rows = rec.get("rows", [])
-    if not rows:
-        print("the accuracy record has no rows")
-        return
-    keys = [k for k in rows[0] if not isinstance(rows[0][k], (list, dict))]
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    for r in rows:
-        lines.append("| " + " | ".join(f"{r[k]:.3g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + " |")
-    _md("\n".join(lines))
+    """The emulated accuracy record (scripts/fp8_accuracy.py --record): its provenance, tables and
+    the FP8 error rule's margins."""
+    env, rule = rec["env"], rec["rule"]
+    _md(f"Emulated on the CPU ({env.get('device')}), commit {env['commit'][:7]}, {env['date']}, torch {env['torch']}: "
+        f"`{rec['command']}`. Block quantization: blocks of {rec['block']} rows.\n\n"
+        + accuracy_markdown(rec["rows"], rec["paper_table3"])
+        + f"\n\nThe FP8 error rule (`lib.fp8.fp8_error_rule`): RMSE ≤ {rule['rmse_factor']:g} × the bf16 baseline's "
+        f"(largest measured here: {rule['largest_rmse_ratio_to_bf16']:.1f}×), and max error ≤ {rule['max_factor']:g} × "
+        f"the emulation's + one bf16 ulp (sums cut to 2^-11 moved it by at most {rule['largest_short_sums_max_err_ratio']:.2f}×).")

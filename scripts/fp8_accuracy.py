@@ -31,6 +31,7 @@ import torch  # noqa: E402
 
 from lib import fp8  # noqa: E402
 from lib import results as R  # noqa: E402
+from lib.notebook_fp8 import accuracy_markdown  # noqa: E402
 from lib.reference import reference_attention  # noqa: E402
 
 BLOCK = 128
@@ -135,40 +136,6 @@ def rule_margins(rows: list[dict]) -> dict:
             "holds": rms <= fp8.FP8_RMSE_FACTOR and max(short) <= fp8.FP8_MAX_FACTOR}
 
 
-def markdown(rows: list[dict]) -> str:
-    """Per input kind, one table: a row per configuration, a column group per head dim (RMSE,
-    ÷ bf16, ÷ fp16 on the same inputs); on the outlier inputs the paper's figure beside."""
-    parts = []
-    for kind in INPUT_KINDS:
-        mine = [r for r in rows if r["inputs"] == kind]
-        dims = sorted({r["D"] for r in mine})
-        paper = kind == "outliers"
-        cols = ["config", "block", "rotate", "P·2^8"] + (["paper (Table 3)", "paper ÷ fp16"] if paper else [])
-        for D in dims:
-            cols += [f"D{D} RMSE", f"D{D} ÷ bf16", f"D{D} ÷ fp16"]
-        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        for name, flags in CONFIGS:
-            f = flags or {}
-            cells = [name, str(f.get("block") or "—"), "yes" if f.get("rotate") else "—",
-                     "—" if flags is None else ("yes" if f["p_offset"] else "no")]
-            if paper:
-                p = PAPER.get(name)
-                cells += [f"{p[0]:.1e}" if p else "—", f"{p[0] / PAPER['fp16'][0]:.0f}×" if p else "—"]
-            for D in dims:
-                r = next(r for r in mine if r["D"] == D and r["config"] == name)
-                cells += [f"{r['rmse']:.2e}", f"{r['ratio_to_bf16']:.2f}×", f"{r['ratio_to_fp16']:.1f}×"]
-            lines.append("| " + " | ".join(cells) + " |")
-        shape = f"B{mine[0]['B']} H{mine[0]['H']} S{mine[0]['S']}, seeds {mine[0]['seeds']}"
-        title = ("FlashAttention-3's outlier inputs, N(0,1) + N(0,100)·Bernoulli(0.001)" if paper
-                 else "plain N(0,1) inputs")
-        parts.append(f"**{title}** ({shape}; medians over the seeds; ÷: the median over seeds of "
-                     "the ratio on the same inputs):\n\n" + "\n".join(lines))
-    notes = ("The paper's figures are for its own kernels and shapes, on its GPU; ours are "
-             "lib.fp8's emulation on the CPU. Paper rows beside ours: " +
-             "; ".join(f"{name} ~ {text}" for name, (_, text) in PAPER.items()) + ".")
-    return "\n\n".join(parts + [notes])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", nargs=3, type=int, default=[1, 4, 1024], metavar=("B", "H", "S"))
@@ -183,8 +150,8 @@ def main() -> int:
         for D in a.dims:
             rows += measure(kind, D, B, H, S, a.seeds,
                             progress=lambda line: print(line, file=sys.stderr, flush=True))
-    print(markdown(rows))
-    margins = rule_margins(rows)
+    paper = {name: {"rmse": v, "paper_row": text} for name, (v, text) in PAPER.items()}
+    print(accuracy_markdown(rows, paper))
     m = rule_margins(rows)
     print(f"\nFP8 error rule (lib.fp8.fp8_error_rule), on the same inputs: RMSE ≤ "
           f"{fp8.FP8_RMSE_FACTOR:g} × the bf16 baseline's, and max|out − ref| ≤ "
@@ -203,7 +170,7 @@ def main() -> int:
         path = R.save_extra(gpu, KEY, {
             "env": env, "command": " ".join(["python3"] + sys.argv), "shape": {"B": B, "H": H, "S": S},
             "head_dims": a.dims, "seeds": a.seeds, "block": BLOCK, "inputs": INPUT_KINDS,
-            "paper_table3": {name: {"rmse": v, "paper_row": text} for name, (v, text) in PAPER.items()},
+            "paper_table3": paper,
             "rule": m, "rows": rows})
         print(f"recorded under '{KEY}' in {path}")
     return 0

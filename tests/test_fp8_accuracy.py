@@ -91,7 +91,8 @@ def test_error_rule_holds_for_the_emulation_and_catches_a_wrong_tile(script, kin
 
 def test_table_puts_the_papers_figures_beside_every_config(script):
     rows = [r for kind in script.INPUT_KINDS for r in script.measure(kind, 64, 1, 1, 128, [0])]
-    text = script.markdown(rows)
+    from lib.notebook_fp8 import accuracy_markdown
+    text = accuracy_markdown(rows, {name: {"rmse": v, "paper_row": t} for name, (v, t) in script.PAPER.items()})
     assert all(f"| {name} |" in text for name, _ in script.CONFIGS)
     assert "9.1e-03" in text and "2.4e-02" in text and "paper (Table 3)" in text
     assert len(rows) == len(script.CONFIGS) * len(script.INPUT_KINDS)

@@ -3,11 +3,13 @@ or serialized wgmma, the launch rules, the checks of bad input, the P·V fragmen
 lib.fp8.v_for_pv), and on an H100/H200 against lib.fp8's emulation of the same arithmetic on the
 same e4m3 inputs and against the float64 reference.
 
-The rule a GPU run is held to (the loop probe's, scripts/fp8_loop_probe.py): max |kernel −
-emulation| ≤ 2^-7 of max |emulation| — the emulation rounds P against each row's final max,
-the kernel against its running max, and Hopper's FP8 wgmma keeps fewer mantissa bits in its sums
-than float32 (2^-11.4 to 2^-13 of the largest value, the tile probe found) — and the kernel's
-RMSE against float64 within 1.5× the emulation's plus the output's own 16-bit rounding."""
+The rules a GPU run is held to: max |kernel − emulation| ≤ 2^-7 of max |emulation| (the loop
+probe's, scripts/fp8_loop_probe.py: the emulation rounds P against each row's final max, the
+kernel against its running max, and Hopper's FP8 wgmma keeps fewer mantissa bits in its sums
+than float32 — 2^-11.4 to 2^-13 of the largest value, the tile probe found); the kernel's RMSE
+against float64 within 1.5× the emulation's plus the output's own 16-bit rounding; and the FP8
+error rule, lib.fp8.fp8_error_rule (RMSE ≤ 32× a bf16 kernel's, max error ≤ 2× the emulation's
+plus one bf16 ulp; scripts/fp8_accuracy.py measured its margins)."""
 import math
 import re
 
@@ -219,6 +221,10 @@ def assert_close_to_emulation(out, q, k, v, *, causal=False, scale=None, descale
         ref = reference_attention(q, k, v, causal=causal, scale=scale)
         rounding = fp8.rmse(ref.to(out.dtype), ref)
         assert fp8.rmse(out, ref) <= 1.5 * fp8.rmse(emu, ref) + rounding
+        # and the FP8 error rule (lib.fp8.fp8_error_rule: bf16's rounding and the emulation as baselines)
+        bf16 = fp8.attention_16bit(q, k, v, torch.bfloat16, causal=causal, scale=scale)
+        verdict = fp8.fp8_error_rule(out, ref, bf16, emu)
+        assert verdict["passed"], verdict
 
 
 SHAPES = [(1, 1, 1, 1, 1), (2, 4, 2, 17, 17), (1, 2, 2, 127, 1000), (2, 8, 2, 1000, 127), (1, 4, 1, 333, 333),
