@@ -162,7 +162,8 @@ def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
                 raise ValueError(f"{name} must be a float32 tensor of shape (B, H_kv) = ({B}, {Hk}) on "
                                  f"{q.device}, got {getattr(d, 'dtype', type(d).__name__)} "
                                  f"{tuple(getattr(d, 'shape', ()))} on {getattr(d, 'device', '-')}")
-        return q, k, v, q_descale, k_descale, v_descale
+        # the kernels index them as [b·H_kv + hk]: a transposed view is made contiguous
+        return q, k, v, q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous()
     if len(dtypes) == 1 and dtypes <= {torch.float16, torch.bfloat16}:
         if any(d is not None for d in given.values()):
             raise ValueError("descale factors go with e4m3 inputs; fp16/bf16 inputs are quantized here "

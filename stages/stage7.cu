@@ -77,9 +77,10 @@ constexpr int KV_BYTES = BLOCK_N * D;             // a K tile, and a Vᵀ tile (
 constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // Registers per thread after setmaxnreg, as in stage 6 (2 consumers: 128·24 + 256·240 = 64,512;
 // 3: 128·32 + 384·160; the work queue's producer keeps 40 with one or two consumers; a producer
-// that transposes V keeps 56: 128·56 + 256·224 = 64,512, 128·56 + 384·152 = 65,536).
-constexpr int PRODUCER_REGS = V_IN_KERNEL ? 56 : CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
-constexpr int CONSUMER_REGS = V_IN_KERNEL ? (CONSUMERS == 3 ? 152 : 224) : CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
+// that transposes V keeps 64 — with 56 it spilled a register: 128·64 + 256·216 = 63,488,
+// 128·64 + 384·144 = 63,488).
+constexpr int PRODUCER_REGS = V_IN_KERNEL ? 64 : CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
+constexpr int CONSUMER_REGS = V_IN_KERNEL ? (CONSUMERS == 3 ? 144 : 216) : CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
 constexpr int PRODUCER_BAR = 8;  // named barrier of the producer warpgroup's 128 threads (V_IN_KERNEL)
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");
@@ -194,12 +195,17 @@ __device__ __forceinline__ unsigned lds32(unsigned addr) {
 __device__ __forceinline__ void sts32(unsigned addr, unsigned v) {
     asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
 }
+// Each lane starts its four words and four dims at its own rotation (rq, re): in the plain
+// order the 32 lanes of a store instruction hit rows d with only two values of d mod 8, 16-way
+// bank conflicts at D 128 (counted offline: 2,048 store wavefronts per tile against 128 rotated).
 __device__ __forceinline__ void transpose_v(const u8* src_tile, u8* dst_tile, int pt) {
     const unsigned src = smem_u32(src_tile), dst = smem_u32(dst_tile);
+    const int rq = (pt % 32) >> 3, re = (pt >> 1) & 3;
     for (int task = pt; task < (D / 4) * (BLOCK_N / 16); task += 128) {
         const int d0 = 4 * (task % (D / 4)), c = task / (D / 4), key0 = 16 * c;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
+        for (int qq = 0; qq < 4; ++qq) {
+            const int q = (qq + rq) & 3;
             const int k = key0 + 2 * q;
             const unsigned w0 = lds32(src + kv_offset(k, d0)), w1 = lds32(src + kv_offset(k + 1, d0));
             const unsigned w2 = lds32(src + kv_offset(k + 8, d0)), w3 = lds32(src + kv_offset(k + 9, d0));
@@ -208,9 +214,10 @@ __device__ __forceinline__ void transpose_v(const u8* src_tile, u8* dst_tile, in
             const unsigned out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
                                      __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {  // dim d0 + e: row d0 + e of Vᵀ, chunk c swizzled, word q
-                const int d = d0 + e;
-                sts32(dst + d * BLOCK_N + ((c ^ (d % 8)) * 16) + 4 * q, out[e]);
+            for (int ee = 0; ee < 4; ++ee) {  // dim d0 + e: row d0 + e of Vᵀ, chunk c swizzled, word q
+                const int e = (ee + re) & 3, d = d0 + e;
+                const unsigned word = e == 0 ? out[0] : e == 1 ? out[1] : e == 2 ? out[2] : out[3];  // selects: no local memory
+                sts32(dst + d * BLOCK_N + ((c ^ (d % 8)) * 16) + 4 * q, word);
             }
         }
     }

@@ -108,6 +108,9 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
         raise ValueError(f"schedule {schedule!r} takes turns between consumer warpgroups; tiles "
                          f"{(bn, stages, consumers)} have one (use {s6.DECODE_SCHEDULE!r})")
     persistent = bool(sw.pop("PERSISTENT"))
+    if v_in_kernel and head_dim == 128 and consumers == 3:
+        raise ValueError("v_in_kernel at D128 with three consumers: their 152 registers each spill and "
+                         "serialize the wgmma (ptxas C7512); take two")
     if v_in_kernel and (sw["DYNAMIC_WORK"] or not sw["WARP_SPECIALIZED"]):
         raise ValueError(f"v_in_kernel: the producer warpgroup transposes V, walking a fixed stride of work "
                          f"tiles; schedule {schedule!r} has {'a work queue' if sw['DYNAMIC_WORK'] else 'no producer'}")

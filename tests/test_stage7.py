@@ -175,16 +175,19 @@ def test_in_kernel_transpose_lays_out_what_v_for_pv_does(D):
     word = lambda off: int.from_bytes(src[off:off + 4], "little")  # noqa: E731
     dst = bytearray(D * 128)
     for pt in range(128):
+        rq, re = (pt % 32) >> 3, (pt >> 1) & 3
         for task in range(pt, (D // 4) * (128 // 16), 128):
             d0, c = 4 * (task % (D // 4)), task // (D // 4)
-            for q in range(4):
+            for qq in range(4):
+                q = (qq + rq) & 3
                 k = 16 * c + 2 * q
                 w0, w1, w2, w3 = (word(kv_offset(key, d0)) for key in (k, k + 1, k + 8, k + 9))
                 lo01, hi01 = byte_perm(w0, w1, 0x5140), byte_perm(w0, w1, 0x7362)
                 lo23, hi23 = byte_perm(w2, w3, 0x5140), byte_perm(w2, w3, 0x7362)
                 out = (byte_perm(lo01, lo23, 0x5410), byte_perm(lo01, lo23, 0x7632),
                        byte_perm(hi01, hi23, 0x5410), byte_perm(hi01, hi23, 0x7632))
-                for e in range(4):
+                for ee in range(4):
+                    e = (ee + re) & 3
                     d = d0 + e
                     off = d * 128 + ((c ^ (d % 8)) * 16) + 4 * q
                     dst[off:off + 4] = out[e].to_bytes(4, "little")
