@@ -12,7 +12,11 @@
   causal), each with the head dim's tiles and with 128-key tiles, one Q buffer or two, each
   work tile's last P·V carried into the next (CARRY_PV, where the rule puts it) and not;
 - (--parts timeline) block 0's measured timeline at S 512 (persistent blocks, one Q buffer and
-  two): per consumer, how long each work tile took and the gap before the next one's first S.
+  two): per consumer, how long each work tile took and the gap before the next one's first S;
+- (--parts splits, issue 21) at the recorded map's decode rows below SDPA and a few controls:
+  every split count against the combine in the last block and the combine kernel, all of a
+  shape's configs in the same rounds; a table (best and plan marked), logged with --out, never
+  recorded. What each explanation predicts: the comment above SPLIT_COUNTS.
 
 Every row is checked against the float64 reference first (on batch 0 when the whole batch's
 float64 copy would be too big), then timed with SDPA's default and FLASH backends on the same
@@ -23,11 +27,13 @@ SDPA's time over stage 6's (> 1: stage 6 faster).
     python scripts/shape_map.py --record         # and store under "shape_map" in results/<gpu>.json
     python scripts/shape_map.py --quick          # a few rows of each part (a smoke run)
     python scripts/shape_map.py --record --resume  # finish a recorded run that was cut short
+    python scripts/shape_map.py --parts splits --dtype bfloat16 --out splits.json  # ~4 min (--budget-s)
 """
 import argparse
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -96,6 +102,207 @@ LATENCY_VARIANTS = [("stage 6's choice", {}),
                     ("one consumer, split 2", {"tiles": (128, 4, 1), "schedule": s6.DECODE_SCHEDULE, "splits": 2}),
                     ("softmax ping-pong", {"schedule": "softmax ping-pong"}),
                     ("two consumers, softmax ping-pong", {"tiles": (128, 2, 2), "schedule": "softmax ping-pong"})]
+
+
+# --parts splits (issue 21): at the decode rows where the recorded map has stage 6 below SDPA's
+# default backend, and at a few controls above it, stage 6 at every split count with either
+# combine, SDPA default and FLASH in the same rounds. The worst row, B1 H8/1 Sq1 Sk4096 D64:
+# 13.4 µs against SDPA's 10.4 (32 splits of one key tile; 8 rows · 32 · 64 · 4 B = 64 KB combined
+# in the last block), where its D128 twin (twice the bytes) takes 12.2 (the same 32 splits,
+# 128 KB: the combine kernel). Two explanations:
+# (a) The combine in the last block costs more than the combine kernel near its 64 KB bound
+#     (one SM: each of 4 warps walks its rows' splits one after another).
+#     Predicted: at the plan's split count "kernel" beats "in block" at the rows that combine
+#     64 KB in the block: B1 H8/1 Sk4096 D64 by 1-3 µs (to at most the D128 twin's 12.2), B1 and
+#     B8 H8/1 Sq4 Sk1024 D64, B8 H8/1 Sk4096 and Sk32768 D128, and the controls (32-64 KB,
+#     above SDPA) alike; the gap shrinks with the bytes and is gone at 16 KB and less (so (a)
+#     cannot explain B8 H8/1 Sq1 Sk1024 D64, 0.85× with 16 KB); the block forced at 128 KB
+#     (B1 H8/1 Sk4096 D128, 32 splits) is slower than the kernel there.
+# (b) plan_splits splits too finely at D64: its cost model counts a block's fixed work as one
+#     key tile, and a D64 key tile moves half a D128 one's bytes.
+#     Predicted: at the D64 rows split to one key tile a block (B1 H8/1 Sk4096, 32 splits; B1
+#     and B8 H8/1 Sk1024, 8) the fastest count gives each block 2-4 key tiles (Sk4096: 8-16
+#     splits, Sk1024: 2-4), with either combine (the two within ~0.5 µs there), at or above
+#     SDPA; at D128 the plan's count is within noise of the fastest.
+# Both: the fastest pairs the kernel with fewer splits. Neither: every config of a shape stays
+# below SDPA (the loss is in each block's fixed costs, not in the split). The noise floor: the
+# call as is against its explicit twin (marked plan; the same build where it combines in the block).
+SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)   # and plan_splits' own count; never above the key tiles
+SPLIT_CONTROLS = 4                             # rows above SDPA, half per head dim
+# the recorded map's decode rows (9a89c0d, H100, bf16) for when no record is at hand: those below
+# SDPA (worst first) and the controls above it, (B, H, Hkv, Sq, Sk, D, µs, SDPA µs)
+SPLIT_FALLBACK = [
+    (1, 8, 1, 1, 4096, 64, 13.41, 10.43), (8, 8, 1, 1, 1024, 64, 12.05, 10.18),
+    (8, 8, 1, 4, 1024, 64, 18.06, 16.06), (64, 32, 8, 1, 1024, 64, 63.28, 59.25),
+    (64, 8, 1, 1, 1024, 64, 18.21, 17.06), (8, 8, 1, 1, 4096, 64, 15.50, 14.53),
+    (8, 8, 1, 1, 32768, 64, 41.42, 39.04), (8, 8, 1, 1, 4096, 128, 19.41, 18.42),
+    (1, 8, 1, 1, 32768, 128, 22.29, 21.18), (1, 8, 1, 1, 1024, 64, 10.75, 10.27),
+    (8, 8, 1, 1, 1024, 128, 13.30, 12.74), (1, 32, 8, 1, 4096, 64, 14.00, 13.46),
+    (8, 32, 8, 1, 4096, 64, 39.97, 38.69), (64, 32, 8, 1, 1024, 128, 106.72, 103.66),
+    (64, 8, 1, 1, 4096, 64, 40.77, 39.62), (64, 32, 8, 1, 32768, 128, 2856.58, 2776.00),
+    (64, 32, 8, 1, 4096, 128, 372.99, 362.94), (1, 8, 1, 1, 4096, 128, 12.16, 11.89),
+    (64, 8, 1, 1, 32768, 64, 195.06, 190.85), (8, 32, 8, 1, 32768, 64, 195.18, 191.31),
+    (1, 8, 1, 4, 1024, 64, 15.74, 15.47), (64, 32, 8, 1, 4096, 64, 192.19, 189.14),
+    (1, 8, 1, 1, 1024, 128, 11.23, 11.07), (64, 8, 1, 1, 32768, 128, 369.87, 365.22),
+    (8, 8, 1, 1, 32768, 128, 65.28, 64.51), (1, 8, 1, 1, 32768, 64, 17.57, 17.38),
+    (8, 32, 8, 1, 32768, 128, 368.38, 364.72), (64, 32, 8, 1, 32768, 64, 1408.58, 1400.72),
+    (1, 32, 8, 1, 32768, 64, 40.24, 40.16), (1, 32, 8, 4, 4096, 64, 18.19, 41.76),
+    (1, 32, 8, 4, 32768, 64, 44.06, 282.82), (1, 32, 8, 4, 1024, 128, 15.58, 19.54),
+    (1, 32, 8, 1, 32768, 128, 63.58, 65.70)]
+# What the part costs the GPU machine, from the full map's log (results/logs/2026-11-25-38ba1c1-call10):
+SPLIT_COST = {"startup": 15.0,     # s: python, torch, the CUDA context
+              "compile": 3.0,      # s a stage 6 build (NVRTC): the map's first row took 3 s
+              "shape": 0.5,        # s a shape: its inputs' first SDPA calls (backend plans)
+              "element": 10e-9,    # s an input element: make_qkv draws on the CPU (B64 H32/8 Sk32768: 23-34 s)
+              "check": 0.1,        # s a float64 check, two a config
+              "run": 150e-6}       # s a timed run beyond the kernel: the L2 flush, the hold spin, the events
+
+
+def _combine_of(ch, H, Hkv, Sq, D) -> str:
+    """Which combine a call planned as `ch` (choose's answer) with no combine_in_block given
+    runs: none unsplit; in the last block when packed and combines_in_block says so (only the
+    packed build has it); else the combine kernel."""
+    if ch["splits"] == 1:
+        return "none"
+    return "in block" if ch["pack_gqa"] and s6.combines_in_block((H // Hkv) * Sq, ch["splits"], D) else "kernel"
+
+
+def split_variants(B, H, Hkv, Sq, Sk, D, sms=132) -> list:
+    """(fields, attention options) of the splits part at one decode shape: stage 6 called as is
+    (its plan's count and combine), then each count of SPLIT_COUNTS and the plan's up to the key
+    tiles (as many as run: a split holds whole key tiles) with the combine in the last block
+    and with the combine kernel (one split: neither). The explicit twin of the plan's choice is
+    marked plan; "kernel" is the build without the in-block code (COMBINE_IN_BLOCK 0), where
+    the call as is, over 64 KB, runs the packed build with it switched off."""
+    ch = s6.choose(B, H, Hkv, Sq, Sk, D, False, sms)
+    key_tiles = -(-Sk // ch["tiles"][0])
+    planned = (ch["splits"], _combine_of(ch, H, Hkv, Sq, D))
+    chosen = {"plan_splits": planned[0], "plan_combine": planned[1]}
+    out = [({"variant": "stage 6's choice", "combine": planned[1], "plan": False, "as_is": True, **chosen}, {})]
+    counts = sorted({s6.choose(B, H, Hkv, Sq, Sk, D, False, sms, splits=n)["splits"]
+                     for n in {*SPLIT_COUNTS, planned[0]} if n <= key_tiles})
+    for n in counts:
+        for combine in (("none",) if n == 1 else ("in block", "kernel")):
+            opts = {"splits": n} if n == 1 else {"splits": n, "combine_in_block": combine == "in block"}
+            name = "1 split" if n == 1 else f"{n} splits, {combine}"
+            out.append(({"variant": name, "combine": combine, "plan": (n, combine) == planned, "as_is": False,
+                         **chosen}, opts))
+    return out
+
+
+def split_shapes(recorded, dtypes, controls=SPLIT_CONTROLS, sms=132) -> list:
+    """The splits part's shapes from a recorded map's rows: every decode row below SDPA's
+    default (worst first), then `controls` rows at or above it, half per head dim: those whose
+    plan combines the most bytes in the last block (nearest the worst row's 64 KB, the suspect
+    of explanation (a)), the ratio nearest 1 first on a tie. Each a row of part "splits" with
+    the record's ratio and times."""
+    def row(r, control):
+        return {"part": "splits", **{k: r[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D", "dtype")}, "causal": False,
+                "control": control, "recorded_vs_sdpa": r["vs_sdpa"], "recorded_us": r["us"],
+                "recorded_sdpa_us": r["sdpa_us"]}
+
+    def in_block_bytes(r):
+        ch = s6.choose(r["B"], r["H"], r["Hkv"], r["Sq"], r["Sk"], r["D"], False, sms)
+        rows = (r["H"] // r["Hkv"]) * r["Sq"]
+        in_block = _combine_of(ch, r["H"], r["Hkv"], r["Sq"], r["D"]) == "in block"
+        return rows * ch["splits"] * r["D"] * 4 if in_block else 0
+
+    dec = [r for r in recorded if r.get("part") == "decode" and r.get("dtype") in dtypes and r.get("vs_sdpa")
+           and not r.get("causal")]
+    out = [row(r, False) for r in sorted((r for r in dec if r["vs_sdpa"] < 1.0), key=lambda r: r["vs_sdpa"])]
+    for D in sorted({r["D"] for r in dec}):
+        above = [r for r in dec if r["D"] == D and r["vs_sdpa"] >= 1.0 and in_block_bytes(r)]
+        above.sort(key=lambda r: (-in_block_bytes(r), r["vs_sdpa"]))
+        out += [row(r, True) for r in above[:controls // 2]]
+    return out
+
+
+def fallback_rows(dtypes) -> list:
+    """SPLIT_FALLBACK as recorded decode rows, for each dtype asked."""
+    return [{"part": "decode", "B": B, "H": H, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "dtype": dt, "causal": False,
+             "us": us, "sdpa_us": sd, "vs_sdpa": sd / us}
+            for dt in dtypes for B, H, Hkv, Sq, Sk, D, us, sd in SPLIT_FALLBACK]
+
+
+def split_cost_s(row, variants, per_fn_s=0.3) -> float:
+    """SPLIT_COST's estimate of one shape's seconds: its inputs, two checks a config, and
+    time_interleaved's runs of each config and both SDPA backends (as many as fit `per_fn_s`,
+    5 to 100, each after 3 warm-up and probe calls). A config's kernel is taken as the
+    recorded time scaled by how many more key tiles a split holds than under the plan's count."""
+    c = SPLIT_COST
+    B, H, Hkv, Sq, Sk, D = (row[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D"))
+
+    def fn_s(t_us):
+        runs = min(100, max(5, per_fn_s / (t_us * 1e-6)))
+        return (3 + runs) * (t_us * 1e-6 + c["run"])
+
+    t = max(row["recorded_us"], row["recorded_sdpa_us"])
+    stage = sum(fn_s(t * max(1.0, f["plan_splits"] / o.get("splits", f["plan_splits"]))) for f, o in variants)
+    return (c["shape"] + c["element"] * (B * H * Sq * D + 2 * B * Hkv * Sk * D) + 2 * c["check"] * len(variants)
+            + stage + 2 * fn_s(row["recorded_sdpa_us"]))
+
+
+def splits_plan(shapes, sms=132, budget_s=240.0) -> dict:
+    """What --parts splits measures within `budget_s` seconds of the GPU machine: the shapes in
+    their order (worst first, the controls last), each taken while the estimate (startup, two
+    builds per head dim and dtype, split_cost_s of the shapes taken) still fits, else left out.
+    -> {"shapes": [(row, variants, estimate)], "left_out": [rows], "estimate_s", "configs"}."""
+    c = SPLIT_COST
+    builds = 2 * len({(r["D"], r["dtype"]) for r in shapes})  # the packed build with and without the in-block code
+    total = c["startup"] + c["compile"] * builds
+    taken, left = [], []
+    # the controls' cost is set aside first: they are few and small, and a table without them
+    # cannot say which effect is particular to the rows below SDPA
+    costed = [(r, v, split_cost_s(r, v)) for r in shapes for v in [split_variants(*(r[k] for k in (
+        "B", "H", "Hkv", "Sq", "Sk", "D")), sms=sms)]]
+    reserved = sum(e for r, _, e in costed if r.get("control"))
+    for r, v, e in costed:
+        if total + e + (0 if r.get("control") else reserved) <= budget_s:
+            taken.append((r, v, e))
+            total += e
+            if r.get("control"):
+                reserved -= e
+        else:
+            left.append(r)
+    return {"shapes": taken, "left_out": left, "estimate_s": total, "configs": sum(len(v) for _, v, _ in taken)}
+
+
+def _shape(r) -> str:
+    return f"B{r['B']} H{r['H']}/{r['Hkv']} Sq{r['Sq']} Sk{r['Sk']} D{r['D']}"
+
+
+def splits_table(rows) -> str:
+    """The splits part's rows as a markdown table, a shape's configs together: the fastest
+    config of each shape marked best, the plan's (plan_splits and combines_in_block) marked
+    plan, stage 6 called with no options marked as called."""
+    lines = ["| shape | splits | combine | µs | SDPA µs | ratio | |", "|---|---|---|---|---|---|---|"]
+    shapes = {}
+    for r in rows:
+        shapes.setdefault((_shape(r), r["dtype"]), []).append(r)
+    for (shape, dtype), got in shapes.items():
+        best = min(got, key=lambda r: r["us"])
+        control = ", control" if got[0]["control"] else ""
+        head = f"{shape} {dtype} (recorded {got[0]['recorded_vs_sdpa']:.2f}×{control})"
+        for i, r in enumerate(got):
+            marks = [m for m, on in (("**best**", r is best), ("plan", r["plan"]), ("as called", r["as_is"])) if on]
+            sd = f"{r['sdpa_us']:.1f}" if r["sdpa_us"] else "n/a"
+            ratio = f"{r['vs_sdpa']:.2f}×" if r["vs_sdpa"] else "n/a"
+            lines.append(f"| {head if i == 0 else ''} | {r['splits']} | {r['combine']} | {r['us']:.1f} | {sd} "
+                         f"| {ratio} | {' '.join(marks)}{'' if r['passed'] else ' FAIL'} |")
+    return "\n".join(lines)
+
+
+def splits_verdicts(got) -> str:
+    """One shape's answer to both explanations: its fastest config against the plan's, and the
+    combine in the block minus the combine kernel at the plan's split count."""
+    best = min(got, key=lambda r: r["us"])
+    plan = next(r for r in got if r["as_is"])
+    at = {r["combine"]: r["us"] for r in got if r["splits"] == plan["splits"] and not r["as_is"]}
+    gap = (f"; in block − kernel at {plan['splits']} splits {at['in block'] - at['kernel']:+.1f} µs"
+           if {"in block", "kernel"} <= at.keys() else "")
+    return (f"{_shape(plan)} {plan['dtype']}: best {best['splits']} {best['combine']} {best['us']:.1f} µs "
+            f"({best['vs_sdpa'] or 0:.2f}×), as called {plan['splits']} {plan['combine']} {plan['us']:.1f} µs "
+            f"({plan['vs_sdpa'] or 0:.2f}×){gap}")
 
 
 def timeline_rows():
@@ -170,37 +377,48 @@ def _check(fn, q, k, v, causal):
 
 def measure(row, opts=None, budget_s=0.3):
     """Check, then time stage 6 (with `opts`) and both SDPA backends in turns; fill `row`."""
+    row.update(measure_variants(row, [({}, opts)], budget_s)[0])
+    return row
+
+
+def measure_variants(row, variants, budget_s=0.3) -> list:
+    """Check, then time stage 6 with each of `variants` ([(fields, opts)]) and both SDPA backends
+    on the same inputs in the same interleaved rounds; checked again after the timing. One row
+    per variant: a copy of `row` with the variant's `fields` and its measurements."""
     B, H, Hkv, Sq, Sk, D = (row[x] for x in ("B", "H", "Hkv", "Sq", "Sk", "D"))
     dtype = getattr(torch, row["dtype"])
     causal = row["causal"]
-    opts = opts or {}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype)
-    fn = lambda q, k, v: s6.attention(q, k, v, causal=causal, **opts)  # noqa: E731
-    c = _check(fn, q, k, v, causal)
-    ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, torch.cuda.get_device_properties(0).multi_processor_count,
-                   splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"), schedule=opts.get("schedule"),
-                   tiles=opts.get("tiles"))
-    built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"], q_stages=opts.get("q_stages"),
-                           carry_pv=opts.get("carry_pv"))["defines"])
-    q_stages = opts.get("q_stages") or built["Q_STAGES"]
-    tma_store = bool(built["O_TMA_STORE"] if opts.get("tma_store") is None else opts["tma_store"])
-    times = time_interleaved({"stage": lambda: fn(q, k, v),
+    fns = [partial(s6.attention, causal=causal, **(opts or {})) for _, opts in variants]
+    checks = [_check(fn, q, k, v, causal) for fn in fns]
+    times = time_interleaved({**{f"stage{i}": partial(fn, q, k, v) for i, fn in enumerate(fns)},
                               "sdpa": sdpa_call(q, k, v, causal=causal),
                               "flash": sdpa_call(q, k, v, causal=causal, backend="flash")}, budget_s=budget_s)
-    again = _check(fn, q, k, v, causal)  # and again after the timing loop
-    t = times["stage"].median_us
     sd = times["sdpa"].median_us if "sdpa" in times else None
     sf = times["flash"].median_us if "flash" in times else None
     flops = attention_flops(B, H, Sq, Sk, D, causal)
     moved = 2 * (2 * B * H * Sq * D + 2 * B * Hkv * Sk * D)  # bytes: Q and O, K and V, once each
-    row.update(us=t, sdpa_us=sd, sdpa_flash_us=sf, tflops=flops / t / 1e6, gbps=moved / t / 1e3,
-               vs_sdpa=sd / t if sd else None, vs_flash=sf / t if sf else None,
-               max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
-               splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"], q_stages=q_stages, tma_store=tma_store,
-               carry_pv=bool(built["CARRY_PV"]),
-               stage_round_medians_us=times["stage"].round_medians_us)
+    out = []
+    for i, ((fields, opts), fn, c) in enumerate(zip(variants, fns, checks)):
+        opts = opts or {}
+        again = _check(fn, q, k, v, causal)  # and again after the timing loop
+        ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, sms, splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"),
+                       schedule=opts.get("schedule"), tiles=opts.get("tiles"))
+        built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"], q_stages=opts.get("q_stages"),
+                               carry_pv=opts.get("carry_pv"))["defines"])
+        q_stages = opts.get("q_stages") or built["Q_STAGES"]
+        tma_store = bool(built["O_TMA_STORE"] if opts.get("tma_store") is None else opts["tma_store"])
+        t = times[f"stage{i}"].median_us
+        out.append({**row, **fields})
+        out[-1].update(us=t, sdpa_us=sd, sdpa_flash_us=sf, tflops=flops / t / 1e6, gbps=moved / t / 1e3,
+                       vs_sdpa=sd / t if sd else None, vs_flash=sf / t if sf else None,
+                       max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
+                       splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"],
+                       q_stages=q_stages, tma_store=tma_store, carry_pv=bool(built["CARRY_PV"]),
+                       stage_round_medians_us=times[f"stage{i}"].round_medians_us)
     del q, k, v
-    return row
+    return out
 
 
 def resumable_rows(data, plan, sha) -> list:
@@ -224,6 +442,55 @@ def _fmt(row) -> str:
             f"{'pass' if row['passed'] else 'FAIL'}")
 
 
+def _log(path, env, rows, splits=None) -> None:
+    """--out: the rows so far, with the environment and stage 6's source hash (and the splits
+    part's plan), rewritten after each row or shape so a run cut short keeps what it measured."""
+    if path is None:
+        return
+    extra = {"splits_plan": {k: splits[k] for k in ("source", "estimate_s", "configs", "budget_s")}} if splits else {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"env": env, "sha256": R.stage_sha256(s6.INFO), **extra, "rows": rows}, indent=1) + "\n")
+
+
+def splits_part(a) -> dict:
+    """The splits part's plan on this GPU (its SM count): the shapes from the record (or
+    SPLIT_FALLBACK), what fits a.budget_s, printed with the estimate before anything runs."""
+    data = R.load(a.splits_record) if a.splits_record is None or a.splits_record.exists() else None
+    recorded = ((data or {}).get("shape_map") or {}).get("rows") or []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = split_shapes(recorded, a.dtype, sms=sms)
+    source = f"{data['_path']}'s shape map" if shapes else "SPLIT_FALLBACK"
+    if not shapes:
+        shapes = split_shapes(fallback_rows(a.dtype), a.dtype, sms=sms)
+    if a.quick:  # the worst row and one control
+        shapes = shapes[:1] + [r for r in shapes if r["control"]][:1]
+    plan = splits_plan(shapes, sms, a.budget_s)
+    plan.update(source=str(source), budget_s=a.budget_s)
+    print(f"splits: {len(plan['shapes'])} shapes from {source} ({sum(r['control'] for r, _, _ in plan['shapes'])} "
+          f"controls), {plan['configs']} configs of stage 6 beside SDPA default and FLASH; estimated "
+          f"{plan['estimate_s']:.0f} s of the GPU machine for this part (budget {a.budget_s:.0f} s)", flush=True)
+    for r in plan["left_out"]:
+        print(f"  left out for the budget: {_shape(r)} {r['dtype']} (recorded {r['recorded_vs_sdpa']:.2f}x)")
+    return plan
+
+
+def run_splits(plan, out, env, rows) -> list:
+    """Measure the splits part's shapes (each shape's configs and both SDPA backends in the same
+    rounds), logging after each; then the table and each shape's verdict."""
+    got, t0 = [], time.time()
+    for i, (row, variants, _) in enumerate(plan["shapes"]):
+        these = measure_variants(row, variants)
+        got += these
+        left = sum(e for _, _, e in plan["shapes"][i + 1:])
+        print(f"[{i + 1}/{len(plan['shapes'])} shapes, {time.time() - t0:.0f} s, ~{left:.0f} s left by the estimate] "
+              f"{splits_verdicts(these)}", flush=True)
+        _log(out, env, rows + got, plan)
+    print("\n" + splits_table(got) + "\n")
+    for these in {(_shape(r), r["dtype"]): None for r in got}:
+        print(splits_verdicts([r for r in got if (_shape(r), r["dtype"]) == these]))
+    return got
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--record", action="store_true", help='store under "shape_map" in results/<gpu>.json')
@@ -237,12 +504,22 @@ def main() -> int:
     ap.add_argument("--seqs", nargs="+", type=int, default=list(SCHEDULE_SEQS),
                     help="the schedules part's sequence lengths (B·S = 16k)")
     ap.add_argument("--parts", nargs="+", default=["decode", "waterfall", "prefill"],
-                        choices=["decode", "waterfall", "prefill", "schedules", "latency", "timeline"],
-                    help="schedules, latency, timeline: stage 6's launches at short prefill (not in the default set)")
+                    choices=["decode", "waterfall", "prefill", "schedules", "latency", "timeline", "splits"],
+                    help="schedules, latency, timeline: stage 6's launches at short prefill; splits: split counts "
+                         "and combines at the decode rows below SDPA (not in the default set)")
+    ap.add_argument("--budget-s", type=float, default=240.0,
+                    help="the splits part: seconds of the GPU machine it may take by its estimate (start-up included)")
+    ap.add_argument("--splits-record", type=Path, default=None,
+                    help="the splits part: the results file whose shape map picks the rows (default: this GPU's, "
+                         "else the newest in results/; none: SPLIT_FALLBACK)")
+    ap.add_argument("--out", type=Path, help="also write every measured row (and the environment) to this JSON file")
     a = ap.parse_args()
+    if "splits" in a.parts and a.record:
+        ap.error("--parts splits is an experiment: its rows go to --out, not into the record")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("shape_map.py times stage 6, which runs on sm_90 GPUs (H100/H200) only", file=sys.stderr)
         return 2
+    splits = splits_part(a) if "splits" in a.parts else None
     plan = []
     if "decode" in a.parts:
         plan += [(r, None) for r in decode_rows(a.dtype, a.quick)]
@@ -278,7 +555,7 @@ def main() -> int:
     if "prefill" in a.parts:
         plan += [(r, None) for r in prefill_rows(a.dtype, a.quick)]
     rows, t0 = [], time.time()
-    env = R.capture_env() if a.record else None
+    env = R.capture_env() if a.record or a.out else None
     if a.resume:
         path = R.results_path(env["gpu"]) if a.record else None
         kept = resumable_rows(R.load(path), plan, R.stage_sha256(s6.INFO)) if path and path.exists() else []
@@ -289,11 +566,14 @@ def main() -> int:
         rows.append(measure(row, opts))
         left = (time.time() - t0) / (i + 1) * (len(plan) - i - 1)
         print(f"[{done + i + 1}/{total}, ~{left:.0f} s left] {_fmt(row)}", flush=True)
+        _log(a.out, env, rows, splits)
         if a.record and (done + i + 1) % 10 == 0:
             # a run cut short (a call's time limit) leaves its rows here, beside the complete map,
             # which only a finished run replaces (--resume goes on from them)
             R.save_extra(env["gpu"], "shape_map_partial", {"env": env, "sha256": R.stage_sha256(s6.INFO),
                                                            "of": total, "rows": rows})
+    if splits:
+        rows += run_splits(splits, a.out, env, rows)
     failed = [r for r in rows if not r["passed"]]
     for part in a.parts:
         got = [r["vs_sdpa"] for r in rows if r["part"] == part and r["vs_sdpa"]]

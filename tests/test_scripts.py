@@ -137,6 +137,8 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/then_and_now.py", "4506624", "3", "long"], "needs a CUDA GPU and none was found"),
     (["scripts/launch_gap.py"], "needs a CUDA GPU; none was found"),
     (["scripts/shape_map.py", "--record"], "runs on sm_90 GPUs (H100/H200) only"),
+    (["scripts/shape_map.py", "--parts", "splits", "--out", "splits.json"], "runs on sm_90 GPUs (H100/H200) only"),
+    (["scripts/shape_map.py", "--parts", "splits", "--record"], "its rows go to --out, not into the record"),
     (["scripts/backward_bench.py", "--record"], "needs a CUDA GPU and none was found"),
     (["scripts/train_curve.py", "--record"], "trains on a CUDA GPU and none was found"),
     (["scripts/fp8_tile_probe.py"], "needs an H100 or H200 and none was found"),
