@@ -6,6 +6,8 @@
 #   stage6     stage 6 idea by idea (scripts/stage6_schedules.py --record)
 #   stage5     stage 5 idea by idea: waterfall and leave-one-out (scripts/stage5_ideas.py --record)
 #   shapemap   stage 6 against SDPA at prefill and decode shapes (scripts/shape_map.py --record)
+#   splits     issue 21's decoding experiment: split counts × combine placement at the decode rows
+#              below SDPA (scripts/shape_map.py --parts splits; logs only)
 #   fp8        stage 7 (FP8, a draft until a GPU has checked it): the loop probe, its tests, its
 #              benchmark against stage 6, SDPA and the GEMM ceilings (logs only: no record yet)
 #   profile    Nsight Compute on one call of every CUDA C++ stage (results/profiles/)
@@ -37,7 +39,7 @@
 # times with distinct names), and add NAME to ALL_STEPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_STEPS="bench gap tiles stage6 stage5 shapemap fp8 profile notebooks pytest sanitize"
+ALL_STEPS="bench gap tiles stage6 stage5 shapemap splits fp8 profile notebooks pytest sanitize"
 
 refuse() {  # refuse WHY: nothing has run yet
   echo "gpu_session.sh: $1" >&2
@@ -85,6 +87,10 @@ step_stage6() {  # stage 6 idea by idea (schedules), its tile choices and a meas
 step_shapemap() {  # stage 6 at the shapes models run: prefill grid, decoding, decoding waterfall
   # shellcheck disable=SC2086  # FA_SHAPEMAP_ARGS is a list of arguments, e.g. "--dtype bfloat16"
   run shapemap python3 scripts/shape_map.py --record ${FA_SHAPEMAP_ARGS:-}
+}
+
+step_splits() {  # where split-KV's time goes at the decode rows below SDPA (an experiment, not a record)
+  run splits python3 scripts/shape_map.py --parts splits --dtype bfloat16 --out "$OUT/logs/splits.json"
 }
 
 step_fp8() {  # stage 7 step by step: the loop's arithmetic alone, then the kernel's tests, then its speed
