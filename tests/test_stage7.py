@@ -322,3 +322,23 @@ def test_cuda_graph_replays(v_in_kernel, seed):
         graph.replay()
         torch.cuda.synchronize()
         assert_close_to_emulation(out, q, k, v, causal=True)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("v_in_kernel", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+def test_small_shapes_for_the_sanitizers(D, v_in_kernel, seed):
+    """What compute-sanitizer runs (scripts/gpu_session.sh, fp8 step): small shapes, so that its
+    racecheck finishes, with a K/V ring that wraps several times (500 keys: 4 tiles of 128
+    through 3 stages); one block per work tile (and blocks of one consumer), then 280 one-block
+    work tiles under a persistent launch, so that each block walks two or three; both causal
+    alignments."""
+    g = torch.Generator().manual_seed(seed)
+    for H, Sq, schedules in ((4, 200, (None, "+ intra-warpgroup overlap")), (280, 64, ("+ persistent blocks",))):
+        q, k, v = (torch.randn(1, h, s, D, generator=g).to("cuda", torch.bfloat16)
+                   for h, s in ((H, Sq), (H // 2, 500), (H // 2, 500)))
+        for causal in (False, "bottom_right"):
+            for schedule in schedules:
+                out = s7.attention(q, k, v, causal=causal, schedule=schedule, v_in_kernel=v_in_kernel)
+                assert_close_to_emulation(out, q, k, v, causal=causal)
