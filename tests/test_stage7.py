@@ -18,7 +18,7 @@ import torch
 
 import stages.stage6 as s6
 import stages.stage7 as s7
-from conftest import gpu
+from conftest import cpu_only, gpu
 from lib import fp8
 from lib.inputs import NoBackwardError, validate
 from lib.reference import reference_attention
@@ -40,6 +40,7 @@ BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their r
 ]
 
 
+@cpu_only  # NVRTC on the H100 machine has handed back cubins with an empty log (stop 30's note)
 @pytest.mark.parametrize("D,tiles,opts", BUILDS, ids=[f"D{d}-{o.get('schedule', 'default')}-{t}" for d, t, o in BUILDS])
 def test_builds_offline_without_spills_or_serialized_wgmma(D, tiles, opts):
     """Each build ptxas accepts as written: no spills, no wgmma serialized or split by waits it
@@ -56,6 +57,7 @@ def test_builds_offline_without_spills_or_serialized_wgmma(D, tiles, opts):
     assert mix["F2FP"] >= 32 and mix["LDL"] == 0 and mix["STL"] == 0, mix
 
 
+@cpu_only  # reads ptxas's log, which NVRTC on the H100 machine has left empty
 def test_three_consumers_at_d128_serialize_wgmma():
     """Why TILES keeps two consumers at D128: with three (160 registers each) ptxas serializes the
     products for want of registers — the warning the build test above refuses."""
