@@ -129,26 +129,6 @@ LATENCY_VARIANTS = [("stage 6's choice", {}),
 # call as is against its explicit twin (marked plan; the same build where it combines in the block).
 SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)   # and plan_splits' own count; never above the key tiles
 SPLIT_CONTROLS = 4                             # rows above SDPA, half per head dim
-# the recorded map's decode rows (9a89c0d, H100, bf16) for when no record is at hand: those below
-# SDPA (worst first) and the controls above it, (B, H, Hkv, Sq, Sk, D, µs, SDPA µs)
-SPLIT_FALLBACK = [
-    (1, 8, 1, 1, 4096, 64, 13.41, 10.43), (8, 8, 1, 1, 1024, 64, 12.05, 10.18),
-    (8, 8, 1, 4, 1024, 64, 18.06, 16.06), (64, 32, 8, 1, 1024, 64, 63.28, 59.25),
-    (64, 8, 1, 1, 1024, 64, 18.21, 17.06), (8, 8, 1, 1, 4096, 64, 15.50, 14.53),
-    (8, 8, 1, 1, 32768, 64, 41.42, 39.04), (8, 8, 1, 1, 4096, 128, 19.41, 18.42),
-    (1, 8, 1, 1, 32768, 128, 22.29, 21.18), (1, 8, 1, 1, 1024, 64, 10.75, 10.27),
-    (8, 8, 1, 1, 1024, 128, 13.30, 12.74), (1, 32, 8, 1, 4096, 64, 14.00, 13.46),
-    (8, 32, 8, 1, 4096, 64, 39.97, 38.69), (64, 32, 8, 1, 1024, 128, 106.72, 103.66),
-    (64, 8, 1, 1, 4096, 64, 40.77, 39.62), (64, 32, 8, 1, 32768, 128, 2856.58, 2776.00),
-    (64, 32, 8, 1, 4096, 128, 372.99, 362.94), (1, 8, 1, 1, 4096, 128, 12.16, 11.89),
-    (64, 8, 1, 1, 32768, 64, 195.06, 190.85), (8, 32, 8, 1, 32768, 64, 195.18, 191.31),
-    (1, 8, 1, 4, 1024, 64, 15.74, 15.47), (64, 32, 8, 1, 4096, 64, 192.19, 189.14),
-    (1, 8, 1, 1, 1024, 128, 11.23, 11.07), (64, 8, 1, 1, 32768, 128, 369.87, 365.22),
-    (8, 8, 1, 1, 32768, 128, 65.28, 64.51), (1, 8, 1, 1, 32768, 64, 17.57, 17.38),
-    (8, 32, 8, 1, 32768, 128, 368.38, 364.72), (64, 32, 8, 1, 32768, 64, 1408.58, 1400.72),
-    (1, 32, 8, 1, 32768, 64, 40.24, 40.16), (1, 32, 8, 4, 4096, 64, 18.19, 41.76),
-    (1, 32, 8, 4, 32768, 64, 44.06, 282.82), (1, 32, 8, 4, 1024, 128, 15.58, 19.54),
-    (1, 32, 8, 1, 32768, 128, 63.58, 65.70)]
 # What the part costs the GPU machine, from the full map's log (results/logs/2026-11-25-38ba1c1-call10):
 SPLIT_COST = {"startup": 15.0,     # s: python, torch, the CUDA context
               "compile": 3.0,      # s a stage 6 build (NVRTC): the map's first row took 3 s
@@ -215,13 +195,6 @@ def split_shapes(recorded, dtypes, controls=SPLIT_CONTROLS, sms=132) -> list:
         above.sort(key=lambda r: (-in_block_bytes(r), r["vs_sdpa"]))
         out += [row(r, True) for r in above[:controls // 2]]
     return out
-
-
-def fallback_rows(dtypes) -> list:
-    """SPLIT_FALLBACK as recorded decode rows, for each dtype asked."""
-    return [{"part": "decode", "B": B, "H": H, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "dtype": dt, "causal": False,
-             "us": us, "sdpa_us": sd, "vs_sdpa": sd / us}
-            for dt in dtypes for B, H, Hkv, Sq, Sk, D, us, sd in SPLIT_FALLBACK]
 
 
 def split_cost_s(row, variants, per_fn_s=0.3) -> float:
@@ -453,15 +426,16 @@ def _log(path, env, rows, splits=None) -> None:
 
 
 def splits_part(a) -> dict:
-    """The splits part's plan on this GPU (its SM count): the shapes from the record (or
-    SPLIT_FALLBACK), what fits a.budget_s, printed with the estimate before anything runs."""
+    """The splits part's plan on this GPU (its SM count): the shapes from the recorded shape map,
+    what fits a.budget_s, printed with the estimate before anything runs."""
     data = R.load(a.splits_record) if a.splits_record is None or a.splits_record.exists() else None
     recorded = ((data or {}).get("shape_map") or {}).get("rows") or []
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     shapes = split_shapes(recorded, a.dtype, sms=sms)
-    source = f"{data['_path']}'s shape map" if shapes else "SPLIT_FALLBACK"
     if not shapes:
-        shapes = split_shapes(fallback_rows(a.dtype), a.dtype, sms=sms)
+        sys.exit(f"shape_map.py --parts splits: no recorded decode rows of {a.dtype} in "
+                 f"{a.splits_record or 'results/'} to pick its shapes from (record the map first: --record)")
+    source = f"{data['_path']}'s shape map"
     if a.quick:  # the worst row and one control
         shapes = shapes[:1] + [r for r in shapes if r["control"]][:1]
     plan = splits_plan(shapes, sms, a.budget_s)
@@ -511,7 +485,7 @@ def main() -> int:
                     help="the splits part: seconds of the GPU machine it may take by its estimate (start-up included)")
     ap.add_argument("--splits-record", type=Path, default=None,
                     help="the splits part: the results file whose shape map picks the rows (default: this GPU's, "
-                         "else the newest in results/; none: SPLIT_FALLBACK)")
+                         "else the newest in results/)")
     ap.add_argument("--out", type=Path, help="also write every measured row (and the environment) to this JSON file")
     a = ap.parse_args()
     if "splits" in a.parts and a.record:

@@ -95,9 +95,8 @@ def test_split_shapes_from_a_record(sm):
     assert [r["dtype"] for r in sm.split_shapes(rows, ["float16"], controls=0)] == ["float16"]
 
 
-def test_split_shapes_from_the_record_and_the_fallback(sm):
-    """The recorded map's decode rows below SDPA are exactly the part's non-control shapes, and
-    SPLIT_FALLBACK (for a machine without the record) picks the same shapes."""
+def test_split_shapes_from_the_record(sm):
+    """The recorded map's decode rows below SDPA are exactly the part's non-control shapes."""
     recorded = _recorded_rows()
     below = {tuple(r[k] for k in SHAPE_KEYS) for r in recorded
              if r["part"] == "decode" and r["dtype"] == "bfloat16" and r["vs_sdpa"] < 1.0}
@@ -107,13 +106,10 @@ def test_split_shapes_from_the_record_and_the_fallback(sm):
         r["recorded_vs_sdpa"] for r in got if not r["control"])
     assert sum(r["control"] for r in got) == sm.SPLIT_CONTROLS
     assert all(r["recorded_vs_sdpa"] >= 1.0 for r in got if r["control"])
-    fallback = sm.split_shapes(sm.fallback_rows(["bfloat16"]), ["bfloat16"])
-    key = lambda r: (*(r[k] for k in SHAPE_KEYS), r["control"])  # noqa: E731
-    assert sorted(map(key, fallback)) == sorted(map(key, got))
 
 
 def test_splits_plan_respects_the_budget(sm):
-    shapes = sm.split_shapes(sm.fallback_rows(["bfloat16"]), ["bfloat16"])
+    shapes = sm.split_shapes(_recorded_rows(), ["bfloat16"])
     everything = sm.splits_plan(shapes, budget_s=1e9)
     assert not everything["left_out"] and len(everything["shapes"]) == len(shapes)
     assert everything["configs"] == sum(len(v) for _, v, _ in everything["shapes"])
@@ -191,11 +187,10 @@ def test_splits_part_end_to_end_without_a_gpu(sm, monkeypatch, tmp_path, capsys)
     assert "in block − kernel at 32 splits +0.0 µs" in text
 
 
-def test_splits_part_falls_back_without_a_record(sm, monkeypatch, tmp_path, capsys):
+def test_splits_part_refuses_without_a_record(sm, monkeypatch, tmp_path):
+    """No recorded shape map to pick the decode rows from: a clear refusal, nothing measured."""
     _fake_gpu(sm, monkeypatch, tmp_path, lambda kw: 10.0)
     monkeypatch.setattr(sys, "argv", ["shape_map.py", "--parts", "splits", "--quick", "--dtype", "bfloat16",
                                       "--splits-record", str(tmp_path / "none.json"), "--budget-s", "30"])
-    assert sm.main() == 0
-    text = capsys.readouterr().out
-    assert "splits: 2 shapes from SPLIT_FALLBACK (1 controls)" in text
-    assert "B1 H8/1 Sq1 Sk4096 D64 bfloat16 (recorded 0.78×)" in text
+    with pytest.raises(SystemExit, match="no recorded decode rows of"):
+        sm.main()
