@@ -70,21 +70,22 @@ def incoherent(q: torch.Tensor, k: torch.Tensor, seed: int = 0) -> tuple[torch.T
 
 
 def fp8_attention(q, k, v, *, causal=False, scale=None, block: int | None = None,
-                  rotate: bool = False, p_offset: bool = True) -> torch.Tensor:
+                  rotate: bool = False, p_offset: bool = True, sum_bits: int | None = None) -> torch.Tensor:
     """An FP8 forward emulated in PyTorch (fp32 arithmetic on e4m3 values): Q, K, V quantized
     (per tensor within a head, or per `block` rows), optionally after `incoherent` rotation of Q
     and K; S = Q·Kᵀ·scale from the dequantized values (an e4m3 × e4m3 product is exact in fp32,
     the sums are fp32); the softmax's exponentials in fp32 against the row max; P cast to e4m3
     (times P_OFFSET first with p_offset); O = P·V over the row sum of the unrounded P. Returns O
     in float32. GQA: K/V heads repeated. causal: False, True (top-left) or "bottom_right"
-    (lib.reference.causal_mask)."""
+    (lib.reference.causal_mask). sum_bits: the products' sums kept to 2^-sum_bits of their
+    largest value, as Hopper's FP8 tensor cores keep them (truncate_sums); None: fp32 sums."""
     if rotate:
         q, k = incoherent(q, k)
     if k.shape[1] != q.shape[1]:
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    return attention_on_dequantized(*(dequantize(*quantize(t, block)) for t in (q, k, v)), causal=causal,
-                                    scale=scale, p_offset=p_offset)
+    return attention_rounded(*(dequantize(*quantize(t, block)) for t in (q, k, v)),
+                             round_p=lambda p: round_p_e4m3(p, p_offset), sum_bits=sum_bits, causal=causal, scale=scale)
 
 
 def attention_on_dequantized(qd, kd, vd, *, causal=False, scale=None, p_offset: bool = True) -> torch.Tensor:
@@ -93,15 +94,7 @@ def attention_on_dequantized(qd, kd, vd, *, causal=False, scale=None, p_offset: 
     P cast to e4m3 (times P_OFFSET first with p_offset), O = P·V over the row sum of the
     unrounded P. Shared by fp8_attention and the probes that check a kernel on its own e4m3
     inputs (scripts/fp8_loop_probe.py)."""
-    scale = 1.0 / math.sqrt(qd.shape[-1]) if scale is None else float(scale)
-    s = (qd @ kd.transpose(-1, -2)) * scale
-    if causal:
-        s = s.masked_fill(~causal_mask(qd.shape[2], kd.shape[2], qd.device, causal), -math.inf)
-    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
-    l = p.sum(dim=-1, keepdim=True)
-    off = P_OFFSET if p_offset else 1.0
-    p8 = (p * off).to(E4M3).to(p.dtype) / off
-    return (p8 @ vd) / l
+    return attention_rounded(qd, kd, vd, round_p=lambda p: round_p_e4m3(p, p_offset), causal=causal, scale=scale)
 
 
 def emulate_on_e4m3(q8, k8, v8, q_descale, k_descale, v_descale, *, causal=False, scale=None,
@@ -128,6 +121,7 @@ def kernel_vs_emulation(out: torch.Tensor, emu: torch.Tensor) -> float:
     peak = float(emu.abs().max()) if emu.numel() else 0.0
     diff = float((out.double() - emu.double()).abs().max()) if out.numel() else 0.0
     return diff / peak if peak else (0.0 if diff == 0 else math.inf)
+
 
 def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
     """The inputs of an FP8 forward, checked: (q8, k8, v8, q_descale, k_descale, v_descale).
@@ -307,19 +301,6 @@ def attention_16bit(q, k, v, dtype: torch.dtype, *, causal=False, scale=None) ->
     return o.to(dtype).float()
 
 
-def fp8_attention_short_sums(q, k, v, *, sum_bits: int = 11, block: int | None = None,
-                             rotate: bool = False, p_offset: bool = True, causal=False,
-                             scale=None) -> torch.Tensor:
-    """fp8_attention (same heads in Q, K, V) with the products' sums kept to 2^-sum_bits of their
-    largest value (truncate_sums), as Hopper's FP8 tensor cores keep them: how much of the FP8
-    error budget the short sums take beside e4m3's own rounding."""
-    if rotate:
-        q, k = incoherent(q, k)
-    qd, kd, vd = (dequantize(*quantize(t, block)) for t in (q, k, v))
-    return attention_rounded(qd, kd, vd, round_p=lambda p: round_p_e4m3(p, p_offset),
-                             sum_bits=sum_bits, causal=causal, scale=scale)
-
-
 FP8_RMSE_FACTOR = 2.0 * 2 ** 4  # twice the ratio of e4m3's unit roundoff (2^-4) to bf16's (2^-8)
 FP8_MAX_FACTOR = 2.0  # the project's "at most twice as wrong", with the FP8 emulation as the baseline
 
@@ -347,12 +328,13 @@ def fp8_error_rule(out, ref, bf16_out, fp8_out) -> dict:
     emulation of the same FP8 arithmetic, as SDPA is for the 16-bit stages, since the largest
     FP8 error ranged from 2.4 to 40 times bf16's over those seeds (a tail against a tail) while
     the emulation's rounding of P and V is the kernel's own, element for element; truncating the
-    emulation's sums as Hopper does (fp8_attention_short_sums, 2^-11) moved its max error by 4%
+    emulation's sums as Hopper does (fp8_attention with sum_bits 11) moved its max error by 4%
     at most, well inside the factor 2. The RMSE part also allows twice the emulation's own RMSE:
     where a 16-bit kernel is exact and e4m3 cannot be (one key: O is V, which bf16 inputs hold
     exactly and e4m3 must round), 32 × bf16's error is 0; and on inputs already in bf16 the bf16
-    baseline's error is P's and O's rounding alone, about 23-25 times under the emulation's at
-    D 64 and 128 (measured on N(0,1) bf16 inputs, 2026-11-25), which leaves 32× thin margins."""
+    baseline's error is P's and O's rounding alone, more than 16 times under the emulation's at
+    D 64 and 128, which leaves 32× thin margins (both shown by tests/test_fp8_accuracy.py::
+    test_why_the_rmse_part_also_allows_twice_the_emulation)."""
     from lib.reference import dtype_noise
     ref64 = ref.double()
 

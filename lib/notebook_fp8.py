@@ -9,9 +9,10 @@ import torch
 from lib import fp8
 from lib import results as R
 from lib.notebook_common import _md
+from lib.plots_stage6 import TENSOR_FLOP_PER_CLOCK
 
-# Dense tensor-core FLOP per SM per clock on the H100 (SXM): fp16/bf16, and e4m3 at twice that.
-FLOP_PER_CLOCK = {"bf16": 4096, "e4m3": 8192}
+# Dense tensor-core FLOP per SM per clock on the H100 (SXM): fp16/bf16 (stage 6's count), e4m3 twice that.
+FLOP_PER_CLOCK = {"bf16": TENSOR_FLOP_PER_CLOCK, "e4m3": 2 * TENSOR_FLOP_PER_CLOCK}
 MUFU_EX2_PER_CLOCK = 16  # per SM (the CUDA programming guide, compute capability 9.0)
 
 

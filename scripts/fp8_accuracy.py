@@ -72,11 +72,7 @@ def output(name: str, flags: dict | None, q, k, v) -> torch.Tensor:
     """One configuration's output in float32, as the kernel it models would write it."""
     if flags is None:
         return fp8.attention_16bit(q, k, v, getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[name]))
-    if flags.get("sum_bits"):
-        o = fp8.fp8_attention_short_sums(q, k, v, **flags)
-    else:
-        o = fp8.fp8_attention(q, k, v, **flags)
-    return o.bfloat16().float()
+    return fp8.fp8_attention(q, k, v, **flags).bfloat16().float()
 
 
 def errors(name: str, flags, q, k, v, ref) -> tuple[float, float]:

@@ -79,7 +79,7 @@ def test_error_rule_holds_for_the_emulation_and_catches_a_wrong_tile(script, kin
     bf16 = fp8.attention_16bit(q, k, v, torch.bfloat16)
     flags = {"block": 128, "rotate": True}
     model = fp8.fp8_attention(q, k, v, **flags)
-    kernel = fp8.fp8_attention_short_sums(q, k, v, **flags).bfloat16().float()
+    kernel = fp8.fp8_attention(q, k, v, sum_bits=11, **flags).bfloat16().float()
     verdict = fp8.fp8_error_rule(kernel, ref, bf16, model)
     assert verdict["passed"], (verdict, seed)
     if kind == "N(0,1)":
@@ -122,3 +122,24 @@ def test_recorded_entry_matches_a_recomputation(script):
     ref = reference_attention(q, k, v)
     assert script.errors(row["config"], flags, q, k, v, ref)[0] == pytest.approx(row["rmse_per_seed"][0], rel=1e-3)
     assert script.errors("bf16", None, q, k, v, ref)[0] == pytest.approx(row["bf16_rmse_per_seed"][0], rel=1e-3)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_why_the_rmse_part_also_allows_twice_the_emulation(D, seed):
+    """fp8_error_rule's second RMSE term: on inputs already in bf16, a bf16 kernel's error is only
+    P's and O's rounding, and the FP8 emulation's is more than 16 times it (so 32× leaves thin
+    margins); with one key a bf16 kernel is exact (O = V) while e4m3 must round V, so 32× bf16's
+    error is 0 and only the emulation can bound a kernel."""
+    from lib.reference import reference_attention
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 2, 300, D, generator=g).bfloat16() for _ in range(3))
+    ref = reference_attention(q, k, v)
+    emu = fp8.emulate_on_e4m3(*fp8.prepare(q, k, v))
+    assert fp8.rmse(emu, ref) > 16 * fp8.rmse(fp8.attention_16bit(q, k, v, torch.bfloat16), ref)
+    one = k[:, :, :1], v[:, :, :1]
+    ref1 = reference_attention(q, *one)
+    assert fp8.rmse(fp8.attention_16bit(q, *one, torch.bfloat16), ref1) == 0
+    emu1 = fp8.emulate_on_e4m3(*fp8.prepare(q, *one))
+    assert fp8.rmse(emu1, ref1) > 0
+    verdict = fp8.fp8_error_rule(emu1.bfloat16(), ref1, fp8.attention_16bit(q, *one, torch.bfloat16), emu1)
+    assert verdict["passed"] and verdict["rmse_bound"] > 0
