@@ -109,7 +109,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
                          f"{(bn, stages, consumers)} have one (use {s6.DECODE_SCHEDULE!r})")
     persistent = bool(sw.pop("PERSISTENT"))
     if v_in_kernel and head_dim == 128 and consumers == 3:
-        raise ValueError("v_in_kernel at D128 with three consumers: their 152 registers each spill and "
+        raise ValueError("v_in_kernel at D128 with three consumers: their 144 registers each spill and "
                          "serialize the wgmma (ptxas C7512); take two")
     if v_in_kernel and (sw["DYNAMIC_WORK"] or not sw["WARP_SPECIALIZED"]):
         raise ValueError(f"v_in_kernel: the producer warpgroup transposes V, walking a fixed stride of work "
@@ -124,6 +124,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     if lazy not in (-1, 0):
         raise ValueError(f"lazy_rescale is -1 (every tile) or 0 (when a row's max grew): P·2^8 must stay "
                          f"within e4m3's 448; got {lazy_rescale!r}")
+    if not 0 <= exp2_poly <= 8:
+        raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {exp2_poly}")
     offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
@@ -199,7 +201,7 @@ def _queue(device) -> torch.Tensor:
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-              p_offset=None, v_in_kernel=False, seqlens_k=None):
+              p_offset=None, v_in_kernel=False, exp2_poly=0, seqlens_k=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (lib.fp8.prepare: one scale per batch entry and K/V
@@ -208,9 +210,10 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
       (B, H_kv) on their device, x ≈ x8 · descale (FlashAttention-3's convention); the output
       is bfloat16.
     `causal` and `attn_mask` as in stage 6 (either alignment). `tiles`, `schedule`, `q_stages`,
-    `lazy_rescale` (-1 or 0), `p_offset` (False: P cast without the 2^8) and `v_in_kernel` (the
-    producer warpgroup transposes V's tiles, instead of a pass before the kernel) are for
-    measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    `lazy_rescale` (-1 or 0), `p_offset` (False: P cast without the 2^8), `v_in_kernel` (the
+    producer warpgroup transposes V's tiles, instead of a pass before the kernel) and
+    `exp2_poly` (eighths of the exponentials by polynomial on the FMA pipes, stage 6's
+    EXP2_POLY_EIGHTHS) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -232,12 +235,12 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     v_op = v8 if v_in_kernel else fp8.v_for_pv(v8)
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
-                   v_in_kernel=v_in_kernel)
+                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly)
 
 
 def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-            p_offset=None, v_in_kernel=False):
+            p_offset=None, v_in_kernel=False, exp2_poly=0):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
     [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
@@ -248,7 +251,7 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     out = new_output(q8, dtype=out_dtype)
     sms = s6._sm_count(q8.device)
     ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel)
-    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, v_in_kernel=v_in_kernel)
+    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel)
     n_work = ch["work"]
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")

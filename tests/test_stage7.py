@@ -75,6 +75,9 @@ def test_config_rules_and_refusals():
         s7.config(64, lazy_rescale=8)  # P·2^8 past e4m3's range
     with pytest.raises(ValueError, match="tiles"):
         s7.config(64, (176, 2, 2))
+    with pytest.raises(ValueError, match="eighths"):
+        s7.config(64, exp2_poly=9)
+    assert dict(s7.config(64, exp2_poly=4)["defines"])["EXP2_POLY_EIGHTHS"] == 4
     with pytest.raises(ValueError, match="one"):
         s7.config(64, (128, 3, 1), "+ ping-pong")
     with pytest.raises(NotImplementedError, match="sm_90a"):
@@ -288,7 +291,7 @@ def test_e4m3_inputs_strided_views_and_odd_options(seed):
     q, k, v = x.transpose(1, 2), x[:, :, :3].transpose(1, 2), x[:, :, 3:].transpose(1, 2)
     assert_close_to_emulation(s7.attention(q, k, v, causal=True), q, k, v, causal=True)
     assert_close_to_emulation(s7.attention(q, k, v, scale=-0.2), q, k, v, scale=-0.2)
-    for opts in ({"p_offset": False}, {"lazy_rescale": -1}, {"v_in_kernel": True}):
+    for opts in ({"p_offset": False}, {"lazy_rescale": -1}, {"v_in_kernel": True}, {"exp2_poly": 4}):
         assert_close_to_emulation(s7.attention(q, k, v, **opts), q, k, v)
     q8, k8, v8, qd, kd, vd = fp8.prepare(q.contiguous(), k.contiguous(), v.contiguous())
     descales = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
