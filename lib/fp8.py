@@ -20,6 +20,7 @@ from lib.reference import causal_mask
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = float(torch.finfo(E4M3).max)  # 448
 P_OFFSET = 2.0 ** 8  # FlashAttention-3's Max_offset: P in [0, 1] cast as P·2^8, away from e4m3's subnormals
+KERNEL_KEY_TILE = 128  # stage 7's BLOCK_N: the key tiles its running maximum moves over
 
 
 def scales(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
@@ -98,29 +99,76 @@ def attention_on_dequantized(qd, kd, vd, *, causal=False, scale=None, p_offset: 
 
 
 def emulate_on_e4m3(q8, k8, v8, q_descale, k_descale, v_descale, *, causal=False, scale=None,
-                    p_offset: bool = True) -> torch.Tensor:
-    """attention_on_dequantized in float64 on a kernel's own e4m3 inputs and descales (one per
-    batch entry and K/V head, as prepare makes them): what an FP8 kernel given these inputs should
-    return, up to its P rounded against running maxima, its tensor cores' FP8 sums and its 16-bit
-    output. float64 [B, H, Sq, D]."""
+                    p_offset: bool = True, key_tile: int | None = KERNEL_KEY_TILE) -> torch.Tensor:
+    """What an FP8 kernel given these e4m3 inputs and descales (one per batch entry and K/V head,
+    as prepare makes them) should return, in float64 [B, H, Sq, D]: the arithmetic of
+    attention_rounded on the dequantized values, P rounded against the running maximum of the
+    key tiles seen so far (`key_tile` keys at a time, in order, as stage 7 walks them; None: against
+    the row's final maximum). Left to the kernel: its exponentials' approximation, its tensor
+    cores' FP8 sums and its 16-bit output (check_on_emulation allows for them)."""
+    qf, kf, vf = _dequantized(q8, k8, v8, q_descale, k_descale, v_descale)
+    return attention_rounded(qf, kf, vf, round_p=lambda p: round_p_e4m3(p, p_offset), running_max=key_tile is not None,
+                             key_tile=key_tile or KERNEL_KEY_TILE, causal=causal, scale=scale)
+
+
+def _dequantized(q8, k8, v8, q_descale, k_descale, v_descale):
+    """float64 Q, K, V from e4m3 values and their (B, H_kv) descales, K and V heads repeated to Q's."""
     g = q8.shape[1] // k8.shape[1]
     qf = q8.double() * q_descale.double().repeat_interleave(g, 1)[..., None, None]
     kf, vf = ((x8.double() * d.double()[..., None, None]).repeat_interleave(g, 1)
               for x8, d in ((k8, k_descale), (v8, v_descale)))
-    return attention_on_dequantized(qf, kf, vf, causal=causal, scale=scale, p_offset=p_offset)
+    return qf, kf, vf
 
 
-KERNEL_VS_EMULATION = 2.0 ** -7  # of max |O|: the rule an FP8 kernel is held to against emulate_on_e4m3
+def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, causal=False, scale=None,
+                       p_offset: bool = True) -> dict:
+    """The rule an FP8 kernel is held to on its own e4m3 inputs (stage 7's tests, its probe and
+    benchmark): its output `out` against emulate_on_e4m3.
 
+    Two roundings of one P to e4m3 may land one e4m3 step apart (the kernel's exp2 is an
+    approximation and its S comes from FP8 sums: a value near a rounding boundary goes either
+    way), and one step is at most 2^-3 of P, or 2^-17 below e4m3's normal range (2^-9 of P·2^8;
+    2^-9 without the offset). So element by element, with P against the row's final max and l
+    its sum:
 
-def kernel_vs_emulation(out: torch.Tensor, emu: torch.Tensor) -> float:
-    """max |out − emu| as a share of max |emu| (0 for an empty or all-zero output); inf if out
-    has a non-finite element."""
-    if not bool(torch.isfinite(out).all()):
-        return math.inf
-    peak = float(emu.abs().max()) if emu.numel() else 0.0
-    diff = float((out.double() - emu.double()).abs().max()) if out.numel() else 0.0
-    return diff / peak if peak else (0.0 if diff == 0 else math.inf)
+        |out − emu|  <=  ((2^-3·P + 2^-17) @ |V|) / l  +  2^-7 · max|emu|
+
+    the last term for the 16-bit output and the FP8 sums. Over the whole output, where such
+    flips are rare, the kernel must sit much nearer its emulation than P's rounding moves it:
+
+        rmse(out − emu)  <=  ½ · rmse(emu − exact)  +  2 · rmse(emu in out's dtype − emu)
+
+    (exact: the same without P's rounding). A wrong layout, descale or mask breaks both by far.
+    Returns {"passed", "finite", "worst" (max of |out − emu| over its bound), "rmse_ratio"
+    (rmse(out − emu) over its allowance), "emu", "bound"}."""
+    qf, kf, vf = (t.flatten(0, 1) for t in _dequantized(q8, k8, v8, q_descale, k_descale, v_descale))
+    rp = lambda p: round_p_e4m3(p, p_offset)  # noqa: E731
+    tiny_step = 2.0 ** -17 if p_offset else 2.0 ** -9
+    # a few heads at a time: the float64 scores of a long sequence would not fit all at once
+    step = max(1, 2 ** 26 // max(1, qf.shape[1] * kf.shape[1]))
+    emu, exact, bound = (torch.empty_like(qf[..., :vf.shape[-1]]) for _ in range(3))
+    for a in range(0, qf.shape[0], step):
+        sl = slice(a, a + step)
+        emu[sl] = attention_rounded(qf[sl], kf[sl], vf[sl], round_p=rp, running_max=True, causal=causal, scale=scale)
+        exact[sl] = attention_rounded(qf[sl], kf[sl], vf[sl], round_p=lambda p: p, causal=causal, scale=scale)
+        p = torch.exp(_scores_minus_max(qf[sl], kf[sl], causal, scale))
+        l = p.sum(dim=-1, keepdim=True)
+        one_step = (2.0 ** -3 * p + tiny_step * (p > 0)) @ vf[sl].abs()
+        bound[sl] = torch.where(l > 0, one_step / l.clamp_min(1e-300), 0.0)
+        del p
+    emu, exact, bound = (t.view(out.shape) for t in (emu, exact, bound))
+    bound += 2.0 ** -7 * (float(emu.abs().max()) if emu.numel() else 0.0)
+    o = out.double()
+    finite = bool(torch.isfinite(o).all())
+    if not o.numel():
+        return {"passed": finite, "finite": finite, "worst": 0.0, "rmse_ratio": 0.0, "emu": emu, "bound": bound}
+    diff = (o - emu).abs()
+    worst = float(torch.where(diff == 0, 0.0, diff / bound.clamp_min(1e-300)).max()) if finite else math.inf
+    allowance = 0.5 * rmse(emu, exact) + 2 * rmse(emu.to(out.dtype), emu)
+    got = rmse(o, emu)
+    ratio = got / allowance if allowance else (0.0 if got == 0 else math.inf)
+    return {"passed": finite and worst <= 1.0 and ratio <= 1.0, "finite": finite, "worst": worst,
+            "rmse_ratio": ratio, "emu": emu, "bound": bound}
 
 
 def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
@@ -264,27 +312,58 @@ def truncate_sums(x: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.trunc(x / step) * step
 
 
-def attention_rounded(qd, kd, vd, *, round_p, sum_bits: int | None = None, key_tile: int = 128,
-                      causal=False, scale=None) -> torch.Tensor:
-    """attention_on_dequantized with its roundings as arguments: `round_p` rounds the fp32 P
-    (row max subtracted, so in [0, 1]) before P·V; with `sum_bits`, S and the running sum of
-    P·V (after each tile of `key_tile` keys, as a kernel accumulates it) go through
-    truncate_sums. As many heads in K and V as in Q. O over the row sum of the unrounded P."""
+def _scores_minus_max(qd, kd, causal, scale, sum_bits=None, keep_max=False):
+    """S = Q·Kᵀ·scale (masked keys −inf), less each row's max (0 for a row with no visible key);
+    keep_max: S as it is."""
     scale = 1.0 / math.sqrt(qd.shape[-1]) if scale is None else float(scale)
     s = qd @ kd.transpose(-1, -2)
     if sum_bits is not None:
         s = truncate_sums(s, sum_bits)
     s = s * scale
     if causal:
-        s = s.masked_fill(~causal_mask(qd.shape[2], kd.shape[2], qd.device, causal), -math.inf)
-    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
-    l, pr = p.sum(dim=-1, keepdim=True), round_p(p)
-    if sum_bits is None:
-        return (pr @ vd) / l
-    o = torch.zeros(*pr.shape[:-1], vd.shape[-1], dtype=pr.dtype, device=pr.device)
-    for j in range(0, kd.shape[2], key_tile):
-        o = truncate_sums(o + pr[..., j:j + key_tile] @ vd[..., j:j + key_tile, :], sum_bits)
-    return o / l
+        s = s.masked_fill(~causal_mask(qd.shape[-2], kd.shape[-2], qd.device, causal), -math.inf)
+    if keep_max:
+        return s
+    m = s.amax(dim=-1, keepdim=True)
+    return s - torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+
+
+def attention_rounded(qd, kd, vd, *, round_p, sum_bits: int | None = None, key_tile: int = 128,
+                      running_max: bool = False, causal=False, scale=None) -> torch.Tensor:
+    """attention_on_dequantized with its roundings as arguments: `round_p` rounds the fp32 P
+    (a max subtracted, so in [0, 1]) before P·V; with `sum_bits`, S and the running sum of P·V
+    (after each tile of `key_tile` keys, as a kernel accumulates it) go through truncate_sums.
+    running_max: P against the running max of the key tiles seen so far, the sums rescaled when
+    it grows, as a FlashAttention kernel computes it (P's roundings then fall where the kernel's
+    do); otherwise against the row's final max. As many heads in K and V as in Q. O over the row
+    sum of the unrounded P; 0 for a row with no visible key."""
+    tiny = torch.finfo(qd.dtype).tiny
+    if not running_max:
+        p = torch.exp(_scores_minus_max(qd, kd, causal, scale, sum_bits))
+        l, pr = p.sum(dim=-1, keepdim=True), round_p(p)
+        if sum_bits is None:
+            o = pr @ vd
+        else:
+            o = torch.zeros(*pr.shape[:-1], vd.shape[-1], dtype=pr.dtype, device=pr.device)
+            for j in range(0, kd.shape[-2], key_tile):
+                o = truncate_sums(o + pr[..., j:j + key_tile] @ vd[..., j:j + key_tile, :], sum_bits)
+        return torch.where(l > 0, o / l.clamp_min(tiny), 0.0)
+    s = _scores_minus_max(qd, kd, causal, scale, sum_bits, keep_max=True)
+    m = torch.full((*s.shape[:-1], 1), -math.inf, dtype=s.dtype, device=s.device)
+    l = torch.zeros_like(m)
+    o = torch.zeros(*s.shape[:-1], vd.shape[-1], dtype=s.dtype, device=s.device)
+    for j in range(0, kd.shape[-2], key_tile):
+        st = s[..., j:j + key_tile]
+        m_new = torch.maximum(m, st.amax(dim=-1, keepdim=True))
+        base = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))  # no visible key yet: P = 0
+        alpha = torch.exp(m - base)
+        p = torch.exp(st - base)
+        l = l * alpha + p.sum(dim=-1, keepdim=True)
+        o = o * alpha + round_p(p) @ vd[..., j:j + key_tile, :]
+        if sum_bits is not None:
+            o = truncate_sums(o, sum_bits)
+        m = m_new
+    return torch.where(l > 0, o / l.clamp_min(tiny), 0.0)
 
 
 def attention_16bit(q, k, v, dtype: torch.dtype, *, causal=False, scale=None) -> torch.Tensor:

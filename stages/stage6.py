@@ -60,17 +60,20 @@ CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128,
            (128, 4, 1), (128, 3, 1)]
 MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O row in fp32
 # What splitting costs beyond the blocks' own tiles, in key tiles: the fp32 partial rows and the
-# combine kernel. Measured at B1 H8 S512 D64 fp16 (24 work tiles of 4 key tiles, one wave either
-# way): split in 4, 14.1 µs (results/logs/2026-11-24-fd94088-call3), unsplit 13.7 µs
-# (2026-11-23-8825e9b) and 13.8 µs (511f4c1's record): 5 tiles' worth unsplit against 2 + this,
-# so about 3.
-COMBINE_TILES = 3
+# combine. First measured at B1 H8 S512 D64 fp16 (split in 4: 14.1 µs, results/logs/2026-11-24-
+# fd94088-call3; unsplit 13.7): about 3. Then at the 29 decode shapes of issue 21's splits
+# experiment (results/logs/2026-11-25-6ac4cb0-s33call1/splits.json, every split count at each):
+# with 3, work of 64 blocks was split in 2 at 8 and 32 key tiles and ran 5-11% slower than
+# unsplit; 4 leaves them whole, and changes no other shape's choice.
+COMBINE_TILES = 4
 # Split-KV's combine in the kernel: the last block of a work tile to finish reads every split's
-# partial rows (rows · splits · D floats) and writes the output, one warp per row, instead of a
-# second launch. One SM reads them, from L2: worth it while they are few (up to this many bytes,
-# about 1k clocks at one SM's L2 bandwidth, under a second launch's gap); more, and the combine
-# kernel's block per row spreads them over the GPU.
-COMBINE_IN_BLOCK_BYTES = 64 * 1024
+# partial rows (rows · splits · D floats) and writes the output, one warp per row (each warp
+# walking its rows' splits one after another), instead of a second launch. Worth it while they
+# are few. The same splits experiment put the line here: at 64 partial rows of D64 (16 KB) the
+# two ran level (in block − kernel: −1.4 to +0.6 µs), at 128 or more the kernel won (by up to
+# 2.5 µs; 5.7 µs at Sq 4's 32-row groups, 9.3 µs at 128 splits); 64 KB, the rule before it, took
+# those too.
+COMBINE_IN_BLOCK_BYTES = 16 * 1024
 
 
 def combines_in_block(rows: int, n_splits: int, head_dim: int) -> bool:

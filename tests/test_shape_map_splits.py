@@ -66,11 +66,11 @@ def test_split_variants(sm, shape):
 
 
 def test_worst_rows_plan_and_combine(sm):
-    """What the issue says of the worst row and its D128 twin: 32 splits each, the combine in
-    the block at D64 (64 KB) and by the kernel at D128 (128 KB)."""
+    """The worst row and its D128 twin: 32 splits each, and since the splits experiment
+    (COMBINE_IN_BLOCK_BYTES 16 KB) the combine by the kernel at both (64 KB and 128 KB)."""
     assert sm.split_variants(1, 8, 1, 1, 4096, 64)[0][0] == {
-        "variant": "stage 6's choice", "combine": "in block", "plan": False, "as_is": True,
-        "plan_splits": 32, "plan_combine": "in block"}
+        "variant": "stage 6's choice", "combine": "kernel", "plan": False, "as_is": True,
+        "plan_splits": 32, "plan_combine": "kernel"}
     assert sm.split_variants(1, 8, 1, 1, 4096, 128)[0][0]["plan_combine"] == "kernel"
 
 
@@ -78,8 +78,9 @@ def test_split_shapes_from_a_record(sm):
     rows = [_dec(1, 8, 1, 1, 4096, 64, 13.4, 10.4), _dec(8, 8, 1, 1, 1024, 64, 12.0, 10.2),
             _dec(1, 8, 1, 1, 4096, 128, 12.2, 11.9),
             _dec(1, 32, 8, 1, 1024, 64, 11.0, 11.3),                      # above, in block 8 KB
-            _dec(1, 32, 8, 4, 4096, 64, 18.2, 41.8),                      # above, in block 64 KB
-            _dec(1, 32, 8, 4, 1024, 128, 15.6, 19.5),                     # above, in block 64 KB
+            _dec(1, 32, 8, 1, 4096, 64, 14.0, 14.6),                      # above, in block 16 KB
+            _dec(1, 32, 8, 1, 1024, 128, 10.0, 10.5),                     # above, in block 16 KB
+            _dec(1, 32, 8, 4, 4096, 64, 18.2, 41.8),                      # above, by the kernel (64 KB)
             _dec(64, 32, 8, 4, 1024, 128, 108.6, 220.2),                  # above, unsplit: no control
             _dec(1, 8, 1, 1, 1024, 64, 10.8, 10.3, dtype="float16"),      # another dtype
             _dec(1, 8, 1, 1, 2048, 64, 10.8, 10.3, part="waterfall"),     # another part
@@ -89,7 +90,7 @@ def test_split_shapes_from_a_record(sm):
     assert shapes[:3] == [(1, 8, 1, 1, 4096, 64), (8, 8, 1, 1, 1024, 64), (1, 8, 1, 1, 4096, 128)]  # worst first
     assert not any(r["control"] for r in got[:3]) and all(r["control"] for r in got[3:])
     # controls, two per head dim, the most bytes combined in the block first
-    assert shapes[3:] == [(1, 32, 8, 4, 4096, 64), (1, 32, 8, 1, 1024, 64), (1, 32, 8, 4, 1024, 128)]
+    assert shapes[3:] == [(1, 32, 8, 1, 4096, 64), (1, 32, 8, 1, 1024, 64), (1, 32, 8, 1, 1024, 128)]
     assert got[0]["part"] == "splits" and got[0]["recorded_vs_sdpa"] == pytest.approx(10.4 / 13.4)
     assert sm.split_shapes(rows, ["bfloat16"], controls=2)[3:] == [got[3], got[5]]
     assert [r["dtype"] for r in sm.split_shapes(rows, ["float16"], controls=0)] == ["float16"]
@@ -161,7 +162,7 @@ def test_splits_part_end_to_end_without_a_gpu(sm, monkeypatch, tmp_path, capsys)
     config; --out holds every row."""
     record = tmp_path / "rec.json"
     record.write_text(json.dumps({"shape_map": {"rows": [
-        _dec(1, 8, 1, 1, 4096, 64, 13.4, 10.4), _dec(1, 32, 8, 4, 4096, 64, 18.2, 41.8)]}}))
+        _dec(1, 8, 1, 1, 4096, 64, 13.4, 10.4), _dec(1, 32, 8, 1, 4096, 64, 14.0, 14.6)]}}))
     # 8 splits with the combine kernel fastest; the call as is (no options) as slow as its twin
     timed = _fake_gpu(sm, monkeypatch, tmp_path, lambda kw: 9.0 if (kw.get("splits"), kw.get(
         "combine_in_block")) == (8, False) else 13.0 + kw.get("splits", 32) / 100)
@@ -176,14 +177,14 @@ def test_splits_part_end_to_end_without_a_gpu(sm, monkeypatch, tmp_path, capsys)
     log = json.loads(out.read_text())
     rows = log["rows"]
     assert log["env"]["gpu"] == "Fake GPU" and log["splits_plan"]["configs"] == len(rows)
-    assert len(rows) == len(worst) + len(sm.split_variants(1, 32, 8, 4, 4096, 64))
+    assert len(rows) == len(worst) + len(sm.split_variants(1, 32, 8, 1, 4096, 64))
     assert all(r["part"] == "splits" and r["passed"] and r["sdpa_us"] == 10.0 for r in rows)
     table = [ln for ln in text.splitlines() if ln.startswith("| ")]
     assert table[0].startswith("| shape | splits | combine | µs | SDPA µs | ratio |")
     best = [ln for ln in table if "**best**" in ln]
     assert len(best) == 2 and "| 8 | kernel | 9.0 | 10.0 | 1.11× |" in best[0]
-    assert [ln for ln in table if "plan" in ln][0].split("|")[2:4] == [" 32 ", " in block "]
-    assert "B1 H8/1 Sq1 Sk4096 D64 bfloat16: best 8 kernel 9.0 µs (1.11×), as called 32 in block" in text
+    assert [ln for ln in table if "plan" in ln][0].split("|")[2:4] == [" 32 ", " kernel "]
+    assert "B1 H8/1 Sq1 Sk4096 D64 bfloat16: best 8 kernel 9.0 µs (1.11×), as called 32 kernel" in text
     assert "in block − kernel at 32 splits +0.0 µs" in text
 
 

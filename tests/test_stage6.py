@@ -393,6 +393,7 @@ def test_split_rule():
     assert s6.plan_splits(256, 64, 132, False) == 1     # B32 · 8 K/V heads: two full waves already
     assert s6.plan_splits(8, 32, 132, True) == 1        # causal: never split
     assert s6.plan_splits(8, 1, 132, False) == 1        # one key tile: nothing to split
+    assert s6.plan_splits(64, 8, 132, False) == 1       # B64 H8/1 Sk1024: split in 2 it ran 8% slower (splits.json)
     for work in (1, 3, 8, 24, 64, 100, 131, 132, 500):
         for tiles in (1, 2, 5, 32, 300):
             n = s6.plan_splits(work, tiles, 132, False)
@@ -493,15 +494,15 @@ def test_split_launches_on_the_cpu(monkeypatch):
                         lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
     monkeypatch.setattr(s6.nvrtc, "launch_prepared",
                         lambda kernel, config, params: launched.append((kernel, config, params)))
-    q, k, v = make_qkv(1, 32, 1, 128, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")
+    q, k, v = make_qkv(1, 32, 1, 64, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")
     s6.attention(q, k, v)
     # the kernel's parameters end (..., n_splits, per_split, timeline, work_queue, split_counts,
     # cu_q, cu_k, used_k, lse_out)
     N_SPLITS, COUNTS = -9, -5
-    ((k1, c1, p1),) = launched                    # 4 rows × 16 splits × 128 floats: combined in the block
+    ((k1, c1, p1),) = launched                    # 4 rows × 16 splits × 64 floats (16 KB): combined in the block
     assert k1 == "kernel" and c1.grid == (8 * 16, 1, 1)  # 8 K/V heads × 16 splits of 2 tiles
     assert int(p1[N_SPLITS]) == 16 and p1[COUNTS] == 3333 and p1[5:7] == (1111, 2222)
-    assert boxes[0] == ((1, 8, 4, 1, 128), (4, 1))  # q as [B, Hk, G, Sq, D]: 4 rows per box
+    assert boxes[0] == ((1, 8, 4, 1, 64), (4, 1))  # q as [B, Hk, G, Sq, D]: 4 rows per box
     launched.clear()
     s6.attention(q, k, v, combine_in_block=False)  # the other way: a second kernel
     (k1, c1, p1), (k2, c2, p2) = launched
@@ -513,7 +514,7 @@ def test_split_launches_on_the_cpu(monkeypatch):
     assert [x[0] for x in launched] == ["kernel", "combine"]  # 8 rows × 128 splits: too many for one block
     launched.clear()
     s6.attention(q, k, v, splits=1000)             # at most MAX_SPLITS, whatever is asked
-    assert int(launched[0][2][N_SPLITS]) == min(s6.MAX_SPLITS, 4096 // s6.DECODE_TILES[128][0])
+    assert int(launched[0][2][N_SPLITS]) == min(s6.MAX_SPLITS, 4096 // s6.DECODE_TILES[64][0])
     launched.clear()
     s6.attention(q, k, v, causal=True)             # causal: one launch, no split
     assert len(launched) == 1 and int(launched[0][2][N_SPLITS]) == 1 and launched[0][1].grid == (8, 1, 1)
@@ -603,7 +604,9 @@ def test_combine_in_block_repeats_and_replays(seed):
 def test_combine_in_block_rule():
     """combines_in_block: the last block combines while the partial rows it must read are few;
     only the packed (decoding) build has the code unless asked for."""
-    assert s6.combines_in_block(4, 16, 128)          # B1 H32/8 Sq1: 32 KB
+    assert s6.combines_in_block(4, 16, 64)           # B1 H32/8 Sq1, 16 splits, D64: 16 KB
+    assert not s6.combines_in_block(4, 16, 128)      # the same at D128: 32 KB
+    assert not s6.combines_in_block(32, 8, 64)       # Sq 4 of H8/1 (32 rows), 8 splits: 64 KB
     assert not s6.combines_in_block(8, 128, 128)     # H8/1 over 128 splits: 512 KB
     assert not s6.combines_in_block(4, 1, 128)       # unsplit: nothing to combine
     assert dict(s6.config(128, s6.DECODE_TILES[128], s6.DECODE_SCHEDULE, pack_gqa=True)["defines"])["COMBINE_IN_BLOCK"] == 1
