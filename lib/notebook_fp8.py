@@ -176,3 +176,56 @@ def show_accuracy(rec: dict) -> None:
         + f"\n\nThe FP8 error rule (`lib.fp8.fp8_error_rule`): RMSE ≤ {rule['rmse_factor']:g} × the bf16 baseline's "
         f"(largest measured here: {rule['largest_rmse_ratio_to_bf16']:.1f}×), and max error ≤ {rule['max_factor']:g} × "
         f"the emulation's + one bf16 ulp (sums cut to 2^-11 moved it by at most {rule['largest_short_sums_max_err_ratio']:.2f}×).")
+
+
+def fp8_bench_record() -> dict | None:
+    """Stage 7's benchmark (scripts/fp8_bench.py --record), or None."""
+    return (R.load() or {}).get("fp8_bench")
+
+
+def show_fp8_bench(rec: dict, stage7) -> None:
+    """The recorded FP8 benchmark: its provenance (and whether stage 7's sources changed since),
+    a table of the kernel against stage 6, SDPA and the ceilings, and a bar chart of TFLOPS."""
+    import matplotlib.pyplot as plt
+
+    env = rec["env"]
+    stale = rec.get("sha256") != R.stage_sha256(stage7.INFO)
+    ceil = rec["ceilings_tflops"]
+    _md(f"Recorded on {env['gpu']}, commit {env['commit'][:7]}, {env['date']} (`python scripts/fp8_bench.py "
+        f"--record`; interleaved rounds, {rec.get('budget_s', 0.5):g} s of timing per callable, medians)."
+        + (" **Stage 7's sources changed since this record**: the figures are of the earlier kernel."
+           if stale else " Stage 7's sources are the ones recorded.")
+        + f" Ceilings measured in the same process: an e4m3 GEMM (`torch._scaled_mm`, 8192³) ran at "
+        f"{ceil['e4m3 GEMM']:,.0f} TFLOPS, a bf16 one at {ceil['bf16 GEMM']:,.0f}.")
+    lines = ["| shape | causal | stage 7 kernel µs | TFLOPS | of e4m3 GEMM | × stage 6 | × SDPA default | "
+             "V in kernel µs | exp2 poly 4/8 µs | quantize µs | V transpose µs | whole call µs | "
+             "vs emulation (worst element / bound, RMSE / allowance) |", "|" + "---|" * 13]
+    for r in rec["rows"]:
+        us = r["us"]
+        k = us["stage 7 kernel"]
+        chk = r["vs_emulation"]
+        lines.append(
+            f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | {k:,.1f} | "
+            f"{r['tflops_kernel']:,.0f} | {r['tflops_kernel'] / ceil['e4m3 GEMM']:.0%} | {us['stage 6'] / k:.2f} | "
+            f"{us['SDPA default'] / k:.2f} | {us['stage 7 kernel, V in kernel']:,.1f} | "
+            f"{us['stage 7 kernel, exp2 poly 4/8']:,.1f} | {us['quantize']:,.1f} | {us['V transpose']:,.1f} | "
+            f"{us['stage 7 call']:,.1f} | {max(c['worst'] for c in chk):.2f}, {max(c['rmse_ratio'] for c in chk):.2f} |")
+    _md("\n".join(lines))
+    rows = rec["rows"]
+    labels = [f"S{r['S']} D{r['D']}\n{'causal' if r['causal'] else 'full'}" for r in rows]
+    flops = [r["tflops_kernel"] * r["us"]["stage 7 kernel"] for r in rows]  # TFLOPS · µs: the same for every callable
+    series = {"stage 7 (e4m3)": "stage 7 kernel", "stage 6 (bf16)": "stage 6", "SDPA default": "SDPA default"}
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    width = 0.8 / len(series)
+    for i, (name, key) in enumerate(series.items()):
+        ax.bar([x + i * width for x in range(len(rows))], [f / r["us"][key] for f, r in zip(flops, rows)],
+               width, label=name)
+    for name, style in (("e4m3 GEMM", "--"), ("bf16 GEMM", ":")):
+        ax.axhline(ceil[name], color="gray", linestyle=style, linewidth=1)
+        ax.text(len(rows) - 0.5, ceil[name], f" {name} {ceil[name]:,.0f}", va="bottom", ha="right", fontsize=8)
+    ax.set_xticks([x + width for x in range(len(rows))], labels, fontsize=8)
+    ax.set_ylabel("TFLOPS")
+    ax.set_title(f"Stage 7 against stage 6 and SDPA, measured ({env['gpu']}, {env['commit'][:7]})", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    plt.show()

@@ -12,11 +12,10 @@ in 16 bits. Two passes run before the kernel, each timed on its own by the noteb
   Vᵀ [D][keys], each 32-key k-step's keys in lib.fp8.key_order() so that P's A fragment is
   every thread's own scores.
 
-Status (2026-11-25): written and compiled offline (sm_90a: QGMMA, no spills, no serialized
-wgmma in the default builds; tests/test_stage7.py), not yet run on a GPU — so a draft
-(stages.DRAFTS), outside the harness and the recorded results. scripts/fp8_loop_probe.py checks its loop's arithmetic
-first; tests/test_stage7.py's GPU tests check this kernel against lib.fp8's emulation and the
-float64 reference.
+Status (2026-11-25): written and compiled offline, then checked on an H100 (tests/test_stage7.py
+against lib.fp8.check_on_emulation and the float64 reference, compute-sanitizer clean at small
+shapes; results/logs/2026-11-25-4e746b2-s33call2). Held to FP8's error rule, so it stands outside
+the 16-bit harness (stages.BEYOND); scripts/fp8_bench.py --record is its record.
 
 Not here (NotImplementedError): stage 6's serving paths (split-KV, packed GQA, packed sequences,
 per-entry key lengths: decoding shapes run unsplit), and a backward (inputs that require grad
