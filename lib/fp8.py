@@ -150,11 +150,12 @@ def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, caus
     for a in range(0, qf.shape[0], step):
         sl = slice(a, a + step)
         emu[sl] = attention_rounded(qf[sl], kf[sl], vf[sl], round_p=rp, running_max=True, causal=causal, scale=scale)
-        exact[sl] = attention_rounded(qf[sl], kf[sl], vf[sl], round_p=lambda p: p, causal=causal, scale=scale)
+        # P against the final max, once for both: the exact attention and each element's bound
         p = torch.exp(_scores_minus_max(qf[sl], kf[sl], causal, scale))
         l = p.sum(dim=-1, keepdim=True)
-        one_step = (2.0 ** -3 * p + tiny_step * (p > 0)) @ vf[sl].abs()
-        bound[sl] = torch.where(l > 0, one_step / l.clamp_min(1e-300), 0.0)
+        inv_l = torch.where(l > 0, 1.0 / l.clamp_min(1e-300), 0.0)  # 0 for a row with no visible key
+        exact[sl] = (p @ vf[sl]) * inv_l
+        bound[sl] = ((2.0 ** -3 * p + tiny_step * (p > 0)) @ vf[sl].abs()) * inv_l
         del p
     emu, exact, bound = (t.view(out.shape) for t in (emu, exact, bound))
     bound += 2.0 ** -7 * (float(emu.abs().max()) if emu.numel() else 0.0)

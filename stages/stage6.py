@@ -63,8 +63,9 @@ MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O r
 # combine. First measured at B1 H8 S512 D64 fp16 (split in 4: 14.1 µs, results/logs/2026-11-24-
 # fd94088-call3; unsplit 13.7): about 3. Then at the 29 decode shapes of issue 21's splits
 # experiment (results/logs/2026-11-25-6ac4cb0-s33call1/splits.json, every split count at each):
-# with 3, work of 64 blocks was split in 2 at 8 and 32 key tiles and ran 5-11% slower than
-# unsplit; 4 leaves them whole, and changes no other shape's choice.
+# with 3, work of 64 blocks over 8 key tiles (B64 H8/1 Sk1024) was split in 2 and ran 8% slower
+# than unsplit; 4 leaves it whole, and changes no other choice there. Over 32 key tiles the same
+# split still ran 5-7% slower than unsplit, which this count of waves and tiles does not see.
 COMBINE_TILES = 4
 # Split-KV's combine in the kernel: the last block of a work tile to finish reads every split's
 # partial rows (rows · splits · D floats) and writes the output, one warp per row (each warp
