@@ -22,6 +22,6 @@ prof causal512 32 16 16 512 512 64 --causal
 prof decode8 8 8 1 1 1024 64
 prof fp8d64 16 16 16 2048 2048 64 --stage 7 --no-sdpa
 grep -hE "^  [a-zA-Z_]|Stall|stall" $OUT/logs/*-stalls.txt | cut -c1-160 | head -80
-rm -f $OUT/logs/*.ncu-rep.gz
+mkdir -p /tmp/reps; mv $OUT/logs/*.ncu-rep /tmp/reps/ 2>/dev/null
 tar czf $OUT/logs.tgz -C $OUT logs
 ls -la $OUT/logs | head -30
