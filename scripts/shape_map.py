@@ -284,8 +284,7 @@ def timeline_rows():
     of 1-4 key tiles."""
     yield 64, PREFILL_HEADS[64], (128, 2, 3), 2, False, "+ persistent blocks"
     yield 128, PREFILL_HEADS[128], (128, 2, 2), 2, False, "+ persistent blocks"
-    for tiles, sched in (((128, 2, 3), "work queue without ping-pong"), ((128, 2, 2), "work queue without ping-pong"),
-                         ((128, 2, 2), "work queue, softmax ping-pong")):
+    for tiles, sched in (((128, 2, 3), "work queue without ping-pong"), ((128, 2, 2), "work queue without ping-pong")):
         yield 64, PREFILL_HEADS[64], tiles, 2, True, sched
 
 

@@ -21,6 +21,7 @@ prof() {  # name, profile_pair arguments
 prof causal512 32 16 16 512 512 64 --causal
 prof decode8 8 8 1 1 1024 64
 prof fp8d64 16 16 16 2048 2048 64 --stage 7 --no-sdpa
+step timeline 60 python3 scripts/shape_map.py --parts timeline --dtype bfloat16 --out $OUT/logs/timeline.json
 grep -hE "^  [a-zA-Z_]|Stall|stall" $OUT/logs/*-stalls.txt | cut -c1-160 | head -80
 mkdir -p /tmp/reps; mv $OUT/logs/*.ncu-rep /tmp/reps/ 2>/dev/null
 tar czf $OUT/logs.tgz -C $OUT logs
