@@ -175,6 +175,13 @@ __device__ __forceinline__ float poly_exp2(float x) {
     const float p = fmaf(fmaf(fmaf(fmaf(0.009571807f, f, 0.055918004f), f, 0.24024703f), f, 0.69312179f), f, 0.99999928f);
     return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
+// 1/x as one MUFU.RCP (rel. error ~2^-23, far below a 16-bit output's rounding), without the
+// IEEE division's range tests and refinement, which sat in every work tile's epilogue.
+__device__ __forceinline__ float fast_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {  // two floats → two 16-bit elements
 #ifdef ELEM_BF16
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
@@ -255,21 +262,60 @@ struct Seqs {
     const int *cu_q, *cu_k, *used_k;
     int Sq, Sk, causal;
 };
+// Division by a number fixed for the launch (the splits, query blocks per head, heads, group) as a
+// multiply-high, an add and a shift (Granlund and Montgomery's magic number, exact for
+// 0 <= n < 2^31), made once per thread. A work tile's coordinates were four dependent integer
+// divisions, each ~20 instructions around a MUFU.RCP, at every work tile's start and again at its
+// end: there Nsight Compute found the consumers' warps waiting at S 512 (results/logs/2026-11-26-
+// s34call2). Making the magic takes a 64-bit division: the consumers make theirs while their first
+// Q is being copied; the producer, whose coordinates are worked out a work tile ahead, divides.
+struct Divisor {
+    int d;
+    unsigned m;
+    int s;
+    __device__ __forceinline__ void make(int d_) {
+        d = d_;
+        s = d_ > 1 ? 32 - __clz(d_ - 1) : 0;
+        m = (unsigned)((((1ull << s) - (unsigned long long)d_) << 32) / (unsigned long long)d_) + 1u;
+    }
+    __device__ __forceinline__ int div(int n) const {
+        return (int)((__umulhi((unsigned)n, m) + (unsigned)n) >> s);
+    }
+};
+struct PlainDivisor {  // the producer's: the compiler's division
+    int d;
+    __device__ __forceinline__ void make(int d_) { d = d_; }
+    __device__ __forceinline__ int div(int n) const { return n / d; }
+};
+// The divisors of a work index: splits, query blocks per head, heads (K/V heads with PACK_GQA),
+// the GQA group, and (PACK_GQA) Sq, which splits a block row into head and query.
+template <class Div>
+struct WorkDivs {
+    Div splits, qb, heads, group, sq;
+    __device__ __forceinline__ WorkDivs(int n_splits, int n_qb, int H, int group_, int Sq) {
+        splits.make(n_splits);
+        qb.make(n_qb);
+        heads.make(PACK_GQA ? H / group_ : H);
+        group.make(group_);
+        sq.make(PACK_GQA ? Sq : 1);
+    }
+};
 struct Work {
     int b, h, hk, q0, split, t0, n_tiles;
     int q_start, k_start, len_q, len_k, diag, bmap;  // bmap: the batch coordinate of the tensor maps
 };
-__device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, const Seqs& sq,
-                                          int n_splits, int per_split) {
+template <class Div>
+__device__ __forceinline__ Work work_tile(int w, const WorkDivs<Div>& dv, const Seqs& sq, int per_split) {
     Work t;
-    t.split = w % n_splits;
-    w /= n_splits;
-    const int bh = w / n_qb;  // (batch, head), or (batch, K/V head) with PACK_GQA
-    const int qb = sq.causal ? n_qb - 1 - w % n_qb : w % n_qb;
-    const int heads = PACK_GQA ? H / group : H;
-    t.b = bh / heads;
-    if (PACK_GQA) { t.hk = bh % heads; t.h = t.hk * group; }  // t.h: the group's first query head
-    else { t.h = bh % heads; t.hk = t.h / group; }
+    const int ws = dv.splits.div(w);
+    t.split = w - ws * dv.splits.d;
+    const int bh = dv.qb.div(ws);  // (batch, head), or (batch, K/V head) with PACK_GQA
+    const int qb_in = ws - bh * dv.qb.d;
+    const int qb = sq.causal ? dv.qb.d - 1 - qb_in : qb_in;
+    t.b = dv.heads.div(bh);
+    const int hh = bh - t.b * dv.heads.d;
+    if (PACK_GQA) { t.hk = hh; t.h = t.hk * dv.group.d; }  // t.h: the group's first query head
+    else { t.h = hh; t.hk = dv.group.div(t.h); }
     t.q0 = qb * BLOCK_M;
     if (SEQS && sq.cu_q != nullptr) {
         t.q_start = sq.cu_q[t.b], t.len_q = sq.cu_q[t.b + 1] - t.q_start;
@@ -486,8 +532,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     const int n_qb = PACK_GQA ? 1 : (Sq + BLOCK_M - 1) / BLOCK_M;
     const int q_bytes = PACK_GQA ? ATOMS * Sq * group * 128 : Q_BYTES;  // the Q box, as TMA counts it
     extern __shared__ unsigned char smem_raw[];
-    // wgmma's swizzled layout repeats every 1024 bytes: align the tiles to that.
-    Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
+    // wgmma's swizzled layout repeats every 1024 bytes: align the tiles to that. The offset is
+    // added to the shared array itself, so the compiler still knows every access through `sm` is
+    // to shared memory (STS, LDS); a pointer rebuilt from an integer is generic (ST, LD), and the
+    // consumers' read of the work slot became a system-scope generic load.
+    Smem& sm = *reinterpret_cast<Smem*>(smem_raw + ((1024u - (unsigned)__cvta_generic_to_shared(smem_raw) % 1024u) % 1024u));
     // The warpgroup index, read from lane 0: the same number, but now the compiler knows it is
     // the same in every lane of a warp. Everything computed from it (the consumer's rows of Q,
     // the wgmma descriptors, the ring positions) then lives in uniform registers, where wgmma
@@ -516,15 +565,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (threadIdx.x == 0) {
             int pos = 0;  // ring position
             int count = 0;
+            const WorkDivs<PlainDivisor> dv(n_splits, n_qb, H, group, Sq);
             auto work_q = [&](int w, int count) {  // the Q of work tile w, the block's count-th
-                const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
+                const Work t = work_tile(w, dv, seqs, per_split);
                 load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
             };
             if (blockIdx.x < n_work) work_q(blockIdx.x, 0);
             for (int w = blockIdx.x, next; w < n_work; w = next, ++count) {
                 // The next work tile: asked for now, its answer needed only at its Q's copy.
                 next = DYNAMIC_WORK ? atomicAdd(&work_queue[0], 1) + (int)gridDim.x : w + (int)gridDim.x;
-                const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
+                const Work t = work_tile(w, dv, seqs, per_split);
                 long long* const stamps = (TIMELINE && blockIdx.x == 0) ? timeline : nullptr;
                 (void)stamps;
                 // The next work tile's Q: with two buffers right after this tile's first K and V
@@ -568,6 +618,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     }
     if (SETMAXNREG) regs_claim<CONSUMER_REGS>();
 #endif
+    const WorkDivs<Divisor> dv(n_splits, n_qb, H, group, Sq);
     // ---- consumer c: query rows q0 + 64c … q0 + 64c + 63 of each work tile ----
     const int c = wg - WARP_SPECIALIZED, lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const int role = c + 1;  // timeline row
@@ -591,7 +642,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         for (int r = 0; r < 2; ++r) {
             const int i = 64 * c + 16 * warp + lane / 4 + 8 * r;
             if (PACK_GQA) {
-                const int g = i / Sq;
+                const int g = dv.sq.div(i);
                 qpos[r] = i - g * Sq; head[r] = t.h + g; valid[r] = g < group && qpos[r] < t.len_q;
             } else {
                 qpos[r] = t.q0 + i; head[r] = t.h; valid[r] = qpos[r] < t.len_q;
@@ -612,7 +663,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
             lse[r] = m[r] == NEG_INF ? NEG_INF : m[r] * scale_log2 + __log2f(l[r]);
-            inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no key seen: zeros, as SDPA gives
+            inv_l[r] = l[r] > 0.0f ? fast_rcp(l[r]) : 0.0f;  // no key seen: zeros, as SDPA gives
         }
     };
 
@@ -620,7 +671,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     // clipped; 4-byte stores of two elements. With n_splits > 1, this block's share in fp32
     // instead: O / l and the rows' log2-sum-exp, for the combine.
     auto finish = [&](int w, int count, const float (&inv_l)[2], const float (&lse)[2]) {
-        const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
+        const Work t = work_tile(w, dv, seqs, per_split);
         const int qs = count % Q_STAGES;
         int qpos[2], head[2];
         bool valid[2];
@@ -702,7 +753,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 for (int i = (threadIdx.x - 128 * WARP_SPECIALIZED) / 32; i < rows; i += 4 * CONSUMERS) {
                     int qp, hd;  // block row i: query qp of head hd (as rows_of)
                     if (PACK_GQA) {
-                        const int g = i / Sq;
+                        const int g = dv.sq.div(i);
                         qp = i - g * Sq, hd = t.h + g;
                     } else {
                         qp = t.q0 + i, hd = t.h;
@@ -769,7 +820,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             w = __shfl_sync(0xffffffffu, *reinterpret_cast<volatile int*>(&sm.work[qs]), 0);
         }
         if (w >= n_work) break;
-        const Work t = work_tile(w, n_qb, H, group, seqs, n_splits, per_split);
+        const Work t = work_tile(w, dv, seqs, per_split);
         const int n_tiles = t.n_tiles;
         int qpos[2], head[2];
         bool valid[2];

@@ -63,6 +63,31 @@ def test_lazy_rescale_compiles_without_serializing(D, lazy):
     assert ("VOTE.ANY" in sass_text(compiled.cubin)) == (lazy >= 0)
 
 
+def magic_div(n: int, d: int) -> int:
+    """stages/stage6.cu's Divisor, in Python integers: the magic number m and shift s made from d,
+    then (umulhi(n, m) + n) >> s in 32-bit unsigned arithmetic."""
+    s = (d - 1).bit_length() if d > 1 else 0
+    m = ((((1 << s) - d) << 32) // d + 1) & 0xFFFFFFFF
+    return ((((n * m) >> 32) + n) & 0xFFFFFFFF) >> s
+
+
+def test_magic_division_is_exact():
+    """The work decode's division without a divide must equal n // d for every work index the
+    kernel can see (0 <= n < 2^31) and every divisor: checked at the edges (0, multiples of d
+    and their neighbours, 2^31 - 1) and at random n, for small, power-of-two, odd and huge d."""
+    g = torch.Generator().manual_seed(0)
+    divisors = [1, 2, 3, 5, 7, 8, 12, 16, 31, 64, 100, 127, 128, 129, 255, 1000, 4096, 65535, 65537,
+                1 << 20, (1 << 20) + 1, 10 ** 7 + 19, (1 << 30) + 3, (1 << 31) - 1]
+    divisors += torch.randint(1, 1 << 31, (200,), generator=g).tolist()
+    top = (1 << 31) - 1
+    for d in divisors:
+        ns = [0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, top, top - 1, top - top % d, max(0, top - top % d - 1)]
+        ns += torch.randint(0, 1 << 31, (300,), generator=g).tolist()
+        for n in ns:
+            if 0 <= n <= top:
+                assert magic_div(n, d) == n // d, (n, d)
+
+
 def test_lazy_rescale_setting_checked():
     with pytest.raises(ValueError, match="lazy_rescale"):
         s6.config(128, lazy_rescale=11)
