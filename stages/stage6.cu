@@ -102,7 +102,7 @@
 #define SEQS 0  // per-sequence offsets or key lengths (cu_q, cu_k, used_k): a build of its own
 #endif
 #ifndef Q_STAGES
-#define Q_STAGES 1  // Q buffers: 2 lets a persistent block load its next work tile's Q early
+#define Q_STAGES 1  // Q buffers: 2 or 3 let a persistent block load its next work tile's Q early
 #endif
 #ifndef COMBINE_IN_BLOCK
 #define COMBINE_IN_BLOCK 0  // 1: split-KV's last block per work tile may combine (split_counts non-null)
@@ -119,7 +119,7 @@ static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgro
 static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
 static_assert(!CARRY_PV || (WARP_SPECIALIZED && INTRA_OVERLAP),
               "the carried P·V is the overlap's last product, issued with the next tile's first S");
-static_assert(!CARRY_PV || !O_TMA_STORE || Q_STAGES == 2,
+static_assert(!CARRY_PV || !O_TMA_STORE || Q_STAGES >= 2,
               "a carried tile's O is staged in its Q buffer, which the next tile's Q must not need");
 static_assert(!O_TMA_STORE || (WARP_SPECIALIZED && !PACK_GQA && !SEQS),
               "the TMA-store epilogue writes [B, H, S, D] rows of one head per consumer");
@@ -141,13 +141,13 @@ constexpr int SPLIT_BAR = 7;  // named barrier of every consumer thread: the spl
 static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");
 static_assert(D == 64 || D == 128, "head dims 64 and 128");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "key tiles of 64, 128 or 176");
-static_assert(Q_STAGES == 1 || Q_STAGES == 2, "one Q buffer, or two (Q_STAGES)");
+static_assert(Q_STAGES >= 1 && Q_STAGES <= 3, "one to three Q buffers (Q_STAGES)");
 
 // Shared memory. A tile is stored as ATOMS blocks of [rows][64] elements: each row of a block
 // is 128 bytes, the width of one 128-byte swizzle pattern (TMA box width ≤ 128 B with that
 // swizzle), and each block starts on a 1024-byte boundary (8 rows × 128 B, where the pattern
 // repeats). That is the layout wgmma's descriptors describe.
-// Q_STAGES = 2: two Q buffers, used by a block's work tiles in turn (count % Q_STAGES).
+// Q_STAGES = 2 or 3: Q buffers used by a block's work tiles in turn (count % Q_STAGES).
 struct Smem {
     elem_t q[Q_STAGES][ATOMS][BLOCK_M][64];
     elem_t k[STAGES][ATOMS][BLOCK_N][64];
@@ -209,7 +209,9 @@ constexpr int TL_TILES = 16, TL_EVENTS = 4;  // per warpgroup and tile: 4 stamps
 // A block's work tile number `count` (0, 1, …) has Q buffer count % Q_STAGES, reused by work
 // tile count + Q_STAGES once every consumer thread released it: with one buffer the next Q
 // waits for this tile's last S = Q·Kᵀ; with two it waits only for the tile before, so it is
-// loaded while this tile's products still run. With DYNAMIC_WORK the buffer's `work` slot
+// loaded while this tile's products still run; with three, for the tile two before, so a short
+// work tile's next Q is not held back by the end of the one before it (with the TMA-store
+// epilogue a buffer is free only once its O has been copied out). With DYNAMIC_WORK the buffer's `work` slot
 // also tells the consumers which work tile w this is: the store comes before the arrival on
 // q_full (an arrive releases, a wait acquires), so a consumer that has waited for q_full reads
 // this w. Nothing overwrites it before every consumer has read it: the next store waits for
@@ -592,7 +594,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                     STAMP(0, pos, 3);
                     load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, pos, 1);
-                    if (Q_STAGES == 2 && !next_q && j == q_after) work_q(next, count + 1), next_q = true;
+                    if (Q_STAGES >= 2 && !next_q && j == q_after) work_q(next, count + 1), next_q = true;
                 }
                 if (!next_q) work_q(next, count + 1);
             }

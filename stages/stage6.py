@@ -221,7 +221,7 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
     results/logs/2026-11-24-3463826-call5). A block with one work tile has nothing to go on to,
     and keeps the plain stores (and Q's early release). The packed and varlen builds write rows
     the 4-D box does not describe: plain stores."""
-    return persistent and q_stages == 2 and not pack_gqa and not seqs
+    return persistent and q_stages >= 2 and not pack_gqa and not seqs
 
 
 # CARRY_PV where carries_pv allows it: off. Measured and not kept (below).
@@ -316,8 +316,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
     qs = q_buffers(head_dim, (bn, stages, consumers)) if q_stages is None else q_stages
-    if qs not in (1, 2):
-        raise ValueError(f"q_stages is 1 or 2 Q buffers, got {q_stages!r}")
+    if qs not in (1, 2, 3):
+        raise ValueError(f"q_stages is 1, 2 or 3 Q buffers, got {q_stages!r}")
     smem = smem_bytes(head_dim, (bn, stages, consumers), qs)
     tma = stores_by_tma(persistent, qs, pack_gqa, seqs) if tma_store is None else bool(tma_store)
     if tma and (pack_gqa or seqs or not sw["WARP_SPECIALIZED"]):
@@ -633,7 +633,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given) and
     `combine_in_block` (split-KV's combine in the last block of each work tile rather than a
     second kernel; None: combines_in_block's rule);
-    `q_stages` (1 or 2 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
+    `q_stages` (1, 2 or 3 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
     last P·V issued with the next one's first S; None: carries_pv's rule) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that

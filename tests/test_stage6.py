@@ -311,10 +311,10 @@ def test_work_queue_hands_out_every_tile_once(schedule, seed):
 @on_hopper
 @pytest.mark.parametrize("carry_pv", [False, True])
 @pytest.mark.parametrize("tma_store", [False, True])
-@pytest.mark.parametrize("q_stages", [1, 2])
+@pytest.mark.parametrize("q_stages", [1, 2, 3])
 @pytest.mark.parametrize("schedule", ["+ persistent blocks", "+ work queue", "work queue without ping-pong"])
 def test_q_buffers_match_reference(schedule, q_stages, tma_store, carry_pv, seed):
-    """Persistent blocks with one Q buffer or two (Q_STAGES): about five work tiles per block, so
+    """Persistent blocks with one to three Q buffers (Q_STAGES): about five work tiles per block, so
     each Q buffer is refilled several times and its barriers' parities flip; odd lengths, GQA,
     causal in both alignments and not, and a negative scale (the consumers flip the signs of
     their buffer's rows); O stored by the consumers or by TMA from the Q buffer (clipped at the
@@ -394,8 +394,11 @@ def test_q_buffer_rule():
     assert two["smem"] - one["smem"] == 192 * 64 * 2 + 8 * 3  # a Q tile of 192 rows, its barriers and slot
     with pytest.raises(ValueError, match="shared memory"):
         s6.config(128, (176, 2, 2), q_stages=2)
+    three = s6.config(64, (128, 2, 2), q_stages=3)
+    assert dict(three["defines"])["Q_STAGES"] == 3 and dict(three["defines"])["O_TMA_STORE"] == 0  # one block per tile
+    assert dict(s6.config(64, (128, 2, 2), "+ work queue", q_stages=3)["defines"])["O_TMA_STORE"] == 1
     with pytest.raises(ValueError, match="q_stages"):
-        s6.config(64, q_stages=3)
+        s6.config(64, q_stages=4)
 
 
 def test_work_queue_compiles_to_an_atomic():
