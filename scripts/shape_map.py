@@ -377,8 +377,8 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
         again = _check(fn, q, k, v, causal)  # and again after the timing loop
         ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, sms, splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"),
                        schedule=opts.get("schedule"), tiles=opts.get("tiles"))
-        built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"], q_stages=opts.get("q_stages"),
-                               carry_pv=opts.get("carry_pv"))["defines"])
+        built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"],
+                               q_stages=opts.get("q_stages") or ch["q_stages"], carry_pv=opts.get("carry_pv"))["defines"])
         q_stages = opts.get("q_stages") or built["Q_STAGES"]
         tma_store = bool(built["O_TMA_STORE"] if opts.get("tma_store") is None else opts["tma_store"])
         t = times[f"stage{i}"].median_us

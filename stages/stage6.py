@@ -224,12 +224,23 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
     return persistent and q_stages >= 2 and not pack_gqa and not seqs
 
 
-# CARRY_PV where carries_pv allows it: off. Measured and not kept (below).
+# CARRY_PV where carries_pv allows it: off, except at D128 with three Q buffers (below).
 CARRY_PV_DEFAULT = False
 
 
-def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, tma_store: bool) -> bool:
-    """CARRY_PV, the rule: off (CARRY_PV_DEFAULT); where it may be switched on, a persistent
+def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, tma_store: bool,
+               head_dim: int = 64) -> bool:
+    """CARRY_PV, the rule: at D128 with three Q buffers (q_stages_for's short work tiles), else
+    off (CARRY_PV_DEFAULT). Once each work tile's start and end cost less (magic-number work
+    decode, f89a660), it was measured again at 9 short-prefill rows (results/logs/2026-11-26-
+    s34call5, same rounds as the launch without it): with three Q buffers at D128 it gained
+    1.029-1.036x at S 512 and causal S 1024 over the same launch with two (0.99-1.01x over three
+    without it: 261.1 against 264.2 µs full S 512, 200.1 against 203.8 causal), level at full
+    S 1024; at D64 it was level or slower (0.953-1.004x), with two Q buffers too. A D128 P·V is
+    twice as long as a D64 one (a 128-wide O), so the last P·V that waits alone at each work
+    tile's end is twice as long beside the softmax it could hide under; and the carried work
+    tile holds its Q buffer (where its O is staged) into the next one, so with two buffers the
+    next Q waited for it. Where it may be switched on, a persistent
     launch whose consumers overlap S with P·V carries each work tile's last P·V into the next
     work tile's first turn, issued with its first S. The prediction: without it the overlap
     drains at every work tile's end (the last P·V alone, the epilogue, then the next first S with
@@ -245,7 +256,8 @@ def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, 
     queue (their 160 registers spill 28-40 bytes, NVRTC 13.0's ptxas), nor with one Q buffer and
     the TMA-store epilogue (the carried O is staged in the Q buffer the next tile's Q must wait
     for: a deadlock, which config refuses)."""
-    return (CARRY_PV_DEFAULT and persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
+    wanted = CARRY_PV_DEFAULT or (head_dim == 128 and q_stages == 3)
+    return (wanted and persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
             and not (consumers == 3 and switches["DYNAMIC_WORK"]) and not (tma_store and q_stages == 1))
 
 
@@ -255,8 +267,27 @@ def q_buffers(head_dim: int, tiles) -> int:
     last products run, instead of after its last S = Q·Kᵀ: the next tile starts without waiting
     for a copy. With one work tile per block the second buffer is never used and costs nothing
     but shared memory, which one block per SM has to spare (the 176-key ring at D128 does not:
-    one buffer there)."""
+    one buffer there). A persistent launch of short work tiles takes three where they fit:
+    q_stages_for."""
     return 2 if fits(head_dim, tiles, 2) else 1
+
+
+# Three Q buffers where a persistent launch's work tiles have at most Q3_KEYS keys (8 key tiles
+# of 128) and they fit (q_stages_for).
+Q3_KEYS = 1024
+
+
+def q_stages_for(head_dim: int, tiles, schedule: str, Sk: int, pack_gqa: bool = False) -> int | None:
+    """Q_STAGES for a call (None: q_buffers' rule): three for a persistent launch whose work
+    tiles are short (Sk ≤ Q3_KEYS) where three fit in shared memory. With two, work tile n + 1's
+    Q is copied into the buffer work tile n − 1 used, free only once its O has left through the
+    copy engine (stores_by_tma): a work tile of one to eight key tiles leaves the copy little
+    time. With three it waits on tile n − 2. Measured against two in the same rounds at 9
+    short-prefill rows (results/logs/2026-11-26-s34call4 and -call5, bf16, B·S = 16k): 1.017-1.033x
+    at D128 S 512, 1.000-1.009x at D64 S 512-1024 and D128 S 1024, 0.996x at D64 causal S 2048
+    (where the rule no longer applies)."""
+    persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
+    return 3 if persistent and not pack_gqa and Sk <= Q3_KEYS and fits(head_dim, tiles, 3) else None
 
 INFO = StageInfo(
     number=6,
@@ -325,7 +356,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     if smem > MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} with {qs} Q buffer(s) at D{head_dim} need {smem:,} "
                          f"bytes of shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
-    carry = carries_pv(persistent, sw, consumers, qs, tma) if carry_pv is None else bool(carry_pv)
+    carry = carries_pv(persistent, sw, consumers, qs, tma, head_dim) if carry_pv is None else bool(carry_pv)
     if carry and not (sw["INTRA_OVERLAP"] and sw["WARP_SPECIALIZED"]):
         raise ValueError(f"carry_pv carries the overlap's last P·V; schedule {schedule!r} has no overlap")
     if carry and tma and qs == 1:
@@ -481,7 +512,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles, MAX_SPLITS)
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
-            "splits": -(-key_tiles // per_split), "per_split": per_split}
+            "splits": -(-key_tiles // per_split), "per_split": per_split,
+            "q_stages": q_stages_for(D, tiles, schedule, Sk, pack)}
 
 
 class _Plan:
@@ -549,7 +581,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                 splits=splits, pack_gqa=pack_gqa)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
-                 seqs or varlen is not None, q_stages, tma_store, combine_in_block, carry_pv)
+                 seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
+                 combine_in_block, carry_pv)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")

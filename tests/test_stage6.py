@@ -486,6 +486,32 @@ def test_call_schedule_rule():
     assert s6.SHORT_TILES[(128, False)][2] == s6.TILES[128][2], "the same work tiles, only the key tiles differ"
 
 
+def test_three_q_buffers_and_carry_rules():
+    """Persistent launches of short work tiles (Sk ≤ Q3_KEYS) get three Q buffers where they fit;
+    at D128 those also carry each work tile's last P·V into the next (CARRY_PV); nothing else
+    changes: one block per work tile, longer keys, packed decoding, the 176-key tiles that fit
+    no third buffer."""
+    for D, H in ((64, 16), (128, 32)):
+        for causal in (False, True):
+            for S, want in ((512, 3), (1024, 3), (2048, None), (8192, None)):
+                ch = s6.choose(16384 // S, H, H, S, S, D, causal, 132)
+                persistent = s6.ALL_SCHEDULES[ch["schedule"]]["PERSISTENT"]
+                assert ch["q_stages"] == (want if persistent else None), (D, causal, S, ch)
+                built = dict(s6.config(D, ch["tiles"], ch["schedule"], q_stages=ch["q_stages"])["defines"])
+                if ch["q_stages"] == 3:
+                    assert built["Q_STAGES"] == 3 and built["O_TMA_STORE"] == 1
+                    assert built["CARRY_PV"] == (D == 128), (D, causal, S, built)
+                    assert s6.smem_bytes(D, ch["tiles"], 3) <= s6.MAX_SMEM
+                else:
+                    assert built["CARRY_PV"] == int(s6.CARRY_PV_DEFAULT)
+    assert s6.choose(1, 8, 8, 512, 512, 64, False, 132)["q_stages"] is None  # one block per work tile
+    assert s6.choose(8, 32, 8, 1, 1024, 128, False, 132)["q_stages"] is None  # packed decoding
+    assert s6.q_stages_for(128, (176, 2, 2), "+ persistent blocks", 512) is None  # no room for a third
+    assert not s6.carries_pv(True, s6.ALL_SCHEDULES["+ persistent blocks"], 2, 3, True, 64)
+    assert s6.carries_pv(True, s6.ALL_SCHEDULES["+ persistent blocks"], 2, 3, True, 128)
+    assert not s6.carries_pv(False, s6.ALL_SCHEDULES["+ intra-warpgroup overlap"], 2, 3, False, 128)
+
+
 def test_packing_rule():
     assert s6.packs_gqa(32, 8, 1) and s6.packs_gqa(32, 8, 16) and not s6.packs_gqa(32, 8, 17)
     assert s6.packs_gqa(8, 8, 64) and not s6.packs_gqa(8, 8, 65)
