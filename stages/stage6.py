@@ -120,7 +120,7 @@ def default_schedule(head_dim: int) -> str:
 # QUEUE_KEYS keys the work queue (CAUSAL_QUEUE); up to SHORT_KEYS keys, SHORT_TILES (short_tiles).
 QUEUE_KEYS = {64: 2048, 128: 2048}
 SHORT_KEYS = {64: 1024, 128: 2048}
-SHORT_TILES = {(64, True): (128, 2, 2), (128, False): (128, 2, 2), (128, True): (128, 2, 2)}
+SHORT_TILES = {(64, False): (128, 4, 3), (64, True): (128, 4, 2), (128, False): (128, 2, 2), (128, True): (128, 2, 2)}
 CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
 
 
@@ -184,7 +184,16 @@ def short_tiles(head_dim: int, Sk: int, schedule: str, causal: bool):
       tile. 94 → 87 µs at S 512 and 135 → 128 at S 1024 (results/logs/2026-11-25-18b9a4f-call3);
       at S 2048 three consumers are faster again (198 against 211 µs);
     - D64 full attention keeps three consumers, whose work tiles are all alike (104 against 113
-      µs at S 512 for two)."""
+      µs at S 512 for two);
+    - D64, both: a ring of four K/V tiles instead of two. A short work tile has 1-8 key tiles;
+      once its next Q no longer waits for a buffer (three Q buffers, q_stages_for), the ring's
+      depth is what holds the producer back, and four tiles hold all of an S 512 work tile's
+      keys, so the next work tile's first K and V are copied while this one runs. Measured with
+      three Q buffers against the launch before, same rounds (results/logs/2026-11-26-s34call8,
+      -call9): full S 512 (128, 4, 3) 1.054-1.061x, S 1024 1.011-1.015x; causal S 512
+      (128, 4, 2) 1.037x, S 1024 1.016x; with two Q buffers the deeper ring alone was level
+      (0.998-1.015x). At S 2048-4096 (not short here) the deeper rings were level (full) or
+      slower (causal, against three consumers)."""
     persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
     return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS[head_dim] else None
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2

@@ -478,7 +478,8 @@ def test_call_schedule_rule():
     # D64: two consumers for causal short keys (128-row work tiles), three for full and longer
     ch = s6.choose(32, 16, 16, 512, 512, 64, True, 132)
     assert (ch["tiles"], ch["work"]) == (s6.SHORT_TILES[(64, True)], 32 * 16 * 4), ch
-    assert s6.choose(32, 16, 16, 512, 512, 64, False, 132)["tiles"] == s6.TILES[64]
+    assert s6.choose(32, 16, 16, 512, 512, 64, False, 132)["tiles"] == s6.SHORT_TILES[(64, False)]
+    assert s6.SHORT_TILES[(64, False)][2] == s6.TILES[64][2], "D64 full: the same 192-row work tiles, a deeper ring"
     assert s6.choose(8, 16, 16, 2048, 2048, 64, True, 132)["tiles"] == s6.TILES[64]
     assert s6.choose(1, 8, 8, 512, 512, 128, False, 132, schedule=s6.default_schedule(128))["tiles"] \
         == s6.TILES[128]  # a schedule asked for: the head dim's tiles
