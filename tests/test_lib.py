@@ -709,3 +709,42 @@ def test_fp8_v_for_pv_keeps_p_times_v():
     got = p[..., slot] @ vt.double().transpose(-1, -2)
     want = p[..., :45] @ v8.double()
     assert torch.allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_ncu_source_page_reading(tmp_path):
+    """lib.ncu on a profile the stage 6 notebook reads: every sample and execution is counted
+    once, whether the instructions are cut into runs, grouped by execution count or read from a
+    plain CSV; and a run boundary falls wherever the execution count changes."""
+    import csv
+    import gzip
+    import shutil
+
+    from lib import ncu
+    path = Path(__file__).resolve().parent.parent / "results" / "logs" / "2026-11-26-s34call4" / "causal512-sass.csv.gz"
+    kernels = ncu.load(path)
+    assert any("attention_wgmma" in n for n in kernels) and any("cudnn" in n for n in kernels)
+    # an independent count: the raw rows between the kernels' header lines
+    raw, name = {}, None
+    with gzip.open(path, "rt", newline="") as f:
+        for row in csv.reader(f):
+            if row and row[0] == "Kernel Name":
+                name = row[1]
+                raw[name] = [0.0, 0.0]
+            elif row and row[0].startswith("0x"):
+                raw[name][0] += float(row[2].replace(",", ""))
+                raw[name][1] += float(row[5].replace(",", ""))
+    for kname, rows in kernels.items():
+        total, segs = ncu.segments(rows)
+        assert total == raw[kname][0] > 0
+        assert sum(g["samples"] for g in segs) == total
+        assert sum(g["instructions"] for g in segs) == len(rows)
+        assert all(a["executed"] != b["executed"] for a, b in zip(segs, segs[1:]))
+        groups = ncu.samples_by_count(rows, {"once": {segs[0]["executed"]}})
+        assert sum(groups.values()) == total and groups["once"] >= segs[0]["samples"]
+        assert sum(ncu._number(r[ncu.EXECUTED]) for r in rows) == raw[kname][1]
+    plain = tmp_path / "page.csv"
+    with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert ncu.load(plain).keys() == kernels.keys()
+    with pytest.raises(ValueError, match="kernels named like"):
+        ncu.kernel(kernels, "no such kernel")

@@ -8,7 +8,7 @@ LIB = Path(__file__).resolve().parent.parent / "lib"
 # bottom to top: kernel plumbing, measurement, presentation, the main job
 LAYERS = [
     {"__init__", "simulator", "inputs", "nvrtc", "reference", "fp8"},
-    {"timing", "microbench", "sass", "results"},
+    {"timing", "microbench", "sass", "results", "ncu"},
     {"plots_common", "plots_stage6", "plots_journey", "plots_early", "plots", "shape_map", "hf",
      "notebook_common", "notebook_sass", "notebook_stage34", "notebook_ideas", "notebook_journey",
      "notebook_backward", "notebook_fp8",

@@ -145,6 +145,8 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/fp8_loop_probe.py"], "needs an H100 or H200 and none was found"),
     (["scripts/fp8_bench.py"], "needs an H100 or H200 and none was found"),
     (["scripts/stage6_ab.py"], "stage 6 runs on sm_90 GPUs (H100/H200) only"),
+    (["scripts/profile_pair.py", "1", "1", "1", "64", "64", "64"], "needs an H100 or H200"),
+    (["scripts/carveout_ab.py"], "needs an H100 or H200 and none was found"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
     before = _tree_digest(ROOT / "results")
