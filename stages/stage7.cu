@@ -131,12 +131,6 @@ __device__ __forceinline__ float poly_exp2(float x) {
     const float p = fmaf(fmaf(fmaf(fmaf(0.009571807f, f, 0.055918004f), f, 0.24024703f), f, 0.69312179f), f, 0.99999928f);
     return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
-// 1/x as one MUFU.RCP, without an IEEE division's range tests (as stage 6's epilogue).
-__device__ __forceinline__ float fast_rcp(float x) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {  // two floats → two 16-bit elements
 #ifdef ELEM_BF16
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
@@ -234,42 +228,16 @@ __device__ __forceinline__ void transpose_v(const u8* src_tile, u8* dst_tile, in
 // n_tiles − 1. Work w is query block w % n_qb of head w / n_qb; causal work starts with the
 // heaviest query block of each head. Causal (stages/attention.cuh): query i sees keys
 // j <= i + diag, diag = 0 (top-left) or Sk − Sq (bottom-right).
-// Division by a number fixed for the launch as a multiply-high, an add and a shift (stage 6's
-// Divisor: Granlund and Montgomery's magic number, exact for 0 <= n < 2^31), made once per
-// consumer thread; the producer keeps the compiler's division (its work is a tile ahead).
-struct Divisor {
-    int d;
-    unsigned m;
-    int s;
-    __device__ __forceinline__ void make(int d_) {
-        d = d_;
-        s = d_ > 1 ? 32 - __clz(d_ - 1) : 0;
-        m = (unsigned)((((1ull << s) - (unsigned long long)d_) << 32) / (unsigned long long)d_) + 1u;
-    }
-    __device__ __forceinline__ int div(int n) const { return (int)((__umulhi((unsigned)n, m) + (unsigned)n) >> s); }
-};
-struct PlainDivisor {
-    int d;
-    __device__ __forceinline__ void make(int d_) { d = d_; }
-    __device__ __forceinline__ int div(int n) const { return n / d; }
-};
-template <class Div>
-struct WorkDivs {  // query blocks per head, heads, the GQA group
-    Div qb, heads, group;
-    __device__ __forceinline__ WorkDivs(int n_qb, int H, int group_) { qb.make(n_qb); heads.make(H); group.make(group_); }
-};
 struct Work {
     int b, h, hk, q0, n_tiles, diag;
 };
-template <class Div>
-__device__ __forceinline__ Work work_tile(int w, const WorkDivs<Div>& dv, int Sq, int Sk, int causal) {
+__device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, int Sq, int Sk, int causal) {
     Work t;
-    const int bh = dv.qb.div(w);
-    const int qb_in = w - bh * dv.qb.d;
-    const int qb = causal ? dv.qb.d - 1 - qb_in : qb_in;
-    t.b = dv.heads.div(bh);
-    t.h = bh - t.b * dv.heads.d;
-    t.hk = dv.group.div(t.h);
+    const int bh = w / n_qb;
+    const int qb = causal ? n_qb - 1 - w % n_qb : w % n_qb;
+    t.b = bh / H;
+    t.h = bh % H;
+    t.hk = t.h / group;
     t.q0 = qb * BLOCK_M;
     t.diag = causal == 2 ? Sk - Sq : 0;
     const int rows_end = min(t.q0 + BLOCK_M, Sq);  // one past the block's last query
@@ -429,9 +397,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
     const int Hk = H / group;
     extern __shared__ unsigned char smem_raw[];
     // The swizzled layouts repeat every 1024 bytes (128-byte swizzle; 512 for 64-byte): align to that.
-    // The offset is added to the shared array itself, so accesses through `sm` stay shared-memory
-    // ones (STS, LDS); a pointer rebuilt from an integer is generic (see stage 6).
-    Smem& sm = *reinterpret_cast<Smem*>(smem_raw + ((1024u - (unsigned)__cvta_generic_to_shared(smem_raw) % 1024u) % 1024u));
+    Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
     // The warpgroup index, read from lane 0: the compiler then knows it is warp-uniform, and the
     // descriptors and ring positions computed from it live in uniform registers (see stage 6).
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
@@ -458,7 +424,6 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
 #if WARP_SPECIALIZED
     if (wg == 0) {  // ---- producer ----
         if (SETMAXNREG) regs_release<PRODUCER_REGS>();
-        const WorkDivs<PlainDivisor> pdv(n_qb, H, group);
 #if V_IN_KERNEL
         // Every producer thread walks the work tiles (a fixed stride); thread 0 issues the copies,
         // and all 128 transpose each V tile from a staging buffer (two, taken in turn by ring
@@ -473,13 +438,13 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         int pos = 0, count = 0;
         bool staged = false;  // ring position pos's V tile is already on its way into staging
         if (pt == 0 && blockIdx.x < n_work) {
-            const Work t = work_tile(blockIdx.x, pdv, Sq, Sk, causal);
+            const Work t = work_tile(blockIdx.x, n_qb, H, group, Sq, Sk, causal);
             load_q(sm, &q_map, 0, t.q0, t.h, t.b, blockIdx.x);
         }
         for (int w = blockIdx.x; w < n_work; w += gridDim.x, ++count) {
             const int next = w + (int)gridDim.x;
-            const Work t = work_tile(w, pdv, Sq, Sk, causal);
-            const Work nt = work_tile(next < n_work ? next : w, pdv, Sq, Sk, causal);  // the next work tile
+            const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
+            const Work nt = work_tile(next < n_work ? next : w, n_qb, H, group, Sq, Sk, causal);  // the next work tile
             bool next_q = next >= n_work;
             if (pt == 0 && !staged && t.n_tiles > 0) stage_v(pos, 0, t.hk, t.b);
             for (int j = 0; j < t.n_tiles; ++j, ++pos) {
@@ -505,14 +470,14 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             int pos = 0;  // ring position
             int count = 0;
             auto work_q = [&](int w, int count) {  // the Q of work tile w, the block's count-th
-                const Work t = work_tile(w, pdv, Sq, Sk, causal);
+                const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
                 load_q(sm, &q_map, count, t.q0, t.h, t.b, w);
             };
             if (blockIdx.x < n_work) work_q(blockIdx.x, 0);
             for (int w = blockIdx.x, next; w < n_work; w = next, ++count) {
                 // The next work tile: asked for now, its answer needed only at its Q's copy.
                 next = DYNAMIC_WORK ? atomicAdd(&work_queue[0], 1) + (int)gridDim.x : w + (int)gridDim.x;
-                const Work t = work_tile(w, pdv, Sq, Sk, causal);
+                const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
                 // The next work tile's Q: with two buffers right after this tile's first K and V
                 // (its buffer was freed by the tile before), a whole work tile before it is
                 // needed; with one, after this tile's copies (its S = Q·Kᵀ must finish first).
@@ -545,7 +510,6 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
     }
     if (SETMAXNREG) regs_claim<CONSUMER_REGS>();
 #endif
-    const WorkDivs<Divisor> cdv(n_qb, H, group);
     // ---- consumer c: query rows q0 + 64c … q0 + 64c + 63 of each work tile ----
     const int c = wg - WARP_SPECIALIZED, lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     auto k_desc = [&](int st) { return qk_desc(&sm.k[st][0][0]); };
@@ -577,7 +541,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         for (int r = 0; r < 2; ++r) {
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-            const float f = l[r] > 0.0f ? vd * fast_rcp(l[r]) : 0.0f;  // no key seen: zeros, as SDPA gives
+            const float f = l[r] > 0.0f ? vd / l[r] : 0.0f;  // no key seen: zeros, as SDPA gives
             if (!valid[r]) continue;
             elem_t* const dst = out + (((size_t)t.b * H + t.h) * Sq + qpos[r]) * D + 2 * (lane % 4);
 #pragma unroll
@@ -596,7 +560,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             w = __shfl_sync(0xffffffffu, *reinterpret_cast<volatile int*>(&sm.work[qs]), 0);
         }
         if (w >= n_work) break;
-        const Work t = work_tile(w, cdv, Sq, Sk, causal);
+        const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
         const int n_tiles = t.n_tiles;
         int qpos[2];
         bool valid[2];
