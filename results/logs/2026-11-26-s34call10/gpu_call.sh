@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Before running it again: bash $(dirname $0)/sources.sh, where git is, makes the files it reads.)
 # GPU call 10 of session 34: stage 6 with a 4-deep K/V ring for D64 short prompts (SHORT_TILES) on top of call 6's rules (three Q buffers for persistent launches of
 # short work tiles; at D128 with them the carried P·V): stage 6's tests and the shared suites,
 # compute-sanitizer on every launch path (calls.py), then stage 6 re-recorded (lib.bench: the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Before running it again: bash $(dirname $0)/sources.sh, where git is, makes the files it reads.)
 # GPU call 12 of session 34: stage 7 with stage 6's cheaper work-tile start and end: its tests,
 # the same kernel before the change in the same rounds (stage7_ab.py), its benchmark re-recorded
 # (scripts/fp8_bench.py --record: its sources changed); then the notebooks that show stage 6's and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Before running it again: bash $(dirname $0)/sources.sh, where git is, makes the files it reads.)
 # GPU call 13 of session 34: stage 7's change timed again (stage7_ab2.py: order reversed, nine
 # rounds, the alignment change apart). Logs only.
 set -u

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Before running it again: bash $(dirname $0)/sources.sh, where git is, makes the files it reads.)
 # GPU call 3 of session 34: stage 6 with fewer fixed costs per work tile (the work index decoded
 # without integer division, 1/l as one MUFU.RCP, shared memory addressed as shared): checked
 # (stage 6's own tests, the shared suite and the varlen/causal suite at stage 6, sanitizers on the

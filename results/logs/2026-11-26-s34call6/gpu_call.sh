@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Before running it again: bash $(dirname $0)/sources.sh, where git is, makes the files it reads.)
 # GPU call 6 of session 34: stage 6 with its new rules (three Q buffers for persistent launches of
 # short work tiles; at D128 with them the carried P·V): stage 6's tests and the shared suites,
 # compute-sanitizer on every launch path (calls.py), then stage 6 re-recorded (lib.bench: the
