@@ -1,4 +1,4 @@
 #!/usr/bin/env bash
-# calls.py as this call ran it: call 3's copy (results/logs/2026-11-26-s34call3/calls.py), with
+# calls.py as this call ran it: session 31's launch paths (results/logs/2026-11-25-ab914da-call7/calls.py), with
 # only its docstring and one comment (the D64 row now runs a 4-deep ring) different; the copy is dropped.
-cd "$(dirname "$0")" && cp ../2026-11-26-s34call3/calls.py calls.py
+cd "$(dirname "$0")" && cp ../2026-11-25-ab914da-call7/calls.py calls.py
