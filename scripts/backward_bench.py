@@ -49,11 +49,20 @@ def check(B, H, S, D, causal, dtype, seed) -> bool:
     return all(c.passed for c in checks.values())
 
 
-def variants(D):
+def variants(D, which="all"):
     """(label, keyword arguments) of the builds stage 8 offers besides its own (the WGMMA build
-    on an H100): the WGMMA build without its overlap, and every tile choice of the mma.sync
-    build, with dQ by atomics and by its own pass."""
-    out = [("WGMMA without overlap", {"wgmma": 1, "overlap": 0})] if stage8.wgmma_here() else []
+    on an H100): the WGMMA build with each of its switches turned (every combination of
+    warpgroups and dq_atomics, and without its overlap), and (which="all") every tile choice of
+    the mma.sync build, with dQ by atomics and by its own pass."""
+    out = []
+    if stage8.wgmma_here():
+        own = (stage8.WGMMA_BUILD["WARPGROUPS"], stage8.WGMMA_BUILD["DQ_ATOMICS"])
+        out += [(f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {'dQ atomics' if a else 'dQ pass'}",
+                 {"wgmma": 1, "warpgroups": w, "dq_atomics": a})
+                for w in stage8.SWITCHES["WARPGROUPS"] for a in stage8.SWITCHES["DQ_ATOMICS"] if (w, a) != own]
+        out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
+    if which == "wgmma":
+        return out
     return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
                    {"tiles": tiles, "dq_atomics": atomics, "wgmma": 0})
                   for tiles in stage8.CHOICES for atomics in stage8.SWITCHES["DQ_ATOMICS"]]
@@ -79,8 +88,9 @@ def main() -> int:
     ap.add_argument("--record", action="store_true", help="store the rows under 'backward' in results/<gpu>.json")
     ap.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--variants", action="store_true",
-                    help="also time every other tile choice and the dQ switch (stage8.CHOICES, SWITCHES)")
+    ap.add_argument("--variants", nargs="?", const="all", choices=["all", "wgmma"],
+                    help="also time the other builds: every switch of the WGMMA build and (all, the "
+                         "default) every tile choice and dQ switch of the mma.sync build (stage8.CHOICES, SWITCHES)")
     a = ap.parse_args()
     if not HAS_GPU:
         ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU and none was found\n")
@@ -95,7 +105,7 @@ def main() -> int:
             dout = torch.randn_like(q)
             out, lse = forward_with_lse(q, k, v, causal)
             fns = {"stage 8": lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)}
-            for label, kw in (variants(D) if a.variants else []):
+            for label, kw in (variants(D, a.variants) if a.variants else []):
                 fns[label] = (lambda kw=kw: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw))
             fns.update({name: sdpa_backward_call(q, k, v, dout, causal, b) for name, b in BACKENDS.items()})
             t = time_interleaved(fns, rounds=a.rounds, budget_s=2.0)
@@ -104,7 +114,7 @@ def main() -> int:
                    "us": t["stage 8"].median_us, "tflops": flops / t["stage 8"].median_us / 1e6,
                    "round_medians_us": t["stage 8"].round_medians_us,
                    "variants": {label: {"us": t[label].median_us, "round_medians_us": t[label].round_medians_us}
-                                for label, _ in (variants(D) if a.variants else [])}}
+                                for label, _ in (variants(D, a.variants) if a.variants else [])}}
             for label, v_ in row["variants"].items():
                 print(f"   {label:34s} {v_['us']:10,.1f} µs ({t['stage 8'].median_us / v_['us']:.2f}x the stage's build)")
             for name in BACKENDS:

@@ -21,29 +21,50 @@
 // one it needs next — P is computed while dPᵀ is still being multiplied, and dS (dK/dV kernel)
 // while dV += Pᵀ·dO is. No warp specialization and no TMA here: the first steps from stage 5's
 // machinery to stage 6's, measured on their own.
+//
+// Two more switches, the step towards FlashAttention-3's backward (stages/stage8.py, SWITCHES):
+//   WARPGROUPS 2: a dK/dV block is two warpgroups that own 64 keys each (128 keys) and share
+//     every Q and dO tile they copy — half the copies per key, and twice the work per barrier.
+//   DQ_ATOMICS 1: no dQ pass. Each warpgroup also stores its dSᵀ (keys × 64 queries) to shared
+//     memory; after a barrier it computes dQ = dS·K for 64 query rows and 64 columns of D and
+//     adds them to a float32 dQ in global memory with vector reductions (red.global.add.v2.f32).
+//     Five products per tile instead of the dQ pass's seven, for traffic into dQ: the 64-row
+//     partial sums of every key block. With two warpgroups at D 128 they split D's two 64-column
+//     halves over all 128 keys (each row of dQ gets one addition per 128 keys); otherwise each
+//     warpgroup adds its own 64 keys' share over all of D.
 #include "hopper.cuh"
 #include "mma.cuh"
 
 #ifndef OVERLAP
 #define OVERLAP 1
 #endif
+#ifndef WARPGROUPS
+#define WARPGROUPS 1
+#endif
+#ifndef DQ_ATOMICS
+#define DQ_ATOMICS 0
+#endif
 
 constexpr int D = HEAD_DIM;
 constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
-constexpr int ROWS = 64;        // keys per dK/dV block, queries per step; queries per dQ block, keys per tile
+constexpr int ROWS = 64;        // keys per warpgroup, queries per step; queries per dQ block, keys per tile
 constexpr int THREADS = 128;    // one warpgroup
+constexpr int KEYS = ROWS * WARPGROUPS;        // keys per dK/dV block
+constexpr int KEY_THREADS = THREADS * WARPGROUPS;
+constexpr bool DQ_SPLITS_D = ATOMS == WARPGROUPS;  // dQ: one 64-column half of D per warpgroup, over all keys
 constexpr int CHUNKS = D / 8;
+static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 
 // Element offset of (row, col) in a [ATOMS][R][64] tile, 128-byte swizzle.
 template <int R>
 __device__ __forceinline__ int sw(int row, int col) {
     return (col / 64) * R * 64 + row * 64 + ((((col % 64) / 8) ^ (row % 8)) * 8) + col % 8;
 }
-// Rows [row0, row0 + R) of an [n_rows, D] matrix with row stride ld into a swizzled tile,
-// 16 bytes per thread and step, asynchronously; rows past n_rows become zeros.
-template <int R>
+// Rows [row0, row0 + R) of an [n_rows, D] matrix with row stride ld into a swizzled tile, by
+// the block's NT threads, 16 bytes per thread and step, asynchronously; rows past n_rows become zeros.
+template <int R, int NT = THREADS>
 __device__ __forceinline__ void copy_tile(elem_t* tile, const elem_t* src, int row0, int n_rows, int ld) {
-    constexpr int STEP = THREADS / CHUNKS;
+    constexpr int STEP = NT / CHUNKS;
     const int r = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
 #pragma unroll
     for (int i = 0; i < R / STEP; ++i) {
@@ -64,10 +85,11 @@ __device__ __forceinline__ unsigned long long kmajor(const void* tile) { return 
 template <int R>
 __device__ __forceinline__ unsigned long long mnmajor(const void* tile) { return smem_desc(tile, R * 128); }
 
-// 64 rows × 64 columns of A·Bᵀ over D (both K-major): the scores, or dP.
+// 64 rows × 64 columns of A·Bᵀ over D (both K-major, A in a tile of RA rows): the scores, or dP.
+template <int RA = ROWS>
 __device__ __forceinline__ void issue_rows_d(float (&acc)[32], unsigned long long a, unsigned long long b) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) Wgmma<64>::ss(acc, a + k_step<ROWS>(kk), b + k_step<ROWS>(kk), kk > 0);
+    for (int kk = 0; kk < D / 16; ++kk) Wgmma<64>::ss(acc, a + k_step<RA>(kk), b + k_step<ROWS>(kk), kk > 0);
 }
 // Accumulator element i of thread t in warp w: row 16w + t/4 + 8·((i / 2) % 2), column
 // 8·(i / 4) + 2·(t % 4) + i % 2. Four of them per 8 columns, so k-step t of the next product
@@ -83,10 +105,13 @@ __device__ __forceinline__ void pack_a(unsigned (&a)[ROWS / 16][4], const float 
 }
 
 struct KeySmem {  // the dK/dV kernel's shared memory (1024-byte aligned members)
-    elem_t k[ATOMS][ROWS][64];
-    elem_t v[ATOMS][ROWS][64];
+    elem_t k[ATOMS][KEYS][64];
+    elem_t v[ATOMS][KEYS][64];
     elem_t q[2][ATOMS][ROWS][64];
     elem_t dout[2][ATOMS][ROWS][64];
+#if DQ_ATOMICS
+    elem_t ds[KEYS][64];  // dSᵀ of the step: keys × 64 queries, the A operand of dS·K (MN-major)
+#endif
     float lse[2][ROWS];
     float delta[2][ROWS];
 };
@@ -96,12 +121,27 @@ struct QuerySmem {  // the dQ pass's
     elem_t k[2][ATOMS][ROWS][64];
     elem_t v[2][ATOMS][ROWS][64];
 };
+// wgmma's layout repeats every 1024 bytes. The offset is added to the shared array itself (not
+// to a pointer rebuilt from an integer) so that the compiler still knows the struct is in shared
+// memory and uses shared loads and stores (STS, not generic ST), as stage 6 found.
 template <class T>
-__device__ __forceinline__ T& aligned_smem(unsigned char* raw) {  // wgmma's layout repeats every 1024 bytes
-    return *reinterpret_cast<T*>((reinterpret_cast<size_t>(raw) + 1023) & ~size_t(1023));
+__device__ __forceinline__ T& aligned_smem(unsigned char* raw) {
+    return *reinterpret_cast<T*>(raw + ((1024u - (unsigned)__cvta_generic_to_shared(raw) % 1024u) % 1024u));
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// d (+)= (the 64 × 16 MN-major A) · (the 16 × 64 MN-major B): dQ = dS·K, both operands read
+// transposed from shared memory (the two trailing 1s).
+__device__ __forceinline__ void wgmma_ss_tt(float (&d)[32], unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES " " WG_R32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+                 : WG_F32(d) : "l"(a), "l"(b), "r"(accumulate));
+}
+// *p += (x, y): two adjacent floats of global memory, one reduction (sm_90's vector red).
+__device__ __forceinline__ void red_add2(float* p, float x, float y) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(x), "f"(y) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(KEY_THREADS, 1)
 attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem_t* dout,
                    const float* lse2, const float* delta, float* dq_accum, elem_t* dk, elem_t* dv,
                    int Sq, int Sk, int Sq_pad, float scale_log2, float scale, int causal, int H, int group,
@@ -109,11 +149,11 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
                    long long v_batch, long long v_head, int v_row, long long o_batch, long long o_head, int o_row) {
     extern __shared__ unsigned char smem_raw[];
     KeySmem& sm = aligned_smem<KeySmem>(smem_raw);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int tid = threadIdx.x, wg = tid / THREADS, warp = tid % THREADS / 32, lane = tid % 32;
     const int g = lane / 4, i4 = lane % 4;
-    const int n_key_blocks = (Sk + ROWS - 1) / ROWS;
+    const int n_key_blocks = (Sk + KEYS - 1) / KEYS;
     const int bhk = blockIdx.x / n_key_blocks, b = bhk / (H / group), hk = bhk % (H / group);
-    const int n0 = (blockIdx.x % n_key_blocks) * ROWS;
+    const int n0 = (blockIdx.x % n_key_blocks) * KEYS, nw = n0 + ROWS * wg;  // the block's keys, the warpgroup's
     k += b * k_batch + hk * k_head;
     v += b * v_batch + hk * v_head;
 
@@ -126,21 +166,21 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
     auto m0_of = [&](int it) { return (first + it % per_head) * ROWS; };
     auto issue = [&](int it) {
         const int h = head_of(it), m0 = m0_of(it), buf = it % 2;
-        copy_tile<ROWS>(&sm.q[buf][0][0][0], q + b * q_batch + h * q_head, m0, Sq, q_row);
-        copy_tile<ROWS>(&sm.dout[buf][0][0][0], dout + b * o_batch + h * o_head, m0, Sq, o_row);
+        copy_tile<ROWS, KEY_THREADS>(&sm.q[buf][0][0][0], q + b * q_batch + h * q_head, m0, Sq, q_row);
+        copy_tile<ROWS, KEY_THREADS>(&sm.dout[buf][0][0][0], dout + b * o_batch + h * o_head, m0, Sq, o_row);
         const size_t row = ((size_t)b * H + h) * Sq_pad + m0;
         if (tid < ROWS / 4) cp_async_16(&sm.lse[buf][4 * tid], lse2 + row + 4 * tid, 16);
         else if (tid < ROWS / 2) cp_async_16(&sm.delta[buf][4 * (tid - ROWS / 4)], delta + row + 4 * (tid - ROWS / 4), 16);
     };
-    copy_tile<ROWS>(&sm.k[0][0][0], k, n0, Sk, k_row);
-    copy_tile<ROWS>(&sm.v[0][0][0], v, n0, Sk, v_row);
+    copy_tile<KEYS, KEY_THREADS>(&sm.k[0][0][0], k, n0, Sk, k_row);
+    copy_tile<KEYS, KEY_THREADS>(&sm.v[0][0][0], v, n0, Sk, v_row);
     if (n_iter > 0) issue(0);
     cp_async_commit();
 
     float dk_acc[D / 2], dv_acc[D / 2];  // this warpgroup's 64 keys × D
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
-    const int key0 = n0 + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
+    const int key0 = nw + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
 
     for (int it = 0; it < n_iter; ++it) {
         cp_async_wait<0>();
@@ -154,16 +194,16 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), a commit group each.
         float s[32], dp[32];
         wgmma_fence();
-        issue_rows_d(s, kmajor(&sm.k[0][0][0]), kmajor(&sm.q[buf][0][0][0]));
+        issue_rows_d<KEYS>(s, kmajor(&sm.k[0][ROWS * wg][0]), kmajor(&sm.q[buf][0][0][0]));
         wgmma_commit();
-        issue_rows_d(dp, kmajor(&sm.v[0][0][0]), kmajor(&sm.dout[buf][0][0][0]));
+        issue_rows_d<KEYS>(dp, kmajor(&sm.v[0][ROWS * wg][0]), kmajor(&sm.dout[buf][0][0][0]));
         wgmma_commit();
         if (OVERLAP) wgmma_wait<1>();  // Sᵀ is done; dPᵀ may still be running
         else wgmma_wait<0>();
         fence_registers(s);
 
         // Pᵀ: element i is key key0 + 8·((i / 2) % 2) and query 8·(i / 4) + 2·i4 + i % 2.
-        const bool straddles = causal && m0 + diag < n0 + ROWS - 1;
+        const bool straddles = causal && m0 + diag < nw + ROWS - 1;
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = 8 * (i / 4) + 2 * i4 + i % 2;
@@ -197,6 +237,41 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
             Wgmma<D>::rs(dk_acc, dsa[t], mnmajor<ROWS>(&sm.q[buf][0][0][0]) + row_step(t), 1);
         }
         wgmma_commit();
+#if DQ_ATOMICS
+        // dSᵀ to shared memory, rows ROWS·wg + 16·warp + g (+ 8): dsa[t][j] holds queries
+        // 16t + 8·(j / 2) + 2·i4 and + 1 of row + 8·(j % 2) (pack_a's layout).
+#pragma unroll
+        for (int t = 0; t < ROWS / 16; ++t)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                *reinterpret_cast<unsigned*>(&sm.ds[0][0] + sw<KEYS>(ROWS * wg + 16 * warp + g + 8 * (j % 2),
+                                                                     16 * t + 8 * (j / 2) + 2 * i4)) = dsa[t][j];
+        fence_proxy_async();  // these stores, visible to wgmma
+        wgmma_wait<0>();      // dV and dK done: pa and dsa free their registers for dQ's
+        fence_registers(pa);
+        fence_registers(dsa);
+        __syncthreads();      // every warpgroup's dSᵀ
+        // dQ rows m0 … m0 + 63, columns c0 … c0 + 63, over keys k0 … (both operands MN-major).
+        const int c0 = DQ_SPLITS_D ? 64 * wg : 0, k0 = DQ_SPLITS_D ? 0 : ROWS * wg;
+        constexpr int DQ_STEPS = (DQ_SPLITS_D ? KEYS : ROWS) / 16;
+        float* const dq_rows = dq_accum + (((size_t)b * H + head_of(it)) * Sq_pad + m0 + 16 * warp + g) * D;
+#pragma unroll
+        for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64) {
+            float dq[32];
+            wgmma_fence();
+#pragma unroll
+            for (int t = 0; t < DQ_STEPS; ++t)
+                wgmma_ss_tt(dq, mnmajor<KEYS>(&sm.ds[k0][0]) + row_step(t),
+                            mnmajor<KEYS>(&sm.k[c / 64][k0][0]) + row_step(t), t > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_registers(dq);
+            // dq element i: row 16·warp + g + 8·((i / 2) % 2), column c + 8·(i / 4) + 2·i4 + i % 2.
+#pragma unroll
+            for (int i = 0; i < 32; i += 2)
+                red_add2(dq_rows + 8 * ((i / 2) % 2) * D + c + 8 * (i / 4) + 2 * i4, dq[i], dq[i + 1]);
+        }
+#endif
         wgmma_wait<0>();  // before the next copy may overwrite these buffers, and pa/dsa change
         fence_registers(pa);  // read by the asynchronous products until here
         fence_registers(dsa);

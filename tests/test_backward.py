@@ -75,22 +75,35 @@ def test_every_build_matches_reference(D, seed):
                     assert c.passed, f"{name} {tiles} atomics={atomics} causal={causal} seed {seed}: {c.summary()}"
 
 
+# The WGMMA build's switches besides OVERLAP: (warpgroups, dq_atomics)
+WGMMA_SWITCHES = [(1, 0), (2, 0), (1, 1), (2, 1)]
+
+
 @cpu_only
+@pytest.mark.parametrize("switches", WGMMA_SWITCHES, ids=lambda s: f"wg{s[0]}-atomics{s[1]}")
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_wgmma_build_compiles_offline(D, dtype):
-    """The Hopper build compiles for sm_90a without a GPU: no spills, and ptxas does not report
-    its wgmma serialized. CPU mode only: on the H100 machine NVRTC handed back this build's
-    cubin with an empty log (calls 6-8 of 2026-11-25, not yet understood), while the kernels ran
-    and passed every check there."""
-    from lib import nvrtc  # a define of its own: a fresh compile with ptxas's report, not a cached build
+def test_wgmma_build_compiles_offline(D, dtype, switches):
+    """The Hopper build compiles for sm_90a without a GPU, with each of its switches: no spills,
+    ptxas does not report its wgmma serialized, and the dQ sum is sm_90's vector reduction. CPU
+    mode only: on the H100 machine NVRTC handed back this build's cubin with an empty log (calls
+    6-8 of 2026-11-25, not yet understood), while the kernels ran and passed every check there."""
+    from lib import nvrtc, sass  # a define of its own: a fresh compile with ptxas's report, not a cached build
+    wgs, atomics = switches
+    cfg = stage8.config(D, wgmma=1, warpgroups=wgs, dq_atomics=atomics)
     compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
-                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(stage8.config(D, wgmma=1)["defines"])})
+                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
     use = compiled.resource_usage()
     assert set(use) == {"attention_backward", "attention_backward_dq"}, compiled.log[-2000:]
     for kernel, u in use.items():
         assert u["spill_stores"] == 0 and u["spill_loads"] == 0, (kernel, u)
     assert "serializ" not in compiled.log.lower(), compiled.log
+    body = next(part for part in sass.sass_text(compiled.cubin).split("Function : ")[1:]
+                if part.split("\n", 1)[0].strip() == "attention_backward")  # the dK/dV kernel, not _dq
+    reds = [line for line in body.splitlines() if "REDG" in line]
+    assert len(reds) == (16 * (D // 64 if wgs == 1 else 1) if atomics else 0), reds[:4]
+    assert all("F32x2" in line for line in reds), reds[:4]
+    assert " ST.E" not in body, "generic stores: the shared struct's address was lost"
 
 
 @gpu
@@ -101,10 +114,28 @@ def test_wgmma_and_mma_sync_builds_agree(seed):
     for D in (64, 128):
         shape = (1, 4, 2, 200, 150, D, True)
         q, k, v, out, dout, lse = _run(*shape, torch.float16, seed)
-        for kw in ({"wgmma": 1}, {"wgmma": 1, "overlap": 0}, {"wgmma": 0}):
+        for kw in ({"wgmma": 1}, {"wgmma": 1, "overlap": 0}, {"wgmma": 0},
+                   *({"wgmma": 1, "warpgroups": w, "dq_atomics": a} for w, a in WGMMA_SWITCHES)):
             grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=True, **kw)
             for name, c in check_gradients(grads, q, k, v, dout, causal=True).items():
                 assert c.passed, f"{name} D{D} {kw} seed {seed}: {c.summary()}"
+
+
+@gpu
+@pytest.mark.parametrize("switches", WGMMA_SWITCHES[1:], ids=lambda s: f"wg{s[0]}-atomics{s[1]}")
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_wgmma_switches_match_reference(shape, switches, seed):
+    """Two warpgroups per key block and dQ by reductions, at every shape of the stage's test:
+    odd lengths (key blocks of 128 keys half empty), GQA, both causal alignments."""
+    if not stage8.wgmma_here():
+        pytest.skip("the WGMMA build needs sm_90")
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
+    wgs, atomics = switches
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, warpgroups=wgs,
+                                      dq_atomics=atomics)
+    for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
+        assert c.passed, f"{name} {shape} {switches} seed {seed}: {c.summary()}"
 
 
 def test_bad_choices_are_refused():
@@ -114,12 +145,16 @@ def test_bad_choices_are_refused():
         stage8.config(64, None, 2)
     with pytest.raises(ValueError, match="WGMMA build"):
         stage8.config(64, (128, 64), None, 1)
-    with pytest.raises(ValueError, match="WGMMA build"):
-        stage8.config(64, None, 1, 1)
     with pytest.raises(ValueError, match="overlap"):
         stage8.config(64, None, None, 0, 0)
     with pytest.raises(ValueError, match="overlap"):
         stage8.config(64, None, None, 1, 2)
+    with pytest.raises(ValueError, match="warpgroups"):
+        stage8.config(64, None, None, 1, None, 3)
+    with pytest.raises(ValueError, match="warpgroups"):
+        stage8.config(64, None, None, 0, None, 2)
+    with pytest.raises(ValueError, match="dq_atomics"):
+        stage8.config(64, None, True, 1)
 
 
 @gpu
