@@ -56,10 +56,11 @@ def variants(D, which="all"):
     the mma.sync build, with dQ by atomics and by its own pass."""
     out = []
     if stage8.wgmma_here():
-        own = (stage8.WGMMA_BUILD["WARPGROUPS"], stage8.WGMMA_BUILD["DQ_ATOMICS"])
-        out += [(f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {'dQ atomics' if a else 'dQ pass'}",
-                 {"wgmma": 1, "warpgroups": w, "dq_atomics": a})
-                for w in stage8.SWITCHES["WARPGROUPS"] for a in stage8.SWITCHES["DQ_ATOMICS"] if (w, a) != own]
+        own = tuple(stage8.WGMMA_BUILD[n] for n in ("WARPGROUPS", "DQ_ATOMICS", "DQ_BULK"))
+        dq = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}
+        out += [(f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {dq[a, b]}",
+                 {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b})
+                for w in stage8.SWITCHES["WARPGROUPS"] for a, b in dq if (w, a, b) != own]
         out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
     if which == "wgmma":
         return out

@@ -32,6 +32,12 @@
 //     partial sums of every key block. With two warpgroups at D 128 they split D's two 64-column
 //     halves over all 128 keys (each row of dQ gets one addition per 128 keys); otherwise each
 //     warpgroup adds its own 64 keys' share over all of D.
+//   DQ_BULK 1 (with DQ_ATOMICS): the copy engine adds them instead. Each warpgroup stores its
+//     64 × 64 partial dQ to shared memory (4 floats per store, in the accumulators' own order)
+//     and one thread hands the 16 KB to a bulk reduction (cp.reduce.async.bulk .add.f32) into a
+//     float32 dQ kept in that order, 16 KB per (64 query rows, 64 columns); the launcher puts the
+//     rows back in order when it converts dQ to q's dtype. No reduction instructions in the
+//     warps' stream, and no memory fence waiting for them.
 #include "hopper.cuh"
 #include "mma.cuh"
 
@@ -44,6 +50,9 @@
 #ifndef DQ_ATOMICS
 #define DQ_ATOMICS 0
 #endif
+#ifndef DQ_BULK
+#define DQ_BULK 0
+#endif
 
 constexpr int D = HEAD_DIM;
 constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
@@ -54,6 +63,8 @@ constexpr int KEY_THREADS = THREADS * WARPGROUPS;
 constexpr bool DQ_SPLITS_D = ATOMS == WARPGROUPS;  // dQ: one 64-column half of D per warpgroup, over all keys
 constexpr int CHUNKS = D / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
+static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
+constexpr int DQ_TILES = DQ_SPLITS_D ? 1 : ATOMS;  // 64 × 64 partial dQ tiles per warpgroup and step
 
 // Element offset of (row, col) in a [ATOMS][R][64] tile, 128-byte swizzle.
 template <int R>
@@ -112,6 +123,9 @@ struct KeySmem {  // the dK/dV kernel's shared memory (1024-byte aligned members
 #if DQ_ATOMICS
     elem_t ds[KEYS][64];  // dSᵀ of the step: keys × 64 queries, the A operand of dS·K (MN-major)
 #endif
+#if DQ_BULK
+    float dq[WARPGROUPS][DQ_TILES][64 * 64];  // each warpgroup's partial dQ, in accumulator order
+#endif
     float lse[2][ROWS];
     float delta[2][ROWS];
 };
@@ -139,6 +153,12 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[32], unsigned long long a
 // *p += (x, y): two adjacent floats of global memory, one reduction (sm_90's vector red).
 __device__ __forceinline__ void red_add2(float* p, float x, float y) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(x), "f"(y) : "memory");
+}
+// dst[0 … bytes/4) += src[…] by the copy engine: a bulk reduction from shared memory, committed
+// to this thread's bulk group (hopper.cuh's bulk_commit / bulk_wait_read).
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, unsigned bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 :: "l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
 }
 
 extern "C" __global__ void __launch_bounds__(KEY_THREADS, 1)
@@ -185,6 +205,7 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
     for (int it = 0; it < n_iter; ++it) {
         cp_async_wait<0>();
         fence_proxy_async();  // this thread's copies, visible to wgmma
+        if (DQ_BULK && tid % THREADS == 0) bulk_wait_read();  // the last step's dQ tiles were read out
         __syncthreads();      // everybody's; and every wgmma of block it − 1 is done (waited below)
         if (it + 1 < n_iter) issue(it + 1);
         cp_async_commit();
@@ -254,7 +275,9 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
         // dQ rows m0 … m0 + 63, columns c0 … c0 + 63, over keys k0 … (both operands MN-major).
         const int c0 = DQ_SPLITS_D ? 64 * wg : 0, k0 = DQ_SPLITS_D ? 0 : ROWS * wg;
         constexpr int DQ_STEPS = (DQ_SPLITS_D ? KEYS : ROWS) / 16;
+#if !DQ_BULK
         float* const dq_rows = dq_accum + (((size_t)b * H + head_of(it)) * Sq_pad + m0 + 16 * warp + g) * D;
+#endif
 #pragma unroll
         for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64) {
             float dq[32];
@@ -266,11 +289,33 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
             wgmma_commit();
             wgmma_wait<0>();
             fence_registers(dq);
+#if DQ_BULK
+            // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
+            // contiguous bytes. The launcher's postprocess reads this order back.
+            float* const tile = sm.dq[wg][(c - c0) / 64];
+#pragma unroll
+            for (int n = 0; n < 8; ++n)
+                *reinterpret_cast<float4*>(tile + (128 * n + tid % THREADS) * 4) =
+                    make_float4(dq[4 * n], dq[4 * n + 1], dq[4 * n + 2], dq[4 * n + 3]);
+#else
             // dq element i: row 16·warp + g + 8·((i / 2) % 2), column c + 8·(i / 4) + 2·i4 + i % 2.
 #pragma unroll
             for (int i = 0; i < 32; i += 2)
                 red_add2(dq_rows + 8 * ((i / 2) % 2) * D + c + 8 * (i / 4) + 2 * i4, dq[i], dq[i + 1]);
+#endif
         }
+#if DQ_BULK
+        fence_proxy_async();                     // the tiles, visible to the copy engine
+        named_bar_sync(1 + wg, THREADS);         // the whole warpgroup's
+        if (tid % THREADS == 0) {
+            // dQ tile (bh, query block, 64-column block): 4,096 floats from dq_accum + 4096 × its index
+            float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0 / ROWS) * D * ROWS;
+#pragma unroll
+            for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64)
+                bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[wg][(c - c0) / 64], 64 * ROWS * 4);
+            bulk_commit();
+        }
+#endif
 #endif
         wgmma_wait<0>();  // before the next copy may overwrite these buffers, and pa/dsa change
         fence_registers(pa);  // read by the asynchronous products until here
@@ -279,6 +324,7 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
         fence_registers(dk_acc);
     }
     cp_async_wait<0>();
+    if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // before the block's memory goes
     // dK and dV, rows key0 and key0 + 8: element i at column 8·(i / 4) + 2·i4 + i % 2.
     const size_t out_rows = (size_t)bhk * Sk;
 #pragma unroll

@@ -75,12 +75,13 @@ def test_every_build_matches_reference(D, seed):
                     assert c.passed, f"{name} {tiles} atomics={atomics} causal={causal} seed {seed}: {c.summary()}"
 
 
-# The WGMMA build's switches besides OVERLAP: (warpgroups, dq_atomics)
-WGMMA_SWITCHES = [(1, 0), (2, 0), (1, 1), (2, 1)]
+# The WGMMA build's switches besides OVERLAP: (warpgroups, dq_atomics, dq_bulk)
+WGMMA_SWITCHES = [(1, 0, 0), (2, 0, 0), (1, 1, 0), (2, 1, 0), (1, 1, 1), (2, 1, 1)]
+_switch_id = "wg{}-atomics{}-bulk{}".format
 
 
 @cpu_only
-@pytest.mark.parametrize("switches", WGMMA_SWITCHES, ids=lambda s: f"wg{s[0]}-atomics{s[1]}")
+@pytest.mark.parametrize("switches", WGMMA_SWITCHES, ids=lambda s: _switch_id(*s))
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_wgmma_build_compiles_offline(D, dtype, switches):
@@ -89,8 +90,8 @@ def test_wgmma_build_compiles_offline(D, dtype, switches):
     mode only: on the H100 machine NVRTC handed back this build's cubin with an empty log (calls
     6-8 of 2026-11-25, not yet understood), while the kernels ran and passed every check there."""
     from lib import nvrtc, sass  # a define of its own: a fresh compile with ptxas's report, not a cached build
-    wgs, atomics = switches
-    cfg = stage8.config(D, wgmma=1, warpgroups=wgs, dq_atomics=atomics)
+    wgs, atomics, bulk = switches
+    cfg = stage8.config(D, wgmma=1, warpgroups=wgs, dq_atomics=atomics, dq_bulk=bulk)
     compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
                                    defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
     use = compiled.resource_usage()
@@ -101,8 +102,11 @@ def test_wgmma_build_compiles_offline(D, dtype, switches):
     body = next(part for part in sass.sass_text(compiled.cubin).split("Function : ")[1:]
                 if part.split("\n", 1)[0].strip() == "attention_backward")  # the dK/dV kernel, not _dq
     reds = [line for line in body.splitlines() if "REDG" in line]
-    assert len(reds) == (16 * (D // 64 if wgs == 1 else 1) if atomics else 0), reds[:4]
+    bulk_reds = [line for line in body.splitlines() if "UBLKRED" in line]
+    tiles = D // 64 if wgs == 1 else 1  # 64-column dQ tiles per warpgroup and step
+    assert len(reds) == (16 * tiles if atomics and not bulk else 0), reds[:4]
     assert all("F32x2" in line for line in reds), reds[:4]
+    assert len(bulk_reds) == (tiles if bulk else 0), bulk_reds
     assert " ST.E" not in body, "generic stores: the shared struct's address was lost"
 
 
@@ -115,25 +119,25 @@ def test_wgmma_and_mma_sync_builds_agree(seed):
         shape = (1, 4, 2, 200, 150, D, True)
         q, k, v, out, dout, lse = _run(*shape, torch.float16, seed)
         for kw in ({"wgmma": 1}, {"wgmma": 1, "overlap": 0}, {"wgmma": 0},
-                   *({"wgmma": 1, "warpgroups": w, "dq_atomics": a} for w, a in WGMMA_SWITCHES)):
+                   *({"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b} for w, a, b in WGMMA_SWITCHES)):
             grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=True, **kw)
             for name, c in check_gradients(grads, q, k, v, dout, causal=True).items():
                 assert c.passed, f"{name} D{D} {kw} seed {seed}: {c.summary()}"
 
 
 @gpu
-@pytest.mark.parametrize("switches", WGMMA_SWITCHES[1:], ids=lambda s: f"wg{s[0]}-atomics{s[1]}")
+@pytest.mark.parametrize("switches", WGMMA_SWITCHES[1:], ids=lambda s: _switch_id(*s))
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_wgmma_switches_match_reference(shape, switches, seed):
-    """Two warpgroups per key block and dQ by reductions, at every shape of the stage's test:
-    odd lengths (key blocks of 128 keys half empty), GQA, both causal alignments."""
+    """Two warpgroups per key block and dQ by reductions (vector or bulk), at every shape of the
+    stage's test: odd lengths (key blocks of 128 keys half empty), GQA, both causal alignments."""
     if not stage8.wgmma_here():
         pytest.skip("the WGMMA build needs sm_90")
     B, H, Hk, Sq, Sk, D, causal = shape
     q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
-    wgs, atomics = switches
+    wgs, atomics, bulk = switches
     grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, warpgroups=wgs,
-                                      dq_atomics=atomics)
+                                      dq_atomics=atomics, dq_bulk=bulk)
     for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
         assert c.passed, f"{name} {shape} {switches} seed {seed}: {c.summary()}"
 
@@ -155,6 +159,29 @@ def test_bad_choices_are_refused():
         stage8.config(64, None, None, 0, None, 2)
     with pytest.raises(ValueError, match="dq_atomics"):
         stage8.config(64, None, True, 1)
+    with pytest.raises(ValueError, match="dq_atomics=1"):
+        stage8.config(64, None, 0, 1, dq_bulk=1)
+
+
+def test_bulk_tiles_back_in_order():
+    """tiles_in_order undoes the order the kernel's bulk reductions store dQ in (written here
+    from the kernel's indexing, element by element, on a random matrix): thread t = 32w + 4g +
+    i4 of a warpgroup puts its accumulator element i = 4n + j — row 16w + g + 8·(j / 2), column
+    8n + 2·i4 + j % 2 of a 64 × 64 tile — at (128n + t)·4 + j of the tile."""
+    B, H, S, D = 2, 3, 128, 128
+    want = torch.randn(B, H, S, D)
+    acc = torch.empty(B * H * S * D)
+    for bh in range(B * H):
+        for qb in range(S // 64):
+            for atom in range(D // 64):
+                base = ((bh * (S // 64) + qb) * (D // 64) + atom) * 4096
+                for t in range(128):
+                    w, g, i4 = t // 32, t % 32 // 4, t % 4
+                    for n in range(8):
+                        for j in range(4):
+                            row, col = 64 * qb + 16 * w + g + 8 * (j // 2), 64 * atom + 8 * n + 2 * i4 + j % 2
+                            acc[base + (128 * n + t) * 4 + j] = want[bh // H, bh % H, row, col]
+    assert torch.equal(stage8.tiles_in_order(acc.reshape(B, H, S, D)), want)
 
 
 @gpu
