@@ -56,11 +56,12 @@ def variants(D, which="all"):
     the mma.sync build, with dQ by atomics and by its own pass."""
     out = []
     if stage8.wgmma_here():
-        own = tuple(stage8.WGMMA_BUILD[n] for n in ("WARPGROUPS", "DQ_ATOMICS", "DQ_BULK"))
+        own = tuple(stage8.WGMMA_BUILD[n] for n in ("WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS"))
         dq = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}
-        out += [(f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {dq[a, b]}",
-                 {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b})
-                for w in stage8.SWITCHES["WARPGROUPS"] for a, b in dq if (w, a, b) != own]
+        out += [(f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {dq[a, b]}{', TMA loads' if t else ''}",
+                 {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b, "tma_loads": t})
+                for t in stage8.SWITCHES["TMA_LOADS"] for w in stage8.SWITCHES["WARPGROUPS"] for a, b in dq
+                if (w, a, b, t) != own]
         out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
     if which == "wgmma":
         return out

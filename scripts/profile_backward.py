@@ -22,6 +22,7 @@ ap.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
 ap.add_argument("--warpgroups", type=int, default=None)
 ap.add_argument("--dq-atomics", type=int, default=None)
 ap.add_argument("--dq-bulk", type=int, default=None)
+ap.add_argument("--tma-loads", type=int, default=None)
 ap.add_argument("--no-sdpa", action="store_true", help="profile stage 8 alone")
 a = ap.parse_args()
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
@@ -34,7 +35,7 @@ lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
 out = stage5.attention(q, k, v, causal=a.causal, lse=lse)
 calls = [lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=a.causal, wgmma=1,
                                            warpgroups=a.warpgroups, dq_atomics=a.dq_atomics,
-                                           dq_bulk=a.dq_bulk)]
+                                           dq_bulk=a.dq_bulk, tma_loads=a.tma_loads)]
 if not a.no_sdpa:
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     sdpa_out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=a.causal)

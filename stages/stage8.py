@@ -44,7 +44,8 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # build: on the H100 the dQ pass took 1.39-1.61x less time than the atomics at the standard
 # shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
-SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1)}
+SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
+            "TMA_LOADS": (0, 1)}
 # WGMMA 1: the same two kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed tiles (64 keys per block, 64 queries per step, one warpgroup) and the
@@ -53,8 +54,9 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 # WARPGROUPS (WGMMA build): warpgroups per dK/dV block, 64 keys each, sharing the Q and dO
 # tiles; and the WGMMA build's own DQ_ATOMICS: dQ = dS·K by wgmma in the dK/dV kernel, added
 # to a float32 dQ by vector reductions (stages/stage8_wgmma.cu says how), instead of the pass;
-# DQ_BULK (with DQ_ATOMICS): by the copy engine's bulk reductions from shared memory instead.
-WGMMA_BUILD = {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 0, "DQ_BULK": 0}  # the stage's WGMMA build
+# DQ_BULK (with DQ_ATOMICS): by the copy engine's bulk reductions from shared memory instead;
+# TMA_LOADS: the dK/dV kernel's Q, dO, lse and δ loaded by the copy engine, two steps ahead.
+WGMMA_BUILD = {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 0, "DQ_BULK": 0, "TMA_LOADS": 0}
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
 
@@ -100,17 +102,17 @@ def wgmma_here() -> bool:
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int | None = None,
            wgmma: int = 0, overlap: int | None = None, warpgroups: int | None = None,
-           dq_bulk: int | None = None) -> dict:
+           dq_bulk: int | None = None, tma_loads: int | None = None) -> dict:
     """Launch settings and defines for one build: tiles and the dQ switch (defaults: the stage's
     build) of the mma.sync kernels, or the WGMMA build (wgmma=1: fixed 64-row tiles, with its
-    own switches overlap, warpgroups, dq_atomics and dq_bulk; defaults WGMMA_BUILD)."""
+    own switches overlap, warpgroups, dq_atomics, dq_bulk and tma_loads; defaults WGMMA_BUILD)."""
     if wgmma:
         if tiles is not None and tuple(tiles) != (WGMMA_ROWS, WGMMA_ROWS):
             raise ValueError(f"the WGMMA build has fixed tiles {(WGMMA_ROWS, WGMMA_ROWS)}; pass wgmma=0 "
                              "for the mma.sync build's choices")
         chosen = {}
         for name, value in (("OVERLAP", overlap), ("WARPGROUPS", warpgroups), ("DQ_ATOMICS", dq_atomics),
-                            ("DQ_BULK", dq_bulk)):
+                            ("DQ_BULK", dq_bulk), ("TMA_LOADS", tma_loads)):
             chosen[name] = WGMMA_BUILD[name] if value is None else value
             if isinstance(chosen[name], bool) or chosen[name] not in SWITCHES[name]:
                 raise ValueError(f"{name.lower()} must be one of {SWITCHES[name]}, got {chosen[name]!r}")
@@ -119,16 +121,16 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
         keys = r * wgs
         dq_tiles = wgs * (1 if head_dim // 64 == wgs else head_dim // 64)  # the kernel's DQ_TILES per warpgroup
-        # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), each
-        # warpgroup's float32 dQ tiles (bulk), lse and δ
+        # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), two
+        # buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ
         smem = ((2 * keys + 4 * r) * head_dim * 2 + (keys * r * 2 if atomics else 0)
-                + (dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0) + 4 * r * 4 + 1024)
+                + (2 * dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0) + 4 * r * 4 + 32 + 1024)
         return {"block_n": keys, "block_m": r, "threads": 128 * wgs, "dq_atomics": atomics, "wgmma": 1,
-                "dq_bulk": chosen["DQ_BULK"],
+                "dq_bulk": chosen["DQ_BULK"], "tma_loads": chosen["TMA_LOADS"],
                 "smem": smem, "dq_smem": 0 if atomics else 6 * r * head_dim * 2 + 1024,
                 "defines": tuple(sorted(chosen.items()))}
-    if overlap is not None or warpgroups is not None:
-        raise ValueError("overlap and warpgroups are switches of the WGMMA build (wgmma=1)")
+    if any(x is not None for x in (overlap, warpgroups, dq_bulk, tma_loads)):
+        raise ValueError("overlap, warpgroups, dq_bulk and tma_loads are switches of the WGMMA build (wgmma=1)")
     dq_atomics = SWITCHES["DQ_ATOMICS"][0] if dq_atomics is None else int(dq_atomics)
     if dq_atomics not in SWITCHES["DQ_ATOMICS"]:
         raise ValueError(f"dq_atomics must be one of {SWITCHES['DQ_ATOMICS']}, got {dq_atomics!r}")
@@ -142,11 +144,11 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
 
 
 def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, dq_atomics=None,
-                wgmma=None, overlap=None, warpgroups=None, dq_bulk=None):
+                wgmma=None, overlap=None, warpgroups=None, dq_bulk=None, tma_loads=None):
     """The kernels built for `arch` (no GPU needed), for reading their ptxas log and SASS. The
     WGMMA build for an sm_90 arch unless wgmma=0."""
     wgmma = arch.startswith("sm_90") if wgmma is None else bool(wgmma)
-    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma), overlap, warpgroups, dq_bulk)
+    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma), overlap, warpgroups, dq_bulk, tma_loads)
     if wgmma:
         compiled = nvrtc.compile_stage(WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=head_dim,
                                        defines=dict(cfg["defines"]))
@@ -176,7 +178,8 @@ def _aligned(t: torch.Tensor, align: int = 16) -> bool:
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
-                       dq_atomics=None, wgmma=None, overlap=None, warpgroups=None, dq_bulk=None):
+                       dq_atomics=None, wgmma=None, overlap=None, warpgroups=None, dq_bulk=None,
+                       tma_loads=None):
     """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
     output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
     that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
@@ -184,16 +187,16 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
     of these gradients: a second backward raises (once_differentiable). `wgmma` (default: 1 on
     an sm_90 GPU), `tiles` (one of CHOICES) and `dq_atomics` (0: the separate dQ pass) are for
     measuring the alternatives; tiles apply to the mma.sync build (wgmma=0), overlap,
-    warpgroups and dq_bulk to the WGMMA build, dq_atomics to both (each build has its own
-    default)."""
+    warpgroups, dq_bulk and tma_loads to the WGMMA build, dq_atomics to both (each build has
+    its own default)."""
     with torch.no_grad():
         return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
                          dq_atomics=dq_atomics, wgmma=wgmma, overlap=overlap, warpgroups=warpgroups,
-                         dq_bulk=dq_bulk)
+                         dq_bulk=dq_bulk, tma_loads=tma_loads)
 
 
 def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None,
-              overlap=None, warpgroups=None, dq_bulk=None):
+              overlap=None, warpgroups=None, dq_bulk=None, tma_loads=None):
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -209,12 +212,12 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
                          "row log-sum-exp)")
     if wgmma is None:  # the Hopper build on an H100, unless an mma.sync choice was asked for
         wgmma = ((wgmma_here() and tiles is None) or overlap is not None or warpgroups is not None
-                 or dq_bulk is not None)
+                 or dq_bulk is not None or tma_loads is not None)
     if wgmma and not wgmma_here():
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
     cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)), overlap,
-                 warpgroups, dq_bulk)
+                 warpgroups, dq_bulk, tma_loads)
     atomics = cfg["dq_atomics"]
     if B * H * Sq * Sk * D == 0:  # no products: zero gradients of the inputs' shapes
         return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
@@ -243,9 +246,14 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
                   np.float32(scale), np.int32(mode), np.int32(H), np.int32(H // Hk),
                   *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v), *nvrtc.layout_args(dout))
     inputs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2.data_ptr(), delta.data_ptr())
+    maps = ()
+    if cfg.get("tma_loads"):  # the copy engine's descriptions of q and dout: boxes of 64 rows
+        from stages.stage6 import tensor_map
+        maps = (tensor_map(q, DQ_ROWS), tensor_map(dout, DQ_ROWS))
     nvrtc.launch_prepared(kerns["attention_backward"],
                           nvrtc.launch_config((n_blocks, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]),
-                          (*inputs, dq.data_ptr() if atomics else 0, dk.data_ptr(), dv.data_ptr(), *shape_args))
+                          (*maps, *inputs, dq.data_ptr() if atomics else 0, dk.data_ptr(), dv.data_ptr(),
+                           *shape_args))
     if atomics:
         if cfg.get("dq_bulk"):
             dq = tiles_in_order(dq)

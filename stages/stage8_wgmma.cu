@@ -34,10 +34,17 @@
 //     warpgroup adds its own 64 keys' share over all of D.
 //   DQ_BULK 1 (with DQ_ATOMICS): the copy engine adds them instead. Each warpgroup stores its
 //     64 × 64 partial dQ to shared memory (4 floats per store, in the accumulators' own order)
-//     and one thread hands the 16 KB to a bulk reduction (cp.reduce.async.bulk .add.f32) into a
+//     (two buffers: step it − 1's may still be read out while step it writes) and one thread
+//     hands the 16 KB to a bulk reduction (cp.reduce.async.bulk .add.f32) into a
 //     float32 dQ kept in that order, 16 KB per (64 query rows, 64 columns); the launcher puts the
 //     rows back in order when it converts dQ to q's dtype. No reduction instructions in the
 //     warps' stream, and no memory fence waiting for them.
+//   TMA_LOADS 1 (dK/dV kernel): the copy engine loads each step's Q and dO tiles (tensor maps,
+//     swizzled as wgmma reads them) and its lse and δ rows (bulk copies), issued by one thread
+//     two steps ahead into the two buffers; a buffer's "full" mbarrier counts the bytes, its
+//     "empty" one the warps done with it. No copy instructions in the other threads' stream, no
+//     proxy fence, and no block-wide barrier at the top of each step: the warpgroups may drift
+//     apart by up to a step (as far as the dS exchange of DQ_ATOMICS lets them).
 #include "hopper.cuh"
 #include "mma.cuh"
 
@@ -53,6 +60,9 @@
 #ifndef DQ_BULK
 #define DQ_BULK 0
 #endif
+#ifndef TMA_LOADS
+#define TMA_LOADS 0
+#endif
 
 constexpr int D = HEAD_DIM;
 constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
@@ -64,7 +74,9 @@ constexpr bool DQ_SPLITS_D = ATOMS == WARPGROUPS;  // dQ: one 64-column half of 
 constexpr int CHUNKS = D / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
+#if DQ_BULK
 constexpr int DQ_TILES = DQ_SPLITS_D ? 1 : ATOMS;  // 64 × 64 partial dQ tiles per warpgroup and step
+#endif
 
 // Element offset of (row, col) in a [ATOMS][R][64] tile, 128-byte swizzle.
 template <int R>
@@ -124,10 +136,11 @@ struct KeySmem {  // the dK/dV kernel's shared memory (1024-byte aligned members
     elem_t ds[KEYS][64];  // dSᵀ of the step: keys × 64 queries, the A operand of dS·K (MN-major)
 #endif
 #if DQ_BULK
-    float dq[WARPGROUPS][DQ_TILES][64 * 64];  // each warpgroup's partial dQ, in accumulator order
+    float dq[2][WARPGROUPS][DQ_TILES][64 * 64];  // each warpgroup's partial dQ, in accumulator order, two steps' worth
 #endif
     float lse[2][ROWS];
     float delta[2][ROWS];
+    unsigned long long full[2], empty[2];  // TMA_LOADS: each buffer's mbarriers
 };
 struct QuerySmem {  // the dQ pass's
     elem_t q[ATOMS][ROWS][64];
@@ -154,6 +167,11 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[32], unsigned long long a
 __device__ __forceinline__ void red_add2(float* p, float x, float y) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(x), "f"(y) : "memory");
 }
+// bytes contiguous bytes from global to shared memory by the copy engine, counted on bar.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 :: "r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+}
 // dst[0 … bytes/4) += src[…] by the copy engine: a bulk reduction from shared memory, committed
 // to this thread's bulk group (hopper.cuh's bulk_commit / bulk_wait_read).
 __device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, unsigned bytes) {
@@ -161,8 +179,13 @@ __device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, un
                  :: "l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
 }
 
+#if TMA_LOADS
+#define TMA_MAPS const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap dout_map,
+#else
+#define TMA_MAPS
+#endif
 extern "C" __global__ void __launch_bounds__(KEY_THREADS, 1)
-attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem_t* dout,
+attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, const elem_t* dout,
                    const float* lse2, const float* delta, float* dq_accum, elem_t* dk, elem_t* dv,
                    int Sq, int Sk, int Sq_pad, float scale_log2, float scale, int causal, int H, int group,
                    long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head, int k_row,
@@ -184,18 +207,45 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
     const int n_iter = per_head * group;
     auto head_of = [&](int it) { return hk * group + it / per_head; };
     auto m0_of = [&](int it) { return (first + it % per_head) * ROWS; };
-    auto issue = [&](int it) {
+    auto issue = [&](int it) {  // Q, dO, lse and δ of step it into buffer it % 2 (TMA_LOADS: thread 0 alone)
         const int h = head_of(it), m0 = m0_of(it), buf = it % 2;
+#if TMA_LOADS
+        mbar_arrive_expect_bytes(&sm.full[buf], 2 * ROWS * D * 2 + 2 * ROWS * 4);
+#pragma unroll
+        for (int a = 0; a < ATOMS; ++a) {  // rows past Sq arrive as zeros
+            tma_load_4d(&sm.q[buf][a][0][0], &q_map, &sm.full[buf], 64 * a, m0, h, b);
+            tma_load_4d(&sm.dout[buf][a][0][0], &dout_map, &sm.full[buf], 64 * a, m0, h, b);
+        }
+        const size_t row = ((size_t)b * H + h) * Sq_pad + m0;
+        bulk_load(&sm.lse[buf][0], lse2 + row, ROWS * 4, &sm.full[buf]);
+        bulk_load(&sm.delta[buf][0], delta + row, ROWS * 4, &sm.full[buf]);
+#else
         copy_tile<ROWS, KEY_THREADS>(&sm.q[buf][0][0][0], q + b * q_batch + h * q_head, m0, Sq, q_row);
         copy_tile<ROWS, KEY_THREADS>(&sm.dout[buf][0][0][0], dout + b * o_batch + h * o_head, m0, Sq, o_row);
         const size_t row = ((size_t)b * H + h) * Sq_pad + m0;
         if (tid < ROWS / 4) cp_async_16(&sm.lse[buf][4 * tid], lse2 + row + 4 * tid, 16);
         else if (tid < ROWS / 2) cp_async_16(&sm.delta[buf][4 * (tid - ROWS / 4)], delta + row + 4 * (tid - ROWS / 4), 16);
+#endif
     };
     copy_tile<KEYS, KEY_THREADS>(&sm.k[0][0][0], k, n0, Sk, k_row);
     copy_tile<KEYS, KEY_THREADS>(&sm.v[0][0][0], v, n0, Sk, v_row);
+#if TMA_LOADS
+    if (tid == 0) {
+        for (int i = 0; i < 2; ++i) {
+            mbar_init(&sm.full[i], 1);
+            mbar_init(&sm.empty[i], KEY_THREADS / 32);  // every warp's lane 0
+        }
+        mbar_init_fence();
+        for (int i = 0; i < min(2, n_iter); ++i) issue(i);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();  // K and V, visible to wgmma
+    __syncthreads();      // and everybody's; the barriers initialised
+#else
     if (n_iter > 0) issue(0);
     cp_async_commit();
+#endif
 
     float dk_acc[D / 2], dv_acc[D / 2];  // this warpgroup's 64 keys × D
 #pragma unroll
@@ -203,12 +253,15 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
     const int key0 = nw + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
 
     for (int it = 0; it < n_iter; ++it) {
+#if TMA_LOADS
+        mbar_wait(&sm.full[it % 2], (it / 2) % 2);  // this step's tiles have landed
+#else
         cp_async_wait<0>();
         fence_proxy_async();  // this thread's copies, visible to wgmma
-        if (DQ_BULK && tid % THREADS == 0) bulk_wait_read();  // the last step's dQ tiles were read out
         __syncthreads();      // everybody's; and every wgmma of block it − 1 is done (waited below)
         if (it + 1 < n_iter) issue(it + 1);
         cp_async_commit();
+#endif
         const int buf = it % 2, m0 = m0_of(it);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: 64 keys × 64 queries each.
@@ -271,6 +324,9 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
         wgmma_wait<0>();      // dV and dK done: pa and dsa free their registers for dQ's
         fence_registers(pa);
         fence_registers(dsa);
+        // The dQ tiles of step it − 2, which this step overwrites, were read out (those of step
+        // it − 1 may still be in flight: two buffers); the barrier tells the warpgroup.
+        if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
         __syncthreads();      // every warpgroup's dSᵀ
         // dQ rows m0 … m0 + 63, columns c0 … c0 + 63, over keys k0 … (both operands MN-major).
         const int c0 = DQ_SPLITS_D ? 64 * wg : 0, k0 = DQ_SPLITS_D ? 0 : ROWS * wg;
@@ -292,7 +348,7 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
 #if DQ_BULK
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
             // contiguous bytes. The launcher's postprocess reads this order back.
-            float* const tile = sm.dq[wg][(c - c0) / 64];
+            float* const tile = sm.dq[it % 2][wg][(c - c0) / 64];
 #pragma unroll
             for (int n = 0; n < 8; ++n)
                 *reinterpret_cast<float4*>(tile + (128 * n + tid % THREADS) * 4) =
@@ -312,7 +368,7 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
             float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0 / ROWS) * D * ROWS;
 #pragma unroll
             for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64)
-                bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[wg][(c - c0) / 64], 64 * ROWS * 4);
+                bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[it % 2][wg][(c - c0) / 64], 64 * ROWS * 4);
             bulk_commit();
         }
 #endif
@@ -322,6 +378,15 @@ attention_backward(const elem_t* q, const elem_t* k, const elem_t* v, const elem
         fence_registers(dsa);
         fence_registers(dv_acc);
         fence_registers(dk_acc);
+#if TMA_LOADS
+        // This warp is done with buffer it % 2; once every warp is, thread 0 refills it with
+        // step it + 2 (thread 0 waits for the slowest warp here, the others go on).
+        if (lane == 0) mbar_arrive(&sm.empty[buf]);
+        if (tid == 0 && it + 2 < n_iter) {
+            mbar_wait(&sm.empty[buf], (it / 2) % 2);
+            issue(it + 2);
+        }
+#endif
     }
     cp_async_wait<0>();
     if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // before the block's memory goes

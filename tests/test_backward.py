@@ -75,23 +75,25 @@ def test_every_build_matches_reference(D, seed):
                     assert c.passed, f"{name} {tiles} atomics={atomics} causal={causal} seed {seed}: {c.summary()}"
 
 
-# The WGMMA build's switches besides OVERLAP: (warpgroups, dq_atomics, dq_bulk)
-WGMMA_SWITCHES = [(1, 0, 0), (2, 0, 0), (1, 1, 0), (2, 1, 0), (1, 1, 1), (2, 1, 1)]
-_switch_id = "wg{}-atomics{}-bulk{}".format
+# The WGMMA build's switches besides OVERLAP: (warpgroups, dq_atomics, dq_bulk, tma_loads)
+WGMMA_SWITCHES = [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0), (2, 1, 0, 0), (1, 1, 1, 0), (2, 1, 1, 0),
+                  (1, 0, 0, 1), (2, 1, 0, 1), (2, 1, 1, 1)]
+_switch_id = "wg{}-atomics{}-bulk{}-tma{}".format
+_switch_kw = lambda w, a, b, t: {"warpgroups": w, "dq_atomics": a, "dq_bulk": b, "tma_loads": t}  # noqa: E731
 
 
 @cpu_only
-@pytest.mark.parametrize("switches", WGMMA_SWITCHES, ids=lambda s: _switch_id(*s))
+@pytest.mark.parametrize("switches, dtype", [(WGMMA_SWITCHES[0], torch.float16)]
+                         + [(s, torch.bfloat16) for s in WGMMA_SWITCHES], ids=str)
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_wgmma_build_compiles_offline(D, dtype, switches):
     """The Hopper build compiles for sm_90a without a GPU, with each of its switches: no spills,
     ptxas does not report its wgmma serialized, and the dQ sum is sm_90's vector reduction. CPU
     mode only: on the H100 machine NVRTC handed back this build's cubin with an empty log (calls
     6-8 of 2026-11-25, not yet understood), while the kernels ran and passed every check there."""
     from lib import nvrtc, sass  # a define of its own: a fresh compile with ptxas's report, not a cached build
-    wgs, atomics, bulk = switches
-    cfg = stage8.config(D, wgmma=1, warpgroups=wgs, dq_atomics=atomics, dq_bulk=bulk)
+    wgs, atomics, bulk, tma = switches
+    cfg = stage8.config(D, wgmma=1, **_switch_kw(*switches))
     compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
                                    defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
     use = compiled.resource_usage()
@@ -107,6 +109,7 @@ def test_wgmma_build_compiles_offline(D, dtype, switches):
     assert len(reds) == (16 * tiles if atomics and not bulk else 0), reds[:4]
     assert all("F32x2" in line for line in reds), reds[:4]
     assert len(bulk_reds) == (tiles if bulk else 0), bulk_reds
+    assert ("UTMALDG" in body) == bool(tma), "TMA loads exactly in the TMA_LOADS build"
     assert " ST.E" not in body, "generic stores: the shared struct's address was lost"
 
 
@@ -119,7 +122,7 @@ def test_wgmma_and_mma_sync_builds_agree(seed):
         shape = (1, 4, 2, 200, 150, D, True)
         q, k, v, out, dout, lse = _run(*shape, torch.float16, seed)
         for kw in ({"wgmma": 1}, {"wgmma": 1, "overlap": 0}, {"wgmma": 0},
-                   *({"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b} for w, a, b in WGMMA_SWITCHES)):
+                   *({"wgmma": 1, **_switch_kw(*s)} for s in WGMMA_SWITCHES)):
             grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=True, **kw)
             for name, c in check_gradients(grads, q, k, v, dout, causal=True).items():
                 assert c.passed, f"{name} D{D} {kw} seed {seed}: {c.summary()}"
@@ -135,9 +138,7 @@ def test_wgmma_switches_match_reference(shape, switches, seed):
         pytest.skip("the WGMMA build needs sm_90")
     B, H, Hk, Sq, Sk, D, causal = shape
     q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
-    wgs, atomics, bulk = switches
-    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, warpgroups=wgs,
-                                      dq_atomics=atomics, dq_bulk=bulk)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, **_switch_kw(*switches))
     for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
         assert c.passed, f"{name} {shape} {switches} seed {seed}: {c.summary()}"
 

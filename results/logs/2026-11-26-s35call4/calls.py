@@ -1,4 +1,5 @@
-"""Stage 8's WGMMA build with each switch (warpgroups 1 or 2; dQ by its pass, by reductions or by bulk reductions),
+"""Stage 8's WGMMA build with each switch (warpgroups 1 or 2; dQ by its pass, by reductions or by
+bulk reductions; Q, dO, lse and δ by cp.async or by TMA),
 run once per launch path for compute-sanitizer: D64 and D128, fp16 and bf16, GQA 2, both causal
 alignments and none, lengths that leave the last key block (128 keys) and query block partial
 and walk several query blocks per key block. Each result checked by the error rule."""
@@ -13,8 +14,9 @@ for D, dt, causal in [(64, torch.float16, True), (128, torch.bfloat16, False), (
     dout = torch.randn_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
     out = stage5.attention(q, k, v, causal=causal, lse=lse)
-    for wgs, atomics, bulk in ((1, 0, 0), (2, 0, 0), (1, 1, 0), (2, 1, 0), (1, 1, 1), (2, 1, 1)):
+    for wgs, atomics, bulk, tma in ((1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0), (2, 1, 0, 0), (1, 1, 1, 0), (2, 1, 1, 0),
+                                    (1, 0, 0, 1), (2, 1, 0, 1), (2, 1, 1, 1)):
         grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, warpgroups=wgs,
-                                          dq_atomics=atomics, dq_bulk=bulk)
+                                          dq_atomics=atomics, dq_bulk=bulk, tma_loads=tma)
         ok &= all(c.passed for c in check_gradients(grads, q, k, v, dout, causal=causal).values())
 torch.cuda.synchronize(); print("calls done, all passed" if ok else "calls done, A CHECK FAILED")
