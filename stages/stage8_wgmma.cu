@@ -233,7 +233,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     if (tid == 0) {
         for (int i = 0; i < 2; ++i) {
             mbar_init(&sm.full[i], 1);
-            mbar_init(&sm.empty[i], KEY_THREADS / 32);  // every warp's lane 0
+            mbar_init(&sm.empty[i], KEY_THREADS);  // every thread, after its last read of the buffer
         }
         mbar_init_fence();
         for (int i = 0; i < min(2, n_iter); ++i) issue(i);
@@ -327,7 +327,9 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // The dQ tiles of step it − 2, which this step overwrites, were read out (those of step
         // it − 1 may still be in flight: two buffers); the barrier tells the warpgroup.
         if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
-        __syncthreads();      // every warpgroup's dSᵀ
+        // Every warpgroup's dSᵀ when they split D (each reads all keys' dS); else the warpgroup's own.
+        if (DQ_SPLITS_D) __syncthreads();
+        else named_bar_sync(1 + wg, THREADS);
         // dQ rows m0 … m0 + 63, columns c0 … c0 + 63, over keys k0 … (both operands MN-major).
         const int c0 = DQ_SPLITS_D ? 64 * wg : 0, k0 = DQ_SPLITS_D ? 0 : ROWS * wg;
         constexpr int DQ_STEPS = (DQ_SPLITS_D ? KEYS : ROWS) / 16;
@@ -379,9 +381,10 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         fence_registers(dv_acc);
         fence_registers(dk_acc);
 #if TMA_LOADS
-        // This warp is done with buffer it % 2; once every warp is, thread 0 refills it with
-        // step it + 2 (thread 0 waits for the slowest warp here, the others go on).
-        if (lane == 0) mbar_arrive(&sm.empty[buf]);
+        // This thread is done with buffer it % 2 (its wgmmas waited for, its lse and δ read);
+        // once every thread is, thread 0 refills it with step it + 2 (thread 0 waits for the
+        // slowest thread here, the others go on).
+        mbar_arrive(&sm.empty[buf]);
         if (tid == 0 && it + 2 < n_iter) {
             mbar_wait(&sm.empty[buf], (it / 2) % 2);
             issue(it + 2);
