@@ -70,21 +70,55 @@ def show_backward_table(rec: dict) -> None:
 
 
 def show_variants_table(rec: dict) -> None:
-    """Every build of stage 8 (tile choice × dQ by atomics or by its own pass), same rounds."""
+    """Every build of stage 8 the record timed (rows) at each shape (columns), same rounds: µs
+    and speed as a multiple of the stage's build; the stage's own build in bold."""
     from IPython.display import Markdown, display
     rows = [r for r in rec["rows"] if r.get("variants")]
     if not rows:
         return
-    labels = list(rows[0]["variants"])
-    head = "| shape | causal | stage 8's build | " + " | ".join(labels) + " |"
-    lines = [head, "|" + "---|" * (3 + len(labels))]
-    for r in rows:
-        cells = [f"{r['us']:,.0f} µs"] + [f"{r['variants'][l]['us']:,.0f} ({r['us'] / r['variants'][l]['us']:.2f}×)"
-                                          for l in labels]
-        lines.append(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | "
-                     + " | ".join(cells) + " |")
+    labels = list(dict.fromkeys(label for r in rows for label in r["variants"]))
+    head = "| build | " + " | ".join(f"B{r['B']} S{r['S']} D{r['D']} {'causal' if r['causal'] else 'full'}"
+                                     for r in rows) + " |"
+    lines = [head, "|---|" + "---|" * len(rows),
+             "| **stage 8's build** (row `build` of the record) | "
+             + " | ".join(f"**{r['us']:,.0f}**" for r in rows) + " |"]
+    for label in labels:
+        cells = []
+        for r in rows:
+            v = r["variants"].get(label)
+            cells.append("—" if v is None else f"{v['us']:,.0f} ({r['us'] / v['us']:.2f}×)")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     display(Markdown("µs, and in brackets each build's speed as a multiple of the stage's build "
                      "(below 1: slower):\n\n" + "\n".join(lines)))
+
+
+def plot_backward_waterfall(rec: dict, path: dict):
+    """The WGMMA build's switches turned on one at a time, from the one-warpgroup build with the
+    dQ pass to the stage's build, as backward TFLOPS per shape (bars), with SDPA's FLASH and
+    default backends as lines; `path` maps a head dim to the variant labels in order
+    (scripts/backward_bench.py's WGMMA_PATH through wgmma_label)."""
+    import matplotlib.pyplot as plt
+    rows = [r for r in rec["rows"] if r.get("variants")]
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.8), sharey=False)
+    for ax, r in zip(axes, rows):
+        fl = 2.5 * attention_flops(r["B"], r["H"], r["S"], r["S"], r["D"], r["causal"])
+        labels = [label for label in path[r["D"]] if label in r["variants"]]
+        tf = [fl / r["variants"][label]["us"] / 1e6 for label in labels]
+        short = [label.replace("WGMMA ", "").replace("warpgroups", "WG").replace("warpgroup", "WG")
+                 .replace("dQ by bulk reduction", "bulk dQ").replace(", ", "\n") for label in labels]
+        ax.bar(range(len(tf)), tf, color=["#9ecae1"] * (len(tf) - 1) + ["#3182bd"])
+        for i, t in enumerate(tf):
+            ax.text(i, t, f"{t:.0f}", ha="center", va="bottom", fontsize=7)
+        for key, style, name in (("sdpa_flash_us", ":", "SDPA FLASH"), ("sdpa_default_us", "--", "SDPA default")):
+            ax.axhline(fl / r[key] / 1e6, color="k", linestyle=style, linewidth=1, label=name)
+        ax.set_xticks(range(len(tf)), short, fontsize=6)
+        ax.set_title(f"B{r['B']} S{r['S']} D{r['D']} {'causal' if r['causal'] else 'full'}", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("backward TFLOPS (2.5 × forward FLOPs)")
+    axes[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Stage 8's WGMMA build, one switch at a time (H100, same run, recorded)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def plot_backward(rec: dict):

@@ -49,19 +49,29 @@ def check(B, H, S, D, causal, dtype, seed) -> bool:
     return all(c.passed for c in checks.values())
 
 
+# The WGMMA build's combinations that --variants times: (label, switches). Warpgroups × how dQ
+# is summed × how Q and dO are loaded, then the stage's build without its overlap.
+_DQ = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}
+WGMMA_PATH = {  # the switches turned one at a time from the first build to the stage's, per head dim
+    64: [(1, 0, 0, 0), (1, 1, 0, 0), (1, 1, 1, 0), (1, 1, 1, 1)],
+    128: [(1, 0, 0, 0), (2, 0, 0, 0), (2, 1, 0, 0), (2, 1, 1, 0), (2, 1, 1, 1)],
+}
+
+
+def wgmma_label(w: int, a: int, b: int, t: int) -> str:
+    return f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {_DQ[a, b]}{', TMA loads' if t else ''}"
+
+
 def variants(D, which="all"):
-    """(label, keyword arguments) of the builds stage 8 offers besides its own (the WGMMA build
-    on an H100): the WGMMA build with each of its switches turned (every combination of
-    warpgroups and dq_atomics, and without its overlap), and (which="all") every tile choice of
-    the mma.sync build, with dQ by atomics and by its own pass."""
+    """(label, keyword arguments) of builds to time beside the stage's own: every combination of
+    the WGMMA build's warpgroups, dQ and load switches (the stage's own included, so that every
+    shape has the same columns), the stage's build without its overlap; and (which="all") every tile choice of the mma.sync build, with dQ by atomics and
+    by its own pass."""
     out = []
     if stage8.wgmma_here():
-        own = tuple(stage8.WGMMA_BUILD[n] for n in ("WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS"))
-        dq = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}
-        out += [(f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {dq[a, b]}{', TMA loads' if t else ''}",
-                 {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b, "tma_loads": t})
-                for t in stage8.SWITCHES["TMA_LOADS"] for w in stage8.SWITCHES["WARPGROUPS"] for a, b in dq
-                if (w, a, b, t) != own]
+        out += [(wgmma_label(w, a, b, t), {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b,
+                                            "tma_loads": t, "overlap": 1})
+                for t in stage8.SWITCHES["TMA_LOADS"] for w in stage8.SWITCHES["WARPGROUPS"] for a, b in _DQ]
         out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
     if which == "wgmma":
         return out
@@ -112,7 +122,8 @@ def main() -> int:
             fns.update({name: sdpa_backward_call(q, k, v, dout, causal, b) for name, b in BACKENDS.items()})
             t = time_interleaved(fns, rounds=a.rounds, budget_s=2.0)
             flops = 2.5 * attention_flops(B, H, S, S, D, causal)
-            row = {"stage": 8, "B": B, "H": H, "S": S, "D": D, "causal": causal, "dtype": a.dtype,
+            build = dict(stage8.config(D, wgmma=1)["defines"]) if stage8.wgmma_here() else {"WGMMA": 0}
+            row = {"stage": 8, "B": B, "H": H, "S": S, "D": D, "causal": causal, "dtype": a.dtype, "build": build,
                    "us": t["stage 8"].median_us, "tflops": flops / t["stage 8"].median_us / 1e6,
                    "round_medians_us": t["stage 8"].round_medians_us,
                    "variants": {label: {"us": t[label].median_us, "round_medians_us": t[label].round_medians_us}

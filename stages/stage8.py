@@ -7,16 +7,22 @@ its output, the output's gradient and the row log-sum-exp the forward saved
      to whole query blocks (lse with +∞, so padded rows get P = 0);
   2. the dK/dV kernel: one block per block of keys of a (batch, K/V head), dK and dV in
      registers while it walks over every query block of the group's heads;
-  3. the dQ kernel: one block per 64 query rows, walking over the keys as the forward does.
+  3. dQ: either a kernel of its own, one block per 64 query rows walking over the keys as the
+     forward does, or (dq_atomics=1) summed by the dK/dV kernel into a float32 dQ, which is
+     converted to q's dtype at the end.
 Two builds of the same kernels: mma.sync (stages/stage8.cu, any GPU from sm_80, with tile
 choices and `dq_atomics=1`, dQ summed by float32 atomics in step 2 instead of step 3) and
-WGMMA (stages/stage8_wgmma.cu, sm_90a: every product a warpgroup's wgmma), the default on an
-H100. The notebook measures each against the others.
+WGMMA (stages/stage8_wgmma.cu, sm_90a: every product a warpgroup's wgmma, with switches of its
+own), the default on an H100. On an H100 the stage's build (WGMMA_BUILD) sums dQ in the dK/dV
+kernel with the copy engine's bulk reductions and loads Q and dO by TMA, with two warpgroups
+per block at D 128. The notebook measures each switch against the others.
 
 Autograd: `attention(q, k, v, causal=..., scale=...)` is stage 5's forward, saving the
 log-sum-exp, whose output has a grad_fn that runs this backward; stage 5's own `attention`
 takes the same path when an input requires grad (`with_grad`). GQA sums dK and dV over each
-group of query heads; causal works in both alignments; any length.
+group of query heads; causal works in both alignments; any length. With dQ summed by atomics
+(the WGMMA build's default) the order of the additions changes from run to run, so dQ's last
+bits may too; `dq_atomics=0` gives the dQ pass, whose dQ is the same bits for the same inputs.
 """
 from __future__ import annotations
 
@@ -46,17 +52,36 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1)}
-# WGMMA 1: the same two kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
+# WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
-# WGMMA build has fixed tiles (64 keys per block, 64 queries per step, one warpgroup) and the
-# dQ pass only. OVERLAP (WGMMA build): each product its own commit group, the exponentials
-# computed while the next product runs (1), or every product waited for at once (0).
-# WARPGROUPS (WGMMA build): warpgroups per dK/dV block, 64 keys each, sharing the Q and dO
-# tiles; and the WGMMA build's own DQ_ATOMICS: dQ = dS·K by wgmma in the dK/dV kernel, added
-# to a float32 dQ by vector reductions (stages/stage8_wgmma.cu says how), instead of the pass;
-# DQ_BULK (with DQ_ATOMICS): by the copy engine's bulk reductions from shared memory instead;
-# TMA_LOADS: the dK/dV kernel's Q, dO, lse and δ loaded by the copy engine, two steps ahead.
-WGMMA_BUILD = {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 0, "DQ_BULK": 0, "TMA_LOADS": 0}
+# WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
+# each works), each measured against the others (scripts/backward_bench.py --variants):
+#   OVERLAP     each product its own commit group, the exponentials computed while the next
+#               product runs (1), or every product waited for at once (0);
+#   WARPGROUPS  warpgroups per dK/dV block, 64 keys each, sharing the Q and dO tiles;
+#   DQ_ATOMICS  (its own default, not the mma.sync build's) dQ = dS·K by wgmma in the dK/dV
+#               kernel, summed into a float32 dQ by vector reductions, instead of the dQ pass;
+#   DQ_BULK     with DQ_ATOMICS: summed by the copy engine's bulk reductions from shared memory;
+#   TMA_LOADS   the dK/dV kernel's Q, dO, lse and δ loaded by the copy engine two steps ahead,
+#               with mbarriers instead of a block barrier per step.
+# Not a switch: three one-warpgroup blocks per SM at D 64 (__launch_bounds__(128, 3), 168
+# registers). Compiled offline, ptxas spilled 88 bytes and reported its wgmmas serialized for
+# want of registers (C7512), so it was never run.
+WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS")
+# The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
+# (results/logs/2026-11-26-s35call5/bench.log, bf16, the standard shapes):
+#   D 128: two warpgroups, dQ summed by bulk reductions, TMA loads: 1.29x (full) and 1.23x
+#     (causal) the one-warpgroup build with the dQ pass. Two warpgroups split dQ's 128 columns,
+#     so each row of dQ gets one addition per 128 keys; the copy engine takes loads and sums off
+#     the warps, which then wait for each other only where they swap dS.
+#   D 64: one warpgroup, dQ by bulk reductions, TMA loads: 1.07x (full), 0.99x (causal). At
+#     D 64 a step has half the products of D 128 for the same exponentials and bookkeeping,
+#     and two warpgroups (which must each add their own keys' dQ: 64 columns are one wgmma's
+#     width) ran no faster than one.
+WGMMA_BUILD = {
+    64: {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1},
+    128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1},
+}
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
 
@@ -65,8 +90,8 @@ INFO = StageInfo(
     slug="backward",
     title="The backward pass",
     adds="Gradients: dQ, dK and dV recomputed tile by tile from the saved log-sum-exp "
-         "(FlashAttention-2's backward): dK and dV held per key block, dQ per query block in "
-         "a pass of its own; every product a WGMMA on Hopper.",
+         "(FlashAttention-2's backward): dK and dV held per key block, dQ summed from them; on "
+         "Hopper every product a WGMMA, loads by TMA, dQ by bulk reductions.",
     backend="nvrtc",
     min_cc=(8, 0),
     dtypes=(torch.float16, torch.bfloat16),
@@ -101,19 +126,26 @@ def wgmma_here() -> bool:
 
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int | None = None,
-           wgmma: int = 0, overlap: int | None = None, warpgroups: int | None = None,
-           dq_bulk: int | None = None, tma_loads: int | None = None) -> dict:
+           wgmma: int = 0, **switches) -> dict:
     """Launch settings and defines for one build: tiles and the dQ switch (defaults: the stage's
-    build) of the mma.sync kernels, or the WGMMA build (wgmma=1: fixed 64-row tiles, with its
-    own switches overlap, warpgroups, dq_atomics, dq_bulk and tma_loads; defaults WGMMA_BUILD)."""
+    build) of the mma.sync kernels, or the WGMMA build (wgmma=1: fixed 64-row tiles, with
+    dq_atomics and its own switches, WGMMA_SWITCHES by lower-case name; defaults
+    WGMMA_BUILD[head_dim])."""
+    unknown = set(switches) - {n.lower() for n in WGMMA_SWITCHES}
+    if unknown:
+        raise TypeError(f"unknown switch(es) {sorted(unknown)}; the WGMMA build's are "
+                        f"{sorted(n.lower() for n in WGMMA_SWITCHES)}")
     if wgmma:
         if tiles is not None and tuple(tiles) != (WGMMA_ROWS, WGMMA_ROWS):
             raise ValueError(f"the WGMMA build has fixed tiles {(WGMMA_ROWS, WGMMA_ROWS)}; pass wgmma=0 "
                              "for the mma.sync build's choices")
+        given = {"dq_atomics": dq_atomics, **switches}
+        if dq_atomics == 0 and switches.get("dq_bulk") is None:
+            given["dq_bulk"] = 0  # the dQ pass asked for: nothing to sum in bulk
         chosen = {}
-        for name, value in (("OVERLAP", overlap), ("WARPGROUPS", warpgroups), ("DQ_ATOMICS", dq_atomics),
-                            ("DQ_BULK", dq_bulk), ("TMA_LOADS", tma_loads)):
-            chosen[name] = WGMMA_BUILD[name] if value is None else value
+        for name in WGMMA_SWITCHES:
+            value = given.get(name.lower())
+            chosen[name] = WGMMA_BUILD[head_dim][name] if value is None else value
             if isinstance(chosen[name], bool) or chosen[name] not in SWITCHES[name]:
                 raise ValueError(f"{name.lower()} must be one of {SWITCHES[name]}, got {chosen[name]!r}")
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:
@@ -122,15 +154,16 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         keys = r * wgs
         dq_tiles = wgs * (1 if head_dim // 64 == wgs else head_dim // 64)  # the kernel's DQ_TILES per warpgroup
         # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), two
-        # buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ
+        # buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ, four mbarriers
         smem = ((2 * keys + 4 * r) * head_dim * 2 + (keys * r * 2 if atomics else 0)
-                + (2 * dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0) + 4 * r * 4 + 32 + 1024)
+                + (2 * dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0)
+                + 4 * r * 4 + 32 + 1024)
         return {"block_n": keys, "block_m": r, "threads": 128 * wgs, "dq_atomics": atomics, "wgmma": 1,
                 "dq_bulk": chosen["DQ_BULK"], "tma_loads": chosen["TMA_LOADS"],
                 "smem": smem, "dq_smem": 0 if atomics else 6 * r * head_dim * 2 + 1024,
                 "defines": tuple(sorted(chosen.items()))}
-    if any(x is not None for x in (overlap, warpgroups, dq_bulk, tma_loads)):
-        raise ValueError("overlap, warpgroups, dq_bulk and tma_loads are switches of the WGMMA build (wgmma=1)")
+    if any(v is not None for v in switches.values()):
+        raise ValueError(f"{', '.join(sorted(switches))}: switch(es) of the WGMMA build (wgmma=1)")
     dq_atomics = SWITCHES["DQ_ATOMICS"][0] if dq_atomics is None else int(dq_atomics)
     if dq_atomics not in SWITCHES["DQ_ATOMICS"]:
         raise ValueError(f"dq_atomics must be one of {SWITCHES['DQ_ATOMICS']}, got {dq_atomics!r}")
@@ -144,11 +177,11 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
 
 
 def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, dq_atomics=None,
-                wgmma=None, overlap=None, warpgroups=None, dq_bulk=None, tma_loads=None):
+                wgmma=None, **switches):
     """The kernels built for `arch` (no GPU needed), for reading their ptxas log and SASS. The
     WGMMA build for an sm_90 arch unless wgmma=0."""
     wgmma = arch.startswith("sm_90") if wgmma is None else bool(wgmma)
-    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma), overlap, warpgroups, dq_bulk, tma_loads)
+    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma), **switches)
     if wgmma:
         compiled = nvrtc.compile_stage(WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=head_dim,
                                        defines=dict(cfg["defines"]))
@@ -178,25 +211,22 @@ def _aligned(t: torch.Tensor, align: int = 16) -> bool:
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
-                       dq_atomics=None, wgmma=None, overlap=None, warpgroups=None, dq_bulk=None,
-                       tma_loads=None):
+                       dq_atomics=None, wgmma=None, **switches):
     """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
     output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
     that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
     summed over each group of query heads). New contiguous tensors in q's dtype. No gradient
     of these gradients: a second backward raises (once_differentiable). `wgmma` (default: 1 on
     an sm_90 GPU), `tiles` (one of CHOICES) and `dq_atomics` (0: the separate dQ pass) are for
-    measuring the alternatives; tiles apply to the mma.sync build (wgmma=0), overlap,
-    warpgroups, dq_bulk and tma_loads to the WGMMA build, dq_atomics to both (each build has
-    its own default)."""
+    measuring the alternatives; tiles apply to the mma.sync build (wgmma=0), the keyword
+    `switches` (WGMMA_SWITCHES by lower-case name: overlap=0, warpgroups=2, …) to the WGMMA
+    build, dq_atomics to both (each build has its own default)."""
     with torch.no_grad():
         return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
-                         dq_atomics=dq_atomics, wgmma=wgmma, overlap=overlap, warpgroups=warpgroups,
-                         dq_bulk=dq_bulk, tma_loads=tma_loads)
+                         dq_atomics=dq_atomics, wgmma=wgmma, **switches)
 
 
-def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None,
-              overlap=None, warpgroups=None, dq_bulk=None, tma_loads=None):
+def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None, **switches):
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -211,13 +241,11 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
         raise ValueError(f"lse must be a [B, H, Sq] = {[B, H, Sq]} tensor (the forward's "
                          "row log-sum-exp)")
     if wgmma is None:  # the Hopper build on an H100, unless an mma.sync choice was asked for
-        wgmma = ((wgmma_here() and tiles is None) or overlap is not None or warpgroups is not None
-                 or dq_bulk is not None or tma_loads is not None)
+        wgmma = (wgmma_here() and tiles is None) or any(v is not None for v in switches.values())
     if wgmma and not wgmma_here():
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
-    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)), overlap,
-                 warpgroups, dq_bulk, tma_loads)
+    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)), **switches)
     atomics = cfg["dq_atomics"]
     if B * H * Sq * Sk * D == 0:  # no products: zero gradients of the inputs' shapes
         return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),

@@ -1,28 +1,28 @@
-// Stage 8, the Hopper build (WGMMA 1, sm_90a): the same two kernels as stages/stage8.cu — dK and
-// dV per block of keys, dQ in a pass of its own — with every product a warpgroup's wgmma instead
-// of warps' mma.sync. Read stage8.cu first; this file changes the machinery, not the algorithm:
+// Stage 8, the Hopper build (WGMMA 1, sm_90a): the kernels of stages/stage8.cu — dK and dV per
+// block of keys, dQ in a pass of its own or summed from the dK/dV kernel — with every product a
+// warpgroup's wgmma instead of warps' mma.sync. Read stage8.cu first. This file changes the
+// machinery, not the algorithm, one compile-time switch at a time (stages/stage8.py, SWITCHES;
+// its WGMMA_BUILD says which ones the stage runs at each head dim, and why):
 //
-//   - A block is one warpgroup (4 warps, 128 threads), and a product is one 64-row wgmma: the
-//     dK/dV kernel owns 64 keys (warp w the 16 keys [16w, 16w + 16), as before), the dQ pass 64
+//   - A warpgroup (4 warps, 128 threads) makes each product as one 64-row wgmma: in the dK/dV
+//     kernel it owns 64 keys (warp w the 16 keys [16w, 16w + 16), as before), in the dQ pass 64
 //     query rows.
 //   - Operands come from shared memory through descriptors (stages/hopper.cuh), in the
 //     128-byte-swizzled layout wgmma reads: a D-wide tile is D/64 "atoms" of [rows][64]
 //     elements, 128-byte rows, chunk c of row r at chunk c ^ (r % 8). The cp.async copies write
-//     that layout directly (TMA would too; the copies keep this file close to stage8.cu).
+//     that layout directly, and so does TMA (TMA_LOADS).
 //   - The transposed operands cost nothing: dV += Pᵀ·dO and dK += dSᵀ·Q read dO and Q as B
-//     "MN-major" (the tensor core transposes 16-bit tiles as it reads), and so does the dQ
-//     pass's dQ += dS·K with K. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ read both operands K-major.
+//     "MN-major" (the tensor core transposes 16-bit tiles as it reads), and so does
+//     dQ += dS·K with K. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ read both operands K-major.
 //   - Pᵀ and dSᵀ, in the accumulator layout, are the register A operand of the next wgmma, as
 //     P is in stage 6's P·V.
 // cp.async writes shared memory through the generic proxy, wgmma reads it through the async
 // proxy: each thread fences (fence.proxy.async) after its copies land, before the barrier.
-// OVERLAP 1 (stages/stage8.py, SWITCHES; 0 undoes it) lets the exponentials run under the tensor
-// core: each product is committed as a group of its own, and the warpgroup waits only for the
-// one it needs next — P is computed while dPᵀ is still being multiplied, and dS (dK/dV kernel)
-// while dV += Pᵀ·dO is. No warp specialization and no TMA here: the first steps from stage 5's
-// machinery to stage 6's, measured on their own.
 //
-// Two more switches, the step towards FlashAttention-3's backward (stages/stage8.py, SWITCHES):
+// The switches, in the order the stage 8 notebook measures them:
+//   OVERLAP 1 lets the exponentials run under the tensor core: each product is committed as a
+//     group of its own, and the warpgroup waits only for the one it needs next — P is computed
+//     while dPᵀ is still being multiplied, and dS (dK/dV kernel) while dV += Pᵀ·dO is.
 //   WARPGROUPS 2: a dK/dV block is two warpgroups that own 64 keys each (128 keys) and share
 //     every Q and dO tile they copy — half the copies per key, and twice the work per barrier.
 //   DQ_ATOMICS 1: no dQ pass. Each warpgroup also stores its dSᵀ (keys × 64 queries) to shared
@@ -31,20 +31,22 @@
 //     Five products per tile instead of the dQ pass's seven, for traffic into dQ: the 64-row
 //     partial sums of every key block. With two warpgroups at D 128 they split D's two 64-column
 //     halves over all 128 keys (each row of dQ gets one addition per 128 keys); otherwise each
-//     warpgroup adds its own 64 keys' share over all of D.
+//     warpgroup adds its own 64 keys' share over all of D (64 columns are one wgmma's width).
 //   DQ_BULK 1 (with DQ_ATOMICS): the copy engine adds them instead. Each warpgroup stores its
-//     64 × 64 partial dQ to shared memory (4 floats per store, in the accumulators' own order)
-//     (two buffers: step it − 1's may still be read out while step it writes) and one thread
-//     hands the 16 KB to a bulk reduction (cp.reduce.async.bulk .add.f32) into a
-//     float32 dQ kept in that order, 16 KB per (64 query rows, 64 columns); the launcher puts the
-//     rows back in order when it converts dQ to q's dtype. No reduction instructions in the
-//     warps' stream, and no memory fence waiting for them.
+//     64 × 64 partial dQ to shared memory (4 floats per store, in the accumulators' own order;
+//     two buffers, so step it − 1's may still be read out while step it writes) and one thread
+//     hands the 16 KB to a bulk reduction (cp.reduce.async.bulk .add.f32) into a float32 dQ
+//     kept in that order, 16 KB per (64 query rows, 64 columns); the launcher puts the rows back
+//     in order when it converts dQ to q's dtype. No reduction instructions in the warps' stream,
+//     and no memory fence waiting for them.
 //   TMA_LOADS 1 (dK/dV kernel): the copy engine loads each step's Q and dO tiles (tensor maps,
 //     swizzled as wgmma reads them) and its lse and δ rows (bulk copies), issued by one thread
 //     two steps ahead into the two buffers; a buffer's "full" mbarrier counts the bytes, its
-//     "empty" one the warps done with it. No copy instructions in the other threads' stream, no
-//     proxy fence, and no block-wide barrier at the top of each step: the warpgroups may drift
-//     apart by up to a step (as far as the dS exchange of DQ_ATOMICS lets them).
+//     "empty" one the threads done with it. No copy instructions in the other threads' stream,
+//     no proxy fence, and no block-wide barrier at the top of each step: the warpgroups may
+//     drift apart by up to a step (as far as the dS exchange of DQ_ATOMICS lets them).
+// Not here yet (FlashAttention-3 has them): a producer warpgroup with setmaxnreg, and the next
+// query block's Sᵀ and dPᵀ issued before this block's dK is waited for.
 #include "hopper.cuh"
 #include "mma.cuh"
 
@@ -76,6 +78,8 @@ static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
 #if DQ_BULK
 constexpr int DQ_TILES = DQ_SPLITS_D ? 1 : ATOMS;  // 64 × 64 partial dQ tiles per warpgroup and step
+// Two steps' worth, so that step it writes while step it − 1's are read out.
+constexpr int DQ_BUFFERS = 2;
 #endif
 
 // Element offset of (row, col) in a [ATOMS][R][64] tile, 128-byte swizzle.
@@ -136,7 +140,7 @@ struct KeySmem {  // the dK/dV kernel's shared memory (1024-byte aligned members
     elem_t ds[KEYS][64];  // dSᵀ of the step: keys × 64 queries, the A operand of dS·K (MN-major)
 #endif
 #if DQ_BULK
-    float dq[2][WARPGROUPS][DQ_TILES][64 * 64];  // each warpgroup's partial dQ, in accumulator order, two steps' worth
+    float dq[DQ_BUFFERS][WARPGROUPS][DQ_TILES][64 * 64];  // each warpgroup's partial dQ, in accumulator order
 #endif
     float lse[2][ROWS];
     float delta[2][ROWS];
@@ -350,7 +354,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #if DQ_BULK
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
             // contiguous bytes. The launcher's postprocess reads this order back.
-            float* const tile = sm.dq[it % 2][wg][(c - c0) / 64];
+            float* const tile = sm.dq[it % DQ_BUFFERS][wg][(c - c0) / 64];
 #pragma unroll
             for (int n = 0; n < 8; ++n)
                 *reinterpret_cast<float4*>(tile + (128 * n + tid % THREADS) * 4) =
@@ -370,7 +374,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0 / ROWS) * D * ROWS;
 #pragma unroll
             for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64)
-                bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[it % 2][wg][(c - c0) / 64], 64 * ROWS * 4);
+                bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[it % DQ_BUFFERS][wg][(c - c0) / 64], 64 * ROWS * 4);
             bulk_commit();
         }
 #endif

@@ -75,15 +75,17 @@ def test_every_build_matches_reference(D, seed):
                     assert c.passed, f"{name} {tiles} atomics={atomics} causal={causal} seed {seed}: {c.summary()}"
 
 
-# The WGMMA build's switches besides OVERLAP: (warpgroups, dq_atomics, dq_bulk, tma_loads)
+# The WGMMA build's switches besides OVERLAP: (warpgroups, dq_atomics, dq_bulk, tma_loads). The
+# stage's builds (stage8.WGMMA_BUILD) are the last two rows at D 64 and D 128; the first row was
+# the stage's WGMMA build before them.
 WGMMA_SWITCHES = [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0), (2, 1, 0, 0), (1, 1, 1, 0), (2, 1, 1, 0),
-                  (1, 0, 0, 1), (2, 1, 0, 1), (2, 1, 1, 1)]
+                  (1, 0, 0, 1), (2, 1, 0, 1), (1, 1, 1, 1), (2, 1, 1, 1)]
 _switch_id = "wg{}-atomics{}-bulk{}-tma{}".format
 _switch_kw = lambda w, a, b, t: {"warpgroups": w, "dq_atomics": a, "dq_bulk": b, "tma_loads": t}  # noqa: E731
 
 
 @cpu_only
-@pytest.mark.parametrize("switches, dtype", [(WGMMA_SWITCHES[0], torch.float16)]
+@pytest.mark.parametrize("switches, dtype", [(s, torch.float16) for s in WGMMA_SWITCHES[-2:]]
                          + [(s, torch.bfloat16) for s in WGMMA_SWITCHES], ids=str)
 @pytest.mark.parametrize("D", [64, 128])
 def test_wgmma_build_compiles_offline(D, dtype, switches):
@@ -129,7 +131,7 @@ def test_wgmma_and_mma_sync_builds_agree(seed):
 
 
 @gpu
-@pytest.mark.parametrize("switches", WGMMA_SWITCHES[1:], ids=lambda s: _switch_id(*s))
+@pytest.mark.parametrize("switches", WGMMA_SWITCHES, ids=lambda s: _switch_id(*s))
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_wgmma_switches_match_reference(shape, switches, seed):
     """Two warpgroups per key block and dQ by reductions (vector or bulk), at every shape of the
@@ -143,6 +145,21 @@ def test_wgmma_switches_match_reference(shape, switches, seed):
         assert c.passed, f"{name} {shape} {switches} seed {seed}: {c.summary()}"
 
 
+@gpu
+def test_deterministic_dq_pass(seed):
+    """dq_atomics=0 (the dQ pass) gives the same bits for the same inputs, at both head dims;
+    the stage's build (dQ summed by reductions) passes the rule there too."""
+    if not stage8.wgmma_here():
+        pytest.skip("the WGMMA build needs sm_90")
+    for D in (64, 128):
+        q, k, v, out, dout, lse = _run(1, 8, 2, 300, 333, D, True, torch.bfloat16, seed)
+        first, again = (stage8.attention_backward(q, k, v, out, dout, lse, causal=True, dq_atomics=0)
+                        for _ in range(2))
+        assert all(torch.equal(a, b) for a, b in zip(first, again)), f"D{D}: the dQ pass is not deterministic"
+        for name, c in check_gradients(first, q, k, v, dout, causal=True).items():
+            assert c.passed, f"{name} D{D} dQ pass seed {seed}: {c.summary()}"
+
+
 def test_bad_choices_are_refused():
     with pytest.raises(ValueError, match="tiles"):
         stage8.config(64, (32, 32))
@@ -151,17 +168,31 @@ def test_bad_choices_are_refused():
     with pytest.raises(ValueError, match="WGMMA build"):
         stage8.config(64, (128, 64), None, 1)
     with pytest.raises(ValueError, match="overlap"):
-        stage8.config(64, None, None, 0, 0)
+        stage8.config(64, None, None, 0, overlap=0)
     with pytest.raises(ValueError, match="overlap"):
-        stage8.config(64, None, None, 1, 2)
+        stage8.config(64, None, None, 1, overlap=2)
     with pytest.raises(ValueError, match="warpgroups"):
-        stage8.config(64, None, None, 1, None, 3)
+        stage8.config(64, None, None, 1, warpgroups=3)
     with pytest.raises(ValueError, match="warpgroups"):
-        stage8.config(64, None, None, 0, None, 2)
+        stage8.config(64, None, None, 0, warpgroups=2)
     with pytest.raises(ValueError, match="dq_atomics"):
         stage8.config(64, None, True, 1)
     with pytest.raises(ValueError, match="dq_atomics=1"):
         stage8.config(64, None, 0, 1, dq_bulk=1)
+    with pytest.raises(TypeError, match="unknown switch"):
+        stage8.config(64, None, None, 1, warpgroup=2)
+
+
+def test_the_stages_wgmma_build_per_head_dim():
+    """The WGMMA build's defaults are the measured ones, and config honours them: two warpgroups,
+    bulk dQ and TMA loads at D 128; one warpgroup, bulk dQ and TMA loads at D 64."""
+    for D, wgs in ((64, 1), (128, 2)):
+        cfg = stage8.config(D, wgmma=1)
+        assert dict(cfg["defines"]) == stage8.WGMMA_BUILD[D]
+        assert cfg["threads"] == 128 * wgs and cfg["block_n"] == 64 * wgs and cfg["dq_smem"] == 0
+        assert cfg["smem"] <= 227 * 1024  # what one block may have on an H100
+        deterministic = stage8.config(D, None, 0, 1)  # dq_atomics=0: the dQ pass, nothing in bulk
+        assert dict(deterministic["defines"])["DQ_BULK"] == 0 and deterministic["dq_smem"] > 0
 
 
 def test_bulk_tiles_back_in_order():
