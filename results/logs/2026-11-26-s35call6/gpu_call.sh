@@ -15,4 +15,4 @@ for tool in racecheck memcheck synccheck; do
 done
 step backward 330 python3 scripts/backward_bench.py --record --variants --rounds 5
 grep -E "^\| B|recorded|not recorded" $OUT/logs/backward.log | cut -c1-200
-tar czf $OUT/run.tgz results
+tar czf $OUT/run.tgz results/*.json results/*.png
