@@ -60,12 +60,17 @@ def show_backward_table(rec: dict) -> None:
     from IPython.display import Markdown, display
     lines = [record_line(rec), "",
              "| shape | causal | stage 8 µs | TFLOPS | SDPA default µs | stage 8 × SDPA default "
-             "| SDPA FLASH µs | stage 8 × SDPA FLASH |", "|---|---|---|---|---|---|---|---|"]
+             "| SDPA FLASH µs | stage 8 × SDPA FLASH | gradients (largest error / tolerance) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rec["rows"]:
         d, f = r.get("sdpa_default_us"), r.get("sdpa_flash_us")
+        grads = "—"
+        if "passed" in r:
+            worst = max(r["max_grad_err"][n] / r["grad_tolerance"][n] for n in r["max_grad_err"])
+            grads = f"{'pass' if r['passed'] else 'FAIL'} ({worst:.2f})"
         lines.append(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['us']:,.0f} | {r['tflops']:.0f} | {d:,.0f} | {d / r['us']:.2f}× | "
-                     f"{f:,.0f} | {f / r['us']:.2f}× |")
+                     f"{f:,.0f} | {f / r['us']:.2f}× | {grads} |")
     display(Markdown("\n".join(lines)))
 
 

@@ -37,8 +37,9 @@ def forward_with_lse(q, k, v, causal):
     return stage5.attention(q, k, v, causal=causal, lse=lse), lse
 
 
-def check(B, H, S, D, causal, dtype, seed) -> bool:
-    """Stage 8's gradients on a slice of the shape (B1 H2, the same lengths) by the error rule."""
+def check(B, H, S, D, causal, dtype, seed) -> dict:
+    """Stage 8's gradients on a slice of the shape (B1 H2, the same lengths) by the error rule:
+    {dq, dk, dv: the check} (lib.reference.check_gradients)."""
     q, k, v = make_qkv(1, 2, S, D, dtype=dtype, seed=seed)
     dout = torch.randn_like(q)
     out, lse = forward_with_lse(q, k, v, causal)
@@ -46,7 +47,7 @@ def check(B, H, S, D, causal, dtype, seed) -> bool:
     checks = check_gradients(grads, q, k, v, dout, causal=causal)
     for name, c in checks.items():
         print(f"   check B1 H2 S{S} D{D} {'causal' if causal else 'full'} {name}: {c.summary()}", flush=True)
-    return all(c.passed for c in checks.values())
+    return checks
 
 
 # The WGMMA build's combinations that --variants times: (label, switches). Warpgroups × how dQ
@@ -112,7 +113,7 @@ def main() -> int:
         for causal in (False, True):
             t0 = time.time()
             seed = torch.randint(0, 2**31 - 1, ()).item()
-            ok &= check(B, H, S, D, causal, dtype, seed)
+            before = check(B, H, S, D, causal, dtype, seed)
             q, k, v = make_qkv(B, H, S, D, dtype=dtype, seed=seed)
             dout = torch.randn_like(q)
             out, lse = forward_with_lse(q, k, v, causal)
@@ -142,7 +143,13 @@ def main() -> int:
                   f"{row.get('sdpa_flash_us', 0):9,.1f} µs ({row.get('sdpa_flash_us', 0) / row['us']:.2f}x) "
                   f"[{time.time() - t0:.0f} s]", flush=True)
             del q, k, v, dout, out, lse, fns
-            ok &= check(B, H, S, D, causal, dtype, seed + 1)  # validated again after timing
+            after = check(B, H, S, D, causal, dtype, seed + 1)  # validated again after timing
+            # the larger error of the two checks per gradient, with its tolerance, and whether both held
+            row["max_grad_err"] = {n: max(before[n].max_abs_err, after[n].max_abs_err) for n in before}
+            row["grad_tolerance"] = {n: min(before[n].tolerance, after[n].tolerance) for n in before}
+            row["passed"] = all(c.passed for c in (*before.values(), *after.values()))
+            row["sdpa_us"] = row.get("sdpa_default_us")  # SDPA default's backward, the issue's name for it
+            ok &= row["passed"]
     print("\n| shape | causal | stage 8 µs | TFLOPS | SDPA default µs | × SDPA default | SDPA FLASH µs | × SDPA FLASH |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

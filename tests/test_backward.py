@@ -371,7 +371,9 @@ def test_launch_arguments_match_kernel_signature(monkeypatch):
     q, k, v = make_qkv(2, 4, 40, 64, Sk=33, Hkv=2, dtype=torch.float16, device="cpu")
     q = q.transpose(1, 2).contiguous().transpose(1, 2)
     dout = torch.randn(2, 40, 4, 64, dtype=torch.float16).transpose(1, 2)
-    stage8.attention_backward(q, k, v, torch.randn_like(q), dout, torch.zeros(2, 4, 40), causal=True)
+    # the mma.sync build, whose kernels _param_sizes reads (on an H100 the default is the WGMMA
+    # build, whose launch takes tensor maps of the device tensors)
+    stage8.attention_backward(q, k, v, torch.randn_like(q), dout, torch.zeros(2, 4, 40), causal=True, wgmma=0)
     (config, params), (dq_config, dq_params) = launches
     want = _param_sizes(stage8, torch.float16, 64)
     assert [_arg_size(a) for a in params] == want["attention_backward"]
