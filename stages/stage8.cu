@@ -6,7 +6,7 @@
 //     dK = scale·dSᵀ·Q      dQ = scale·dS·K
 // No S or P of a whole row is ever stored: each is recomputed tile by tile from Q, K and lse,
 // as the forward computed it. δ (one number per query row) comes first, from dO and O
-// (stages/stage8.py: the preprocess).
+// (stages/stage8_preprocess.cu, launched by stages/stage8.py: the preprocess).
 //
 // One block owns BLOCK_N keys of one (batch, K/V head) — warp w the 16 keys [16w, 16w + 16) —
 // and keeps their dK and dV in registers while it walks over every query block of every query

@@ -3,8 +3,8 @@
 `attention_backward(q, k, v, out, dout, lse)` gives (dq, dk, dv) from the forward's inputs,
 its output, the output's gradient and the row log-sum-exp the forward saved
 (stages/stage8.cu says how). Three steps, timed together:
-  1. preprocess (PyTorch): δ = rowsum(dO ∘ O) in float32, and lse in log2 units; both padded
-     to whole query blocks (lse with +∞, so padded rows get P = 0);
+  1. preprocess (stages/stage8_preprocess.cu, one kernel): δ = rowsum(dO ∘ O) in float32, and
+     lse in log2 units; both padded to whole query blocks (lse with +∞, so padded rows get P = 0);
   2. the dK/dV kernel: one block per block of keys of a (batch, K/V head), dK and dV in
      registers while it walks over every query block of the group's heads;
   3. dQ: either a kernel of its own, one block per 64 query rows walking over the keys as the
@@ -39,6 +39,7 @@ from lib.inputs import StageInfo, causal_from_mask, causal_mode, validate
 
 SOURCE = Path(__file__).with_suffix(".cu")
 WGMMA_SOURCE = Path(__file__).with_name("stage8_wgmma.cu")  # the Hopper build (WGMMA 1, sm_90a)
+PREPROCESS_SOURCE = Path(__file__).with_name("stage8_preprocess.cu")  # δ and lse in log2 units, both builds
 # (BLOCK_N keys per block: 16 per warp, BLOCK_M queries per step) per head dim, the fastest of
 # CHOICES with the dQ pass in that measurement. At D 128 a warp's dK and dV take 128
 # accumulator registers; with 64 queries per step, Sᵀ and dPᵀ another 64 and ptxas spills
@@ -96,7 +97,8 @@ INFO = StageInfo(
     min_cc=(8, 0),
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
-    sources=("stages/stage8.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/mma.cuh",
+    sources=("stages/stage8.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/stage8_preprocess.cu",
+             "stages/mma.cuh",
              "stages/hopper.cuh", "stages/attention.cuh"),
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
@@ -188,7 +190,9 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, 
     else:
         compiled = nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
                                        defines=dict(cfg["defines"]))
-    return {"attention_backward": compiled}
+    return {"attention_backward": compiled,
+            "attention_backward_preprocess": nvrtc.compile_stage(PREPROCESS_SOURCE, arch=arch, dtype=dtype,
+                                                                 head_dim=head_dim)}
 
 
 @lru_cache(maxsize=None)
@@ -202,6 +206,30 @@ def _kernels(dtype, head_dim: int, cfg_key: tuple) -> dict:
                                        head_dim=head_dim, defines=dict(cfg["defines"]))
         return {n: nvrtc.load_kernel(compiled, n, max_dynamic_smem=smem) for n in names}
     return nvrtc.stage_kernels(SOURCE, names, dtype, head_dim, max_dynamic_smem=smem, defines=cfg["defines"])
+
+
+@lru_cache(maxsize=None)
+def _preprocess_kernel(dtype, head_dim: int):
+    return nvrtc.stage_kernels(PREPROCESS_SOURCE, ("attention_backward_preprocess",), dtype,
+                               head_dim)["attention_backward_preprocess"]
+
+
+def preprocess(out, dout, lse, sq_pad: int):
+    """(δ, lse·log2 e), each [B, H, sq_pad] float32: δ = rowsum(dO ∘ O), 0 past Sq; the
+    log-sum-exp in log2 units, +∞ where it is −∞ (a row that sees no key) and past Sq. One
+    kernel (stages/stage8_preprocess.cu), one warp per row; out and dout of any strides with
+    unit last dim (others are copied first)."""
+    B, H, Sq, D = out.shape
+    out, dout = (t if t.stride(-1) == 1 else t.contiguous() for t in (out, dout))
+    delta = torch.empty((B, H, sq_pad), dtype=torch.float32, device=out.device)
+    lse2 = torch.empty((B, H, sq_pad), dtype=torch.float32, device=out.device)
+    rows = B * H * sq_pad
+    nvrtc.check_grid_x("stage 8 (preprocess)", -(-rows // 8))
+    nvrtc.launch_prepared(_preprocess_kernel(out.dtype, D), nvrtc.launch_config((-(-rows // 8), 1, 1), (256, 1, 1)),
+                          (dout.data_ptr(), out.data_ptr(), lse.float().contiguous().data_ptr(), delta.data_ptr(),
+                           lse2.data_ptr(), np.int32(Sq), np.int32(sq_pad), np.int32(H), np.int64(rows),
+                           *nvrtc.layout_args(out), *nvrtc.layout_args(dout)))
+    return delta, lse2
 
 
 def _aligned(t: torch.Tensor, align: int = 16) -> bool:
@@ -262,11 +290,7 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
     if not _aligned(dout):  # autograd may hand a broadcast or strided gradient
         dout = dout.contiguous()
     bn = cfg["block_n"]
-    # Preprocess: δ and lse·log2(e), padded to whole query blocks.
-    delta = torch.zeros((B, H, sq_pad), dtype=torch.float32, device=q.device)
-    delta[..., :Sq] = (dout.float() * out.float()).sum(-1)
-    lse2 = torch.full((B, H, sq_pad), math.inf, dtype=torch.float32, device=q.device)
-    lse2[..., :Sq] = torch.where(torch.isneginf(lse), math.inf, lse.float() * math.log2(math.e))
+    delta, lse2 = preprocess(out, dout, lse, sq_pad)
     n_blocks = (Sk + bn - 1) // bn * B * Hk
     nvrtc.check_grid_x("stage 8", n_blocks)
     kerns = _kernels(q.dtype, D, tuple(sorted(cfg.items())))
@@ -283,9 +307,9 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
                           (*maps, *inputs, dq.data_ptr() if atomics else 0, dk.data_ptr(), dv.data_ptr(),
                            *shape_args))
     if atomics:
-        if cfg.get("dq_bulk"):
-            dq = tiles_in_order(dq)
-        return dq[:, :, :Sq].to(q.dtype), dk, dv  # postprocess: dQ's float32 sum in q's dtype
+        # postprocess: dQ's float32 sum in q's dtype (and in row order after bulk reductions)
+        dq = tiles_in_order(dq, q.dtype) if cfg.get("dq_bulk") else dq.to(q.dtype)
+        return (dq if dq.shape[2] == Sq else dq[:, :, :Sq].contiguous()), dk, dv
     n_dq_blocks = (Sq + DQ_ROWS - 1) // DQ_ROWS * B * H
     nvrtc.check_grid_x("stage 8 (dQ pass)", n_dq_blocks)
     nvrtc.launch_prepared(kerns["attention_backward_dq"],
@@ -294,14 +318,18 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
     return dq, dk, dv
 
 
-def tiles_in_order(acc: torch.Tensor) -> torch.Tensor:
+def tiles_in_order(acc: torch.Tensor, dtype=None) -> torch.Tensor:
     """The [B, H, Sq_pad, D] float32 dQ that the bulk reductions (DQ_BULK) summed, tile by tile
-    in the accumulators' order, as rows and columns. Each 64 × 64 tile (query block, 64-column
-    block) holds thread t's elements 4n … 4n + 3 at (128n + t)·4; t = 32w + 4g + i4 holds rows
-    16w + g and + 8 (jh), columns 8n + 2·i4 and + 1 (jl): element 4n + 2·jh + jl."""
+    in the accumulators' order, as rows and columns, in `dtype` (default acc's), in one copy.
+    Each 64 × 64 tile (query block, 64-column block) holds thread t's elements 4n … 4n + 3 at
+    (128n + t)·4; t = 32w + 4g + i4 holds rows 16w + g and + 8 (jh), columns 8n + 2·i4 and + 1
+    (jl): element 4n + 2·jh + jl."""
     B, H, S, D = acc.shape
-    t = acc.reshape(B * H, S // 64, D // 64, 8, 4, 8, 4, 2, 2)  # bh, qb, atom, n, w, g, i4, jh, jl
-    return t.permute(0, 1, 4, 7, 5, 2, 3, 6, 8).reshape(B, H, S, D)  # bh, qb, w, jh, g | atom, n, i4, jl
+    t = acc.view(B * H, S // 64, D // 64, 8, 4, 8, 4, 2, 2)  # bh, qb, atom, n, w, g, i4, jh, jl
+    ordered = torch.empty((B, H, S, D), dtype=dtype or acc.dtype, device=acc.device)
+    ordered.view(B * H, S // 64, 4, 2, 8, D // 64, 8, 4, 2).copy_(  # bh, qb, w, jh, g | atom, n, i4, jl
+        t.permute(0, 1, 4, 7, 5, 2, 3, 6, 8))
+    return ordered
 
 
 class _Attention(torch.autograd.Function):

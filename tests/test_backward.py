@@ -1,6 +1,8 @@
 """Stage 8, the backward pass (issue 23), and autograd through stage 5: gradients against
 float64 autograd of the reference, by the error rule (lib.reference.check_gradients), on fresh
 random inputs at odd sizes, GQA, both causal alignments and strided views."""
+import math
+
 import pytest
 import torch
 
@@ -158,6 +160,26 @@ def test_deterministic_dq_pass(seed):
         assert all(torch.equal(a, b) for a, b in zip(first, again)), f"D{D}: the dQ pass is not deterministic"
         for name, c in check_gradients(first, q, k, v, dout, causal=True).items():
             assert c.passed, f"{name} D{D} dQ pass seed {seed}: {c.summary()}"
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+def test_preprocess_matches_torch(D, seed):
+    """The preprocess kernel's δ and lse·log2 e against PyTorch, float64: odd Sq (padding rows),
+    a strided dO, rows whose lse is −∞ (they see no key)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    B, H, Sq, sq_pad = 2, 3, 77, 128
+    out = torch.randn(B, H, Sq, D, device="cuda", generator=gen).to(torch.bfloat16)
+    dout = torch.randn(B, Sq, H, D, device="cuda", generator=gen).to(torch.bfloat16).transpose(1, 2)
+    lse = torch.randn(B, H, Sq, device="cuda", generator=gen)
+    lse[0, 1, :5] = -math.inf
+    delta, lse2 = stage8.preprocess(out, dout, lse, sq_pad)
+    want = (dout.double() * out.double()).sum(-1)
+    assert torch.allclose(delta[..., :Sq].double(), want, rtol=1e-5, atol=1e-4), (delta[..., :Sq] - want).abs().max()
+    assert torch.all(delta[..., Sq:] == 0) and torch.all(torch.isposinf(lse2[..., Sq:]))
+    assert torch.all(torch.isposinf(lse2[0, 1, :5]))
+    finite = ~torch.isneginf(lse)
+    assert torch.allclose(lse2[..., :Sq][finite].double(), lse[finite].double() * math.log2(math.e), rtol=1e-6)
 
 
 def test_bad_choices_are_refused():
@@ -368,14 +390,19 @@ def test_launch_arguments_match_kernel_signature(monkeypatch):
     monkeypatch.setattr(stage8, "validate", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
     monkeypatch.setattr(nvrtc, "stage_kernels", lambda source, names, *a, **kw: {k: k for k in names})
     monkeypatch.setattr(nvrtc, "launch_prepared", lambda kernel, config, params: launches.append((config, params)))
+    for cached in (stage8._kernels, stage8._preprocess_kernel):  # no fake kernel left for later tests
+        cached.cache_clear()
+        monkeypatch.setattr(stage8, cached.__name__, cached.__wrapped__)
     q, k, v = make_qkv(2, 4, 40, 64, Sk=33, Hkv=2, dtype=torch.float16, device="cpu")
     q = q.transpose(1, 2).contiguous().transpose(1, 2)
     dout = torch.randn(2, 40, 4, 64, dtype=torch.float16).transpose(1, 2)
     # the mma.sync build, whose kernels _param_sizes reads (on an H100 the default is the WGMMA
     # build, whose launch takes tensor maps of the device tensors)
     stage8.attention_backward(q, k, v, torch.randn_like(q), dout, torch.zeros(2, 4, 40), causal=True, wgmma=0)
-    (config, params), (dq_config, dq_params) = launches
+    (pre_config, pre_params), (config, params), (dq_config, dq_params) = launches
     want = _param_sizes(stage8, torch.float16, 64)
+    assert [_arg_size(a) for a in pre_params] == want["attention_backward_preprocess"]
+    assert pre_params[0] == dout.data_ptr() and [int(s) for s in pre_params[-3:]] == list(dout.stride()[:3])
     assert [_arg_size(a) for a in params] == want["attention_backward"]
     assert [_arg_size(a) for a in dq_params] == want["attention_backward_dq"]
     assert params[3] == dout.data_ptr() and [int(s) for s in params[-3:]] == list(dout.stride()[:3])
