@@ -71,8 +71,11 @@ def variants(D, which="all"):
     out = []
     if stage8.wgmma_here():
         out += [(wgmma_label(w, a, b, t), {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b,
-                                            "tma_loads": t, "overlap": 1})
+                                            "tma_loads": t, "overlap": 1, "dq_turns": 0})
                 for t in stage8.SWITCHES["TMA_LOADS"] for w in stage8.SWITCHES["WARPGROUPS"] for a, b in _DQ]
+        if D == 64:  # two warpgroups taking turns at dQ over all 128 keys (DQ_TURNS)
+            out.append((wgmma_label(2, 1, 1, 1) + ", dQ in turns",
+                        {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1}))
         out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
     if which == "wgmma":
         return out

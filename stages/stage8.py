@@ -52,7 +52,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
-            "TMA_LOADS": (0, 1)}
+            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -64,11 +64,13 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               kernel, summed into a float32 dQ by vector reductions, instead of the dQ pass;
 #   DQ_BULK     with DQ_ATOMICS: summed by the copy engine's bulk reductions from shared memory;
 #   TMA_LOADS   the dK/dV kernel's Q, dO, lse and δ loaded by the copy engine two steps ahead,
-#               with mbarriers instead of a block barrier per step.
+#               with mbarriers instead of a block barrier per step;
+#   DQ_TURNS    (two warpgroups at D 64) the warpgroups take turns making dQ over all 128 keys,
+#               instead of each adding its own 64 keys' share every step.
 # Not a switch: three one-warpgroup blocks per SM at D 64 (__launch_bounds__(128, 3), 168
 # registers). Compiled offline, ptxas spilled 88 bytes and reported its wgmmas serialized for
 # want of registers (C7512), so it was never run.
-WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS")
+WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (results/logs/2026-11-26-s35call5/bench.log, bf16, the standard shapes):
 #   D 128: two warpgroups, dQ summed by bulk reductions, TMA loads: 1.29x (full) and 1.23x
@@ -80,8 +82,8 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS")
 #     and two warpgroups (which must each add their own keys' dQ: 64 columns are one wgmma's
 #     width) ran no faster than one.
 WGMMA_BUILD = {
-    64: {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1},
-    128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1},
+    64: {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0},
+    128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0},
 }
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
@@ -152,6 +154,9 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
                 raise ValueError(f"{name.lower()} must be one of {SWITCHES[name]}, got {chosen[name]!r}")
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
+        if chosen["DQ_TURNS"] and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+            raise ValueError("dq_turns=1 takes two warpgroups at D 64 summing dQ in the dK/dV kernel "
+                             "(warpgroups=2, dq_atomics=1)")
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
         keys = r * wgs
         dq_tiles = wgs * (1 if head_dim // 64 == wgs else head_dim // 64)  # the kernel's DQ_TILES per warpgroup
@@ -214,11 +219,12 @@ def _preprocess_kernel(dtype, head_dim: int):
                                head_dim)["attention_backward_preprocess"]
 
 
-def preprocess(out, dout, lse, sq_pad: int):
+def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None):
     """(δ, lse·log2 e), each [B, H, sq_pad] float32: δ = rowsum(dO ∘ O), 0 past Sq; the
     log-sum-exp in log2 units, +∞ where it is −∞ (a row that sees no key) and past Sq. One
     kernel (stages/stage8_preprocess.cu), one warp per row; out and dout of any strides with
-    unit last dim (others are copied first)."""
+    unit last dim (others are copied first). dq_zero, a contiguous float32 [B, H, sq_pad, D],
+    is zeroed in the same pass."""
     B, H, Sq, D = out.shape
     out, dout = (t if t.stride(-1) == 1 else t.contiguous() for t in (out, dout))
     delta = torch.empty((B, H, sq_pad), dtype=torch.float32, device=out.device)
@@ -227,7 +233,8 @@ def preprocess(out, dout, lse, sq_pad: int):
     nvrtc.check_grid_x("stage 8 (preprocess)", -(-rows // 8))
     nvrtc.launch_prepared(_preprocess_kernel(out.dtype, D), nvrtc.launch_config((-(-rows // 8), 1, 1), (256, 1, 1)),
                           (dout.data_ptr(), out.data_ptr(), lse.float().contiguous().data_ptr(), delta.data_ptr(),
-                           lse2.data_ptr(), np.int32(Sq), np.int32(sq_pad), np.int32(H), np.int64(rows),
+                           lse2.data_ptr(), 0 if dq_zero is None else dq_zero.data_ptr(), np.int32(Sq),
+                           np.int32(sq_pad), np.int32(H), np.int64(rows),
                            *nvrtc.layout_args(out), *nvrtc.layout_args(dout)))
     return delta, lse2
 
@@ -282,15 +289,17 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
     # The kernels write every row of dK and dV (and of dQ, in the dQ pass): no memset, except
     # for the float32 sum the atomics add into.
     sq_pad = (Sq + DQ_ROWS - 1) // DQ_ROWS * DQ_ROWS  # whole blocks of either kernel's rows
-    # (the WGMMA build's atomics add whole 64-row blocks: its float32 dQ has sq_pad rows)
-    dq = (torch.zeros((B, H, sq_pad if cfg["wgmma"] else Sq, D), dtype=torch.float32, device=q.device)
-          if atomics else torch.empty(q.shape, dtype=q.dtype, device=q.device))
+    # The WGMMA build's atomics add whole 64-row blocks: its float32 dQ has sq_pad rows, zeroed
+    # by the preprocess; the mma.sync build's has Sq.
+    dq = (torch.empty((B, H, sq_pad, D), dtype=torch.float32, device=q.device) if atomics and cfg["wgmma"]
+          else torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomics
+          else torch.empty(q.shape, dtype=q.dtype, device=q.device))
     dk = torch.empty(k.shape, dtype=q.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=q.dtype, device=q.device)
     if not _aligned(dout):  # autograd may hand a broadcast or strided gradient
         dout = dout.contiguous()
     bn = cfg["block_n"]
-    delta, lse2 = preprocess(out, dout, lse, sq_pad)
+    delta, lse2 = preprocess(out, dout, lse, sq_pad, dq if atomics and cfg["wgmma"] else None)
     n_blocks = (Sk + bn - 1) // bn * B * Hk
     nvrtc.check_grid_x("stage 8", n_blocks)
     kerns = _kernels(q.dtype, D, tuple(sorted(cfg.items())))

@@ -3,14 +3,16 @@
 //     δ = Σ_d dO·O   in float32 (the row's term of dS = P ∘ (dP − δ)), and
 //     lse·log2 e     the saved log-sum-exp in the kernels' base-2 units;
 // +∞ for a row that sees no key (lse = −∞) and for the padding, so that P = 0 there, and δ = 0
-// for the padding. One warp per row, lane l reading elements l, l + 32, … of dO and O. One
-// kernel, one pass over dO and O: in PyTorch this was six elementwise kernels with float32
-// temporaries.
+// for the padding. One warp per row, lane l reading elements l, l + 32, … of dO and O. With
+// dq_zero (the float32 dQ that the dK/dV kernel's reductions add into, rows × D floats) the
+// warp also writes the row's D zeros there, in the same pass. One kernel, one pass over dO and
+// O: in PyTorch this was six elementwise kernels with float32 temporaries, and a seventh that
+// zeroed dQ.
 #include "attention.cuh"
 
 extern "C" __global__ void __launch_bounds__(256)
 attention_backward_preprocess(const elem_t* dout, const elem_t* out, const float* lse, float* delta,
-                              float* lse2, int Sq, int Sq_pad, int H, long long rows,
+                              float* lse2, float* dq_zero, int Sq, int Sq_pad, int H, long long rows,
                               long long o_batch, long long o_head, int o_row,
                               long long d_batch, long long d_head, int d_row) {
     const long long row_id = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;  // (b·H + h)·Sq_pad + row
@@ -32,5 +34,9 @@ attention_backward_preprocess(const elem_t* dout, const elem_t* out, const float
     if (lane == 0) {
         delta[row_id] = d;
         lse2[row_id] = l2;
+    }
+    if (dq_zero != nullptr) {
+#pragma unroll
+        for (int c = lane; c < HEAD_DIM; c += 32) dq_zero[row_id * HEAD_DIM + c] = 0.0f;
     }
 }

@@ -39,6 +39,10 @@
 //     kept in that order, 16 KB per (64 query rows, 64 columns); the launcher puts the rows back
 //     in order when it converts dQ to q's dtype. No reduction instructions in the warps' stream,
 //     and no memory fence waiting for them.
+//   DQ_TURNS 1 (two warpgroups at D 64, with DQ_ATOMICS): the warpgroups take turns, step by
+//     step, computing dQ over all 128 keys of the block (both warpgroups' dSᵀ, after a block
+//     barrier) instead of each adding its own 64 keys' share every step: half the additions
+//     into dQ, and each warpgroup makes a dQ product every other step, twice as long.
 //   TMA_LOADS 1 (dK/dV kernel): the copy engine loads each step's Q and dO tiles (tensor maps,
 //     swizzled as wgmma reads them) and its lse and δ rows (bulk copies), issued by one thread
 //     two steps ahead into the two buffers; a buffer's "full" mbarrier counts the bytes, its
@@ -65,6 +69,9 @@
 #ifndef TMA_LOADS
 #define TMA_LOADS 0
 #endif
+#ifndef DQ_TURNS
+#define DQ_TURNS 0
+#endif
 
 constexpr int D = HEAD_DIM;
 constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
@@ -73,14 +80,16 @@ constexpr int THREADS = 128;    // one warpgroup
 constexpr int KEYS = ROWS * WARPGROUPS;        // keys per dK/dV block
 constexpr int KEY_THREADS = THREADS * WARPGROUPS;
 constexpr bool DQ_SPLITS_D = ATOMS == WARPGROUPS;  // dQ: one 64-column half of D per warpgroup, over all keys
+constexpr bool DQ_ALL_KEYS = DQ_SPLITS_D || DQ_TURNS;  // a warpgroup's dQ product covers all the block's keys
+static_assert(!DQ_TURNS || (WARPGROUPS == 2 && !DQ_SPLITS_D && DQ_ATOMICS),
+              "DQ_TURNS: two warpgroups that do not split D, summing dQ in this kernel");
 constexpr int CHUNKS = D / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
 #if DQ_BULK
 constexpr int DQ_TILES = DQ_SPLITS_D ? 1 : ATOMS;  // 64 × 64 partial dQ tiles per warpgroup and step
-// Two steps' worth, so that step it writes while step it − 1's are read out.
-constexpr int DQ_BUFFERS = 2;
 #endif
+constexpr int DQ_BUFFERS = 2;  // of DQ_BULK's tiles: step it writes while step it − 1's are read out
 
 // Element offset of (row, col) in a [ATOMS][R][64] tile, 128-byte swizzle.
 template <int R>
@@ -331,17 +340,20 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // The dQ tiles of step it − 2, which this step overwrites, were read out (those of step
         // it − 1 may still be in flight: two buffers); the barrier tells the warpgroup.
         if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
-        // Every warpgroup's dSᵀ when they split D (each reads all keys' dS); else the warpgroup's own.
-        if (DQ_SPLITS_D) __syncthreads();
+        // Every warpgroup's dSᵀ when a dQ product reads all keys' dS; else the warpgroup's own.
+        if (DQ_ALL_KEYS) __syncthreads();
         else named_bar_sync(1 + wg, THREADS);
         // dQ rows m0 … m0 + 63, columns c0 … c0 + 63, over keys k0 … (both operands MN-major).
-        const int c0 = DQ_SPLITS_D ? 64 * wg : 0, k0 = DQ_SPLITS_D ? 0 : ROWS * wg;
-        constexpr int DQ_STEPS = (DQ_SPLITS_D ? KEYS : ROWS) / 16;
+        const int c0 = DQ_SPLITS_D ? 64 * wg : 0, k0 = DQ_ALL_KEYS ? 0 : ROWS * wg;
+        constexpr int DQ_STEPS = (DQ_ALL_KEYS ? KEYS : ROWS) / 16;
+        const bool dq_turn = !DQ_TURNS || it % 2 == wg;  // this warpgroup makes this step's dQ
+        // DQ_TURNS: a warpgroup's own turns alternate its two buffers
+        const int dq_buf = DQ_TURNS ? (it / 2) % DQ_BUFFERS : it % DQ_BUFFERS;
 #if !DQ_BULK
         float* const dq_rows = dq_accum + (((size_t)b * H + head_of(it)) * Sq_pad + m0 + 16 * warp + g) * D;
 #endif
 #pragma unroll
-        for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64) {
+        for (int c = c0; dq_turn && c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64) {
             float dq[32];
             wgmma_fence();
 #pragma unroll
@@ -354,7 +366,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #if DQ_BULK
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
             // contiguous bytes. The launcher's postprocess reads this order back.
-            float* const tile = sm.dq[it % DQ_BUFFERS][wg][(c - c0) / 64];
+            float* const tile = sm.dq[dq_buf][wg][(c - c0) / 64];
 #pragma unroll
             for (int n = 0; n < 8; ++n)
                 *reinterpret_cast<float4*>(tile + (128 * n + tid % THREADS) * 4) =
@@ -367,15 +379,17 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #endif
         }
 #if DQ_BULK
-        fence_proxy_async();                     // the tiles, visible to the copy engine
-        named_bar_sync(1 + wg, THREADS);         // the whole warpgroup's
-        if (tid % THREADS == 0) {
-            // dQ tile (bh, query block, 64-column block): 4,096 floats from dq_accum + 4096 × its index
-            float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0 / ROWS) * D * ROWS;
+        if (dq_turn) {
+            fence_proxy_async();                     // the tiles, visible to the copy engine
+            named_bar_sync(1 + wg, THREADS);         // the whole warpgroup's
+            if (tid % THREADS == 0) {
+                // dQ tile (bh, query block, 64-column block): 4,096 floats from dq_accum + 4096 × its index
+                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0 / ROWS) * D * ROWS;
 #pragma unroll
-            for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64)
-                bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[it % DQ_BUFFERS][wg][(c - c0) / 64], 64 * ROWS * 4);
-            bulk_commit();
+                for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64)
+                    bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[dq_buf][wg][(c - c0) / 64], 64 * ROWS * 4);
+                bulk_commit();
+            }
         }
 #endif
 #endif

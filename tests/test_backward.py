@@ -83,7 +83,10 @@ def test_every_build_matches_reference(D, seed):
 WGMMA_SWITCHES = [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0), (2, 1, 0, 0), (1, 1, 1, 0), (2, 1, 1, 0),
                   (1, 0, 0, 1), (2, 1, 0, 1), (1, 1, 1, 1), (2, 1, 1, 1)]
 _switch_id = "wg{}-atomics{}-bulk{}-tma{}".format
-_switch_kw = lambda w, a, b, t: {"warpgroups": w, "dq_atomics": a, "dq_bulk": b, "tma_loads": t}  # noqa: E731
+_switch_kw = lambda w, a, b, t, turns=0: {"warpgroups": w, "dq_atomics": a, "dq_bulk": b,  # noqa: E731
+                                          "tma_loads": t, "dq_turns": turns}
+# two warpgroups at D 64 taking turns at dQ (DQ_TURNS), with and without bulk reductions
+TURNS = [(2, 1, 1, 1, 1), (2, 1, 0, 1, 1)]
 
 
 @cpu_only
@@ -115,6 +118,39 @@ def test_wgmma_build_compiles_offline(D, dtype, switches):
     assert len(bulk_reds) == (tiles if bulk else 0), bulk_reds
     assert ("UTMALDG" in body) == bool(tma), "TMA loads exactly in the TMA_LOADS build"
     assert " ST.E" not in body, "generic stores: the shared struct's address was lost"
+
+
+@cpu_only
+@pytest.mark.parametrize("switches", TURNS, ids=lambda s: _switch_id(*s[:4]) + "-turns")
+def test_dq_turns_compiles_offline(switches):
+    """DQ_TURNS at D 64 (the only head dim it takes): no spills, wgmma not serialized, and the
+    dQ sum made once per step by one warpgroup (one bulk reduction or 16 vector reductions)."""
+    from lib import nvrtc, sass
+    cfg = stage8.config(64, wgmma=1, **_switch_kw(*switches))
+    compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=torch.bfloat16, head_dim=64,
+                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+    for kernel, u in compiled.resource_usage().items():
+        assert u["spill_stores"] == 0 and u["spill_loads"] == 0, (kernel, u)
+    assert "serializ" not in compiled.log.lower(), compiled.log
+    body = next(part for part in sass.sass_text(compiled.cubin).split("Function : ")[1:]
+                if part.split("\n", 1)[0].strip() == "attention_backward")
+    bulk = switches[2]
+    assert body.count("UBLKRED") == bulk and body.count("REDG") == (0 if bulk else 16)
+    with pytest.raises(ValueError, match="dq_turns"):
+        stage8.config(128, wgmma=1, **_switch_kw(*switches))
+
+
+@gpu
+@pytest.mark.parametrize("switches", TURNS, ids=lambda s: _switch_id(*s[:4]) + "-turns")
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[5] == 64], ids=str)
+def test_dq_turns_match_reference(shape, switches, seed):
+    if not stage8.wgmma_here():
+        pytest.skip("the WGMMA build needs sm_90")
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, **_switch_kw(*switches))
+    for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
+        assert c.passed, f"{name} {shape} {switches} seed {seed}: {c.summary()}"
 
 
 @gpu
@@ -173,7 +209,9 @@ def test_preprocess_matches_torch(D, seed):
     dout = torch.randn(B, Sq, H, D, device="cuda", generator=gen).to(torch.bfloat16).transpose(1, 2)
     lse = torch.randn(B, H, Sq, device="cuda", generator=gen)
     lse[0, 1, :5] = -math.inf
-    delta, lse2 = stage8.preprocess(out, dout, lse, sq_pad)
+    dq_zero = torch.full((B, H, sq_pad, D), math.nan, device="cuda")
+    delta, lse2 = stage8.preprocess(out, dout, lse, sq_pad, dq_zero)
+    assert torch.all(dq_zero == 0), "the float32 dQ is zeroed in the same pass"
     want = (dout.double() * out.double()).sum(-1)
     assert torch.allclose(delta[..., :Sq].double(), want, rtol=1e-5, atol=1e-4), (delta[..., :Sq] - want).abs().max()
     assert torch.all(delta[..., Sq:] == 0) and torch.all(torch.isposinf(lse2[..., Sq:]))
