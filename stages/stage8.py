@@ -40,6 +40,7 @@ from lib.inputs import StageInfo, causal_from_mask, causal_mode, validate
 SOURCE = Path(__file__).with_suffix(".cu")
 WGMMA_SOURCE = Path(__file__).with_name("stage8_wgmma.cu")  # the Hopper build (WGMMA 1, sm_90a)
 PREPROCESS_SOURCE = Path(__file__).with_name("stage8_preprocess.cu")  # δ and lse in log2 units, both builds
+POSTPROCESS_SOURCE = Path(__file__).with_name("stage8_postprocess.cu")  # bulk-summed dQ back to rows
 # (BLOCK_N keys per block: 16 per warp, BLOCK_M queries per step) per head dim, the fastest of
 # CHOICES with the dQ pass in that measurement. At D 128 a warp's dK and dV take 128
 # accumulator registers; with 64 queries per step, Sᵀ and dPᵀ another 64 and ptxas spills
@@ -102,6 +103,7 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage8.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/stage8_preprocess.cu",
+             "stages/stage8_postprocess.cu",
              "stages/mma.cuh",
              "stages/hopper.cuh", "stages/attention.cuh"),
     gqa=True,
@@ -198,8 +200,8 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, 
         compiled = nvrtc.compile_stage(SOURCE, arch=arch, dtype=dtype, head_dim=head_dim,
                                        defines=dict(cfg["defines"]))
     return {"attention_backward": compiled,
-            "attention_backward_preprocess": nvrtc.compile_stage(PREPROCESS_SOURCE, arch=arch, dtype=dtype,
-                                                                 head_dim=head_dim)}
+            **{f"attention_backward_{part}": nvrtc.compile_stage(src, arch=arch, dtype=dtype, head_dim=head_dim)
+               for part, src in (("preprocess", PREPROCESS_SOURCE), ("postprocess", POSTPROCESS_SOURCE))}}
 
 
 @lru_cache(maxsize=None)
@@ -216,9 +218,24 @@ def _kernels(dtype, head_dim: int, cfg_key: tuple) -> dict:
 
 
 @lru_cache(maxsize=None)
-def _preprocess_kernel(dtype, head_dim: int):
-    return nvrtc.stage_kernels(PREPROCESS_SOURCE, ("attention_backward_preprocess",), dtype,
-                               head_dim)["attention_backward_preprocess"]
+def _preprocess_kernel(dtype, head_dim: int, part: str = "preprocess"):
+    """The preprocess kernel (or, part="postprocess", the postprocess one), loaded once."""
+    src = PREPROCESS_SOURCE if part == "preprocess" else POSTPROCESS_SOURCE
+    return nvrtc.stage_kernels(src, (f"attention_backward_{part}",), dtype, head_dim)[f"attention_backward_{part}"]
+
+
+def postprocess(acc: torch.Tensor, Sq: int, dtype) -> torch.Tensor:
+    """The [B, H, sq_pad, D] float32 dQ the bulk reductions summed (tiles in the accumulators'
+    order, tiles_in_order says how) as a new contiguous [B, H, Sq, D] tensor of `dtype`: one
+    kernel (stages/stage8_postprocess.cu), one pass."""
+    B, H, sq_pad, D = acc.shape
+    dq = torch.empty((B, H, Sq, D), dtype=dtype, device=acc.device)
+    quads = acc.numel() // 4
+    nvrtc.check_grid_x("stage 8 (postprocess)", -(-quads // 256))
+    nvrtc.launch_prepared(_preprocess_kernel(dtype, D, "postprocess"),
+                          nvrtc.launch_config((-(-quads // 256), 1, 1), (256, 1, 1)),
+                          (acc.data_ptr(), dq.data_ptr(), np.int32(Sq), np.int32(sq_pad // 64), np.int64(quads)))
+    return dq
 
 
 def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None):
@@ -319,7 +336,9 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
                            *shape_args))
     if atomics:
         # postprocess: dQ's float32 sum in q's dtype (and in row order after bulk reductions)
-        dq = tiles_in_order(dq, q.dtype) if cfg.get("dq_bulk") else dq.to(q.dtype)
+        if cfg.get("dq_bulk"):
+            return postprocess(dq, Sq, q.dtype), dk, dv
+        dq = dq.to(q.dtype)
         return (dq if dq.shape[2] == Sq else dq[:, :, :Sq].contiguous()), dk, dv
     n_dq_blocks = (Sq + DQ_ROWS - 1) // DQ_ROWS * B * H
     nvrtc.check_grid_x("stage 8 (dQ pass)", n_dq_blocks)
@@ -331,7 +350,8 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
 
 def tiles_in_order(acc: torch.Tensor, dtype=None) -> torch.Tensor:
     """The [B, H, Sq_pad, D] float32 dQ that the bulk reductions (DQ_BULK) summed, tile by tile
-    in the accumulators' order, as rows and columns, in `dtype` (default acc's), in one copy.
+    in the accumulators' order, as rows and columns, in `dtype` (default acc's), in one copy: the
+    PyTorch statement of what postprocess() does in a kernel, and its tests' reference.
     Each 64 × 64 tile (query block, 64-column block) holds thread t's elements 4n … 4n + 3 at
     (128n + t)·4; t = 32w + 4g + i4 holds rows 16w + g and + 8 (jh), columns 8n + 2·i4 and + 1
     (jl): element 4n + 2·jh + jl."""

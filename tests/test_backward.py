@@ -220,6 +220,19 @@ def test_preprocess_matches_torch(D, seed):
     assert torch.allclose(lse2[..., :Sq][finite].double(), lse[finite].double() * math.log2(math.e), rtol=1e-6)
 
 
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+def test_postprocess_matches_tiles_in_order(D, seed):
+    """The postprocess kernel puts bulk-summed dQ tiles back in row order as tiles_in_order does
+    (itself checked element by element on the CPU), converted to bf16, dropping padding rows."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    B, H, Sq, sq_pad = 2, 3, 77, 128
+    acc = torch.randn(B, H, sq_pad, D, device="cuda", generator=gen)
+    got = stage8.postprocess(acc, Sq, torch.bfloat16)
+    want = stage8.tiles_in_order(acc, torch.bfloat16)[:, :, :Sq]
+    assert got.shape == (B, H, Sq, D) and got.is_contiguous() and torch.equal(got, want)
+
+
 def test_bad_choices_are_refused():
     with pytest.raises(ValueError, match="tiles"):
         stage8.config(64, (32, 32))
@@ -440,6 +453,8 @@ def test_launch_arguments_match_kernel_signature(monkeypatch):
     (pre_config, pre_params), (config, params), (dq_config, dq_params) = launches
     want = _param_sizes(stage8, torch.float16, 64)
     assert [_arg_size(a) for a in pre_params] == want["attention_backward_preprocess"]
+    stage8.postprocess(torch.zeros(2, 4, 64, 64), 40, torch.float16)  # the WGMMA build's, after bulk reductions
+    assert [_arg_size(a) for a in launches[-1][1]] == want["attention_backward_postprocess"]
     assert pre_params[0] == dout.data_ptr() and [int(s) for s in pre_params[-3:]] == list(dout.stride()[:3])
     assert [_arg_size(a) for a in params] == want["attention_backward"]
     assert [_arg_size(a) for a in dq_params] == want["attention_backward_dq"]
