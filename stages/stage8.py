@@ -73,13 +73,13 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 # want of registers (C7512), so it was never run.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
-# (results/logs/2026-11-26-s35call10/backward.log, bf16, the standard shapes; the record repeats
-# them):
-#   D 128: two warpgroups, dQ summed by bulk reductions, TMA loads: 1.29x (full) and 1.29x
-#     (causal) the one-warpgroup build with the dQ pass. Two warpgroups split dQ's 128 columns,
-#     so each row of dQ gets one addition per 128 keys; the copy engine takes loads and sums off
-#     the warps, which then wait for each other only where they swap dS.
-#   D 64: one warpgroup, dQ by bulk reductions, TMA loads: 1.12x (full) and 1.07x (causal). At
+# (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
+# shapes):
+#   D 128: two warpgroups, dQ summed by bulk reductions, TMA loads: 1.33x (full and causal) the
+#     one-warpgroup build with the dQ pass. Two warpgroups split dQ's 128 columns, so each row
+#     of dQ gets one addition per 128 keys; the copy engine takes loads and sums off the warps,
+#     which then wait for each other only where they swap dS.
+#   D 64: one warpgroup, dQ by bulk reductions, TMA loads: 1.14x (full) and 1.12x (causal). At
 #     D 64 a step has half the products of D 128 for the same exponentials and bookkeeping, and
 #     two warpgroups (which must each add their own keys' dQ, 64 columns being one wgmma's
 #     width) ran no faster than one, nor did they taking turns at dQ over all 128 keys
