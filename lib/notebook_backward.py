@@ -58,17 +58,19 @@ def record_line(rec: dict) -> str:
 def show_backward_table(rec: dict) -> None:
     """Stage 8's backward against SDPA's default (cuDNN) and FLASH backends, same run."""
     from IPython.display import Markdown, display
+    several = len({r.get("dtype") for r in rec["rows"]}) > 1  # a dtype column where the record has both
     lines = [record_line(rec), "",
-             "| shape | causal | stage 8 µs | TFLOPS | SDPA default µs | stage 8 × SDPA default "
-             "| SDPA FLASH µs | stage 8 × SDPA FLASH | gradients (largest error / tolerance) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             ("| dtype " if several else "") + "| shape | causal | stage 8 µs | TFLOPS | SDPA default µs "
+             "| stage 8 × SDPA default | SDPA FLASH µs | stage 8 × SDPA FLASH | gradients (largest error / tolerance) |",
+             "|---" * (10 if several else 9) + "|"]
     for r in rec["rows"]:
         d, f = r.get("sdpa_default_us"), r.get("sdpa_flash_us")
         grads = "—"
         if "passed" in r:
             worst = max(r["max_grad_err"][n] / r["grad_tolerance"][n] for n in r["max_grad_err"])
             grads = f"{'pass' if r['passed'] else 'FAIL'} ({worst:.2f})"
-        lines.append(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | "
+        lines.append((f"| {r['dtype']} " if several else "") +
+                     f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['us']:,.0f} | {r['tflops']:.0f} | {d:,.0f} | {d / r['us']:.2f}× | "
                      f"{f:,.0f} | {f / r['us']:.2f}× | {grads} |")
     display(Markdown("\n".join(lines)))
@@ -150,7 +152,9 @@ def plot_backward(rec: dict):
     w = 0.16
     for i, n in enumerate(names):
         ax.bar(x + (i - 2) * w, vals[n], w, label=n)
-    ax.set_xticks(x, [f"B{r['B']} S{r['S']} D{r['D']}\n{'causal' if r['causal'] else 'full'}" for r in rows])
+    several = len({r.get("dtype") for r in rows}) > 1
+    ax.set_xticks(x, [f"B{r['B']} S{r['S']} D{r['D']}\n{'causal' if r['causal'] else 'full'}"
+                      + (f"\n{r['dtype']}" if several else "") for r in rows])
     ax.set_ylabel("backward TFLOPS (2.5 × forward FLOPs)")
     ax.set_title("The backward pass on the H100, same run (recorded)")
     ax.legend(fontsize=8)

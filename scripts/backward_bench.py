@@ -6,6 +6,9 @@ shape, every sequence length as timed) — and again after timing.
     python scripts/backward_bench.py            # print the table
     python scripts/backward_bench.py --record   # and store it under "backward" in results/<gpu>.json
 
+By default it times bf16 and then fp16 (`--dtype` picks one); `--variants` times the other
+builds in the first of them only.
+
 Each side's time is one whole backward: stage 8's preprocess (δ, lse in log2 units), kernel
 and postprocess (dQ to q's dtype); SDPA's autograd backward of one forward call (whatever
 kernels that backend runs). TFLOPS count 2.5 times the forward's FLOPs (the backward's five
@@ -102,7 +105,9 @@ def sdpa_backward_call(q, k, v, dout, causal, backend):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--record", action="store_true", help="store the rows under 'backward' in results/<gpu>.json")
-    ap.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
+    ap.add_argument("--dtype", default="both", choices=["float16", "bfloat16", "both"],
+                    help="both (the default, what the record holds): bf16 rows, then fp16 rows; the "
+                         "variants are timed in the first dtype only")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--variants", nargs="?", const="all", choices=["all", "wgmma"],
                     help="also time the other builds: every switch of the WGMMA build and (all, the "
@@ -110,53 +115,54 @@ def main() -> int:
     a = ap.parse_args()
     if not HAS_GPU:
         ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU and none was found\n")
-    dtype = getattr(torch, a.dtype)
+    dtypes = ["bfloat16", "float16"] if a.dtype == "both" else [a.dtype]
     rows, ok = [], True
-    for B, H, S, D in SHAPES:
-        for causal in (False, True):
-            t0 = time.time()
-            seed = torch.randint(0, 2**31 - 1, ()).item()
-            before = check(B, H, S, D, causal, dtype, seed)
-            q, k, v = make_qkv(B, H, S, D, dtype=dtype, seed=seed)
-            dout = torch.randn_like(q)
-            out, lse = forward_with_lse(q, k, v, causal)
-            fns = {"stage 8": lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)}
-            for label, kw in (variants(D, a.variants) if a.variants else []):
-                fns[label] = (lambda kw=kw: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw))
-            fns.update({name: sdpa_backward_call(q, k, v, dout, causal, b) for name, b in BACKENDS.items()})
-            t = time_interleaved(fns, rounds=a.rounds, budget_s=2.0)
-            flops = 2.5 * attention_flops(B, H, S, S, D, causal)
-            build = dict(stage8.config(D, wgmma=1)["defines"]) if stage8.wgmma_here() else {"WGMMA": 0}
-            row = {"stage": 8, "B": B, "H": H, "S": S, "D": D, "causal": causal, "dtype": a.dtype, "build": build,
-                   "us": t["stage 8"].median_us, "tflops": flops / t["stage 8"].median_us / 1e6,
-                   "round_medians_us": t["stage 8"].round_medians_us,
-                   "variants": {label: {"us": t[label].median_us, "round_medians_us": t[label].round_medians_us}
-                                for label, _ in (variants(D, a.variants) if a.variants else [])}}
-            for label, v_ in row["variants"].items():
-                print(f"   {label:34s} {v_['us']:10,.1f} µs ({t['stage 8'].median_us / v_['us']:.2f}x the stage's build)")
-            for name in BACKENDS:
-                if name in t:
-                    key = name.split()[1].lower()
-                    row[f"sdpa_{key}_us"] = t[name].median_us
-                    row[f"sdpa_{key}_round_medians_us"] = t[name].round_medians_us
-            rows.append(row)
-            print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full  '}: stage 8 {row['us']:9,.1f} µs "
-                  f"({row['tflops']:5.1f} TFLOPS); SDPA default {row.get('sdpa_default_us', 0):9,.1f} µs "
-                  f"(stage 8 {row.get('sdpa_default_us', 0) / row['us']:.2f}x its speed); FLASH "
-                  f"{row.get('sdpa_flash_us', 0):9,.1f} µs ({row.get('sdpa_flash_us', 0) / row['us']:.2f}x) "
-                  f"[{time.time() - t0:.0f} s]", flush=True)
-            del q, k, v, dout, out, lse, fns
-            after = check(B, H, S, D, causal, dtype, seed + 1)  # validated again after timing
-            # the larger error of the two checks per gradient, with its tolerance, and whether both held
-            row["max_grad_err"] = {n: max(before[n].max_abs_err, after[n].max_abs_err) for n in before}
-            row["grad_tolerance"] = {n: min(before[n].tolerance, after[n].tolerance) for n in before}
-            row["passed"] = all(c.passed for c in (*before.values(), *after.values()))
-            row["sdpa_us"] = row.get("sdpa_default_us")  # SDPA default's backward, the issue's name for it
-            ok &= row["passed"]
-    print("\n| shape | causal | stage 8 µs | TFLOPS | SDPA default µs | × SDPA default | SDPA FLASH µs | × SDPA FLASH |")
-    print("|---|---|---|---|---|---|---|---|")
+    for dtype_name, B, H, S, D, causal in ((t, *shape, c) for t in dtypes for shape in SHAPES for c in (False, True)):
+        dtype = getattr(torch, dtype_name)
+        timed_variants = variants(D, a.variants) if a.variants and dtype_name == dtypes[0] else []
+        t0 = time.time()
+        seed = torch.randint(0, 2**31 - 1, ()).item()
+        before = check(B, H, S, D, causal, dtype, seed)
+        q, k, v = make_qkv(B, H, S, D, dtype=dtype, seed=seed)
+        dout = torch.randn_like(q)
+        out, lse = forward_with_lse(q, k, v, causal)
+        fns = {"stage 8": lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)}
+        for label, kw in timed_variants:
+            fns[label] = (lambda kw=kw: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw))
+        fns.update({name: sdpa_backward_call(q, k, v, dout, causal, b) for name, b in BACKENDS.items()})
+        t = time_interleaved(fns, rounds=a.rounds, budget_s=2.0)
+        flops = 2.5 * attention_flops(B, H, S, S, D, causal)
+        build = dict(stage8.config(D, wgmma=1)["defines"]) if stage8.wgmma_here() else {"WGMMA": 0}
+        row = {"stage": 8, "B": B, "H": H, "S": S, "D": D, "causal": causal, "dtype": dtype_name, "build": build,
+               "us": t["stage 8"].median_us, "tflops": flops / t["stage 8"].median_us / 1e6,
+               "round_medians_us": t["stage 8"].round_medians_us,
+               "variants": {label: {"us": t[label].median_us, "round_medians_us": t[label].round_medians_us}
+                            for label, _ in timed_variants}}
+        for label, v_ in row["variants"].items():
+            print(f"   {label:34s} {v_['us']:10,.1f} µs ({t['stage 8'].median_us / v_['us']:.2f}x the stage's build)")
+        for name in BACKENDS:
+            if name in t:
+                key = name.split()[1].lower()
+                row[f"sdpa_{key}_us"] = t[name].median_us
+                row[f"sdpa_{key}_round_medians_us"] = t[name].round_medians_us
+        rows.append(row)
+        print(f"{dtype_name} B{B} H{H} S{S} D{D} {'causal' if causal else 'full  '}: stage 8 {row['us']:9,.1f} µs "
+              f"({row['tflops']:5.1f} TFLOPS); SDPA default {row.get('sdpa_default_us', 0):9,.1f} µs "
+              f"(stage 8 {row.get('sdpa_default_us', 0) / row['us']:.2f}x its speed); FLASH "
+              f"{row.get('sdpa_flash_us', 0):9,.1f} µs ({row.get('sdpa_flash_us', 0) / row['us']:.2f}x) "
+              f"[{time.time() - t0:.0f} s]", flush=True)
+        del q, k, v, dout, out, lse, fns
+        after = check(B, H, S, D, causal, dtype, seed + 1)  # validated again after timing
+        # the larger error of the two checks per gradient, with its tolerance, and whether both held
+        row["max_grad_err"] = {n: max(before[n].max_abs_err, after[n].max_abs_err) for n in before}
+        row["grad_tolerance"] = {n: min(before[n].tolerance, after[n].tolerance) for n in before}
+        row["passed"] = all(c.passed for c in (*before.values(), *after.values()))
+        row["sdpa_us"] = row.get("sdpa_default_us")  # SDPA default's backward, the issue's name for it
+        ok &= row["passed"]
+    print("\n| dtype | shape | causal | stage 8 µs | TFLOPS | SDPA default µs | × SDPA default | SDPA FLASH µs | × SDPA FLASH |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | {r['us']:,.0f} | "
+        print(f"| {r['dtype']} | B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | {r['us']:,.0f} | "
               f"{r['tflops']:.0f} | {r.get('sdpa_default_us', 0):,.0f} | {r.get('sdpa_default_us', 0) / r['us']:.2f} | "
               f"{r.get('sdpa_flash_us', 0):,.0f} | {r.get('sdpa_flash_us', 0) / r['us']:.2f} |")
     if a.record and not ok:

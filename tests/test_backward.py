@@ -233,6 +233,27 @@ def test_postprocess_matches_tiles_in_order(D, seed):
     assert got.shape == (B, H, Sq, D) and got.is_contiguous() and torch.equal(got, want)
 
 
+def test_backward_table_shows_the_dtype_when_the_record_has_both(monkeypatch):
+    """A record made with --dtype both (bf16 rows, then fp16 rows) gets a dtype column in the
+    notebook's table, and its fp16 rows (no variants timed) stay out of the variants table."""
+    import IPython.display
+    from lib import notebook_backward as nbb
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda m: shown.append(m.data))
+    monkeypatch.setattr(nbb, "record_line", lambda rec: "provenance")
+    row = {"B": 4, "H": 16, "S": 8192, "D": 128, "causal": False, "us": 100.0, "tflops": 1.0,
+           "sdpa_default_us": 90.0, "sdpa_flash_us": 150.0, "passed": True,
+           "max_grad_err": {"dq": 1.0}, "grad_tolerance": {"dq": 4.0}}
+    rec = {"rows": [{**row, "dtype": "bfloat16", "variants": {"X": {"us": 110.0}}},
+                    {**row, "dtype": "float16", "variants": {}}]}
+    nbb.show_backward_table(rec)
+    assert "| dtype |" in shown[-1] and "| float16 |" in shown[-1] and "1.50×" in shown[-1]
+    nbb.show_variants_table(rec)
+    assert shown[-1].count("B4 S8192 D128") == 1  # one column: the bf16 row
+    nbb.show_backward_table({"rows": rec["rows"][:1]})
+    assert "| dtype |" not in shown[-1]
+
+
 def test_bad_choices_are_refused():
     with pytest.raises(ValueError, match="tiles"):
         stage8.config(64, (32, 32))
