@@ -191,6 +191,18 @@ def sdpa_call(q, k, v, *, causal=False, scale=None, backend="default"):
     return call
 
 
+def sdpa_backward_call(q, k, v, dout, *, causal=False, backend="default"):
+    """A zero-argument callable running SDPA's backward of one forward (run once here, its graph
+    kept), with one backend forced for the forward and so for its backward; None when that
+    backend cannot take these inputs."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    forward = sdpa_call(*leaves, causal=causal, backend=backend)
+    if forward is None:
+        return None
+    out = forward()
+    return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
+
+
 def time_sdpa(q, k, v, *, causal=False, scale=None, backend="default", **kw):
     fn = sdpa_call(q, k, v, causal=causal, scale=scale, backend=backend)
     return None if fn is None else time_cuda(fn, **kw)

@@ -21,18 +21,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
-from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_gradients  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
-from lib.timing import time_interleaved  # noqa: E402
+from lib.timing import sdpa_backward_call, time_interleaved  # noqa: E402
 from stages import stage5, stage8  # noqa: E402
 
 # (B, H, S, D): the anchors' shapes (shared/anchors/h100_backward_fp8.json)
 SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]
-BACKENDS = {"SDPA default": None, "SDPA FLASH": SDPBackend.FLASH_ATTENTION}
+BACKENDS = {"SDPA default": "default", "SDPA FLASH": "flash"}  # lib.timing.SDPA_BACKENDS' names
 
 
 def forward_with_lse(q, k, v, causal):
@@ -69,8 +68,9 @@ def wgmma_label(w: int, a: int, b: int, t: int) -> str:
 def variants(D, which="all"):
     """(label, keyword arguments) of builds to time beside the stage's own: every combination of
     the WGMMA build's warpgroups, dQ and load switches (the stage's own included, so that every
-    shape has the same columns), the stage's build without its overlap; and (which="all") every tile choice of the mma.sync build, with dQ by atomics and
-    by its own pass."""
+    shape has the same columns), two warpgroups taking turns at dQ (D 64), the stage's build
+    without its overlap; and (which="all") every tile choice of the mma.sync build, with dQ by
+    atomics and by its own pass."""
     out = []
     if stage8.wgmma_here():
         out += [(wgmma_label(w, a, b, t), {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b,
@@ -85,21 +85,6 @@ def variants(D, which="all"):
     return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
                    {"tiles": tiles, "dq_atomics": atomics, "wgmma": 0})
                   for tiles in stage8.CHOICES for atomics in stage8.SWITCHES["DQ_ATOMICS"]]
-
-
-def sdpa_backward_call(q, k, v, dout, causal, backend):
-    """A callable running SDPA's backward of one forward (made once, graph kept); None when the
-    backend cannot take these inputs."""
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    try:
-        if backend is None:
-            out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
-        else:
-            with sdpa_kernel(backend):
-                out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
-    except RuntimeError:
-        return None
-    return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
 
 
 def main() -> int:
@@ -129,7 +114,8 @@ def main() -> int:
         fns = {"stage 8": lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)}
         for label, kw in timed_variants:
             fns[label] = (lambda kw=kw: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw))
-        fns.update({name: sdpa_backward_call(q, k, v, dout, causal, b) for name, b in BACKENDS.items()})
+        fns.update({name: sdpa_backward_call(q, k, v, dout, causal=causal, backend=b)
+                    for name, b in BACKENDS.items()})
         t = time_interleaved(fns, rounds=a.rounds, budget_s=2.0)
         flops = 2.5 * attention_flops(B, H, S, S, D, causal)
         build = dict(stage8.config(D, wgmma=1)["defines"]) if stage8.wgmma_here() else {"WGMMA": 0}
@@ -159,10 +145,12 @@ def main() -> int:
         row["passed"] = all(c.passed for c in (*before.values(), *after.values()))
         row["sdpa_us"] = row.get("sdpa_default_us")  # SDPA default's backward, the issue's name for it
         ok &= row["passed"]
-    print("\n| dtype | shape | causal | stage 8 µs | TFLOPS | SDPA default µs | × SDPA default | SDPA FLASH µs | × SDPA FLASH |")
+    print("\n| dtype | shape | causal | stage 8 µs | TFLOPS | SDPA default µs | × SDPA default "
+          "| SDPA FLASH µs | × SDPA FLASH |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['dtype']} | B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | {r['us']:,.0f} | "
+        print(f"| {r['dtype']} | B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} "
+              f"| {r['us']:,.0f} | "
               f"{r['tflops']:.0f} | {r.get('sdpa_default_us', 0):,.0f} | {r.get('sdpa_default_us', 0) / r['us']:.2f} | "
               f"{r.get('sdpa_flash_us', 0):,.0f} | {r.get('sdpa_flash_us', 0) / r['us']:.2f} |")
     if a.record and not ok:

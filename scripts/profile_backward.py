@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from lib.inputs import make_qkv  # noqa: E402
+from lib.ncu import run_for_profiler  # noqa: E402
+from lib.timing import sdpa_backward_call  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 for name in ("B", "H", "S", "D"):
@@ -37,16 +39,6 @@ calls = [lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=a.cau
                                            warpgroups=a.warpgroups, dq_atomics=a.dq_atomics,
                                            dq_bulk=a.dq_bulk, tma_loads=a.tma_loads)]
 if not a.no_sdpa:
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    sdpa_out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=a.causal)
-    calls.append(lambda: torch.autograd.grad(sdpa_out, leaves, dout, retain_graph=True))
-for _ in range(3):  # compile, and let the libraries pick their kernels
-    for f in calls:
-        f()
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for f in calls:
-    f()
-    torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+    calls.append(sdpa_backward_call(q, k, v, dout, causal=a.causal))
+run_for_profiler(calls)
 print("profiled:", a)

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from lib.inputs import causal_mode, make_qkv  # noqa: E402
+from lib.ncu import run_for_profiler  # noqa: E402
 from lib.timing import sdpa_call  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,14 +41,5 @@ else:
     code = causal_mode(a.causal, a.Sq, a.Sk, stage7.INFO)
     stage = lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=a.Sk, causal=code,  # noqa: E731
                                    scale=a.D ** -0.5, out_dtype=dtype)
-calls = [stage] if a.no_sdpa else [stage, sdpa_call(q, k, v, causal=a.causal)]
-for _ in range(3):  # compile, plan, and let the libraries pick their kernels
-    for f in calls:
-        f()
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for f in calls:
-    f()
-    torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+run_for_profiler([stage] if a.no_sdpa else [stage, sdpa_call(q, k, v, causal=a.causal)])
 print("profiled:", a)

@@ -219,7 +219,8 @@ def _kernels(dtype, head_dim: int, cfg_key: tuple) -> dict:
 
 @lru_cache(maxsize=None)
 def _preprocess_kernel(dtype, head_dim: int, part: str = "preprocess"):
-    """The preprocess kernel (or, part="postprocess", the postprocess one), loaded once."""
+    """The kernel of the pass before the main ones (or, part="postprocess", of the pass after
+    them), loaded once."""
     src = PREPROCESS_SOURCE if part == "preprocess" else POSTPROCESS_SOURCE
     return nvrtc.stage_kernels(src, (f"attention_backward_{part}",), dtype, head_dim)[f"attention_backward_{part}"]
 

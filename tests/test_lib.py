@@ -222,6 +222,21 @@ def test_time_cuda_median_and_sdpa_backends():
     assert sdpa_call(q, k, v) is not None
 
 
+def test_sdpa_backward_call_gives_autograds_gradients():
+    """lib.timing.sdpa_backward_call (the backward benchmark's and profiler's SDPA side) returns
+    what autograd of the same SDPA forward does, on fresh inputs, with the default backend and
+    with one forced (FLASH, which this torch also has on the CPU)."""
+    from lib.timing import sdpa_backward_call
+    q, k, v = inputs.make_qkv(1, 2, 33, 64, Sk=45, dtype=torch.float32, device="cpu")
+    dout = torch.randn_like(q)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=True)
+    want = torch.autograd.grad(out, leaves, dout)
+    for backend in ("default", "flash"):
+        grads = sdpa_backward_call(q, k, v, dout, causal=True, backend=backend)()
+        assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(grads, want)), backend
+
+
 @gpu
 def test_interleaved_timing_keeps_a_slow_spell_out_of_the_median():
     """A slow spell that lasts one round of five (here: a GPU spin added to every call of that
