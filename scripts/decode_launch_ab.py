@@ -1,0 +1,96 @@
+"""Experiment (issue 21): does decoding lose its time to each block's fixed cost?
+
+Stage 6 decodes with one block per work tile (a K/V head's packed queries, or one split of its
+keys), a block per SM at a time (its K/V ring fills the shared memory). Issue 21's splits
+experiment (results/logs/2026-11-25-6ac4cb0-s33call1/splits.json) gives the size of a block's
+fixed cost: at B64 H32/8 Sk1024 D64 (512 work tiles of 8 key tiles) two splits took 77.8 µs
+against 64.0 unsplit and eight took 153.2, though the partial rows are under 1 MB: about 3.3 µs
+of an SM's time for each block added (prologue, Q and the first tiles' wait, the epilogue's
+stores), in which that SM streams nothing. And where the work tiles are not a whole number of
+waves (512 on 132 SMs: 3.9), the last wave's blocks start late and the SMs that finish first idle.
+
+A persistent launch (one block per SM walking the work tiles, the next tile from a counter: the
+prefill build's "work queue without ping-pong") keeps the K/V ring running from one work tile
+into the next: the producer copies the next tile's Q, K and V while the consumer finishes this
+one. Predicted: the rows of many short work tiles gain most (B64 H32/8 Sk1024: up to the
+~13 µs of four waves' fixed costs), long ones (Sk 32k) stay level, and with the fixed cost gone
+splitting costs little more than its partial rows, so the tail can be cut by splits.
+
+This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
+against the persistent packed launch with 1, 2, 4, the plan's and twice the plan's splits, with
+SDPA default and FLASH in the same interleaved rounds; every variant checked against the float64
+reference before and after timing. Logs only (--out): nothing is recorded.
+
+    python scripts/decode_launch_ab.py --out decode_launch.json
+"""
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import torch  # noqa: E402
+
+import stages.stage6 as s6  # noqa: E402
+from lib import results as R  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("shape_map_script", ROOT / "scripts" / "shape_map.py")
+shape_map = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(shape_map)
+
+PERSISTENT = "work queue without ping-pong"
+
+
+def variants(B, H, Hkv, Sq, Sk, D, sms):
+    """(fields, options) at one decode shape: as called, then the persistent packed launch."""
+    ch = s6.choose(B, H, Hkv, Sq, Sk, D, False, sms)
+    key_tiles = -(-Sk // s6.DECODE_TILES[D][0])
+    out = [({"variant": "as called", "plan_splits": ch["splits"]}, None)]
+    for n in sorted({1, 2, 4, ch["splits"], 2 * ch["splits"]}):
+        if n <= min(key_tiles, s6.MAX_SPLITS):
+            out.append(({"variant": f"persistent, {n} split{'s' if n > 1 else ''}", "plan_splits": ch["splits"]},
+                        {"tiles": s6.DECODE_TILES[D], "schedule": PERSISTENT, "pack_gqa": True, "splits": n}))
+    return out
+
+
+def shapes(record):
+    rows = [r for r in record["shape_map"]["rows"] if r["part"] == "decode" and r["dtype"] == "bfloat16"]
+    picked = [r for r in rows if r["Sq"] == 1]
+    picked += sorted((r for r in rows if r["Sq"] == 4), key=lambda r: r["vs_sdpa"])[:2]
+    return [{k: r[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D", "dtype", "causal")} | {
+        "part": "decode launch", "recorded_vs_sdpa": r["vs_sdpa"]} for r in picked]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, help="write every row, with the env, as JSON")
+    ap.add_argument("--budget-s", type=float, default=0.3, help="seconds of timing per callable and shape")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N shapes (a smoke run)")
+    a = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    record = R.load(R.results_path(R.capture_env()["gpu"]))
+    todo = shapes(record)[:a.limit]
+    env, got, t0 = R.capture_env(), [], time.time()
+    for i, row in enumerate(todo):
+        vs = variants(*(row[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D")), sms)
+        these = shape_map.measure_variants(row, vs, a.budget_s)
+        got += these
+        base = these[0]["us"]
+        print(f"[{i + 1}/{len(todo)} {time.time() - t0:.0f} s] B{row['B']} H{row['H']}/{row['Hkv']} Sq{row['Sq']} "
+              f"Sk{row['Sk']} D{row['D']}: SDPA {these[0]['sdpa_us']:.1f} µs; " + "; ".join(
+                  f"{r['variant']} {r['us']:.1f} ({r['vs_sdpa']:.3f}x{'' if r['passed'] else ' FAILED'})"
+                  for r in these) + f"; best/as called {base / min(r['us'] for r in these):.3f}", flush=True)
+        if a.out:
+            a.out.write_text(json.dumps({"env": env, "sha256": R.stage_sha256(s6.INFO), "rows": got}, indent=1) + "\n")
+    failed = [r for r in got if not r["passed"]]
+    print(f"{len(failed)} variants failed the error rule" if failed else "every variant passed the error rule")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
