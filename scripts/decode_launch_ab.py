@@ -16,12 +16,24 @@ one. Predicted: the rows of many short work tiles gain most (B64 H32/8 Sk1024: u
 ~13 µs of four waves' fixed costs), long ones (Sk 32k) stay level, and with the fixed cost gone
 splitting costs little more than its partial rows, so the tail can be cut by splits.
 
-This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
-against the persistent packed launch with 1, 2, 4, the plan's and twice the plan's splits, with
-SDPA default and FLASH in the same interleaved rounds; every variant checked against the float64
-reference before and after timing. Logs only (--out): nothing is recorded.
+Measured (call 1 of session 36, --launch persistent): no. The persistent launch ran 0.95-1.09x
+of as called, and two splits still cost B64 H32/8 Sk1024 D64 15 µs persistent (77.2 against
+62.2). Nsight Compute then showed what cuDNN does at those rows (call 2): 512 blocks of 128
+threads, 2 per SM at D128 (86 KB of shared memory, 183 registers) and 4 per SM at D64 (45 KB,
+120 registers), so every work tile is resident at once, against stage 6's one 256-thread block
+per SM (3.88 waves).
 
-    python scripts/decode_launch_ab.py --out decode_launch.json
+--launch blocks (call 3): stage 6 with two or three blocks of one consumer per SM
+(BLOCKS_PER_SM; the K/V ring made small enough: (64, 2, 1) at D128, (128, 2, 1) and (64, 4, 1)
+at D64), splits by plan_splits counting every block slot. Predicted: the rows of many work
+tiles (B64 H32/8, B8 H8/1 Sk1024) reach SDPA; long single-head rows (B1, Sk 32k) stay level.
+
+This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
+against the chosen launch's variants, with SDPA default and FLASH in the same interleaved
+rounds; every variant checked against the float64 reference before and after timing. Logs only
+(--out): nothing is recorded.
+
+    python scripts/decode_launch_ab.py --launch blocks --out decode_launch.json
 """
 import argparse
 import importlib.util
@@ -42,17 +54,30 @@ shape_map = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(shape_map)
 
 PERSISTENT = "work queue without ping-pong"
+# (tiles, blocks per SM) of --launch blocks, per head dim: rings small enough for the blocks to share
+# an SM's 228 KB (stage6.config checks); three blocks have 80 registers a thread at launch, which
+# 128-key tiles' accumulators do not fit (ptxas C7602), so they take 64-key tiles.
+BLOCKS = {128: [((64, 2, 1), 2)], 64: [((128, 2, 1), 2), ((64, 4, 1), 2), ((64, 4, 1), 3)]}
 
 
-def variants(B, H, Hkv, Sq, Sk, D, sms):
-    """(fields, options) at one decode shape: as called, then the persistent packed launch."""
+def variants(B, H, Hkv, Sq, Sk, D, sms, launch="blocks"):
+    """(fields, options) at one decode shape: as called, then the launch's variants."""
     ch = s6.choose(B, H, Hkv, Sq, Sk, D, False, sms)
-    key_tiles = -(-Sk // s6.DECODE_TILES[D][0])
     out = [({"variant": "as called", "plan_splits": ch["splits"]}, None)]
-    for n in sorted({1, 2, 4, ch["splits"], 2 * ch["splits"]}):
-        if n <= min(key_tiles, s6.MAX_SPLITS):
-            out.append(({"variant": f"persistent, {n} split{'s' if n > 1 else ''}", "plan_splits": ch["splits"]},
-                        {"tiles": s6.DECODE_TILES[D], "schedule": PERSISTENT, "pack_gqa": True, "splits": n}))
+    if launch == "persistent":
+        key_tiles = -(-Sk // s6.DECODE_TILES[D][0])
+        for n in sorted({1, 2, 4, ch["splits"], 2 * ch["splits"]}):
+            if n <= min(key_tiles, s6.MAX_SPLITS):
+                out.append(({"variant": f"persistent, {n} split{'s' if n > 1 else ''}", "plan_splits": ch["splits"]},
+                            {"tiles": s6.DECODE_TILES[D], "schedule": PERSISTENT, "pack_gqa": True, "splits": n}))
+        return out
+    for tiles, blocks in BLOCKS[D]:
+        n = s6.choose(B, H, Hkv, Sq, Sk, D, False, sms, tiles=tiles, schedule=s6.DECODE_SCHEDULE, pack_gqa=True,
+                      blocks_per_sm=blocks)["splits"]
+        for m in sorted({n, ch["splits"]}):  # the rule's splits counting every block slot, and as called
+            out.append(({"variant": f"{blocks} blocks/SM {tiles}, {m} split{'s' if m > 1 else ''}", "plan_splits": n},
+                        {"tiles": tiles, "schedule": s6.DECODE_SCHEDULE, "pack_gqa": True, "splits": m,
+                         "blocks_per_sm": blocks}))
     return out
 
 
@@ -69,6 +94,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write every row, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.3, help="seconds of timing per callable and shape")
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes (a smoke run)")
+    ap.add_argument("--launch", choices=["persistent", "blocks"], default="blocks",
+                    help="persistent: the persistent packed launch (call 1); blocks: several blocks per SM")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
@@ -77,7 +104,7 @@ def main() -> int:
     todo = shapes(record)[:a.limit]
     env, got, t0 = R.capture_env(), [], time.time()
     for i, row in enumerate(todo):
-        vs = variants(*(row[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D")), sms)
+        vs = variants(*(row[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D")), sms, a.launch)
         these = shape_map.measure_variants(row, vs, a.budget_s)
         got += these
         base = these[0]["us"]

@@ -375,10 +375,12 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
     for i, ((fields, opts), fn, c) in enumerate(zip(variants, fns, checks)):
         opts = opts or {}
         again = _check(fn, q, k, v, causal)  # and again after the timing loop
+        blocks = opts.get("blocks_per_sm") or 1
         ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, sms, splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"),
-                       schedule=opts.get("schedule"), tiles=opts.get("tiles"))
+                       schedule=opts.get("schedule"), tiles=opts.get("tiles"), blocks_per_sm=blocks)
         built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"],
-                               q_stages=opts.get("q_stages") or ch["q_stages"], carry_pv=opts.get("carry_pv"))["defines"])
+                               q_stages=opts.get("q_stages") or ch["q_stages"], carry_pv=opts.get("carry_pv"),
+                               blocks_per_sm=blocks)["defines"])
         q_stages = opts.get("q_stages") or built["Q_STAGES"]
         tma_store = bool(built["O_TMA_STORE"] if opts.get("tma_store") is None else opts["tma_store"])
         t = times[f"stage{i}"].median_us
@@ -387,7 +389,7 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
                        vs_sdpa=sd / t if sd else None, vs_flash=sf / t if sf else None,
                        max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
                        splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"],
-                       q_stages=q_stages, tma_store=tma_store, carry_pv=bool(built["CARRY_PV"]),
+                       q_stages=q_stages, tma_store=tma_store, carry_pv=bool(built["CARRY_PV"]), blocks_per_sm=blocks,
                        stage_round_medians_us=times[f"stage{i}"].round_medians_us)
     del q, k, v
     return out

@@ -113,6 +113,9 @@
 #ifndef CARRY_PV
 #define CARRY_PV 0  // 1: a work tile's last P·V goes with the next work tile's first S (see the consumers)
 #endif
+#ifndef BLOCKS_PER_SM
+#define BLOCKS_PER_SM 1  // 2 or 3: blocks of one consumer sharing an SM (decoding; see the registers below)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -134,8 +137,16 @@ constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // of the 64K-register file (2 consumers: 128·24 + 256·240 = 64,512 ≤ 65,536; 3: 128·32 + 384·160).
 // The work queue's producer also works out each next tile's coordinates: with 24 registers it
 // spilled (28 bytes at D64); it keeps 40 with one or two consumers (128·40 + 256·232 = 64,512).
-constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
-constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
+// BLOCKS_PER_SM > 1 (one consumer, decoding): blocks share an SM, so that one block's start and
+// end (Q's wait, the epilogue's stores) run while another streams K and V, as cuDNN's decoding
+// kernels do with 2-4 small blocks per SM. Each block then gets 1/BLOCKS_PER_SM of the registers:
+// two blocks 128·40 + 128·216 = 32,768 each; three 128·24 + 128·136 = 20,480 (80 per thread at launch).
+constexpr int PRODUCER_REGS = BLOCKS_PER_SM == 3 ? 24 : BLOCKS_PER_SM == 2 ? 40
+                            : CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
+constexpr int CONSUMER_REGS = BLOCKS_PER_SM == 3 ? 136 : BLOCKS_PER_SM == 2 ? 216
+                            : CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
+static_assert(BLOCKS_PER_SM == 1 || (CONSUMERS == 1 && WARP_SPECIALIZED && BLOCKS_PER_SM <= 3),
+              "several blocks per SM: one consumer and a producer, two or three blocks");
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 constexpr int SPLIT_BAR = 7;  // named barrier of every consumer thread: the split count (split-KV)
 static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");
@@ -518,7 +529,7 @@ __device__ __forceinline__ void combine_row(const float* __restrict__ o_part, co
         *reinterpret_cast<unsigned*>(dst + e) = pack2(acc[e] * inv_total, acc[e + 1] * inv_total);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                 elem_t* __restrict__ out,

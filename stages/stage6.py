@@ -57,7 +57,7 @@ TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
 DECODE_TILES = {64: (128, 4, 1), 128: (128, 3, 1)}
 DECODE_SCHEDULE = "overlap without ping-pong"  # one consumer: nobody to take turns with
 CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3), (128, 4, 3), (128, 4, 2),
-           (128, 4, 1), (128, 3, 1)]
+           (128, 4, 1), (128, 3, 1), (128, 2, 1), (64, 2, 1), (64, 4, 1)]
 MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O row in fp32
 # What splitting costs beyond the blocks' own tiles, in key tiles: the fp32 partial rows and the
 # combine. First measured at B1 H8 S512 D64 fp16 (split in 4: 14.1 µs, results/logs/2026-11-24-
@@ -206,6 +206,7 @@ EXP2_POLY = {64: 0, 128: 0}
 LAZY_RESCALE = {64: 8, 128: 8}
 TIMELINE_TILES, TIMELINE_EVENTS = 16, 4  # stages/stage6.cu: TL_TILES, TL_EVENTS
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
+SM_SMEM = 233_472  # bytes of shared memory of one SM (228 KB), 1 KB of it reserved per resident block
 
 
 def smem_bytes(head_dim: int, tiles, q_stages: int = 1) -> int:
@@ -335,7 +336,8 @@ INFO = StageInfo(
 def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: bool = False,
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
-           combine_in_block: bool | None = None, carry_pv: bool | None = None) -> dict:
+           combine_in_block: bool | None = None, carry_pv: bool | None = None,
+           blocks_per_sm: int = 1) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -355,16 +357,23 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     persistent = bool(sw.pop("PERSISTENT"))
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
-    qs = q_buffers(head_dim, (bn, stages, consumers)) if q_stages is None else q_stages
+    if blocks_per_sm not in (1, 2, 3) or (blocks_per_sm > 1 and (consumers != 1 or persistent
+                                                                or not sw["WARP_SPECIALIZED"])):
+        raise ValueError(f"blocks_per_sm is 1, or 2-3 blocks of one consumer and a producer launched one "
+                         f"per work tile; got {blocks_per_sm!r} with tiles {(bn, stages, consumers)} and "
+                         f"schedule {schedule!r}")
+    # several blocks per SM each run one work tile: one Q buffer is all they use
+    qs = (1 if blocks_per_sm > 1 else q_buffers(head_dim, (bn, stages, consumers))) if q_stages is None else q_stages
     if qs not in (1, 2, 3):
         raise ValueError(f"q_stages is 1, 2 or 3 Q buffers, got {q_stages!r}")
     smem = smem_bytes(head_dim, (bn, stages, consumers), qs)
     tma = stores_by_tma(persistent, qs, pack_gqa, seqs) if tma_store is None else bool(tma_store)
     if tma and (pack_gqa or seqs or not sw["WARP_SPECIALIZED"]):
         raise ValueError("the TMA-store epilogue is for the [B, H, S, D] build with a producer warpgroup")
-    if smem > MAX_SMEM:
+    if smem > MAX_SMEM or blocks_per_sm * (smem + 1024) > SM_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} with {qs} Q buffer(s) at D{head_dim} need {smem:,} "
-                         f"bytes of shared memory; a block gets at most {MAX_SMEM:,} on sm_90")
+                         f"bytes of shared memory; {blocks_per_sm} block(s) per SM get at most "
+                         f"{min(MAX_SMEM, SM_SMEM // blocks_per_sm - 1024):,} each on sm_90")
     carry = carries_pv(persistent, sw, consumers, qs, tma, head_dim) if carry_pv is None else bool(carry_pv)
     if carry and not (sw["INTRA_OVERLAP"] and sw["WARP_SPECIALIZED"]):
         raise ValueError(f"carry_pv carries the overlap's last P·V; schedule {schedule!r} has no overlap")
@@ -381,7 +390,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                *sorted(sw.items()), ("TIMELINE", int(timeline)), ("EXP2_POLY_EIGHTHS", eighths),
                ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs),
                ("O_TMA_STORE", int(tma)), ("CARRY_PV", int(carry)),
-               ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)))
+               ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)),
+               ("BLOCKS_PER_SM", blocks_per_sm))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -390,7 +400,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
                 q_stages: int | None = None, tma_store: bool | None = None,
-                carry_pv: bool | None = None) -> dict:
+                carry_pv: bool | None = None, blocks_per_sm: int = 1) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
     lengths). Only sm_90a has the instructions; any other arch is refused."""
@@ -399,7 +409,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv)
+                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -494,7 +504,7 @@ def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
 
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
-           pack_gqa=None) -> dict:
+           pack_gqa=None, blocks_per_sm=1) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, and the key splits
     (plan_splits' rule unless `splits` is given; never an empty split)."""
@@ -518,7 +528,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     if pack and (H // Hk) * Sq > block_m:
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")
-    n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles, MAX_SPLITS)
+    n = (plan_splits(work, key_tiles, sms * blocks_per_sm, causal) if splits is None
+         else min(splits, key_tiles, MAX_SPLITS))
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
             "splits": -(-key_tiles // per_split), "per_split": per_split,
@@ -552,7 +563,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -587,11 +598,11 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         return plan
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, bool(causal), _sm_count(q.device), tiles=tiles, schedule=schedule,
-                splits=splits, pack_gqa=pack_gqa)
+                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm or 1)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
-                 combine_in_block, carry_pv)
+                 combine_in_block, carry_pv, blocks_per_sm or 1)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -655,7 +666,8 @@ def _queue(plan: _Plan, device) -> int:
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
-              pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None):
+              pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
+              blocks_per_sm=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -677,7 +689,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     second kernel; None: combines_in_block's rule);
     `q_stages` (1, 2 or 3 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
-    last P·V issued with the next one's first S; None: carries_pv's rule) for measuring them.
+    last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
+    (2 or 3 blocks of one consumer per SM, decoding; None: 1) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -695,7 +708,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         return stage8.with_grad(partial(attention, tiles=tiles, schedule=schedule, exp2_poly=exp2_poly,
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
-                                        carry_pv=carry_pv),
+                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -711,7 +724,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv)
+               combine_in_block, carry_pv, blocks_per_sm)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -725,7 +738,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
-                          tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv)
+                          tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
+                          blocks_per_sm=blocks_per_sm)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
