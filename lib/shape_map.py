@@ -76,12 +76,14 @@ def plot_shape_map(rec: dict, dtype: str = "bfloat16"):
 
 def waterfall_table(rec: dict) -> str:
     """The decoding waterfall: each decode shape with the prefill build, + split-KV, packed GQA
-    alone, and both (stage 6's own choice), against SDPA's two backends timed beside each."""
-    lines = ["| shape | build | splits | µs | vs SDPA default | vs SDPA FLASH | GB/s |",
-             "|---|---|---|---|---|---|---|"]
+    alone, both, the combine in the last block, and two blocks per SM where they fill it (stage
+    6's own choice), against SDPA's two backends timed beside each."""
+    lines = ["| shape | build | splits | blocks/SM | µs | vs SDPA default | vs SDPA FLASH | GB/s |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in (r for r in rec["rows"] if r["part"] == "waterfall"):
         shape = f"B{r['B']} H{r['H']}/{r['Hkv']} Sq{r['Sq']} Sk{r['Sk']} D{r['D']}"
-        lines.append(f"| {shape} | {r['variant']} | {r['splits']} | {r['us']:,.1f} | {r['vs_sdpa']:.2f}× "
+        lines.append(f"| {shape} | {r['variant']} | {r['splits']} | {r.get('blocks_per_sm', 1)} | {r['us']:,.1f} "
+                     f"| {r['vs_sdpa']:.2f}× "
                      f"| {r['vs_flash']:.2f}× | {r['gbps']:,.0f} |")
     return "\n".join(lines)
 

@@ -25,8 +25,12 @@ per SM (3.88 waves).
 
 --launch blocks (call 3): stage 6 with two or three blocks of one consumer per SM
 (BLOCKS_PER_SM; the K/V ring made small enough: (64, 2, 1) at D128, (128, 2, 1) and (64, 4, 1)
-at D64), splits by plan_splits counting every block slot. Predicted: the rows of many work
-tiles (B64 H32/8, B8 H8/1 Sk1024) reach SDPA; long single-head rows (B1, Sk 32k) stay level.
+at D64), each with the split count as called and the one choose() plans for them (call 3 ran
+when that was plan_splits counting every block slot; since, it keeps the count as called).
+Predicted: the rows of many work tiles (B64 H32/8, B8 H8/1 Sk1024) reach SDPA; long
+single-head rows (B1, Sk 32k) stay level. Measured (call 3): two blocks reached SDPA at B64
+H32/8 (1.02-1.03x of as called), three ran slower (0.83-0.99x), and stage 6's rule
+(shares_sms) came from it.
 
 This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
 against the chosen launch's variants, with SDPA default and FLASH in the same interleaved

@@ -57,9 +57,10 @@ WATERFALL_SHAPES = [(1, 32, 8, 1, 4096, 128), (8, 32, 8, 1, 4096, 128), (32, 32,
                     (1, 8, 1, 4, 32768, 128), (1, 8, 1, 1, 32768, 128)]
 WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
              ("+ split-KV", {"pack_gqa": False}),
-             ("packed GQA alone", {"pack_gqa": True, "splits": 1}),
-             ("split-KV + packed GQA", {"combine_in_block": False}),
-             ("+ combine in the last block", {})]
+             ("packed GQA alone", {"pack_gqa": True, "splits": 1, "blocks_per_sm": 1}),
+             ("split-KV + packed GQA", {"combine_in_block": False, "blocks_per_sm": 1}),
+             ("+ combine in the last block", {"blocks_per_sm": 1}),
+             ("+ two blocks per SM where they fill it", {})]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048, 8192)
 SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
@@ -375,9 +376,9 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
     for i, ((fields, opts), fn, c) in enumerate(zip(variants, fns, checks)):
         opts = opts or {}
         again = _check(fn, q, k, v, causal)  # and again after the timing loop
-        blocks = opts.get("blocks_per_sm") or 1
         ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, sms, splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"),
-                       schedule=opts.get("schedule"), tiles=opts.get("tiles"), blocks_per_sm=blocks)
+                       schedule=opts.get("schedule"), tiles=opts.get("tiles"), blocks_per_sm=opts.get("blocks_per_sm"))
+        blocks = ch["blocks_per_sm"]
         built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"],
                                q_stages=opts.get("q_stages") or ch["q_stages"], carry_pv=opts.get("carry_pv"),
                                blocks_per_sm=blocks)["defines"])

@@ -55,6 +55,10 @@ TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
 # so a second would only multiply zeros; its registers and the shared memory go to a deeper ring
 # (the producer keeps STAGES tiles in flight while the one consumer works).
 DECODE_TILES = {64: (128, 4, 1), 128: (128, 3, 1)}
+# Decoding whose blocks fill the GPU (shares_sms): two blocks per SM (BLOCKS_PER_SM), each with a
+# ring small enough for both to fit in the SM's shared memory (two buffers of 64 keys at D128: 83
+# KB; of 128 keys at D64: 75 KB).
+DECODE_SHARED_TILES = {64: (128, 2, 1), 128: (64, 2, 1)}
 DECODE_SCHEDULE = "overlap without ping-pong"  # one consumer: nobody to take turns with
 CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3), (128, 4, 3), (128, 4, 2),
            (128, 4, 1), (128, 3, 1), (128, 2, 1), (64, 2, 1), (64, 4, 1)]
@@ -503,11 +507,33 @@ def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
     return best
 
 
+def shares_sms(work: int, n_splits: int, sms: int) -> bool:
+    """Whether a decoding launch runs two blocks per SM (DECODE_SHARED_TILES, BLOCKS_PER_SM=2)
+    rather than one with a deeper K/V ring (DECODE_TILES): when its blocks, split as for one
+    per SM, already fill 80% of the SMs. Then one block per SM spends its start (Q's copy, the
+    first tiles' wait) and its end (the stores, the split counter) streaming nothing, and with
+    more blocks than SMs the last wave leaves SMs idle (512 work tiles on 132 SMs: 3.88 waves);
+    a second block per SM streams through the first one's start and end, and halves the waves'
+    rounding. cuDNN decodes so: 512 blocks of 128 threads, 2 per SM at D128 and 4 at D64, every
+    work tile resident at once (Nsight Compute, results/logs/2026-11-26-s36call2). With fewer
+    blocks the GPU is not full and each SM streams for one block: the deeper ring (192 KB in
+    flight at D128 against 64 KB) is what keeps its copies going. The split count stays the one
+    planned for one block per SM: the second block is there to overlap, not to split finer.
+    Measured at the map's 36 Sq 1 rows against one block per SM (results/logs/2026-11-26-s36call3,
+    same rounds): at the 24 rows where this rule takes two blocks, 0.992-1.033x (median 1.02x;
+    replanning the splits for twice the slots instead: 0.954-1.067x, median 1.008x); at the rows
+    of 64 blocks it leaves alone, two blocks ran 0.90-0.95x (B8 H32/8 and B64 H8/1 at Sk 1024:
+    64 unsplit work tiles of 8 key tiles each)."""
+    return work * n_splits >= 0.8 * sms
+
+
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
-           pack_gqa=None, blocks_per_sm=1) -> dict:
+           pack_gqa=None, blocks_per_sm=None) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
-    defaults), its tiles and schedule, the work tiles before splitting, and the key splits
-    (plan_splits' rule unless `splits` is given; never an empty split)."""
+    defaults), its tiles and schedule, the work tiles before splitting, the key splits
+    (plan_splits' rule unless `splits` is given; never an empty split) and, when packed, the
+    blocks per SM (shares_sms' rule unless `blocks_per_sm` is given; their tiles
+    DECODE_SHARED_TILES unless `tiles` are given)."""
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles = tiles is not None
     few = not pack and not given_tiles and schedule is None and few_rows(B, H, Sq, sms)
@@ -528,10 +554,16 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     if pack and (H // Hk) * Sq > block_m:
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")
-    n = (plan_splits(work, key_tiles, sms * blocks_per_sm, causal) if splits is None
-         else min(splits, key_tiles, MAX_SPLITS))
+    n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles, MAX_SPLITS)
+    if pack and blocks_per_sm is None:
+        blocks_per_sm = 2 if schedule == DECODE_SCHEDULE and shares_sms(work, n, sms) else 1
+    if pack and blocks_per_sm == 2 and not given_tiles:
+        # the same blocks (the split count planned for one per SM), with the smaller ring
+        tiles = DECODE_SHARED_TILES[D]
+        key_tiles = (Sk + tiles[0] - 1) // tiles[0]
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
+            "blocks_per_sm": blocks_per_sm or 1,
             "splits": -(-key_tiles // per_split), "per_split": per_split,
             "q_stages": q_stages_for(D, tiles, schedule, Sk, pack)}
 
@@ -598,11 +630,11 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         return plan
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, bool(causal), _sm_count(q.device), tiles=tiles, schedule=schedule,
-                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm or 1)
+                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
-                 combine_in_block, carry_pv, blocks_per_sm or 1)
+                 combine_in_block, carry_pv, ch["blocks_per_sm"])
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")

@@ -532,6 +532,47 @@ def test_decode_build_compiles_without_serializing(D, dtype):
     assert "UTMALDG.5D" in sass_text(compiled.cubin), "packed queries arrive as one 5-D box"
 
 
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_two_blocks_per_sm_build_compiles(D, dtype):
+    """The decoding build of two blocks per SM (BLOCKS_PER_SM=2): at most 128 registers a thread
+    at launch (two 256-thread blocks fill the 64K register file), setmaxnreg kept (the consumer
+    takes 216 of them), no spill, wgmma not serialized; its ring fits twice in an SM."""
+    tiles = s6.DECODE_SHARED_TILES[D]
+    (compiled,) = s6.compile_for(s6.ARCH, dtype, D, decode=True, tiles=tiles, blocks_per_sm=2).values()
+    assert not SERIALIZING.search(compiled.log), compiled.log
+    assert "setmaxnreg" not in compiled.log.lower(), compiled.log  # ptxas says so when it ignores one
+    usage = compiled.resource_usage()["attention_wgmma"]
+    assert usage["registers"] <= 128 and usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, usage
+    cfg = s6.config(D, tiles, s6.DECODE_SCHEDULE, pack_gqa=True, blocks_per_sm=2)
+    assert dict(cfg["defines"])["BLOCKS_PER_SM"] == 2 and 2 * (cfg["smem"] + 1024) <= s6.SM_SMEM
+    assert "SETMAXNREG" in sass_text(compiled.cubin).upper() or "USETMAXREG" in sass_text(compiled.cubin)
+
+
+def test_two_blocks_per_sm_rule():
+    """shares_sms: two blocks per SM once the decoding blocks (split as for one per SM) fill 80%
+    of the SMs, with the split count kept; the deeper ring of one block per SM below that; the
+    configurations it may not take are refused."""
+    ch = s6.choose(64, 32, 8, 1, 4096, 128, False, 132)   # 512 work tiles: 3.9 waves of one block
+    assert ch["blocks_per_sm"] == 2 and ch["tiles"] == s6.DECODE_SHARED_TILES[128] and ch["splits"] == 1
+    ch = s6.choose(1, 32, 8, 1, 4096, 64, False, 132)     # 8 work tiles × 16 splits: 128 blocks
+    assert ch["blocks_per_sm"] == 2 and ch["splits"] == 16 and ch["tiles"] == s6.DECODE_SHARED_TILES[64]
+    ch = s6.choose(1, 32, 8, 1, 4096, 128, False, 132)    # the same at D128: 64-key tiles, 16 splits of 4
+    assert ch["blocks_per_sm"] == 2 and ch["splits"] == 16 and ch["per_split"] == 4
+    for shape in [(8, 32, 8, 1, 1024, 128), (64, 8, 1, 1, 1024, 64), (1, 8, 1, 1, 1024, 64)]:
+        ch = s6.choose(*shape, False, 132)                # 64 or fewer blocks: one per SM, the deeper ring
+        assert ch["blocks_per_sm"] == 1 and ch["tiles"] == s6.DECODE_TILES[shape[-1]], shape
+    assert s6.choose(64, 32, 8, 1, 4096, 128, False, 132, blocks_per_sm=1)["tiles"] == s6.DECODE_TILES[128]
+    assert s6.choose(64, 32, 32, 512, 512, 128, False, 132)["blocks_per_sm"] == 1  # prefill: never
+    assert s6.shares_sms(106, 1, 132) and not s6.shares_sms(105, 1, 132)
+    with pytest.raises(ValueError, match="blocks_per_sm"):
+        s6.config(128, (128, 2, 2), blocks_per_sm=2)       # two consumers
+    with pytest.raises(ValueError, match="blocks_per_sm"):
+        s6.config(128, (64, 2, 1), "work queue without ping-pong", pack_gqa=True, blocks_per_sm=2)  # persistent
+    with pytest.raises(ValueError, match="shared memory"):
+        s6.config(128, (128, 3, 1), s6.DECODE_SCHEDULE, pack_gqa=True, blocks_per_sm=2)  # 230 KB each
+
+
 def test_split_launches_on_the_cpu(monkeypatch):
     """Without a GPU: a call with few work tiles launches the attention kernel on work × splits
     blocks, whose last block per work tile combines the partial rows when they are few
@@ -600,7 +641,8 @@ def test_decoding_matches_reference(shape, D, seed):
         for causal in (False, True):
             for opts in ({}, {"splits": 1}, {"splits": 3}, {"splits": 1000}, {"pack_gqa": False},
                          {"pack_gqa": False, "splits": 5}, {"splits": 3, "combine_in_block": False},
-                         {"splits": 1000, "combine_in_block": True}):
+                         {"splits": 1000, "combine_in_block": True}, {"blocks_per_sm": 2},
+                         {"blocks_per_sm": 2, "splits": 3}, {"blocks_per_sm": 1, "splits": 1000}):
                 if causal and opts.get("splits", 1) > 1:
                     continue
                 with poisoned_outputs():
@@ -682,7 +724,8 @@ def test_shape_map_rows_run_what_stage6_runs_now():
         if r["part"] not in ("decode", "prefill"):
             continue
         ch = s6.choose(r["B"], r["H"], r["Hkv"], r["Sq"], r["Sk"], r["D"], r["causal"], sms)
-        assert (ch["splits"], ch["pack_gqa"], list(ch["tiles"])) == (r["splits"], r["packed"], r["tiles"]), r
+        assert (ch["splits"], ch["pack_gqa"], list(ch["tiles"]), ch["blocks_per_sm"]) == (
+            r["splits"], r["packed"], r["tiles"], r.get("blocks_per_sm", 1)), r
         assert r.get("schedule", ch["schedule"]) == ch["schedule"], r  # recorded since 511f4c1
 
 
