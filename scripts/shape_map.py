@@ -154,17 +154,19 @@ def split_variants(B, H, Hkv, Sq, Sk, D, sms=132) -> list:
     tiles (as many as run: a split holds whole key tiles) with the combine in the last block
     and with the combine kernel (one split: neither). The explicit twin of the plan's choice is
     marked plan; "kernel" is the build without the in-block code (COMBINE_IN_BLOCK 0), where
-    the call as is, over 64 KB, runs the packed build with it switched off."""
-    ch = s6.choose(B, H, Hkv, Sq, Sk, D, False, sms)
+    the call as is, over 64 KB, runs the packed build with it switched off. One block per SM
+    throughout, as when this experiment ran (session 33; shares_sms came later)."""
+    one = {"blocks_per_sm": 1}
+    ch = s6.choose(B, H, Hkv, Sq, Sk, D, False, sms, **one)
     key_tiles = -(-Sk // ch["tiles"][0])
     planned = (ch["splits"], _combine_of(ch, H, Hkv, Sq, D))
     chosen = {"plan_splits": planned[0], "plan_combine": planned[1]}
-    out = [({"variant": "stage 6's choice", "combine": planned[1], "plan": False, "as_is": True, **chosen}, {})]
-    counts = sorted({s6.choose(B, H, Hkv, Sq, Sk, D, False, sms, splits=n)["splits"]
+    out = [({"variant": "stage 6's choice", "combine": planned[1], "plan": False, "as_is": True, **chosen}, one)]
+    counts = sorted({s6.choose(B, H, Hkv, Sq, Sk, D, False, sms, splits=n, **one)["splits"]
                      for n in {*SPLIT_COUNTS, planned[0]} if n <= key_tiles})
     for n in counts:
         for combine in (("none",) if n == 1 else ("in block", "kernel")):
-            opts = {"splits": n} if n == 1 else {"splits": n, "combine_in_block": combine == "in block"}
+            opts = {"splits": n, **one} if n == 1 else {"splits": n, "combine_in_block": combine == "in block", **one}
             name = "1 split" if n == 1 else f"{n} splits, {combine}"
             out.append(({"variant": name, "combine": combine, "plan": (n, combine) == planned, "as_is": False,
                          **chosen}, opts))

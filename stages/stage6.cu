@@ -62,7 +62,9 @@
 //                       the output;
 //        PACK_GQA       a block takes all G·Sq query rows of the G query heads that share one
 //                       K/V head (one 5-D box of Q), so K and V are read once per group and a
-//                       wgmma's 64 rows hold G·Sq useful rows instead of Sq.
+//                       wgmma's 64 rows hold G·Sq useful rows instead of Sq;
+//        BLOCKS_PER_SM  2: two such blocks (one consumer each, a smaller ring) share an SM, so
+//                       one streams K and V while the other starts or ends.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.

@@ -16,7 +16,9 @@ Decoding and other calls with few work tiles (flash-decoding, chosen by `plan_sp
 `packs_gqa`): with few query rows per K/V head (G·Sq ≤ 64), a block takes the rows of all G
 query heads that share a K/V head (PACK_GQA, one consumer warpgroup: DECODE_TILES), and when the
 blocks would not fill the GPU, each head's keys are split over several blocks whose partial
-results a second kernel combines (split-KV; causal calls are never split).
+results the last of them, or a second kernel, combines (split-KV; causal calls are never split).
+When those blocks do fill the GPU, two share each SM (`shares_sms`, DECODE_SHARED_TILES), so
+one block's start and end overlap the other's streaming, as cuDNN's decoding kernels do.
 
 Serving (issue 22): causal attention in either alignment, SDPA's top-left (causal=True) or
 bottom-right (causal="bottom_right", or attn_mask=causal_lower_right(Sq, Sk): the Sq queries are

@@ -41,18 +41,18 @@ def _recorded_rows():
                                    (64, 32, 8, 1, 1024, 128), (1, 8, 1, 1, 4096, 128), (1, 8, 1, 4, 32768, 64)])
 def test_split_variants(sm, shape):
     s6 = sm.s6
-    ch = s6.choose(*shape, False, 132)
+    ch = s6.choose(*shape, False, 132, blocks_per_sm=1)  # as the experiment ran: one block per SM
     key_tiles = -(-shape[4] // ch["tiles"][0])
     variants = sm.split_variants(*shape, sms=132)
     as_is = [(f, o) for f, o in variants if f["as_is"]]
-    assert len(as_is) == 1 and as_is[0][1] == {}  # stage 6 called as is, once
+    assert len(as_is) == 1 and as_is[0][1] == {"blocks_per_sm": 1}  # stage 6 called as is, once
     plan = [(f, o) for f, o in variants if f["plan"]]
     assert len(plan) == 1 and plan[0][1]["splits"] == ch["splits"] == plan[0][0]["plan_splits"]  # its explicit twin
     assert plan[0][0]["combine"] == as_is[0][0]["combine"] == plan[0][0]["plan_combine"]
     configs = set()
     for f, o in variants[1:]:
         n = o["splits"]
-        assert 1 <= n <= key_tiles and s6.choose(*shape, False, 132, splits=n)["splits"] == n  # runs as asked
+        assert 1 <= n <= key_tiles and s6.choose(*shape, False, 132, splits=n, blocks_per_sm=1)["splits"] == n
         if n == 1:
             assert "combine_in_block" not in o and f["combine"] == "none"
         else:
