@@ -14,6 +14,11 @@ than the persistent two-consumer launch if the fixed costs per work tile are wha
 at S 2048 and full attention, slower (each block reads K and V for 64 rows instead of 128: twice
 the K/V traffic per query row, which the persistent blocks of 128-192 rows do not pay).
 
+Measured (call 6 of session 36): no, slower at every row. Blocks of one consumer ran 0.71-0.86x
+of as called at D128 and 0.74-0.99x at D64 (three per SM with 64-key tiles the best of them:
+0.93-1.00x of as called at D64 causal, 0.84-0.93x full), so stage 6 keeps its persistent
+launches for prompts.
+
 This times, at the recorded map's prefill rows with S <= 2048 (bf16), stage 6 as it is called
 against blocks of one consumer with two or three per SM (BLOCKS_PER_SM), SDPA default and FLASH
 in the same interleaved rounds; each variant checked against the float64 reference before and
