@@ -32,14 +32,24 @@ def show_banner() -> None:
     _md("\n\n".join(lines))
 
 
+def source_span(lines: list[str], start: str | None, end: str | None, path: str = "") -> tuple[int, int]:
+    """Lines a … b − 1: from the line containing `start` up to the one containing `end`. A
+    marker that is not there is an error, never the whole file shown in its place (an edited
+    source line would otherwise turn a cell into a silent dump of the file)."""
+    a = next((i for i, ln in enumerate(lines) if start in ln), None) if start else 0
+    if a is None:
+        raise ValueError(f"{path}: no line contains {start!r}")
+    b = next((i for i, ln in enumerate(lines[a + 1:], a + 1) if end in ln), None) if end else len(lines)
+    if b is None:
+        raise ValueError(f"{path}: no line after {start!r} contains {end!r}")
+    return a, b
+
+
 def show_source(path: str, start: str | None = None, end: str | None = None) -> None:
     """Show a file (or the part from the line containing `start` up to, not including, the
     line containing `end`), read from the repository, so the notebook never drifts from it."""
-    text = (ROOT / path).read_text()
-    lines = text.splitlines()
-    a = next((i for i, ln in enumerate(lines) if start in ln), 0) if start else 0
-    b = next((i for i, ln in enumerate(lines[a + 1:], a + 1) if end in ln), len(lines)) \
-        if end else len(lines)
+    lines = (ROOT / path).read_text().splitlines()
+    a, b = source_span(lines, start, end, path)
     lang = "cuda" if path.endswith((".cu", ".cuh")) else "python"
     _md(f"`{path}` (lines {a + 1}–{b})\n```{lang}\n" + "\n".join(lines[a:b]) + "\n```")
 
@@ -56,8 +66,7 @@ def show_part_diff(old: str, new: str, start: str, end: str) -> None:
     line containing `end` (as show_source cuts them): one function of two stages side by side."""
     def part(path):
         lines = (ROOT / path).read_text().splitlines()
-        a = next(i for i, ln in enumerate(lines) if start in ln)
-        b = next((i for i, ln in enumerate(lines[a + 1:], a + 1) if end in ln), len(lines))
+        a, b = source_span(lines, start, end, path)
         return lines[a:b]
     d = difflib.unified_diff(part(old), part(new), old, new, lineterm="", n=3)
     _md("```diff\n" + "\n".join(d) + "\n```")

@@ -15,6 +15,7 @@ reference first.
     python scripts/stage6_ab.py                    # against edf711c
     python scripts/stage6_ab.py --against 9e84965 --rounds 7
     python scripts/stage6_ab.py --against d1832bb --older-file stage6-d1832bb.cu
+    python scripts/stage6_ab.py --against 4bb5e7c --older-file stage6-4bb5e7c.cu --decode
 """
 import argparse
 import subprocess
@@ -37,6 +38,10 @@ SHAPES = [(1, 8, 8, 512, 512, 64, False), (16, 16, 16, 2048, 2048, 64, False), (
           (4, 16, 16, 8192, 8192, 128, False), (4, 16, 16, 8192, 8192, 128, True), (32, 16, 16, 512, 512, 64, False),
           (32, 16, 16, 512, 512, 64, True), (16, 16, 16, 1024, 1024, 64, True), (32, 32, 32, 512, 512, 128, False),
           (32, 32, 32, 512, 512, 128, True), (8, 8, 1, 1, 1024, 64, False), (1, 32, 8, 1, 4096, 128, False)]
+# --decode: the shape map's Sq 1 rows whose keys are split (B1 and B8; at Sk 1024 and 4096 every
+# one of them combines in its last block, the path session 36 changed)
+DECODE_SHAPES = [(B, H, Hk, 1, Sk, D, False) for D in (64, 128) for B in (1, 8) for H, Hk in ((32, 8), (8, 1))
+                 for Sk in (1024, 4096)]
 
 
 def older_source(rev: str, older_file: Path | None = None) -> tuple[Path, int]:
@@ -79,6 +84,7 @@ def main() -> int:
     ap.add_argument("--older-file", type=Path, help="the older stages/stage6.cu itself (commit: --against)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
+    ap.add_argument("--decode", action="store_true", help="the split decoding rows (DECODE_SHAPES) instead")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: stage 6 runs on sm_90 GPUs (H100/H200) only\n")
@@ -88,7 +94,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     ok = True
     ratios = []
-    for B, H, Hk, Sq, Sk, D, causal in SHAPES:
+    for B, H, Hk, Sq, Sk, D, causal in (DECODE_SHAPES if a.decode else SHAPES):
         q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dtype)
         plans = {"today": plan_with_source(s6.SOURCE, q, k, v, causal),
                  a.against: plan_with_source(old, q, k, v, causal)}

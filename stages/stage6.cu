@@ -496,39 +496,53 @@ __device__ __forceinline__ void release(unsigned long long* empty) {
 // it reported the overwrite at the queue's end as a race.)
 __device__ __forceinline__ void release_q(Smem& sm, int qs) { mbar_arrive(&sm.q_empty[qs]); }
 
-// ---- split-KV: a row's partial results weighed into its output ------------------------------------
+// ---- split-KV: a work tile's partial results weighed into its output, in its last block ----------
 // Split i saw keys whose exponentials sum to 2^lse_i (scaled log2 units) and wrote O_i = their
-// weighted mean of V. The row's output is Σ w_i·O_i / Σ w_i with w_i = 2^(lse_i − max lse).
-// Here one warp does a row (lane: D/32 adjacent columns, the splits read 8 at a time): the last
-// block of a work tile combines its few rows so, in the same launch. Rows are read from L2
-// (__ldcg): other SMs wrote them.
-__device__ __forceinline__ void combine_row(const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                                            elem_t* __restrict__ out, size_t row, int n_splits, int lane) {
-    constexpr int COLS = D / 32;
+// weighted mean of V. A row's output is Σ w_i·O_i / Σ w_i with w_i = 2^(lse_i − max lse).
+// The last block of a work tile combines its few rows so, in the same launch. Each thread takes
+// four adjacent columns of one row (`part`: row part / (D/4), columns 4·(part % (D/4)) …) and
+// reads its splits eight at a time, the log2-sum-exps and the partial columns together, then
+// weighs them against the running max (as the online softmax does): one L2 round trip per eight
+// splits for the whole work tile. (Before, one warp per row read a row's log2-sum-exps, then its
+// partial rows, one row after another: at B1 H8/1 D64, 8 rows on 4 warps, four round trips.)
+// Rows are read from L2 (__ldcg): other SMs wrote them.
+__device__ __forceinline__ void combine_part(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                                             elem_t* __restrict__ out, size_t row, int col, int n_splits) {
     const float* const lse = lse_part + row * n_splits;
-    float mx = NEG_INF;
-    for (int i = lane; i < n_splits; i += 32) mx = fmaxf(mx, __ldcg(lse + i));
+    const float* const o = o_part + row * n_splits * D + col;
+    float mx = NEG_INF, wsum = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i0 = 0; i0 < n_splits; i0 += 8) {
+        float l[8];
+        float4 part[8];
 #pragma unroll
-    for (int k = 16; k > 0; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-    if (mx == NEG_INF) mx = 0.0f;  // no split saw a key: weights 0, output 0
-    float acc[COLS] = {}, wsum = 0.0f;
-    const float* const o = o_part + row * n_splits * D + lane * COLS;
-#pragma unroll 8
-    for (int i = 0; i < n_splits; ++i) {
-        const float w = exp2f(__ldcg(lse + i) - mx);
-        wsum += w;
-#pragma unroll
-        for (int e = 0; e < COLS; e += 2) {
-            const float2 part = __ldcg(reinterpret_cast<const float2*>(o + (size_t)i * D + e));
-            acc[e] = fmaf(w, part.x, acc[e]);
-            acc[e + 1] = fmaf(w, part.y, acc[e + 1]);
+        for (int j = 0; j < 8; ++j) {  // every load of the eight first, then the arithmetic
+            const bool in = i0 + j < n_splits;
+            l[j] = in ? __ldcg(lse + i0 + j) : NEG_INF;
+            part[j] = in ? __ldcg(reinterpret_cast<const float4*>(o + (size_t)(i0 + j) * D)) : make_float4(0, 0, 0, 0);
         }
+        float m = mx;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) m = fmaxf(m, l[j]);
+        const float base = m == NEG_INF ? 0.0f : m;  // no split saw a key yet: weights 0
+        const float carry = exp2f(mx - base);        // the sums so far, rescaled to the new max
+        wsum *= carry;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] *= carry;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float w = exp2f(l[j] - base);
+            wsum += w;
+            acc[0] = fmaf(w, part[j].x, acc[0]);
+            acc[1] = fmaf(w, part[j].y, acc[1]);
+            acc[2] = fmaf(w, part[j].z, acc[2]);
+            acc[3] = fmaf(w, part[j].w, acc[3]);
+        }
+        mx = m;
     }
     const float inv_total = 1.0f / fmaxf(wsum, 1e-30f);
-    elem_t* const dst = out + row * D + lane * COLS;
-#pragma unroll
-    for (int e = 0; e < COLS; e += 2)
-        *reinterpret_cast<unsigned*>(dst + e) = pack2(acc[e] * inv_total, acc[e + 1] * inv_total);
+    elem_t* const dst = out + row * D + col;
+    *reinterpret_cast<unsigned*>(dst) = pack2(acc[0] * inv_total, acc[1] * inv_total);
+    *reinterpret_cast<unsigned*>(dst + 2) = pack2(acc[2] * inv_total, acc[3] * inv_total);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
@@ -765,7 +779,8 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             if (sm.last_split) {
                 __threadfence();
                 const int rows = PACK_GQA ? group * Sq : BLOCK_M;
-                for (int i = (threadIdx.x - 128 * WARP_SPECIALIZED) / 32; i < rows; i += 4 * CONSUMERS) {
+                for (int p = threadIdx.x - 128 * WARP_SPECIALIZED; p < rows * (D / 4); p += 128 * CONSUMERS) {
+                    const int i = p / (D / 4);
                     int qp, hd;  // block row i: query qp of head hd (as rows_of)
                     if (PACK_GQA) {
                         const int g = dv.sq.div(i);
@@ -776,7 +791,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                     if (qp >= t.len_q) continue;
                     const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qp) * H + hd
                                                                : ((size_t)t.b * H + hd) * Sq + qp;
-                    combine_row(o_part, lse_part, out, row, n_splits, lane);
+                    combine_part(o_part, lse_part, out, row, 4 * (p % (D / 4)), n_splits);
                 }
             }
         }

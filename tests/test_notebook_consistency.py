@@ -283,3 +283,32 @@ def test_stage6_prediction_is_the_notebooks_count():
     assert printed, "section 9 prints the D64 prediction"
     assert abs(int(printed.group(1)) - lo * ceiling) <= 1.5 and abs(int(printed.group(2)) - hi * ceiling) <= 1.5, \
         (printed.group(0), lo * ceiling, hi * ceiling)
+
+
+_SHOWN = re.compile(r"\bshow_(source|part_diff)\((.*)\)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_shown_sources_have_their_markers(path):
+    """Every show_source / show_part_diff call of a notebook cuts its file at lines that exist
+    (lib.notebook_common.source_span): an edited source line must not leave a cell quoting
+    another part of the file, or all of it."""
+    import ast
+
+    from lib.notebook_common import source_span
+    calls = 0
+    for cell in _nb(path).cells:
+        if cell.cell_type != "code":
+            continue
+        for kind, args in _SHOWN.findall(cell.source):
+            try:
+                values = ast.literal_eval(f"({args},)")
+            except (ValueError, SyntaxError):
+                continue  # arguments computed in the cell: checked when it runs
+            files = values[:1] if kind == "source" else values[:2]
+            marks = values[1:] if kind == "source" else values[2:]
+            for f in files:
+                source_span((ROOT / f).read_text().splitlines(), *(list(marks) + [None, None])[:2], f)
+                calls += 1
+    if "show_source" in _text(_nb(path)):
+        assert calls, f"{path.name}: no show_source call was read"
