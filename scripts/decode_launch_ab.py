@@ -32,6 +32,11 @@ single-head rows (B1, Sk 32k) stay level. Measured (call 3): two blocks reached 
 H32/8 (1.02-1.03x of as called), three ran slower (0.83-0.99x), and stage 6's rule
 (shares_sms) came from it.
 
+--launch rings (call 10): at the D64 Sq 1 rows where stage 6 runs two blocks per SM, their ring
+three buffers deep instead of two ((128, 3, 1): 108 KB a block, still two per SM), each with the
+split count as called and twice it. Predicted: the rows that stream most (B8-B64 at Sk 32k, at
+0.99x of SDPA) gain from the third buffer in flight, the short ones stay level.
+
 This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
 against the chosen launch's variants, with SDPA default and FLASH in the same interleaved
 rounds; every variant checked against the float64 reference before and after timing. Logs only
@@ -75,6 +80,17 @@ def variants(B, H, Hkv, Sq, Sk, D, sms, launch="blocks"):
                 out.append(({"variant": f"persistent, {n} split{'s' if n > 1 else ''}", "plan_splits": ch["splits"]},
                             {"tiles": s6.DECODE_TILES[D], "schedule": PERSISTENT, "pack_gqa": True, "splits": n}))
         return out
+    if launch == "rings":
+        if D != 64 or ch["blocks_per_sm"] != 2:
+            return []
+        for tiles in ((128, 2, 1), (128, 3, 1)):
+            for m in sorted({ch["splits"], min(2 * ch["splits"], -(-Sk // tiles[0]), s6.MAX_SPLITS)}):
+                if (tiles, m) == (ch["tiles"], ch["splits"]):
+                    continue  # that is the call as called
+                out.append(({"variant": f"2 blocks/SM {tiles}, {m} split{'s' if m > 1 else ''}", "plan_splits": m},
+                            {"tiles": tiles, "schedule": s6.DECODE_SCHEDULE, "pack_gqa": True, "splits": m,
+                             "blocks_per_sm": 2}))
+        return out
     for tiles, blocks in BLOCKS[D]:
         n = s6.choose(B, H, Hkv, Sq, Sk, D, False, sms, tiles=tiles, schedule=s6.DECODE_SCHEDULE, pack_gqa=True,
                       blocks_per_sm=blocks)["splits"]
@@ -98,8 +114,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write every row, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.3, help="seconds of timing per callable and shape")
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes (a smoke run)")
-    ap.add_argument("--launch", choices=["persistent", "blocks"], default="blocks",
-                    help="persistent: the persistent packed launch (call 1); blocks: several blocks per SM")
+    ap.add_argument("--launch", choices=["persistent", "blocks", "rings"], default="blocks",
+                    help="persistent: the persistent packed launch (call 1); blocks: several blocks per SM "
+                         "(call 3); rings: the two-block D64 ring two or three deep (call 10)")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
@@ -109,6 +126,8 @@ def main() -> int:
     env, got, t0 = R.capture_env(), [], time.time()
     for i, row in enumerate(todo):
         vs = variants(*(row[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D")), sms, a.launch)
+        if not vs:
+            continue
         these = shape_map.measure_variants(row, vs, a.budget_s)
         got += these
         base = these[0]["us"]
