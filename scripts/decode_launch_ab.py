@@ -35,7 +35,9 @@ H32/8 (1.02-1.03x of as called), three ran slower (0.83-0.99x), and stage 6's ru
 --launch rings (call 10): at the D64 Sq 1 rows where stage 6 runs two blocks per SM, their ring
 three buffers deep instead of two ((128, 3, 1): 108 KB a block, still two per SM), each with the
 split count as called and twice it. Predicted: the rows that stream most (B8-B64 at Sk 32k, at
-0.99x of SDPA) gain from the third buffer in flight, the short ones stay level.
+0.99x of SDPA) gain from the third buffer in flight, the short ones stay level. Measured (call
+10): no; the third buffer ran 0.97-1.00x of two at the same splits. Twice the splits won only at
+B8 H8/1 Sk4096 (32 splits of one key tile: 1.07x, as in call 3) and lost at most other rows.
 
 This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
 against the chosen launch's variants, with SDPA default and FLASH in the same interleaved
