@@ -20,6 +20,7 @@ for tool in memcheck racecheck synccheck; do
     --report-api-errors no python3 results/logs/2026-11-26-s36call4/calls.py
   tail -n 1 $OUT/logs/sanitize-$tool.log
 done
+[ -e $D/stage6-b30d19a.cu ] || bash $D/sources.sh  # (run where git is, before the call)
 OLD=$(ls $D/stage6-*.cu); REV=$(basename $OLD .cu); REV=${REV#stage6-}
 step ab 150 python3 scripts/stage6_ab.py --decode --against $REV --older-file $OLD
 grep -E "^\||today /" $OUT/logs/ab.log | cut -c1-200
