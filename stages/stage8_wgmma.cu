@@ -49,6 +49,13 @@
 //     "empty" one the threads done with it. No copy instructions in the other threads' stream,
 //     no proxy fence, and no block-wide barrier at the top of each step: the warpgroups may
 //     drift apart by up to a step (as far as the dS exchange of DQ_ATOMICS lets them).
+//   DQ_EARLY 1 (with DQ_ATOMICS): a warpgroup goes on to the exchange of dSᵀ and its dQ product
+//     while its dV and dK products still run, instead of waiting for them first. Two warpgroups
+//     meet at that exchange every step (a block barrier when dQ reads both warpgroups' keys);
+//     waiting for its own products first made the warpgroup whose products were queued second
+//     arrive late, and the tensor cores idle between the last dK and the first dQ. The price:
+//     dQ's 32 accumulators live beside Pᵀ and dSᵀ's 32 registers, which the running products
+//     still read.
 // Not here yet (FlashAttention-3 has them): a producer warpgroup with setmaxnreg, and the next
 // query block's Sᵀ and dPᵀ issued before this block's dK is waited for.
 #include "hopper.cuh"
@@ -72,6 +79,9 @@
 #ifndef DQ_TURNS
 #define DQ_TURNS 0
 #endif
+#ifndef DQ_EARLY
+#define DQ_EARLY 0
+#endif
 
 constexpr int D = HEAD_DIM;
 constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
@@ -86,6 +96,7 @@ static_assert(!DQ_TURNS || (WARPGROUPS == 2 && !DQ_SPLITS_D && DQ_ATOMICS),
 constexpr int CHUNKS = D / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
+static_assert(!DQ_EARLY || DQ_ATOMICS, "DQ_EARLY: the dQ product in this kernel");
 #if DQ_BULK
 constexpr int DQ_TILES = DQ_SPLITS_D ? 1 : ATOMS;  // 64 × 64 partial dQ tiles per warpgroup and step
 #endif
@@ -334,9 +345,11 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
                 *reinterpret_cast<unsigned*>(&sm.ds[0][0] + sw<KEYS>(ROWS * wg + 16 * warp + g + 8 * (j % 2),
                                                                      16 * t + 8 * (j / 2) + 2 * i4)) = dsa[t][j];
         fence_proxy_async();  // these stores, visible to wgmma
-        wgmma_wait<0>();      // dV and dK done: pa and dsa free their registers for dQ's
-        fence_registers(pa);
-        fence_registers(dsa);
+        if (!DQ_EARLY) {
+            wgmma_wait<0>();  // dV and dK done: pa and dsa free their registers for dQ's
+            fence_registers(pa);
+            fence_registers(dsa);
+        }  // DQ_EARLY: pa and dsa stay live (the fences at the step's end) while dV and dK run
         // The dQ tiles of step it − 2, which this step overwrites, were read out (those of step
         // it − 1 may still be in flight: two buffers); the barrier tells the warpgroup.
         if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");

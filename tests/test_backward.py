@@ -83,10 +83,13 @@ def test_every_build_matches_reference(D, seed):
 WGMMA_SWITCHES = [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0), (2, 1, 0, 0), (1, 1, 1, 0), (2, 1, 1, 0),
                   (1, 0, 0, 1), (2, 1, 0, 1), (1, 1, 1, 1), (2, 1, 1, 1)]
 _switch_id = "wg{}-atomics{}-bulk{}-tma{}".format
-_switch_kw = lambda w, a, b, t, turns=0: {"warpgroups": w, "dq_atomics": a, "dq_bulk": b,  # noqa: E731
-                                          "tma_loads": t, "dq_turns": turns}
+_switch_kw = lambda w, a, b, t, turns=0, early=0: {"warpgroups": w, "dq_atomics": a, "dq_bulk": b,  # noqa: E731
+                                                   "tma_loads": t, "dq_turns": turns, "dq_early": early}
 # two warpgroups at D 64 taking turns at dQ (DQ_TURNS), with and without bulk reductions
 TURNS = [(2, 1, 1, 1, 1), (2, 1, 0, 1, 1)]
+# the dQ product issued while dV and dK still run (DQ_EARLY): the stages' builds and vector reductions
+EARLY = [(1, 1, 1, 1, 0, 1), (2, 1, 1, 1, 0, 1), (2, 1, 0, 1, 0, 1)]
+_variant_id = lambda x: _switch_id(*x[:4]) + ("-turns" if len(x) == 5 else "-early" if len(x) == 6 else "")  # noqa: E731
 
 
 @cpu_only
@@ -140,6 +143,24 @@ def test_dq_turns_compiles_offline(switches):
         stage8.config(128, wgmma=1, **_switch_kw(*switches))
 
 
+@cpu_only
+@pytest.mark.parametrize("switches", EARLY, ids=_variant_id)
+@pytest.mark.parametrize("D", [64, 128])
+def test_dq_early_compiles_offline(D, switches):
+    """DQ_EARLY: dQ's accumulators beside the registers the running dV and dK products read,
+    without spills and without ptxas serializing a wgmma; refused without dQ in the kernel."""
+    from lib import nvrtc
+    cfg = stage8.config(D, wgmma=1, **_switch_kw(*switches))
+    assert dict(cfg["defines"])["DQ_EARLY"] == 1
+    compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=torch.bfloat16, head_dim=D,
+                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+    for kernel, u in compiled.resource_usage().items():
+        assert u["spill_stores"] == 0 and u["spill_loads"] == 0, (kernel, u)
+    assert "serializ" not in compiled.log.lower(), compiled.log
+    with pytest.raises(ValueError, match="dq_early"):
+        stage8.config(D, wgmma=1, dq_atomics=0, dq_early=1)
+
+
 @gpu
 def test_wgmma_and_mma_sync_builds_agree(seed):
     """On an H100 both builds run (the WGMMA one with and without its overlap): each passes the rule."""
@@ -158,11 +179,12 @@ def test_wgmma_and_mma_sync_builds_agree(seed):
 @gpu
 @pytest.mark.parametrize("shape, switches",
                          [(shape, s) for s in WGMMA_SWITCHES for shape in SHAPES]
-                         + [(shape, s) for s in TURNS for shape in SHAPES if shape[5] == 64],  # D 64 only
-                         ids=lambda x: str(x) if len(x) == 7 else _switch_id(*x[:4]) + ("-turns" if len(x) == 5 else ""))
+                         + [(shape, s) for s in TURNS for shape in SHAPES if shape[5] == 64]  # D 64 only
+                         + [(shape, s) for s in EARLY for shape in SHAPES],
+                         ids=lambda x: str(x) if len(x) == 7 else _variant_id(x))
 def test_wgmma_switches_match_reference(shape, switches, seed):
-    """Two warpgroups per key block, dQ by reductions (vector or bulk), TMA loads and, at D 64,
-    dQ in turns, at every shape of the stage's test: odd lengths (key blocks of 128 keys half
+    """Two warpgroups per key block, dQ by reductions (vector or bulk), TMA loads, the dQ product
+    issued early and, at D 64, dQ in turns, at every shape of the stage's test: odd lengths (key blocks of 128 keys half
     empty), GQA, both causal alignments."""
     if not stage8.wgmma_here():
         pytest.skip("the WGMMA build needs sm_90")
