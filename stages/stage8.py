@@ -86,6 +86,8 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     two warpgroups (which must each add their own keys' dQ, 64 columns being one wgmma's
 #     width) ran no faster than one, nor did they taking turns at dQ over all 128 keys
 #     (DQ_TURNS: half the additions into dQ, 0.98-1.00x).
+#   Both: DQ_EARLY off. The dQ product issued while dV and dK still run ran 0.98-1.03x of the
+#     build without it at the four standard rows (results/logs/2026-11-26-s36call11/backward.log).
 WGMMA_BUILD = {
     64: {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0},
