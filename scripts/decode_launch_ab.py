@@ -48,9 +48,7 @@ rounds; every variant checked against the float64 reference before and after tim
 """
 import argparse
 import importlib.util
-import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,25 +121,11 @@ def main() -> int:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    record = R.load(R.results_path(R.capture_env()["gpu"]))
-    todo = shapes(record)[:a.limit]
-    env, got, t0 = R.capture_env(), [], time.time()
-    for i, row in enumerate(todo):
-        vs = variants(*(row[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D")), sms, a.launch)
-        if not vs:
-            continue
-        these = shape_map.measure_variants(row, vs, a.budget_s)
-        got += these
-        base = these[0]["us"]
-        print(f"[{i + 1}/{len(todo)} {time.time() - t0:.0f} s] B{row['B']} H{row['H']}/{row['Hkv']} Sq{row['Sq']} "
-              f"Sk{row['Sk']} D{row['D']}: SDPA {these[0]['sdpa_us']:.1f} µs; " + "; ".join(
-                  f"{r['variant']} {r['us']:.1f} ({r['vs_sdpa']:.3f}x{'' if r['passed'] else ' FAILED'})"
-                  for r in these) + f"; best/as called {base / min(r['us'] for r in these):.3f}", flush=True)
-        if a.out:
-            a.out.write_text(json.dumps({"env": env, "sha256": R.stage_sha256(s6.INFO), "rows": got}, indent=1) + "\n")
-    failed = [r for r in got if not r["passed"]]
-    print(f"{len(failed)} variants failed the error rule" if failed else "every variant passed the error rule")
-    return 1 if failed else 0
+    env = R.capture_env()
+    todo = shapes(R.load(R.results_path(env["gpu"])))[:a.limit]
+    return shape_map.run_variant_shapes(
+        todo, lambda row: variants(*(row[k] for k in ("B", "H", "Hkv", "Sq", "Sk", "D")), sms, a.launch),
+        a.budget_s, a.out, env)
 
 
 if __name__ == "__main__":

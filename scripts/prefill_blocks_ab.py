@@ -28,9 +28,7 @@ after timing. Logs only (--out): nothing is recorded.
 """
 import argparse
 import importlib.util
-import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,20 +73,7 @@ def main() -> int:
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
     env = R.capture_env()
     todo = shapes(R.load(R.results_path(env["gpu"])))[:a.limit]
-    got, t0 = [], time.time()
-    for i, row in enumerate(todo):
-        these = shape_map.measure_variants(row, variants(row["D"]), a.budget_s)
-        got += these
-        base = these[0]["us"]
-        print(f"[{i + 1}/{len(todo)} {time.time() - t0:.0f} s] B{row['B']} H{row['H']}/{row['Hkv']} S{row['Sq']} "
-              f"D{row['D']} {'causal' if row['causal'] else 'full'}: SDPA {these[0]['sdpa_us']:.1f} µs; " + "; ".join(
-                  f"{r['variant']} {r['us']:.1f} ({r['vs_sdpa']:.3f}x{'' if r['passed'] else ' FAILED'})"
-                  for r in these) + f"; best/as called {base / min(r['us'] for r in these):.3f}", flush=True)
-        if a.out:
-            a.out.write_text(json.dumps({"env": env, "sha256": R.stage_sha256(s6.INFO), "rows": got}, indent=1) + "\n")
-    failed = [r for r in got if not r["passed"]]
-    print(f"{len(failed)} variants failed the error rule" if failed else "every variant passed the error rule")
-    return 1 if failed else 0
+    return shape_map.run_variant_shapes(todo, lambda row: variants(row["D"]), a.budget_s, a.out, env)
 
 
 if __name__ == "__main__":

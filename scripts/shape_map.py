@@ -398,6 +398,29 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
     return out
 
 
+def run_variant_shapes(todo, variants_of, budget_s=0.3, out=None, env=None) -> int:
+    """The A/B experiments' loop (decode_launch_ab.py, prefill_blocks_ab.py): each row of `todo`
+    with its variants (`variants_of(row)`: [(fields, opts)], the first the call as it is; none:
+    the row is skipped) measured by measure_variants, a line per row, every row so far written
+    to `out` as JSON after each. Returns 1 if any variant failed the error rule, else 0."""
+    got, t0 = [], time.time()
+    for i, row in enumerate(todo):
+        variants = variants_of(row)
+        if not variants:
+            continue
+        these = measure_variants(row, variants, budget_s)
+        got += these
+        print(f"[{i + 1}/{len(todo)} {time.time() - t0:.0f} s] {_shape(row)}{' causal' if row['causal'] else ''}: "
+              f"SDPA {these[0]['sdpa_us']:.1f} µs; " + "; ".join(
+                  f"{r['variant']} {r['us']:.1f} ({r['vs_sdpa']:.3f}x{'' if r['passed'] else ' FAILED'})"
+                  for r in these) + f"; best/as called {these[0]['us'] / min(r['us'] for r in these):.3f}", flush=True)
+        if out:
+            out.write_text(json.dumps({"env": env, "sha256": R.stage_sha256(s6.INFO), "rows": got}, indent=1) + "\n")
+    failed = [r for r in got if not r["passed"]]
+    print(f"{len(failed)} variants failed the error rule" if failed else "every variant passed the error rule")
+    return 1 if failed else 0
+
+
 def resumable_rows(data, plan, sha) -> list:
     """The rows of a recorded run cut short (shape_map_partial) that --resume keeps: only when it
     had the same plan (its row count, and each kept row's part and shape) and stage 6's current
