@@ -17,7 +17,10 @@ harness's L2 flush before each run (as every recorded row):
 Predicted: the launch floors differ by well under a microsecond (the launch path does not read
 shared-memory sizes or parameter bytes for long), so the gap is in the blocks' own work; and
 without the flush stage 6 gains more than SDPA (its 69 KB of code and its maps come from DRAM
-after a flush). Logs only (--out).
+after a flush). Measured (call 7 of session 36, results/logs/2026-11-26-s36call7/floor.log): the
+first, yes (3.73-3.89 µs for every launch shape); the second, no: without the flush both sides
+gained alike (B8 H8/1 Sk1024 D64: 0.911x of SDPA either way), so the gap is in the blocks' work.
+Logs only (--out).
 
     python scripts/decode_floor.py --out floor.json
 """
