@@ -69,7 +69,7 @@ def variants(D, which="all"):
     """(label, keyword arguments) of builds to time beside the stage's own: every combination of
     the WGMMA build's warpgroups, dQ and load switches (the stage's own included, so that every
     shape has the same columns), two warpgroups taking turns at dQ (D 64), the stage's build
-    without its overlap and with its dQ product issued early (DQ_EARLY); and (which="all") every tile choice of the mma.sync build, with dQ by
+    without its overlap (at D 64 also with three blocks per SM) and with its dQ product issued early (DQ_EARLY); and (which="all") every tile choice of the mma.sync build, with dQ by
     atomics and by its own pass."""
     out = []
     if stage8.wgmma_here():
@@ -80,6 +80,8 @@ def variants(D, which="all"):
             out.append((wgmma_label(2, 1, 1, 1) + ", dQ in turns",
                         {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1}))
         out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
+        if D == 64:  # three blocks per SM, which fit only without the overlap
+            out.append(("WGMMA without overlap, 3 blocks per SM", {"wgmma": 1, "overlap": 0, "blocks_per_sm": 3}))
         out.append(("WGMMA, dQ issued before dV and dK are done", {"wgmma": 1, "dq_early": 1}))
     if which == "wgmma":
         return out

@@ -53,7 +53,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
-            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1)}
+            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -70,10 +70,12 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               instead of each adding its own 64 keys' share every step;
 #   DQ_EARLY    (with DQ_ATOMICS) a warpgroup exchanges dSᵀ and issues its dQ product while its
 #               dV and dK products still run, instead of waiting for them first.
-# Not a switch: three one-warpgroup blocks per SM at D 64 (__launch_bounds__(128, 3), 168
-# registers). Compiled offline, ptxas spilled 88 bytes and reported its wgmmas serialized for
-# want of registers (C7512), so it was never run.
-WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY")
+#   BLOCKS_PER_SM  (one warpgroup at D 64, without OVERLAP) 3: registers and shared memory
+#               budgeted so that three blocks share an SM instead of two (168 registers, one
+#               buffer of dQ tiles). With OVERLAP ptxas finds no room: at 168 registers it
+#               spilled 88 bytes and serialized the wgmmas (C7512).
+WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
+                  "BLOCKS_PER_SM")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -89,8 +91,10 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #   Both: DQ_EARLY off. The dQ product issued while dV and dK still run ran 0.98-1.03x of the
 #     build without it at the four standard rows (results/logs/2026-11-26-s36call11/backward.log).
 WGMMA_BUILD = {
-    64: {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0},
-    128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0},
+    64: {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
+         "BLOCKS_PER_SM": 1},
+    128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
+          "BLOCKS_PER_SM": 1},
 }
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
@@ -167,13 +171,18 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if chosen["DQ_TURNS"] and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
             raise ValueError("dq_turns=1 takes two warpgroups at D 64 summing dQ in the dK/dV kernel "
                              "(warpgroups=2, dq_atomics=1)")
+        if chosen["BLOCKS_PER_SM"] == 3 and not (head_dim == 64 and chosen["WARPGROUPS"] == 1
+                                                  and not chosen["OVERLAP"]):
+            raise ValueError("blocks_per_sm=3 takes one warpgroup at D 64 without the overlap "
+                             "(warpgroups=1, overlap=0): only there do three blocks' registers fit")
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
+        dq_buffers = 1 if chosen["BLOCKS_PER_SM"] == 3 else 2  # the kernel's DQ_BUFFERS
         keys = r * wgs
         dq_tiles = wgs * (1 if head_dim // 64 == wgs else head_dim // 64)  # the kernel's DQ_TILES per warpgroup
-        # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), two
-        # buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ, four mbarriers
+        # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), one or
+        # two buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ, four mbarriers
         smem = ((2 * keys + 4 * r) * head_dim * 2 + (keys * r * 2 if atomics else 0)
-                + (2 * dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0)
+                + (dq_buffers * dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0)
                 + 4 * r * 4 + 32 + 1024)
         return {"block_n": keys, "block_m": r, "threads": 128 * wgs, "dq_atomics": atomics, "wgmma": 1,
                 "dq_bulk": chosen["DQ_BULK"], "tma_loads": chosen["TMA_LOADS"],

@@ -56,6 +56,12 @@
 //     arrive late, and the tensor cores idle between the last dK and the first dQ. The price:
 //     dQ's 32 accumulators live beside Pᵀ and dSᵀ's 32 registers, which the running products
 //     still read.
+//   BLOCKS_PER_SM 3 (one warpgroup at D 64, without OVERLAP): launch bounds that make ptxas fit
+//     the kernel in 168 registers and one buffer of dQ tiles instead of two (74 KB of shared
+//     memory), so that three blocks share an SM instead of two. A step is a chain of waits (Sᵀ,
+//     the exponentials, dPᵀ, dS, dK and dV, the barrier, dQ, its store); a third block's chain
+//     fills more of the others' waits. The price: a step waits until the copy engine has read
+//     the step before's dQ tiles out.
 // Not here yet (FlashAttention-3 has them): a producer warpgroup with setmaxnreg, and the next
 // query block's Sᵀ and dPᵀ issued before this block's dK is waited for.
 #include "hopper.cuh"
@@ -82,6 +88,9 @@
 #ifndef DQ_EARLY
 #define DQ_EARLY 0
 #endif
+#ifndef BLOCKS_PER_SM
+#define BLOCKS_PER_SM 1
+#endif
 
 constexpr int D = HEAD_DIM;
 constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
@@ -100,7 +109,7 @@ static_assert(!DQ_EARLY || DQ_ATOMICS, "DQ_EARLY: the dQ product in this kernel"
 #if DQ_BULK
 constexpr int DQ_TILES = DQ_SPLITS_D ? 1 : ATOMS;  // 64 × 64 partial dQ tiles per warpgroup and step
 #endif
-constexpr int DQ_BUFFERS = 2;  // of DQ_BULK's tiles: step it writes while step it − 1's are read out
+constexpr int DQ_BUFFERS = BLOCKS_PER_SM == 3 ? 1 : 2;  // of DQ_BULK's tiles: step it writes while step it − 1's are read out
 
 // Element offset of (row, col) in a [ATOMS][R][64] tile, 128-byte swizzle.
 template <int R>
@@ -203,12 +212,19 @@ __device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, un
                  :: "l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
 }
 
+// The bulk reductions that read a dQ buffer this step is about to overwrite are done reading:
+// with two buffers all but the last group (step it − 1's may still be read), with one all.
+__device__ __forceinline__ void bulk_wait_read_buffers() {
+    if (DQ_BUFFERS == 2) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 #if TMA_LOADS
 #define TMA_MAPS const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap dout_map,
 #else
 #define TMA_MAPS
 #endif
-extern "C" __global__ void __launch_bounds__(KEY_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(KEY_THREADS, BLOCKS_PER_SM)
 attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, const elem_t* dout,
                    const float* lse2, const float* delta, float* dq_accum, elem_t* dk, elem_t* dv,
                    int Sq, int Sk, int Sq_pad, float scale_log2, float scale, int causal, int H, int group,
@@ -352,7 +368,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         }  // DQ_EARLY: pa and dsa stay live (the fences at the step's end) while dV and dK run
         // The dQ tiles of step it − 2, which this step overwrites, were read out (those of step
         // it − 1 may still be in flight: two buffers); the barrier tells the warpgroup.
-        if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+        if (DQ_BULK && tid % THREADS == 0) bulk_wait_read_buffers();
         // Every warpgroup's dSᵀ when a dQ product reads all keys' dS; else the warpgroup's own.
         if (DQ_ALL_KEYS) __syncthreads();
         else named_bar_sync(1 + wg, THREADS);

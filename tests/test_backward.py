@@ -195,6 +195,43 @@ def test_wgmma_switches_match_reference(shape, switches, seed):
         assert c.passed, f"{name} {shape} {switches} seed {seed}: {c.summary()}"
 
 
+# three one-warpgroup blocks per SM at D 64 (BLOCKS_PER_SM, without the overlap)
+THREE_BLOCKS = {"wgmma": 1, "warpgroups": 1, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "overlap": 0,
+                "blocks_per_sm": 3}
+
+
+@cpu_only
+def test_three_blocks_per_sm_compile_offline():
+    """BLOCKS_PER_SM 3 at D 64: 168 registers or fewer, so that three 128-thread blocks fit an SM's
+    65,536, and shared memory for three; wgmma not serialized; refused where it cannot fit."""
+    from lib import nvrtc
+    cfg = stage8.config(64, **THREE_BLOCKS)
+    compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=torch.bfloat16, head_dim=64,
+                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+    use = compiled.resource_usage()["attention_backward"]
+    assert 3 * 128 * use["registers"] <= 65536, use
+    assert use["spill_stores"] <= 8, use  # two 4-byte values (ptxas, NVRTC 13.0)
+    assert 3 * (cfg["smem"] + 1024) <= 233472, cfg["smem"]  # 228 KB an SM, 1 KB reserved per block
+    assert "serializ" not in compiled.log.lower(), compiled.log
+    for bad in ({"overlap": 1}, {"warpgroups": 2}):
+        with pytest.raises(ValueError, match="blocks_per_sm"):
+            stage8.config(64, **{**THREE_BLOCKS, **bad})
+    with pytest.raises(ValueError, match="blocks_per_sm"):
+        stage8.config(128, **THREE_BLOCKS)
+
+
+@gpu
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[5] == 64], ids=str)
+def test_three_blocks_per_sm_match_reference(shape, seed):
+    """BLOCKS_PER_SM 3 (one buffer of dQ tiles) at every D 64 shape of the stage's test."""
+    if not stage8.wgmma_here():
+        pytest.skip("the WGMMA build needs sm_90")
+    q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=shape[6], **THREE_BLOCKS)
+    for name, c in check_gradients(grads, q, k, v, dout, causal=shape[6]).items():
+        assert c.passed, f"{name} {shape} three blocks seed {seed}: {c.summary()}"
+
+
 @gpu
 def test_deterministic_dq_pass(seed):
     """dq_atomics=0 (the dQ pass) gives the same bits for the same inputs, at both head dims;
