@@ -53,23 +53,25 @@ def check(B, H, S, D, causal, dtype, seed) -> dict:
 
 
 # The WGMMA build's combinations that --variants times: (label, switches). Warpgroups × how dQ
-# is summed × how Q and dO are loaded, then the stage's build without its overlap.
+# is summed × how Q and dO are loaded, then the stage's build with its overlap switch flipped.
 _DQ = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}
 WGMMA_PATH = {  # the switches turned one at a time from the first build to the stage's, per head dim
-    64: [(1, 0, 0, 0), (1, 1, 0, 0), (1, 1, 1, 0), (1, 1, 1, 1)],
+    64: [(1, 0, 0, 0), (1, 1, 0, 0), (1, 1, 1, 0), (1, 1, 1, 1), (1, 1, 1, 1, 0)],
     128: [(1, 0, 0, 0), (2, 0, 0, 0), (2, 1, 0, 0), (2, 1, 1, 0), (2, 1, 1, 1)],
 }
 
 
-def wgmma_label(w: int, a: int, b: int, t: int) -> str:
-    return f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {_DQ[a, b]}{', TMA loads' if t else ''}"
+def wgmma_label(w: int, a: int, b: int, t: int, overlap: int = 1) -> str:
+    return (f"WGMMA {w} warpgroup{'s' if w > 1 else ''}, {_DQ[a, b]}{', TMA loads' if t else ''}"
+            f"{'' if overlap else ', without overlap'}")
 
 
 def variants(D, which="all"):
     """(label, keyword arguments) of builds to time beside the stage's own: every combination of
     the WGMMA build's warpgroups, dQ and load switches (the stage's own included, so that every
     shape has the same columns), two warpgroups taking turns at dQ (D 64), the stage's build
-    without its overlap (at D 64 also with three blocks per SM) and with its dQ product issued early (DQ_EARLY); and (which="all") every tile choice of the mma.sync build, with dQ by
+    with the overlap switch flipped (at D 64, whose build has none, the combinations above have it;
+    there also three blocks per SM) and with its dQ product issued early (DQ_EARLY); and (which="all") every tile choice of the mma.sync build, with dQ by
     atomics and by its own pass."""
     out = []
     if stage8.wgmma_here():
@@ -79,9 +81,15 @@ def variants(D, which="all"):
         if D == 64:  # two warpgroups taking turns at dQ over all 128 keys (DQ_TURNS)
             out.append((wgmma_label(2, 1, 1, 1) + ", dQ in turns",
                         {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1}))
-        out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
+        if stage8.WGMMA_BUILD[D]["OVERLAP"]:
+            out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
+        else:  # the path's last step (the stage's build); the step before it is the build with the overlap
+            out.append((wgmma_label(1, 1, 1, 1, 0), {"wgmma": 1, "warpgroups": 1, "dq_atomics": 1, "dq_bulk": 1,
+                                                     "tma_loads": 1, "overlap": 0}))
         if D == 64:  # three blocks per SM, which fit only without the overlap
-            out.append(("WGMMA without overlap, 3 blocks per SM", {"wgmma": 1, "overlap": 0, "blocks_per_sm": 3}))
+            out.append((wgmma_label(1, 1, 1, 1, 0) + ", 3 blocks per SM",
+                        {"wgmma": 1, "warpgroups": 1, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "overlap": 0,
+                         "blocks_per_sm": 3}))
         out.append(("WGMMA, dQ issued before dV and dK are done", {"wgmma": 1, "dq_early": 1}))
     if which == "wgmma":
         return out

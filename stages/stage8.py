@@ -88,10 +88,16 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     two warpgroups (which must each add their own keys' dQ, 64 columns being one wgmma's
 #     width) ran no faster than one, nor did they taking turns at dQ over all 128 keys
 #     (DQ_TURNS: half the additions into dQ, 0.98-1.00x).
+#   D 64 without OVERLAP: the build with it ran 0.98-0.99x of the one without at the full row
+#     and 0.995-1.00x at the causal one, in each of three records (results/logs/2026-11-26-
+#     s36call11 and s37call1). A D 64 step's products are short (64 columns), so waiting for each
+#     one separately costs about what the exponentials gain by running under them.
+#     Three blocks per SM (BLOCKS_PER_SM 3) ran 0.99x of two (s37call1); Nsight Compute then
+#     found the kernel's L2 at 78% of its peak, half of it the bulk reductions into dQ (s37call2).
 #   Both: DQ_EARLY off. The dQ product issued while dV and dK still run ran 0.98-1.03x of the
 #     build without it at the four standard rows (results/logs/2026-11-26-s36call11/backward.log).
 WGMMA_BUILD = {
-    64: {"OVERLAP": 1, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
+    64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1},
@@ -257,16 +263,17 @@ def postprocess(acc: torch.Tensor, Sq: int, dtype) -> torch.Tensor:
 def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None):
     """(δ, lse·log2 e), each [B, H, sq_pad] float32: δ = rowsum(dO ∘ O), 0 past Sq; the
     log-sum-exp in log2 units, +∞ where it is −∞ (a row that sees no key) and past Sq. One
-    kernel (stages/stage8_preprocess.cu), one warp per row; out and dout of any strides with
-    unit last dim (others are copied first). dq_zero, a contiguous float32 [B, H, sq_pad, D],
-    is zeroed in the same pass."""
+    kernel (stages/stage8_preprocess.cu), D/8 threads per row reading 16 bytes each; out and
+    dout of any strides whose rows start 16-byte aligned with unit last dim (others are copied
+    first). dq_zero, a contiguous float32 [B, H, sq_pad, D], is zeroed in the same pass."""
     B, H, Sq, D = out.shape
-    out, dout = (t if t.stride(-1) == 1 else t.contiguous() for t in (out, dout))
+    out, dout = (t if _aligned(t) else t.contiguous() for t in (out, dout))
     delta = torch.empty((B, H, sq_pad), dtype=torch.float32, device=out.device)
     lse2 = torch.empty((B, H, sq_pad), dtype=torch.float32, device=out.device)
     rows = B * H * sq_pad
-    nvrtc.check_grid_x("stage 8 (preprocess)", -(-rows // 8))
-    nvrtc.launch_prepared(_preprocess_kernel(out.dtype, D), nvrtc.launch_config((-(-rows // 8), 1, 1), (256, 1, 1)),
+    blocks = -(-rows * (D // 8) // 256)  # D/8 threads per row
+    nvrtc.check_grid_x("stage 8 (preprocess)", blocks)
+    nvrtc.launch_prepared(_preprocess_kernel(out.dtype, D), nvrtc.launch_config((blocks, 1, 1), (256, 1, 1)),
                           (dout.data_ptr(), out.data_ptr(), lse.float().contiguous().data_ptr(), delta.data_ptr(),
                            lse2.data_ptr(), 0 if dq_zero is None else dq_zero.data_ptr(), np.int32(Sq),
                            np.int32(sq_pad), np.int32(H), np.int64(rows),
