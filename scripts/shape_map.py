@@ -383,7 +383,7 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
         blocks = ch["blocks_per_sm"]
         built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"],
                                q_stages=opts.get("q_stages") or ch["q_stages"], carry_pv=opts.get("carry_pv"),
-                               blocks_per_sm=blocks, half_last=opts.get("half_last"))["defines"])
+                               blocks_per_sm=blocks)["defines"])
         q_stages = opts.get("q_stages") or built["Q_STAGES"]
         tma_store = bool(built["O_TMA_STORE"] if opts.get("tma_store") is None else opts["tma_store"])
         t = times[f"stage{i}"].median_us
@@ -393,7 +393,6 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
                        max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
                        splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"],
                        q_stages=q_stages, tma_store=tma_store, carry_pv=bool(built["CARRY_PV"]), blocks_per_sm=blocks,
-                       half_last=bool(built["HALF_LAST_TILE"]),
                        stage_round_medians_us=times[f"stage{i}"].round_medians_us)
     del q, k, v
     return out

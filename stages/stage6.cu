@@ -46,12 +46,6 @@
 //        CARRY_PV       for a persistent launch: a work tile's last P·V is issued with the
 //                       next work tile's first S, so the overlap runs on across work tiles
 //                       instead of draining at each one's end.
-//        HALF_LAST_TILE a consumer whose last key tile (of 128) has its upper 64 keys all
-//                       masked for its rows — with a causal mask, consumer 0 of two at every
-//                       diagonal; the last keys of a sequence 64 keys or less into a tile —
-//                       computes that tile 64 keys wide: S by a 64-column wgmma, the softmax
-//                       over 64 columns, P·V over 64 keys. Half of that tile's products and
-//                       exponentials, which were spent on scores the mask then zeroed.
 //   5. LAZY_RESCALE (FlashAttention-4's conditional rescaling): -1 rescales O by every tile's
 //      correction factor, as FlashAttention-3 does (64 FMUL per tile and thread at D128); k >= 0
 //      keeps a row's running max until a tile's exceeds it by a factor over 2^k (k in the
@@ -121,9 +115,6 @@
 #ifndef CARRY_PV
 #define CARRY_PV 0  // 1: a work tile's last P·V goes with the next work tile's first S (see the consumers)
 #endif
-#ifndef HALF_LAST_TILE
-#define HALF_LAST_TILE 0  // 1: a last key tile whose upper half is masked is computed 64 keys wide
-#endif
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 1  // 2 or 3: blocks of one consumer sharing an SM (decoding; see the registers below)
 #endif
@@ -135,8 +126,6 @@ static_assert(!CARRY_PV || (WARP_SPECIALIZED && INTRA_OVERLAP),
               "the carried P·V is the overlap's last product, issued with the next tile's first S");
 static_assert(!CARRY_PV || !O_TMA_STORE || Q_STAGES >= 2,
               "a carried tile's O is staged in its Q buffer, which the next tile's Q must not need");
-static_assert(!HALF_LAST_TILE || (BLOCK_N == 128 && WARP_SPECIALIZED && INTRA_OVERLAP && !CARRY_PV),
-              "the half last tile: 128-key tiles, in the overlap's loop, without the carried P·V");
 static_assert(!O_TMA_STORE || (WARP_SPECIALIZED && !PACK_GQA && !SEQS),
               "the TMA-store epilogue writes [B, H, S, D] rows of one head per consumer");
 
@@ -376,27 +365,15 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], unsigned long 
         Wgmma<BLOCK_N>::ss(s, q_desc + k_step<BLOCK_M>(kk), k_desc + k_step<BLOCK_N>(kk), kk > 0);
     wgmma_commit();
 }
-// HALF_LAST_TILE: S of the tile's first 64 keys only, into s[0 … 31] — element i of a 64-column
-// accumulator is element i of the 128-column one (the layout runs column slice by column slice).
-__device__ __forceinline__ void issue_qk_half(float (&s64)[32], unsigned long long q_desc,
-                                              unsigned long long k_desc) {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-        Wgmma<64>::ss(s64, q_desc + k_step<BLOCK_M>(kk), k_desc + k_step<BLOCK_N>(kk), kk > 0);
-    wgmma_commit();
-}
 // O += P·V: BLOCK_N/16 wgmma of 64 × D × 16; step t reads V rows 16t … 16t + 15 (2048 bytes on).
 // A work tile's first P·V (fresh) writes O instead of adding to it: O needs no zeroing (nor
 // rescaling) before it, and its registers hold nothing between work tiles (zeros kept live
 // across a work tile's start spilled).
-// KEYS = 64 (HALF_LAST_TILE): the first 64 keys only.
-template <int KEYS = BLOCK_N>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[BLOCK_N / 16][4],
                                          unsigned long long v_desc, bool fresh) {
     wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < KEYS / 16; ++t) Wgmma<D>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), t > 0 || !fresh);
+    for (int t = 0; t < BLOCK_N / 16; ++t) Wgmma<D>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), t > 0 || !fresh);
     wgmma_commit();
 }
 
@@ -405,8 +382,8 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[
 // 8n + 2(t%4) and +1 of each 8-column slice n: s[4n], s[4n+1] in row r0, s[4n+2], s[4n+3] in
 // row r0 + 8. The four threads of a row combine with two shuffles. m holds each row's max of
 // the raw scores, l this thread's share of its row sum; `scale_log2` > 0.
-template <bool MASK, int HALF_COLS>  // a tile of 2·HALF_COLS keys: BLOCK_N, or 64 (HALF_LAST_TILE)
-__device__ __forceinline__ void softmax_tile(float (&s)[HALF_COLS], float (&m)[2], float (&l)[2],
+template <bool MASK>
+__device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], int key0, const int (&qpos)[2], int Sk,
                                              bool causal, float scale_log2) {
     const int lane = threadIdx.x % 32;
@@ -418,14 +395,14 @@ __device__ __forceinline__ void softmax_tile(float (&s)[HALF_COLS], float (&m)[2
         const int limit[2] = {(causal ? min(Sk - 1, qpos[0]) : Sk - 1) - first,
                               (causal ? min(Sk - 1, qpos[1]) : Sk - 1) - first};
 #pragma unroll
-        for (int n = 0; n < HALF_COLS / 4; ++n)
+        for (int n = 0; n < BLOCK_N / 8; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 if (8 * n + (e & 1) > limit[e >> 1]) s[4 * n + e] = NEG_INF;
     }
     float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int n = 0; n < HALF_COLS / 4; ++n) {
+    for (int n = 0; n < BLOCK_N / 8; ++n) {
         mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
         mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
     }
@@ -448,7 +425,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[HALF_COLS], float (&m)[2
         m[r] = mx[r];
     }
 #pragma unroll
-    for (int n = 0; n < HALF_COLS / 4; ++n)
+    for (int n = 0; n < BLOCK_N / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float x = fmaf(s[4 * n + e], scale_log2, -base[e >> 1]);
@@ -472,11 +449,9 @@ __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[
     }
 }
 // P in 16 bits: the accumulator slices 2t and 2t + 1 are exactly the A fragment of k-step t.
-// (HALF_LAST_TILE: from a 64-key tile's 32 accumulators, P's first 4 k-steps.)
-template <int HALF_COLS>
-__device__ __forceinline__ void to_operand(const float (&s)[HALF_COLS], unsigned (&p)[BLOCK_N / 16][4]) {
+__device__ __forceinline__ void to_operand(const float (&s)[BLOCK_N / 2], unsigned (&p)[BLOCK_N / 16][4]) {
 #pragma unroll
-    for (int t = 0; t < HALF_COLS / 8; ++t)
+    for (int t = 0; t < BLOCK_N / 16; ++t)
 #pragma unroll
         for (int r = 0; r < 4; ++r) p[t][r] = pack2(s[8 * t + 2 * r], s[8 * t + 2 * r + 1]);
 }
@@ -927,30 +902,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             mbar_wait(&sm.v_full[cur % STAGES], (cur / STAGES) & 1);
             release(&sm.v_empty[cur % STAGES]);
         };
-        // HALF_LAST_TILE: the keys of the last tile past its first 64 are all masked for these
-        // rows (past the sequence's end, or causal, past the last row's diagonal), so that tile
-        // is computed 64 keys wide. Warp-uniform, like my_tiles.
-        const int visible_end = causal ? min(t.len_k, rows_end + t.diag) : t.len_k;  // one past the last key any row sees
-        const bool half_last = HALF_LAST_TILE && my_tiles > 0 && (t.t0 + my_tiles - 1) * BLOCK_N + 64 >= visible_end;
-        float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
-        float s[BLOCK_N / 2];
-        // HALF_LAST_TILE: the half tile's S and P in accumulators of their own (a 64-column
-        // wgmma's): the tile's products then never write part of s, which ptxas would answer
-        // by serializing every wgmma of s (C7511).
-        float sh[32];
-        auto softmax = [&](float (&m)[2], float (&l)[2], float (&alpha)[2], int j, const bool half) {
+        auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
             const int kt = t.t0 + j;  // the key tile
-            if (half)
-                softmax_tile<true>(sh, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
-            else if ((kt + 1) * BLOCK_N > t.len_k || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
+            if ((kt + 1) * BLOCK_N > t.len_k || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
                 softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
             else
                 softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
         };
-        auto pack_p = [&](const bool half) {  // P of the tile into the A operand of its P·V
-            if (half) to_operand(sh, p);
-            else to_operand(s, p);
-        };
+
+        float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
+        float s[BLOCK_N / 2];
 
         if (my_tiles == 0) {
             // No key for these rows (a sequence without keys, a query block past its sequence's
@@ -977,27 +938,22 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             // P·V j − 1 is still in the tensor cores. first_tile is called with a constant, once
             // with a carried P·V and once without: inlined, each copy is a path whose waits are
             // known at compile time (see flush_alone).
-            // HALF (HALF_LAST_TILE, a constant at each call): the tile's S into sh by a 64-column
-            // wgmma. Each copy of these lambdas then issues its wgmmas into one accumulator array
-            // on every path: chosen at run time inside one copy, ptxas serialized them (C7515).
-            auto first_tile = [&](const bool CARRIED, const bool HALF) {
+            auto first_tile = [&](const bool CARRIED) {
                 mbar_wait(&sm.k_full[pos % STAGES], (pos / STAGES) & 1);
                 if (CARRIED) mbar_wait(&sm.v_full[pend_pos % STAGES], (pend_pos / STAGES) & 1);
                 STAMP(role, pos, 0);
                 turn_begin(c);
-                if (HALF) issue_qk_half(sh, q_desc, k_desc(pos % STAGES));
-                else issue_qk(s, q_desc, k_desc(pos % STAGES));
+                issue_qk(s, q_desc, k_desc(pos % STAGES));
                 if (CARRIED) issue_pv(o, p, v_desc(pend_pos % STAGES), pend_fresh);
                 turn_end(c);
                 if (CARRIED) wgmma_wait<1>();
                 else wgmma_wait<0>();
-                if (HALF) fence_registers(sh);
-                else fence_registers(s);
+                fence_registers(s);
                 release(&sm.k_empty[pos % STAGES]);
                 STAMP(role, pos, 1);
                 softmax_begin(c);
-                softmax(m, l, alpha, 0, HALF);
-                if (!CARRY_PV) pack_p(HALF);
+                softmax(s, m, l, alpha, 0);
+                if (!CARRY_PV) to_operand(s, p);
                 softmax_end(c);
                 STAMP(role, pos, 2);
                 if (CARRY_PV) {
@@ -1005,24 +961,24 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                     to_operand(s, p);
                 }
             };
-            auto next_tile = [&](int j, const bool HALF) {
+            if (CARRY_PV && pend) first_tile(true);
+            else first_tile(false);
+            for (int j = 1; j < my_tiles; ++j) {
                 const int cur = pos + j, prev = cur - 1;
                 mbar_wait(&sm.k_full[cur % STAGES], (cur / STAGES) & 1);
                 mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
                 STAMP(role, cur, 0);
                 turn_begin(c);
-                if (HALF) issue_qk_half(sh, q_desc, k_desc(cur % STAGES));
-                else issue_qk(s, q_desc, k_desc(cur % STAGES));
+                issue_qk(s, q_desc, k_desc(cur % STAGES));
                 if (j > 1) rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
                 issue_pv(o, p, v_desc(prev % STAGES), j == 1);
                 turn_end(c);
                 wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
-                if (HALF) fence_registers(sh);
-                else fence_registers(s);
+                fence_registers(s);
                 release(&sm.k_empty[cur % STAGES]);
                 STAMP(role, cur, 1);
                 softmax_begin(c);
-                softmax(m, l, alpha, j, HALF);
+                softmax(s, m, l, alpha, j);
                 softmax_end(c);
                 STAMP(role, cur, 2);
                 wgmma_wait<0>();
@@ -1030,14 +986,8 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 fence_registers(p);  // read by that P·V: rewritten only now
                 release(&sm.v_empty[prev % STAGES]);
                 STAMP(role, prev, 3);
-                pack_p(HALF);
-            };
-            const int full_tiles = my_tiles - (HALF_LAST_TILE && half_last ? 1 : 0);
-            if (CARRY_PV && pend) first_tile(true, false);
-            else if (HALF_LAST_TILE && full_tiles == 0) first_tile(false, true);
-            else first_tile(false, false);
-            for (int j = 1; j < full_tiles; ++j) next_tile(j, false);
-            if (HALF_LAST_TILE && half_last && full_tiles > 0) next_tile(full_tiles, true);
+                to_operand(s, p);
+            }
             if (!O_TMA_STORE) release_q(sm, qs);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
             const int last = pos + my_tiles - 1;
 #if CARRY_PV
@@ -1050,8 +1000,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
             turn_begin(c);
             if (my_tiles > 1) rescale(o, alpha);
-            if (HALF_LAST_TILE && half_last) issue_pv<64>(o, p, v_desc(last % STAGES), my_tiles == 1);
-            else issue_pv(o, p, v_desc(last % STAGES), my_tiles == 1);
+            issue_pv(o, p, v_desc(last % STAGES), my_tiles == 1);
             turn_end(c);
             wgmma_wait<0>();
             fence_registers(o);
@@ -1075,7 +1024,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 if (!O_TMA_STORE && j == my_tiles - 1) release_q(sm, qs);
                 STAMP(role, cur, 1);
                 softmax_begin(c);
-                softmax(m, l, alpha, j, false);
+                softmax(s, m, l, alpha, j);
                 if (j > 0) rescale(o, alpha);
                 to_operand(s, p);
                 softmax_end(c);

@@ -128,6 +128,12 @@ QUEUE_KEYS = {64: 2048, 128: 2048}
 SHORT_KEYS = {64: 1024, 128: 2048}
 SHORT_TILES = {(64, False): (128, 4, 3), (64, True): (128, 4, 2), (128, False): (128, 2, 2), (128, True): (128, 2, 2)}
 CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
+# Tried at the short causal prompts and not kept (results/logs/2026-11-26-s37call5, the kernel
+# change in half_last_tile.patch there): a consumer's last key tile computed 64 keys wide where its
+# upper half is masked for its rows (consumer 0 of two at each diagonal: 20% of its tile-products
+# at S 512). Predicted 3-6% at D64 causal S 512; measured 1.01x there, 1.00-1.01x at S 1024 and
+# 1.02x at S 2048, and 0.98-0.99x at full attention, where no tile is halved but the build carries
+# the extra code. Consumer 0 finishes early, but its work tile ends with consumer 1's whole diagonal.
 
 
 def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> str:
@@ -277,19 +283,6 @@ def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, 
             and not (consumers == 3 and switches["DYNAMIC_WORK"]) and not (tma_store and q_stages == 1))
 
 
-# HALF_LAST_TILE (stages/stage6.cu): where it may run (halves_last_tile), whether it does by default.
-HALF_LAST_DEFAULT = False
-
-
-def halves_last_tile(tiles, switches: dict, carry: bool) -> bool:
-    """Whether the build may compute a consumer's last key tile 64 keys wide when its upper 64
-    keys are all masked for the consumer's rows (HALF_LAST_TILE): 128-key tiles, in the
-    overlap's loop (a producer warpgroup, INTRA_OVERLAP), without the carried P·V (whose last
-    product is issued in the next work tile, where the tile's width is no longer known)."""
-    return (tiles[0] == 128 and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
-            and not carry)
-
-
 def q_buffers(head_dim: int, tiles) -> int:
     """Q_STAGES, the rule: two Q buffers wherever they fit in shared memory, else one. A block
     with several work tiles (a persistent launch) then loads the next tile's Q while this tile's
@@ -356,7 +349,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
-           blocks_per_sm: int = 1, half_last: bool | None = None) -> dict:
+           blocks_per_sm: int = 1) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -364,9 +357,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     memory and a TMA store (None: stores_by_tma's rule); combine_in_block: the build whose last
     split-KV block of a work tile may combine (None: the packed build, which has registers to
     spare; at D64 the prefill build's consumers spill with it); carry_pv: a work tile's last
-    P·V issued with the next one's first S (None: carries_pv's rule); half_last: a last key tile
-    whose upper half is masked computed 64 keys wide (None: HALF_LAST_DEFAULT where
-    halves_last_tile allows it)."""
+    P·V issued with the next one's first S (None: carries_pv's rule)."""
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -401,12 +392,6 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     if carry and tma and qs == 1:
         raise ValueError("carry_pv with the TMA-store epilogue needs two Q buffers (q_stages=2): the "
                          "carried tile's O is staged in the Q buffer the next tile loads into")
-    may_halve = halves_last_tile((bn, stages, consumers), sw, carry)
-    if half_last and not may_halve:
-        raise ValueError(f"half_last computes a last key tile 64 keys wide in the overlap's loop: it needs "
-                         f"128-key tiles, a schedule with the intra-warpgroup overlap and no carried P·V; "
-                         f"got tiles {(bn, stages, consumers)}, schedule {schedule!r}, carry_pv {carry}")
-    half = may_halve and (HALF_LAST_DEFAULT if half_last is None else bool(half_last))
     eighths = EXP2_POLY[head_dim] if exp2_poly is None else exp2_poly
     if not 0 <= eighths <= 8:
         raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {eighths}")
@@ -418,7 +403,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs),
                ("O_TMA_STORE", int(tma)), ("CARRY_PV", int(carry)),
                ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)),
-               ("BLOCKS_PER_SM", blocks_per_sm), ("HALF_LAST_TILE", int(half)))
+               ("BLOCKS_PER_SM", blocks_per_sm))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -427,7 +412,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
                 q_stages: int | None = None, tma_store: bool | None = None,
-                carry_pv: bool | None = None, blocks_per_sm: int = 1, half_last: bool | None = None) -> dict:
+                carry_pv: bool | None = None, blocks_per_sm: int = 1) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
     lengths). Only sm_90a has the instructions; any other arch is refused."""
@@ -436,7 +421,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm, half_last)
+                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -618,7 +603,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None, half_last=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -629,8 +614,6 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"combine_in_block must be True, False or None (chosen per call), got {combine_in_block!r}")
     if carry_pv not in (None, True, False):
         raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
-    if half_last not in (None, True, False):
-        raise ValueError(f"half_last must be True, False or None (the stage's default), got {half_last!r}")
     plan = _Plan()
     plan.varlen = varlen is not None
     if varlen is None:
@@ -659,7 +642,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
-                 combine_in_block, carry_pv, ch["blocks_per_sm"], half_last)
+                 combine_in_block, carry_pv, ch["blocks_per_sm"])
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -724,7 +707,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, half_last=None):
+              blocks_per_sm=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -746,10 +729,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     second kernel; None: combines_in_block's rule);
     `q_stages` (1, 2 or 3 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
-    last P·V issued with the next one's first S; None: carries_pv's rule), `blocks_per_sm`
-    (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `half_last` (a last key tile
-    whose upper 64 keys are masked computed 64 keys wide, HALF_LAST_TILE; None: the stage's
-    default where the build allows it) for measuring them.
+    last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
+    (2 or 3 blocks of one consumer per SM, decoding; None: 1) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -767,7 +748,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         return stage8.with_grad(partial(attention, tiles=tiles, schedule=schedule, exp2_poly=exp2_poly,
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
-                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, half_last=half_last),
+                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -783,7 +764,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, half_last)
+               combine_in_block, carry_pv, blocks_per_sm)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -798,7 +779,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm, half_last=half_last)
+                          blocks_per_sm=blocks_per_sm)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

@@ -383,55 +383,6 @@ def test_carried_pv_compiles_clean(D):
         s6.config(D, schedule="+ ping-pong", carry_pv=True)
 
 
-@on_hopper
-@pytest.mark.parametrize("schedule", ["+ intra-warpgroup overlap", "+ work queue", "work queue without ping-pong",
-                                      "overlap without ping-pong"])
-def test_half_last_tile_matches_reference(schedule, seed):
-    """HALF_LAST_TILE: a consumer's last key tile computed 64 keys wide where its upper 64 keys
-    are masked for the consumer's rows — causal diagonals in both alignments (consumer 0 of two
-    at each diagonal; bottom-right with Sq < Sk and Sq > Sk), key lengths 1-64 keys into a tile
-    (Sk = 129, 192, 300), a work tile whose only tile is half (Sk = 64, Sq = 50), GQA, two and
-    three consumers, several work tiles per block; NaN-poisoned outputs."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for D in s6.INFO.head_dims:
-        for tiles in ((128, 2, 2), (128, 2, 3)):
-            sw = s6.ALL_SCHEDULES[schedule]
-            if not s6.fits(D, tiles, 2) or (sw["PINGPONG"] and tiles[2] < 2):
-                continue
-            for B, Sq, Sk, causal in ((2, 515, 515, "top_left"), (2, 300, 700, "bottom_right"),
-                                      (2, 700, 300, "bottom_right"), (2, 333, 192, False), (2, 257, 129, False),
-                                      (2, 50, 64, False), (1, 384, 384, "top_left")):
-                H = (2 * sms // (B * -(-Sq // (64 * tiles[2]))) + 1) if sw["PERSISTENT"] else 3
-                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=1, dtype=torch.bfloat16, seed=seed)
-                with poisoned_outputs():
-                    out = s6.attention(q, k, v, causal=causal, schedule=schedule, tiles=tiles, half_last=True,
-                                       carry_pv=False)
-                c = check_output(out, q, k, v, causal=causal)
-                assert c.passed, f"{schedule} {tiles} D{D} {B}x{Sq}x{Sk} causal={causal} seed {seed}: {c.summary()}"
-
-
-@pytest.mark.parametrize("D", [64, 128])
-def test_half_last_tile_compiles_clean(D):
-    """HALF_LAST_TILE in the builds it may run in (the head dim's tiles and the short tiles, every
-    schedule with the overlap): no serialized wgmma, no spill; refused where the build has no
-    room for it (carried P·V, 176-key tiles, no overlap)."""
-    for tiles in {s6.TILES[D], *(t for (d, _), t in s6.SHORT_TILES.items() if d == D)} - {(176, 2, 2)}:
-        for schedule in ("+ intra-warpgroup overlap", "+ persistent blocks", "+ work queue",
-                         "work queue without ping-pong"):
-            if not s6.fits(D, tiles) or (s6.ALL_SCHEDULES[schedule]["PINGPONG"] and tiles[2] < 2):
-                continue
-            (compiled,) = s6.compile_for(s6.ARCH, torch.bfloat16, D, tiles=tiles, schedule=schedule,
-                                         carry_pv=False, half_last=True).values()
-            assert not SERIALIZING.search(compiled.log), (tiles, schedule, compiled.log)
-            usage = compiled.resource_usage()["attention_wgmma"]
-            assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, (tiles, schedule, usage)
-    for bad in ({"carry_pv": True}, {"schedule": "+ ping-pong"}):
-        with pytest.raises(ValueError, match="half_last"):
-            s6.config(D, (128, 2, 2), **{"schedule": "+ persistent blocks", **bad}, half_last=True)
-    with pytest.raises(ValueError, match="half_last"):
-        s6.config(128, (176, 2, 2), half_last=True)
-
-
 def test_q_buffer_rule():
     """Two Q buffers wherever they fit in shared memory; the kernel gets the count, and the
     launch's shared memory counts both."""

@@ -1,4 +1,12 @@
-"""Experiment (issue 21): a consumer's last key tile computed 64 keys wide where its upper 64
+"""(Kept as GPU call 5 of session 37 ran it, from scripts/ at b0f0259, with stage 6 as
+half_last_tile.patch beside it changed it; neither is in the tree any more. Measured, same
+rounds, bf16: D64 causal S 512 1.010-1.011x, S 1024 1.002-1.009x, S 2048 1.017-1.021x, S 4096
+0.99-1.00x; full attention, where no tile is halved, 0.980-0.997x. Below the prediction: consumer
+0 finishes early, but a work tile ends with consumer 1, whose diagonal tile is whole. The run
+stopped at the first D128 row: its reference check, on a smaller shape, gets 176-key tiles, which
+refuse half_last.)
+
+Experiment (issue 21): a consumer's last key tile computed 64 keys wide where its upper 64
 keys are all masked for the consumer's rows (stage 6's HALF_LAST_TILE, option half_last).
 
 With a causal mask and two consumers of 64 rows over a tile of 128 keys, consumer 0's rows end
