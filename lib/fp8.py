@@ -172,17 +172,9 @@ def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, caus
             "rmse_ratio": ratio, "emu": emu, "bound": bound}
 
 
-def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
-    """The inputs of an FP8 forward, checked: (q8, k8, v8, q_descale, k_descale, v_descale).
-    q [B, H, Sq, D], k and v [B, H_kv, Sk, D], H a multiple of H_kv.
-    - Already e4m3 (torch.float8_e4m3fn): all three must be, each with its descale factors,
-      float32 tensors of shape (B, H_kv) on q's device (FlashAttention-3's q_descale, k_descale,
-      v_descale: x ≈ x8 · descale, one factor per batch entry and K/V head; Q's covers the query
-      heads of that K/V head's group). Missing or malformed descales: a ValueError that says so.
-    - fp16 or bf16: quantized here, one scale per (batch, K/V head) — amax / 448 over the rows it
-      covers, so no value overflows e4m3 whatever its size (448 is e4m3's largest). Descales given
-      with such inputs are refused (they would be ignored).
-    - Anything else: a TypeError."""
+def prepare_check(q, k, v, *, q_descale=None, k_descale=None, v_descale=None) -> bool:
+    """prepare's checks alone: True for e4m3 inputs (with their descales checked), False for
+    fp16/bf16 ones (descales refused); any other input raises, as prepare says."""
     ts = {"q": q, "k": k, "v": v}
     for name, t in ts.items():
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
@@ -205,24 +197,42 @@ def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
                 raise ValueError(f"{name} must be a float32 tensor of shape (B, H_kv) = ({B}, {Hk}) on "
                                  f"{q.device}, got {getattr(d, 'dtype', type(d).__name__)} "
                                  f"{tuple(getattr(d, 'shape', ()))} on {getattr(d, 'device', '-')}")
-        # the kernels index them as [b·H_kv + hk]: a transposed view is made contiguous
-        return q, k, v, q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous()
+        return True
     if len(dtypes) == 1 and dtypes <= {torch.float16, torch.bfloat16}:
         if any(d is not None for d in given.values()):
             raise ValueError("descale factors go with e4m3 inputs; fp16/bf16 inputs are quantized here "
                              "with scales of their own")
-        out = []
-        for t in (q, k, v):
-            if t.numel() == 0:  # no rows to take a maximum over
-                out += [t.to(E4M3), torch.ones(B, Hk, device=t.device)]
-                continue
-            # a K/V head's rows (of every query head in its group) as one head: quantize's scale per head
-            x8, d = quantize(t.reshape(B, Hk, -1, D).float())
-            out += [x8.reshape(t.shape), d.reshape(B, Hk)]
-        q8, qd, k8, kd, v8, vd = out
-        return q8, k8, v8, qd, kd, vd
+        return False
     raise TypeError(f"q, k and v must all be float16, all bfloat16 or all float8_e4m3fn; got "
                     f"{[str(t.dtype) for t in ts.values()]}")
+
+
+def prepare(q, k, v, *, q_descale=None, k_descale=None, v_descale=None):
+    """The inputs of an FP8 forward, checked: (q8, k8, v8, q_descale, k_descale, v_descale).
+    q [B, H, Sq, D], k and v [B, H_kv, Sk, D], H a multiple of H_kv.
+    - Already e4m3 (torch.float8_e4m3fn): all three must be, each with its descale factors,
+      float32 tensors of shape (B, H_kv) on q's device (FlashAttention-3's q_descale, k_descale,
+      v_descale: x ≈ x8 · descale, one factor per batch entry and K/V head; Q's covers the query
+      heads of that K/V head's group). Missing or malformed descales: a ValueError that says so.
+    - fp16 or bf16: quantized here, one scale per (batch, K/V head) — amax / 448 over the rows it
+      covers, so no value overflows e4m3 whatever its size (448 is e4m3's largest). Descales given
+      with such inputs are refused (they would be ignored). In PyTorch: the reference for stage 7's
+      own kernels (stages.stage7.quantize), which compute the same bytes in two passes.
+    - Anything else: a TypeError."""
+    if prepare_check(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale):
+        # the kernels index them as [b·H_kv + hk]: a transposed view is made contiguous
+        return q, k, v, q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous()
+    B, Hk, D = q.shape[0], k.shape[1], q.shape[3]
+    out = []
+    for t in (q, k, v):
+        if t.numel() == 0:  # no rows to take a maximum over
+            out += [t.to(E4M3), torch.ones(B, Hk, device=t.device)]
+            continue
+        # a K/V head's rows (of every query head in its group) as one head: quantize's scale per head
+        x8, d = quantize(t.reshape(B, Hk, -1, D).float())
+        out += [x8.reshape(t.shape), d.reshape(B, Hk)]
+    q8, qd, k8, kd, v8, vd = out
+    return q8, k8, v8, qd, kd, vd
 
 
 def v_for_pv(v8: torch.Tensor) -> torch.Tensor:

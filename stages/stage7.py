@@ -5,12 +5,13 @@ at twice the 16-bit rate (stages/stage7.cu says what changes, line by line again
 The arithmetic is lib.fp8's: Q, K and V stored as x / descale in e4m3 with one fp32 descale
 per batch entry and K/V head (FlashAttention-3's q_descale, k_descale, v_descale), scores from
 e4m3 products summed by the tensor cores, the softmax in fp32, P cast to e4m3 as P·2^8, O out
-in 16 bits. Two passes run before the kernel, each timed on its own by the notebook:
-- quantization, when the inputs are fp16 or bf16 (lib.fp8.prepare: amax / 448 per batch entry
-  and K/V head, so nothing overflows e4m3's 448);
-- V's transpose (lib.fp8.v_for_pv): 8-bit wgmma reads its B operand K-major only, so P·V needs
-  Vᵀ [D][keys], each 32-key k-step's keys in lib.fp8.key_order() so that P's A fragment is
-  every thread's own scores.
+in 16 bits. Before the kernel, timed on their own by the notebook:
+- quantization, when the inputs are fp16 or bf16 (lib.fp8.prepare's arithmetic: amax / 448 per
+  batch entry and K/V head, so nothing overflows e4m3's 448), by the kernels of
+  stages/stage7_quantize.cu (`quantize`: two passes over each tensor, V's transpose included);
+- V's transpose for inputs already in e4m3 (lib.fp8.v_for_pv): 8-bit wgmma reads its B operand
+  K-major only, so P·V needs Vᵀ [D][keys], each 32-key k-step's keys in lib.fp8.key_order() so
+  that P's A fragment is every thread's own scores.
 
 Status (2026-11-25): written and compiled offline, then checked on an H100 (tests/test_stage7.py
 against lib.fp8.check_on_emulation and the float64 reference, compute-sanitizer clean at small
@@ -35,6 +36,7 @@ from lib.inputs import GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
 from stages import stage6 as s6
 
 SOURCE = Path(__file__).with_suffix(".cu")
+QUANTIZE_SOURCE = Path(__file__).with_name("stage7_quantize.cu")  # 16-bit inputs to e4m3 (quantize)
 ARCH = s6.ARCH  # wgmma (e4m3 too) and setmaxnreg exist only in the arch-specific target
 # (BLOCK_N, STAGES, CONSUMERS) per head dim. Predicted, not yet measured: stage 6's consumer
 # counts (three at D64; two at D128, where three serialize the wgmma for want of registers:
@@ -77,7 +79,7 @@ INFO = StageInfo(
     min_cc=(9, 0),
     dtypes=(torch.float16, torch.bfloat16, torch.float8_e4m3fn),
     head_dims=(64, 128),
-    sources=("stages/stage7.py", "stages/stage7.cu", "stages/fp8.cuh", "stages/hopper.cuh",
+    sources=("stages/stage7.py", "stages/stage7.cu", "stages/stage7_quantize.cu", "stages/fp8.cuh", "stages/hopper.cuh",
              "stages/attention.cuh", "lib/fp8.py"),
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
@@ -198,13 +200,59 @@ def _queue(device) -> torch.Tensor:
     return q
 
 
+@lru_cache(maxsize=None)
+def _quantize_kernels(dtype, D):
+    return nvrtc.stage_kernels(QUANTIZE_SOURCE, ("fp8_amax", "fp8_cast", "fp8_cast_vt"), dtype, D)
+
+
+def quantize(q, k, v, *, v_transposed: bool = True):
+    """fp16/bf16 q [B, H, Sq, D], k and v [B, H_kv, Sk, D] (checked by the caller) in e4m3 with
+    their descales: (q8, k8, v_op, q_descale, k_descale, v_descale), the bytes lib.fp8.prepare
+    and, for v_op, lib.fp8.v_for_pv give (v_transposed=False: v8 as prepare gives it). One scale
+    per batch entry and K/V head; two passes over each tensor (stages/stage7_quantize.cu): its
+    slabs' amax, then the cast (V's into Vᵀ in key order). Inputs are made contiguous first."""
+    B, H, Sq, D = q.shape
+    Hk, Sk = k.shape[1], k.shape[2]
+    ts = [t.contiguous() for t in (q, k, v)]
+    if any(t.numel() == 0 or t.data_ptr() % 16 for t in ts):  # nothing to reduce, or unaligned
+        q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v)
+        return q8, k8, (fp8.v_for_pv(v8) if v_transposed and v8.numel() else v8), qd, kd, vd
+    kern = _quantize_kernels(q.dtype, D)
+    slabs = B * Hk
+    amax = torch.zeros(3, slabs, dtype=torch.int32, device=q.device)  # float bits, for atomicMax
+    descale = torch.empty(3, B, Hk, dtype=torch.float32, device=q.device)
+    for i, t in enumerate(ts):  # pass 1: each slab's amax, about 4 blocks of 256 threads per SM
+        per_slab = t.numel() // slabs
+        blocks = max(1, min(-(-per_slab // (8 * 256)), -(-4 * s6._sm_count(q.device) // slabs)))
+        nvrtc.check_grid_x("stage 7 (quantize)", blocks)
+        nvrtc.launch_prepared(kern["fp8_amax"], nvrtc.launch_config((blocks, slabs, 1), (256, 1, 1)),
+                              (t.data_ptr(), amax[i].data_ptr(), np.int64(per_slab)))
+    out = []
+    for i, t in enumerate(ts[:2] if v_transposed else ts):  # pass 2: x / descale in e4m3
+        x8 = torch.empty(t.shape, dtype=fp8.E4M3, device=q.device)
+        n = t.numel()
+        nvrtc.check_grid_x("stage 7 (quantize)", -(-n // (8 * 256)))
+        nvrtc.launch_prepared(kern["fp8_cast"], nvrtc.launch_config((-(-n // (8 * 256)), 1, 1), (256, 1, 1)),
+                              (t.data_ptr(), amax[i].data_ptr(), descale[i].data_ptr(), x8.data_ptr(),
+                               np.int64(n // slabs), np.int64(n)))
+        out.append(x8)
+    if v_transposed:  # V's pass 2 writes Vᵀ [B, H_kv, D, Sk'] with the keys in key order
+        sk_pad = -(-Sk // 32) * 32
+        vt = torch.empty((B, Hk, D, sk_pad), dtype=fp8.E4M3, device=q.device)
+        nvrtc.launch_prepared(kern["fp8_cast_vt"], nvrtc.launch_config((sk_pad // 32, slabs, 1), (256, 1, 1)),
+                              (ts[2].data_ptr(), amax[2].data_ptr(), descale[2].data_ptr(), vt.data_ptr(),
+                               np.int32(Sk), np.int32(sk_pad)))
+        out.append(vt)
+    return (*out, descale[0], descale[1], descale[2])
+
+
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
               p_offset=None, v_in_kernel=False, exp2_poly=0, seqlens_k=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
-    - fp16/bf16 inputs are quantized here (lib.fp8.prepare: one scale per batch entry and K/V
-      head); the output is in their dtype.
+    - fp16/bf16 inputs are quantized here (`quantize`, lib.fp8.prepare's arithmetic: one scale
+      per batch entry and K/V head); the output is in their dtype.
     - e4m3 inputs (torch.float8_e4m3fn) come with q_descale, k_descale, v_descale: float32
       (B, H_kv) on their device, x ≈ x8 · descale (FlashAttention-3's convention); the output
       is bfloat16.
@@ -226,12 +274,16 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     causal = causal_mode(causal, Sq, Sk, INFO)
     if Sq <= 1 and causal == 2:
         causal = 0  # one query bottom-right is the last position: it sees every key
-    q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     out_dtype = torch.bfloat16 if q.dtype == fp8.E4M3 else q.dtype
-    if q.numel() == 0 or Sk == 0:  # no queries, or no keys: what SDPA returns
-        return torch.zeros(q.shape, dtype=out_dtype, device=q.device)
-    # B of P·V: Vᵀ [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step; or V itself
-    v_op = v8 if v_in_kernel else fp8.v_for_pv(v8)
+    if q.dtype == fp8.E4M3 or q.numel() == 0 or Sk == 0:  # (fp8.prepare checks the descales, the dtypes)
+        q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+        if q.numel() == 0 or Sk == 0:  # no queries, or no keys: what SDPA returns
+            return torch.zeros(q.shape, dtype=out_dtype, device=q.device)
+        # B of P·V: Vᵀ [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step; or V itself
+        v_op = v8 if v_in_kernel else fp8.v_for_pv(v8)
+    else:
+        fp8.prepare_check(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+        q8, k8, v_op, qd, kd, vd = quantize(q, k, v, v_transposed=not v_in_kernel)
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
                    v_in_kernel=v_in_kernel, exp2_poly=exp2_poly)

@@ -304,6 +304,42 @@ def test_v_transposed_in_the_kernel(causal, D, seed):
         assert_close_to_emulation(s7.attention(q, k, v, causal=causal, v_in_kernel=True), q, k, v, causal=causal)
 
 
+def test_quantize_kernels_compile_offline():
+    """stages/stage7_quantize.cu builds for both 16-bit types and head dims without spills."""
+    from lib import nvrtc
+    for D in (64, 128):
+        for dtype in (torch.float16, torch.bfloat16):
+            compiled = nvrtc.compile_stage(s7.QUANTIZE_SOURCE, arch=s7.ARCH, dtype=dtype, head_dim=D)
+            use = compiled.resource_usage()
+            assert set(use) >= {"fp8_amax", "fp8_cast", "fp8_cast_vt"} or not use, compiled.log  # an empty log: see above
+            assert all(u["spill_stores"] == 0 for u in use.values()), use
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("D", [64, 128])
+def test_quantize_gives_prepares_bytes(D, dtype, seed):
+    """stage7.quantize (two passes per tensor, V transposed in the same pass) gives the bytes of
+    lib.fp8.prepare and lib.fp8.v_for_pv, and the same descales, bit for bit: GQA, key lengths
+    that are not a multiple of 32 (Vᵀ's padding keys zero), an all-zero head (descale 1e-12),
+    outliers, transposed views, one key, and V left untransposed (v_transposed=False)."""
+    g = torch.Generator().manual_seed(seed)
+    for B, H, Hk, Sq, Sk in [(2, 8, 2, 77, 300), (1, 4, 4, 1, 1), (3, 6, 3, 130, 64)]:
+        q, k, v = (torch.randn(B, h, s, D, generator=g) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+        k = k + 30 * torch.randn(k.shape, generator=g) * (torch.rand(k.shape, generator=g) < 1e-3)
+        v[0, 0] = 0.0
+        q, k, v = (t.to("cuda", dtype) for t in (q, k, v))
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)  # a [B, S, H, D] tensor's view
+        ref = fp8.prepare(q, k, v)
+        got = s7.quantize(q, k, v)
+        for name, a, b in zip(("q8", "k8", "vt", "q_descale", "k_descale", "v_descale"), got,
+                              (*ref[:2], fp8.v_for_pv(ref[2]), *ref[3:])):
+            same = torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.dtype == fp8.E4M3 else torch.equal(a, b)
+            assert same, f"{name} B{B} H{H}/{Hk} Sq{Sq} Sk{Sk} D{D} {dtype}: {a.shape} vs {b.shape}"
+        assert torch.equal(s7.quantize(q, k, v, v_transposed=False)[2].view(torch.uint8), ref[2].view(torch.uint8))
+
+
 @gpu
 @hopper
 def test_e4m3_inputs_strided_views_and_odd_options(seed):
