@@ -4,8 +4,7 @@ targets: ≥ 1.5× stage 6 at B4 H16 S8192 D128, ≥ 1.3× at B16 H16 S2048 D64)
 
 Timed apart, so each cost shows: the kernel on prepared e4m3 inputs (stage7.forward), the same
 kernel transposing V's tiles itself (V_IN_KERNEL, on e4m3 V as it is), with half the
-exponentials on the FMA pipes (exp2_poly 4: the notebook's count predicts the exponentials bound FP8), with
-the row max and sum the other way than the stage's default (TREE_REDUCTIONS: trees or one chain), the quantization of bf16
+exponentials on the FMA pipes (exp2_poly 4: the notebook's count predicts the exponentials bound FP8), the quantization of bf16
 inputs by stage 7's kernels with V transposed in the same pass (stage7.quantize) and by PyTorch
 (lib.fp8.prepare, then lib.fp8.v_for_pv: the same bytes), V's transpose alone for inputs already
 in e4m3 (lib.fp8.v_for_pv), and the whole call (stage7.attention: quantization, kernel). The ceilings: torch._scaled_mm e4m3 and a bf16
@@ -90,9 +89,6 @@ def main() -> int:
                    "stage 7 kernel, exp2 poly 4/8": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code,
                                                                            scale=D ** -0.5, out_dtype=dtype,
                                                                            exp2_poly=4),
-                   "stage 7 kernel, one chain": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code,
-                                                                       scale=D ** -0.5, out_dtype=dtype,
-                                                                       tree_reductions=not stage7.TREE_REDUCTIONS),
                    "stage 7 call": lambda: stage7.attention(q, k, v, causal=causal),
                    "quantize": lambda: stage7.quantize(q, k, v),
                    "quantize in PyTorch": lambda: fp8.v_for_pv(fp8.prepare(q, k, v)[2]),
@@ -116,8 +112,7 @@ def main() -> int:
             print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}: kernel {us['stage 7 kernel']:.1f} µs "
                   f"({row['tflops_kernel']:.0f} TFLOPS, {row['tflops_kernel'] / ceil['e4m3 GEMM']:.0%} of the e4m3 "
                   f"GEMM), {us['stage 6'] / us['stage 7 kernel']:.2f}× stage 6, "
-                  f"{us['SDPA default'] / us['stage 7 kernel']:.2f}× SDPA; reductions the other way "
-                  f"{us['stage 7 kernel'] / us['stage 7 kernel, one chain']:.3f}× its speed; quantize {us['quantize']:.1f} µs "
+                  f"{us['SDPA default'] / us['stage 7 kernel']:.2f}× SDPA; quantize {us['quantize']:.1f} µs "
                   f"(PyTorch {us['quantize in PyTorch']:.1f}), "
                   f"V transpose {us['V transpose']:.1f} µs, whole call {us['stage 7 call']:.1f} µs; vs emulation: "
                   f"worst element {worst[0]:.2f} of its bound, RMSE {worst[1]:.2f} of its allowance: "

@@ -23,11 +23,6 @@
 //      may keep a row's max only while no score exceeds it (LAZY_RESCALE 0): with the offset, a
 //      P above 1.75 would pass e4m3's largest value, 448.
 //   6. O leaves in 16 bits (the call's output type, elem_t here) by plain stores.
-//   7. TREE_REDUCTIONS 1: each row's max and sum over the tile as trees (the 16 column slices
-//      pairwise, then pairs of pairs: 4 dependent steps) instead of one chain through all 16
-//      slices. The same instructions; what changes is how many wait on the one before. Nsight
-//      Compute at B4 H16 S8192 D128 (results/logs/2026-11-26-s37call8) put 14% of the warps'
-//      stall samples on the chain's FMNMX and 6% on the sum's FADD.
 // Stage 6's serving paths (split-KV, packed GQA, packed sequences, per-entry key lengths), its
 // TMA-store epilogue, CARRY_PV and the timeline are not in this stage: stages/stage7.py refuses
 // those options and runs decoding shapes unsplit.
@@ -59,9 +54,6 @@
 #endif
 #ifndef Q_STAGES
 #define Q_STAGES 1  // Q buffers: 2 lets a persistent block load its next work tile's Q early
-#endif
-#ifndef TREE_REDUCTIONS
-#define TREE_REDUCTIONS 0  // 1: row max and row sum of a tile as trees, not one chain (see 7 above)
 #endif
 #ifndef V_IN_KERNEL
 #define V_IN_KERNEL 0  // 1: the producer warpgroup transposes V's tiles itself (no Vᵀ pass before the kernel)
@@ -276,16 +268,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[
 }
 
 // ---- the softmax, on S where wgmma left it ------------------------------------------------------
-// TREE_REDUCTIONS: t[r][0] becomes the max (or sum) of t[r][0 … 2W − 1], level by level (W a
-// compile-time constant at each level, so t stays in registers).
-template <int W, bool MAX>
-__device__ __forceinline__ void fold_rows(float (&t)[2][BLOCK_N / 8]) {
-#pragma unroll
-    for (int n = 0; n < W; ++n)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) t[r][n] = MAX ? fmaxf(t[r][n], t[r][n + W]) : t[r][n] + t[r][n + W];
-    if constexpr (W > 1) fold_rows<W / 2, MAX>(t);
-}
 // Thread t of warp w holds rows r0 = 16w + t/4 and r0 + 8 of its warpgroup's 64, columns
 // 8n + 2(t%4) and +1 of each 8-column slice n: s[4n], s[4n+1] in row r0, s[4n+2], s[4n+3] in
 // row r0 + 8. The four threads of a row combine with two shuffles. m holds each row's max of
@@ -310,25 +292,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
                 if (8 * n + (e & 1) > limit[e >> 1]) s[4 * n + e] = NEG_INF;
     }
     float mx[2] = {m[0], m[1]};
-#if TREE_REDUCTIONS
-    {
-        float t[2][BLOCK_N / 8];  // each slice's max per row, then halved level by level
-#pragma unroll
-        for (int n = 0; n < BLOCK_N / 8; ++n) {
-            t[0][n] = fmaxf(s[4 * n], s[4 * n + 1]);
-            t[1][n] = fmaxf(s[4 * n + 2], s[4 * n + 3]);
-        }
-        fold_rows<BLOCK_N / 16, true>(t);
-        mx[0] = fmaxf(mx[0], t[0][0]);
-        mx[1] = fmaxf(mx[1], t[1][0]);
-    }
-#else
 #pragma unroll
     for (int n = 0; n < BLOCK_N / 8; ++n) {
         mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
         mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
     }
-#endif
     float base[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -350,21 +318,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
             // EXP2_POLY_EIGHTHS of every 8 column slices take the polynomial: fewer MUFU.EX2 where
             // that unit, not the tensor cores, would set the pace.
             s[4 * n + e] = n % 8 < EXP2_POLY_EIGHTHS ? poly_exp2(x) : fast_exp2(x);
-            if (!TREE_REDUCTIONS) sum[e >> 1] += s[4 * n + e];
+            sum[e >> 1] += s[4 * n + e];
         }
-#if TREE_REDUCTIONS
-    {
-        float t[2][BLOCK_N / 8];  // each slice's sum per row, then halved level by level
-#pragma unroll
-        for (int n = 0; n < BLOCK_N / 8; ++n) {
-            t[0][n] = s[4 * n] + s[4 * n + 1];
-            t[1][n] = s[4 * n + 2] + s[4 * n + 3];
-        }
-        fold_rows<BLOCK_N / 16, false>(t);
-        sum[0] = t[0][0];
-        sum[1] = t[1][0];
-    }
-#endif
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
 }

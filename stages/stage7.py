@@ -51,10 +51,11 @@ CHOICES = [(128, s, c) for c in (1, 2, 3) for s in (2, 3, 4)]
 # -1 every tile, as FlashAttention-3 does.
 LAZY_RESCALE = 0
 P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
-# A tile's row max and row sum as trees rather than one dependent chain (stages/stage7.cu, 7).
-# Predicted from the profile of results/logs/2026-11-26-s37call8 (20% of the warps' stall samples
-# on those chains at D128): faster where the softmax is the pace, at both head dims.
-TREE_REDUCTIONS = 1
+# Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
+# a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
+# slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
+# on those chains, but the trees ran 0.96-1.02x of the chains in the same rounds (the chains
+# faster at 5 of 6 rows): other warps issue while one waits on its chain.
 
 
 def smem_bytes(head_dim: int, tiles, q_stages: int = 1, v_in_kernel: bool = False) -> int:
@@ -96,13 +97,12 @@ INFO = StageInfo(
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int | None = None,
            lazy_rescale: int | None = None, p_offset: bool | None = None, exp2_poly: int = 0,
-           v_in_kernel: bool = False, tree_reductions: bool | None = None) -> dict:
+           v_in_kernel: bool = False) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and one of stage 6's
     schedules (stages.stage6.ALL_SCHEDULES): query rows per block, threads, dynamic shared
     memory and the kernel's defines. v_in_kernel: the producer warpgroup transposes V's tiles
     (V_IN_KERNEL) instead of reading Vᵀ from lib.fp8.v_for_pv's pass; it walks a fixed stride of
-    work tiles, so a work-queue schedule is refused. tree_reductions: a tile's row max and row
-    sum as trees (TREE_REDUCTIONS; None: the stage's default, TREE_REDUCTIONS here)."""
+    work tiles, so a work-queue schedule is refused."""
     schedule = s6.default_schedule(head_dim) if schedule is None else schedule
     if schedule not in s6.ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
@@ -135,8 +135,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
-               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)),
-               ("TREE_REDUCTIONS", int(TREE_REDUCTIONS if tree_reductions is None else tree_reductions)))
+               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)))
     return {"block_m": 64 * consumers, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
             "persistent": persistent, "smem": smem, "defines": defines}
 
@@ -254,7 +253,7 @@ def quantize(q, k, v, *, v_transposed: bool = True):
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-              p_offset=None, v_in_kernel=False, exp2_poly=0, seqlens_k=None, tree_reductions=None):
+              p_offset=None, v_in_kernel=False, exp2_poly=0, seqlens_k=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (`quantize`, lib.fp8.prepare's arithmetic: one scale
@@ -266,8 +265,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     `lazy_rescale` (-1 or 0), `p_offset` (False: P cast without the 2^8), `v_in_kernel` (the
     producer warpgroup transposes V's tiles, instead of a pass before the kernel) and
     `exp2_poly` (eighths of the exponentials by polynomial on the FMA pipes, stage 6's
-    EXP2_POLY_EIGHTHS) and `tree_reductions` (False: a tile's row max and sum as one chain each,
-    TREE_REDUCTIONS) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    EXP2_POLY_EIGHTHS) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -293,12 +291,12 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
         q8, k8, v_op, qd, kd, vd = quantize(q, k, v, v_transposed=not v_in_kernel)
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
-                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, tree_reductions=tree_reductions)
+                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly)
 
 
 def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-            p_offset=None, v_in_kernel=False, exp2_poly=0, tree_reductions=None):
+            p_offset=None, v_in_kernel=False, exp2_poly=0):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
     [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
@@ -309,8 +307,7 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     out = new_output(q8, dtype=out_dtype)
     sms = s6._sm_count(q8.device)
     ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel)
-    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel,
-                 tree_reductions)
+    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel)
     n_work = ch["work"]
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")

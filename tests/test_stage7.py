@@ -37,7 +37,6 @@ BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their r
     (128, None, {"schedule": "no warp specialization"}),
     (64, None, {"v_in_kernel": True}), (128, None, {"v_in_kernel": True}),
     (64, s7.FEW_ROWS_TILES[64], {"schedule": s6.DECODE_SCHEDULE, "v_in_kernel": True}),
-    (64, None, {"tree_reductions": not s7.TREE_REDUCTIONS}), (128, None, {"tree_reductions": not s7.TREE_REDUCTIONS}),
 ]
 
 
@@ -351,8 +350,7 @@ def test_e4m3_inputs_strided_views_and_odd_options(seed):
     q, k, v = x.transpose(1, 2), x[:, :, :3].transpose(1, 2), x[:, :, 3:].transpose(1, 2)
     assert_close_to_emulation(s7.attention(q, k, v, causal=True), q, k, v, causal=True)
     assert_close_to_emulation(s7.attention(q, k, v, scale=-0.2), q, k, v, scale=-0.2)
-    for opts in ({"p_offset": False}, {"lazy_rescale": -1}, {"v_in_kernel": True}, {"exp2_poly": 4},
-                 {"tree_reductions": not s7.TREE_REDUCTIONS}):
+    for opts in ({"p_offset": False}, {"lazy_rescale": -1}, {"v_in_kernel": True}, {"exp2_poly": 4}):
         assert_close_to_emulation(s7.attention(q, k, v, **opts), q, k, v, p_offset=opts.get("p_offset", True))
     q8, k8, v8, qd, kd, vd = fp8.prepare(q.contiguous(), k.contiguous(), v.contiguous())
     descales = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
