@@ -248,3 +248,34 @@ def draw_backward_blocks(Sq: int = 16, Sk: int = 16, block: int = 4, causal: boo
                  fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# The recorded Nsight Compute report at D 64 (results/profiles/stage8-backward-d64.ncu.txt): what
+# each kernel's columns are, in the order shown.
+PROFILE_COLUMNS = ("Duration", "SM: Pipe Tensor Cycles Active", "SM: Issue Active", "L2 Cache Throughput",
+                   "L2: D Atomic Input Cycles Active", "DRAM Throughput", "Registers Per Thread",
+                   "Achieved Occupancy")
+PROFILE_NAMES = {"attention_backward_preprocess": "stage 8 preprocess", "attention_backward": "stage 8 dK/dV kernel",
+                 "attention_backward_postprocess": "stage 8 postprocess"}
+
+
+def show_backward_profile(shape: str = "backward-d64") -> dict | None:
+    """A table of the recorded Nsight Compute report of stage 8's kernels and cuDNN's backward
+    kernel at one shape (lib.notebook_common.ncu_report), labelled as recorded."""
+    from lib.notebook_common import _md, ncu_report
+    rep = ncu_report(8, shape, metrics=PROFILE_COLUMNS)
+    if rep is None:
+        print(f"no recorded profile (results/profiles/stage8-{shape}.ncu.txt)")
+        return None
+    head = ["kernel (grid)x(block)", "µs", "tensor pipe active %", "issue active %", "L2 %",
+            "L2 atomic input %", "DRAM %", "registers", "achieved occupancy %"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k in rep["kernels"]:
+        name = PROFILE_NAMES.get(k["name"], "cuDNN's backward kernel" if k["name"].startswith("cudnn") else k["name"])
+        cells = [f"{name} {k['launch']}"] + [f"{k['metrics'][c][0]:,.4g}" if c in k["metrics"] else "—"
+                                             for c in PROFILE_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    _md(f"*Recorded by Nsight Compute, not measured in this session* (`{rep['path']}`: {rep['header']}). "
+        "ncu runs each kernel alone with its caches flushed: compare shares, not microseconds.\n\n"
+        + "\n".join(lines))
+    return rep

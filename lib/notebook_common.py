@@ -271,10 +271,15 @@ def conflict_text(kernel: dict, kind: str) -> str:
     return f"{c['ways']:.2f}-way{per}"
 
 
-def ncu_report(stage: int | str, shape: str = "throughput") -> dict | None:
+NCU_TIME_UNITS_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+                     "s": 1e6, "second": 1e6}
+
+
+def ncu_report(stage: int | str, shape: str = "throughput", metrics=NCU_METRICS) -> dict | None:
     """The recorded ncu report of one call of `stage` (a number, or a file stem's middle such as
     "5-noswizzle"): {'header': first line (where and when), 'path', 'kernels': [{'name',
-    'launch', 'metrics': {metric: (value, unit)}, 'shared': {'loads'|'stores': counters of
+    'launch', 'metrics': {metric: (value, unit)} for each of `metrics` found (Duration in µs,
+    whatever unit ncu printed it in), 'shared': {'loads'|'stores': counters of
     _shared_counters or None}, 'bank_conflicts': {'loads'|'stores': ways or None}, 'ldsm':
     ldmatrix instructions executed or None}]}, or None when there is no report. None means not
     measured: ncu prints its bank-conflict rule only when it fires."""
@@ -288,14 +293,17 @@ def ncu_report(stage: int | str, shape: str = "throughput") -> dict | None:
     for block in blocks[1:]:
         first = block.splitlines()[0]
         m = re.match(r"(\w+) (\(.*?\)x\(.*?\))", first)
-        metrics = {}
-        for name in NCU_METRICS:
+        found = {}
+        for name in metrics:
             mm = re.search(rf"^\s+{re.escape(name)}\s+(\S+)?\s+([\d,.]+)\s*$", block, re.M)
             if mm:
-                metrics[name] = (float(mm.group(2).replace(",", "")), mm.group(1) or "")
+                value, unit = float(mm.group(2).replace(",", "")), mm.group(1) or ""
+                if name == "Duration" and unit in NCU_TIME_UNITS_US:  # ncu picks the unit per kernel
+                    value, unit = value * NCU_TIME_UNITS_US[unit], "us"
+                found[name] = (value, unit)
         shared = {kind: _shared_counters(block, kind) for kind in ("loads", "stores")}
         mm = re.search(_metric_pattern(NCU_LDSM_METRIC), block, re.M)
-        kernels.append({"name": m.group(1), "launch": m.group(2), "metrics": metrics,
+        kernels.append({"name": m.group(1), "launch": m.group(2), "metrics": found,
                         "shared": shared,
                         "bank_conflicts": {k: (c["ways"] if c else None) for k, c in shared.items()},
                         "ldsm": int(mm.group(1).replace(",", "")) if mm else None})

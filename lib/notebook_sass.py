@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from lib.notebook_common import ROOT, _md, conflict_text, instruction_classes
+from lib.notebook_common import NCU_TIME_UNITS_US, ROOT, _md, conflict_text, instruction_classes
 from lib.sass import innermost_loops
 
 
@@ -110,10 +110,6 @@ def print_skeleton(sass: str, ops=("LDG", "STS", "BAR", "LDSM", "HMMA", "STG")) 
         if prev is not None:
             print(f"    {first}" + (f"   ... and {run - 1} more {prev}" if run > 1 else ""))
         prev, run, first = op, 1, ln and ln.strip()
-
-
-NCU_TIME_UNITS_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
-                     "msecond": 1e3}
 
 
 def ncu_durations_us(rep: dict | None, names=None) -> dict[str, float]:
