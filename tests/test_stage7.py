@@ -323,10 +323,9 @@ def test_quantize_gives_prepares_bytes(D, dtype, seed):
     """stage7.quantize (two passes per tensor, V transposed in the same pass) gives the bytes of
     lib.fp8.prepare and lib.fp8.v_for_pv, and the same descales, bit for bit: GQA, key lengths
     that are not a multiple of 32 (Vᵀ's padding keys zero), an all-zero head (descale 1e-12),
-    outliers, transposed views, one key, V left untransposed (v_transposed=False), and more
-    batch·K/V heads than a grid's y holds (PyTorch's path then)."""
+    outliers, transposed views, one key, and V left untransposed (v_transposed=False)."""
     g = torch.Generator().manual_seed(seed)
-    for B, H, Hk, Sq, Sk in [(2, 8, 2, 77, 300), (1, 4, 4, 1, 1), (3, 6, 3, 130, 64), (65537, 1, 1, 1, 3)]:
+    for B, H, Hk, Sq, Sk in [(2, 8, 2, 77, 300), (1, 4, 4, 1, 1), (3, 6, 3, 130, 64)]:
         q, k, v = (torch.randn(B, h, s, D, generator=g) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
         k = k + 30 * torch.randn(k.shape, generator=g) * (torch.rand(k.shape, generator=g) < 1e-3)
         v[0, 0] = 0.0
