@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from lib.notebook_common import NCU_TIME_UNITS_US, ROOT, _md, conflict_text, instruction_classes
+from lib.notebook_common import ROOT, _md, conflict_text, instruction_classes
 from lib.sass import innermost_loops
 
 
@@ -113,13 +113,13 @@ def print_skeleton(sass: str, ops=("LDG", "STS", "BAR", "LDSM", "HMMA", "STG")) 
 
 
 def ncu_durations_us(rep: dict | None, names=None) -> dict[str, float]:
-    """{kernel: duration in µs} from a recorded ncu report (ncu_report), for the kernels named
-    in `names` (every kernel: None)."""
+    """{kernel: duration in µs} from a recorded ncu report (ncu_report, which gives Duration in
+    µs; NaN for a unit it did not know), for the kernels named in `names` (every kernel: None)."""
     out = {}
     for k in (rep or {}).get("kernels", []):
         if (names is None or k["name"] in names) and "Duration" in k["metrics"]:
             val, unit = k["metrics"]["Duration"]
-            out[k["name"]] = val * NCU_TIME_UNITS_US.get(unit, float("nan"))
+            out[k["name"]] = val if unit == "us" else float("nan")
     return out
 
 

@@ -118,7 +118,7 @@ def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="k
         name=name, arch=arch, std="c++17", include_path=list(include_dirs()),
         define_macro=[(k, str(v)) for k, v in defines.items()] or None,
         ptxas_options=["-v", *options], lineinfo=True)
-    for attempt in range(2):
+    for _ in range(2):
         log = io.StringIO()
         try:
             obj = Program(source, "c++", opts).compile("cubin", logs=log)

@@ -81,15 +81,15 @@ def variants(D, which="all"):
         if D == 64:  # two warpgroups taking turns at dQ over all 128 keys (DQ_TURNS)
             out.append((wgmma_label(2, 1, 1, 1) + ", dQ in turns",
                         {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1}))
-        if stage8.WGMMA_BUILD[D]["OVERLAP"]:
-            out.append(("WGMMA without overlap", {"wgmma": 1, "overlap": 0}))
-        else:  # the path's last step (the stage's build); the step before it is the build with the overlap
-            out.append((wgmma_label(1, 1, 1, 1, 0), {"wgmma": 1, "warpgroups": 1, "dq_atomics": 1, "dq_bulk": 1,
-                                                     "tma_loads": 1, "overlap": 0}))
+        build = stage8.WGMMA_BUILD[D]
+        as_built = {"wgmma": 1, **{name.lower(): value for name, value in build.items()}}
+        without_overlap = wgmma_label(build["WARPGROUPS"], build["DQ_ATOMICS"], build["DQ_BULK"], build["TMA_LOADS"], 0)
+        if build["OVERLAP"]:
+            out.append(("WGMMA without overlap", {**as_built, "overlap": 0}))
+        else:  # the stage's build, the path's last step; the combinations above hold it with the overlap
+            out.append((without_overlap, as_built))
         if D == 64:  # three blocks per SM, which fit only without the overlap
-            out.append((wgmma_label(1, 1, 1, 1, 0) + ", 3 blocks per SM",
-                        {"wgmma": 1, "warpgroups": 1, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "overlap": 0,
-                         "blocks_per_sm": 3}))
+            out.append((without_overlap + ", 3 blocks per SM", {**as_built, "overlap": 0, "blocks_per_sm": 3}))
         out.append(("WGMMA, dQ issued before dV and dK are done", {"wgmma": 1, "dq_early": 1}))
     if which == "wgmma":
         return out
