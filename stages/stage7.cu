@@ -85,17 +85,25 @@ constexpr int PRODUCER_BAR = 8;  // named barrier of the producer warpgroup's 12
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");
 static_assert(D == 64 || D == 128, "head dims 64 and 128");
-static_assert(BLOCK_N == 128, "key tiles of 128: one 128-byte swizzle row of Vᵀ, four k-steps of 32 keys");
+// Key tiles of 128 to 224 keys (FlashAttention-3's FP8 tiles: 160 at D64, 224 at D128). A Vᵀ
+// tile is stored as BLOCK_N / VT_ATOM sub-tiles of [D][VT_ATOM] bytes, each row one swizzle row
+// of the widest pattern that divides BLOCK_N (128, 64 or 32 bytes): the copy engine swizzles
+// rows of at most 128 bytes, and a 32-key k-step must lie inside one row.
+constexpr int VT_ATOM = BLOCK_N % 128 == 0 ? 128 : BLOCK_N % 64 == 0 ? 64 : 32;
+static_assert(BLOCK_N == 128 || BLOCK_N == 160 || BLOCK_N == 192 || BLOCK_N == 224,
+              "key tiles of 128, 160, 192 or 224 (fp8.cuh's S products)");
+static_assert(!V_IN_KERNEL || BLOCK_N == 128, "transpose_v writes one 128-byte-swizzled Vᵀ tile of 128 keys");
 static_assert(Q_STAGES == 1 || Q_STAGES == 2, "one Q buffer, or two (Q_STAGES)");
 
-// Shared memory. Q and K tiles are [rows][D] bytes, Vᵀ tiles [D][BLOCK_N] bytes: each row is
-// one swizzle row (D = 128 and Vᵀ: 128 bytes, the 128-byte swizzle; D = 64: the 64-byte
-// swizzle), and every tile starts on a 1024-byte boundary, where both patterns repeat. That is
-// the layout TMA writes with the maps' swizzle and wgmma's descriptors describe.
+// Shared memory. Q and K tiles are [rows][D] bytes, Vᵀ tiles [BLOCK_N / VT_ATOM][D][VT_ATOM]
+// bytes: each row is one swizzle row (D = 128: 128 bytes, the 128-byte swizzle; D = 64: the
+// 64-byte swizzle; Vᵀ's VT_ATOM bytes, its own), and every tile starts on a 1024-byte boundary,
+// where each pattern repeats. That is the layout TMA writes with the maps' swizzle and wgmma's
+// descriptors describe.
 struct Smem {
     u8 q[Q_STAGES][BLOCK_M][D];
     u8 k[STAGES][BLOCK_N][D];
-    u8 vt[STAGES][D][BLOCK_N];
+    u8 vt[STAGES][BLOCK_N / VT_ATOM][D][VT_ATOM];
 #if V_IN_KERNEL
     u8 vs[2][BLOCK_N][D];  // V tiles as TMA brings them ([keys][D], laid out as K's), before transpose_v
     unsigned long long vs_full[2];
@@ -107,11 +115,17 @@ struct Smem {
 
 // Descriptor of a K-major e4m3 tile of D-byte rows (Q, K): groups of 8 rows are 8·D bytes apart
 // (stride offset), swizzle mode 1 (128 bytes) for 128-byte rows, 2 (64 bytes) for 64-byte ones.
-// Vᵀ's 128-byte rows take hopper.cuh's smem_desc.
 __device__ __forceinline__ unsigned long long qk_desc(const void* tile) {
     const unsigned long long addr = smem_u32(tile);
     constexpr unsigned long long mode = D == 128 ? 1 : 2;
     return ((addr & 0x3FFFF) >> 4) | ((unsigned long long)((8 * D) >> 4) << 32) | (mode << 62);
+}
+// Descriptor of a Vᵀ tile's first sub-tile: rows of VT_ATOM bytes, groups of 8 rows 8·VT_ATOM
+// bytes apart, swizzle mode 1, 2 or 3 (128, 64 or 32 bytes); at VT_ATOM = 128 hopper.cuh's smem_desc.
+__device__ __forceinline__ unsigned long long vt_desc(const void* tile) {
+    const unsigned long long addr = smem_u32(tile);
+    constexpr unsigned long long mode = VT_ATOM == 128 ? 1 : VT_ATOM == 64 ? 2 : 3;
+    return ((addr & 0x3FFFF) >> 4) | ((unsigned long long)((8 * VT_ATOM) >> 4) << 32) | (mode << 62);
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
@@ -157,7 +171,8 @@ __device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int cou
     tma_load_4d(&sm.q[qs][0][0], map, &sm.q_full[qs], 0, q0, h, b);
 }
 // Tile `key_tile` of K ({0, keys, hk, b}: rows of D bytes) or of Vᵀ ({keys, 0, hk, b}: D rows of
-// BLOCK_N keys) into its ring at ring position `pos` (counted over the block's whole life, so
+// BLOCK_N keys, one copy per sub-tile of VT_ATOM keys) into its ring at ring position `pos`
+// (counted over the block's whole life, so
 // parities carry across work tiles), once buffer pos % STAGES is free again: when its previous
 // use, pos − STAGES, was released — the ((pos / STAGES) − 1)-th phase of its empty barrier. For
 // the first STAGES positions the parity asked for is that of the phase "before the first",
@@ -168,7 +183,9 @@ __device__ __forceinline__ void load_tile(u8* tile, unsigned long long* full, un
     const int st = pos % STAGES;
     mbar_wait(&empty[st], ((pos / STAGES) & 1) ^ 1);
     mbar_arrive_expect_bytes(&full[st], KV_BYTES);
-    if (transposed) tma_load_4d(tile, map, &full[st], key_tile * BLOCK_N, 0, hk, b);
+    if (transposed)
+        for (int a = 0; a < BLOCK_N / VT_ATOM; ++a)
+            tma_load_4d(tile + a * D * VT_ATOM, map, &full[st], key_tile * BLOCK_N + a * VT_ATOM, 0, hk, b);
     else tma_load_4d(tile, map, &full[st], 0, key_tile * BLOCK_N, hk, b);
 }
 
@@ -256,14 +273,18 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], unsigned long 
     for (int kk = 0; kk < D / 32; ++kk) wgmma_e4m3_ss(s, q_desc + 2 * kk, k_desc + 2 * kk, kk > 0);
     wgmma_commit();
 }
-// O += P·V: BLOCK_N/32 wgmma of 64 × D × 32; step t reads keys 32t … 32t + 31 of each Vᵀ row
-// (+32 bytes). A work tile's first P·V (fresh) writes O instead of adding to it: O needs no
-// zeroing (nor rescaling) before it.
+// O += P·V: BLOCK_N/32 wgmma of 64 × D × 32; step t reads keys 32t … 32t + 31 of each Vᵀ row:
+// sub-tile t / (VT_ATOM/32), 32 bytes further into its rows per step inside it (the start
+// address in 16-byte units). A work tile's first P·V (fresh) writes O instead of adding to it: O
+// needs no zeroing (nor rescaling) before it.
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[BLOCK_N / 32][4],
                                          unsigned long long v_desc, bool fresh) {
     wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < BLOCK_N / 32; ++t) wgmma_e4m3_rs(o, p[t], v_desc + 2 * t, t > 0 || !fresh);
+    for (int t = 0; t < BLOCK_N / 32; ++t) {
+        constexpr int steps = VT_ATOM / 32;  // k-steps per sub-tile
+        wgmma_e4m3_rs(o, p[t], v_desc + (((t / steps) * D * VT_ATOM + (t % steps) * 32) >> 4), t > 0 || !fresh);
+    }
     wgmma_commit();
 }
 
@@ -458,7 +479,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 }
                 mbar_wait(&sm.vs_full[pos % 2], (pos / 2) & 1);          // the V tile has landed
                 mbar_wait(&sm.v_empty[st], ((pos / STAGES) & 1) ^ 1);    // and the consumers are done with Vᵀ buffer st
-                transpose_v(&sm.vs[pos % 2][0][0], &sm.vt[st][0][0], pt);
+                transpose_v(&sm.vs[pos % 2][0][0], &sm.vt[st][0][0][0], pt);
                 fence_proxy_async();                // ordinary stores to shared memory, read next by wgmma
                 mbar_arrive(&sm.v_full[st]);
                 named_bar_sync(PRODUCER_BAR, 128);  // staging buffer pos % 2 is free again
@@ -485,7 +506,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {
                     const int st = pos % STAGES;
                     load_tile(&sm.k[st][0][0], sm.k_full, sm.k_empty, &k_map, pos, j, t.hk, t.b, false);
-                    load_tile(&sm.vt[st][0][0], sm.v_full, sm.v_empty, &vt_map, pos, j, t.hk, t.b, true);
+                    load_tile(&sm.vt[st][0][0][0], sm.v_full, sm.v_empty, &vt_map, pos, j, t.hk, t.b, true);
                     if (Q_STAGES == 2 && !next_q) work_q(next, count + 1), next_q = true;
                 }
                 if (!next_q) work_q(next, count + 1);
@@ -513,7 +534,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
     // ---- consumer c: query rows q0 + 64c … q0 + 64c + 63 of each work tile ----
     const int c = wg - WARP_SPECIALIZED, lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     auto k_desc = [&](int st) { return qk_desc(&sm.k[st][0][0]); };
-    auto v_desc = [&](int st) { return smem_desc(&sm.vt[st][0][0], 0); };
+    auto v_desc = [&](int st) { return vt_desc(&sm.vt[st][0][0][0]); };
 
     // This thread's two rows of work tile t, r = 0, 1: query position qpos[r] (valid: it exists).
     auto rows_of = [&](const Work& t, int (&qpos)[2], bool (&valid)[2]) {
@@ -571,7 +592,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             for (int j = 0; j < min(STAGES, n_tiles); ++j) {
                 const int st = (pos + j) % STAGES;
                 load_tile(&sm.k[st][0][0], sm.k_full, sm.k_empty, &k_map, pos + j, j, t.hk, t.b, false);
-                load_tile(&sm.vt[st][0][0], sm.v_full, sm.v_empty, &vt_map, pos + j, j, t.hk, t.b, true);
+                load_tile(&sm.vt[st][0][0][0], sm.v_full, sm.v_empty, &vt_map, pos + j, j, t.hk, t.b, true);
             }
         }
 #endif
@@ -717,7 +738,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill these buffers once all are done
                     const int nst = (cur + STAGES) % STAGES;
                     load_tile(&sm.k[nst][0][0], sm.k_full, sm.k_empty, &k_map, cur + STAGES, j + STAGES, t.hk, t.b, false);
-                    load_tile(&sm.vt[nst][0][0], sm.v_full, sm.v_empty, &vt_map, cur + STAGES, j + STAGES, t.hk, t.b, true);
+                    load_tile(&sm.vt[nst][0][0][0], sm.v_full, sm.v_empty, &vt_map, cur + STAGES, j + STAGES, t.hk, t.b, true);
                 }
 #endif
             }

@@ -45,7 +45,16 @@ ARCH = s6.ARCH  # wgmma (e4m3 too) and setmaxnreg exist only in the arch-specifi
 # the time, so a copy has less time to land.
 TILES = {64: (128, 3, 3), 128: (128, 3, 2)}
 FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
-CHOICES = [(128, s, c) for c in (1, 2, 3) for s in (2, 3, 4)]
+# Key tiles wider than 128 (FlashAttention-3's FP8 tiles are 160 keys at D64 with three consumers,
+# 224 at D128 with two): fewer per-tile costs (barrier waits, row max and sum shuffles, the
+# rescale of O, turns) over the same products. Vᵀ's tiles then come in sub-tiles (vt_atom).
+CHOICES = [(bn, s, c) for bn in (128, 160, 192, 224) for c in (1, 2, 3) for s in (2, 3, 4)]
+
+
+def vt_atom(block_n: int) -> int:
+    """Keys per sub-tile of a Vᵀ tile (stage7.cu's VT_ATOM): one swizzle row of the widest
+    pattern (128, 64 or 32 bytes) that divides the key tile."""
+    return next(a for a in (128, 64, 32) if block_n % a == 0)
 # When the softmax rescales O: 0 only in warps where a row's max grew (stage 6's default,
 # FlashAttention-4's threshold of 2^8, cannot be kept: P·2^8 must stay within e4m3's 448);
 # -1 every tile, as FlashAttention-3 does.
@@ -117,6 +126,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     if v_in_kernel and head_dim == 128 and consumers == 3:
         raise ValueError("v_in_kernel at D128 with three consumers: their 144 registers each spill and "
                          "serialize the wgmma (ptxas C7512); take two")
+    if v_in_kernel and bn != 128:
+        raise ValueError(f"v_in_kernel transposes key tiles of 128 (one 128-byte swizzle row of Vᵀ); got {bn}")
     if v_in_kernel and (sw["DYNAMIC_WORK"] or not sw["WARP_SPECIALIZED"]):
         raise ValueError(f"v_in_kernel: the producer warpgroup transposes V, walking a fixed stride of work "
                          f"tiles; schedule {schedule!r} has {'a work queue' if sw['DYNAMIC_WORK'] else 'no producer'}")
@@ -169,14 +180,14 @@ def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, v_in_kern
 
 def tensor_map(t: torch.Tensor, rows: int, inner: int):
     """The copy engine's description of a 4-D e4m3 tensor with its real strides: boxes of `rows`
-    × `inner` bytes, swizzled by the row's width (128 bytes: the 128-byte swizzle; 64: 64-byte)."""
+    × `inner` bytes, swizzled by the row's width (128, 64 or 32 bytes: that swizzle)."""
     from cuda.core.utils import StridedMemoryView
     from cuda.core._tensor_map import TensorMapSwizzle
     strides = [st if n > 1 else 16 * (t.numel() + 1) for n, st in zip(t.shape, t.stride())]
     strides[-1] = 1
     t = t.view(torch.uint8).as_strided(t.shape, strides)
     view = StridedMemoryView.from_dlpack(t, stream_ptr=-1)
-    swizzle = TensorMapSwizzle.SWIZZLE_128B if inner == 128 else TensorMapSwizzle.SWIZZLE_64B
+    swizzle = {128: TensorMapSwizzle.SWIZZLE_128B, 64: TensorMapSwizzle.SWIZZLE_64B, 32: TensorMapSwizzle.SWIZZLE_32B}[inner]
     return view.as_tensor_map((1, 1, rows, inner), swizzle=swizzle)
 
 
@@ -312,7 +323,7 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
     bn = ch["tiles"][0]
-    v_map = tensor_map(v_op, bn, D) if v_in_kernel else tensor_map(v_op, D, bn)  # V's tiles as K's, or Vᵀ's
+    v_map = tensor_map(v_op, bn, D) if v_in_kernel else tensor_map(v_op, D, vt_atom(bn))  # V's tiles as K's, or Vᵀ's sub-tiles
     maps = (tensor_map(q8, cfg["block_m"], D), tensor_map(k8, bn, D), v_map)
     kernel = _kernel(out_dtype, D, cfg["defines"], cfg["smem"])
     grid = min(n_work, sms) if cfg["persistent"] else n_work

@@ -37,6 +37,9 @@ BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their r
     (128, None, {"schedule": "no warp specialization"}),
     (64, None, {"v_in_kernel": True}), (128, None, {"v_in_kernel": True}),
     (64, s7.FEW_ROWS_TILES[64], {"schedule": s6.DECODE_SCHEDULE, "v_in_kernel": True}),
+    # wider key tiles (scripts/fp8_tiles.py times them): Vᵀ in sub-tiles of 32, 64 and 128 keys
+    (64, (160, 3, 3), {}), (64, (192, 3, 2), {"schedule": "+ work queue"}),
+    (128, (224, 2, 2), {}), (128, (192, 3, 2), {"schedule": "+ persistent blocks"}), (128, (160, 3, 2), {}),
 ]
 
 
@@ -75,6 +78,9 @@ def test_config_rules_and_refusals():
         s7.config(64, lazy_rescale=8)  # P·2^8 past e4m3's range
     with pytest.raises(ValueError, match="tiles"):
         s7.config(64, (176, 2, 2))
+    with pytest.raises(ValueError, match="v_in_kernel"):
+        s7.config(128, (224, 2, 2), v_in_kernel=True)  # the producer's transpose writes 128-key tiles
+    assert [s7.vt_atom(n) for n in (128, 160, 192, 224)] == [128, 32, 64, 32]
     with pytest.raises(ValueError, match="eighths"):
         s7.config(64, exp2_poly=9)
     assert dict(s7.config(64, exp2_poly=4)["defines"])["EXP2_POLY_EIGHTHS"] == 4
@@ -288,6 +294,29 @@ def test_every_schedule(schedule, D, seed):
     q, k, v = (torch.randn(3, 40, 700, D, generator=g).to("cuda", torch.bfloat16) for _ in range(3))
     for causal in (False, True):
         assert_close_to_emulation(s7.attention(q, k, v, causal=causal, schedule=schedule), q, k, v, causal=causal)
+
+
+WIDE_TILES = [(64, (160, 3, 3)), (64, (192, 3, 2)), (128, (160, 3, 2)), (128, (192, 2, 2)), (128, (224, 2, 2)),
+              (128, (224, 3, 2))]
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("D,tiles", WIDE_TILES, ids=[f"D{d}-{t}" for d, t in WIDE_TILES])
+def test_wider_key_tiles(D, tiles, seed):
+    """Key tiles of 160, 192 and 224 (Vᵀ copied and read in sub-tiles of 32, 64 or 128 keys), at
+    lengths that are no multiple of the tile (a last tile of 1 key, of 33, of tile − 1), GQA,
+    both causal alignments, one block per work tile and persistent blocks walking several (their
+    K/V ring wrapping across work tiles)."""
+    g = torch.Generator().manual_seed(seed)
+    bn = tiles[0]
+    for B, H, Hk, Sq, Sk in ((2, 8, 2, 300, 3 * bn + 1), (1, 4, 4, 1000, bn + 33), (3, 40, 20, 130, 2 * bn - 1)):
+        q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16)
+                   for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+        for causal in (False, True, "bottom_right"):
+            for schedule in (None, "+ persistent blocks"):
+                out = s7.attention(q, k, v, causal=causal, tiles=tiles, schedule=schedule)
+                assert_close_to_emulation(out, q, k, v, causal=causal)
 
 
 @gpu
