@@ -121,7 +121,7 @@ def _dequantized(q8, k8, v8, q_descale, k_descale, v_descale):
 
 
 def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, causal=False, scale=None,
-                       p_offset: bool = True) -> dict:
+                       p_offset: bool = True, key_tile: int = 128) -> dict:
     """The rule an FP8 kernel is held to on its own e4m3 inputs (stage 7's tests, its probe and
     benchmark): its output `out` against emulate_on_e4m3.
 
@@ -139,7 +139,8 @@ def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, caus
         rmse(out − emu)  <=  ½ · rmse(emu − exact)  +  2 · rmse(emu in out's dtype − emu)
 
     (exact: the same without P's rounding). A wrong layout, descale or mask breaks both by far.
-    Returns {"passed", "finite", "worst" (max of |out − emu| over its bound), "rmse_ratio"
+    `key_tile`: the kernel's keys per tile, where its running max moves (the emulation's must
+    move there too: P's roundings follow it). Returns {"passed", "finite", "worst" (max of |out − emu| over its bound), "rmse_ratio"
     (rmse(out − emu) over its allowance), "emu", "bound"}."""
     qf, kf, vf = (t.flatten(0, 1) for t in _dequantized(q8, k8, v8, q_descale, k_descale, v_descale))
     rp = lambda p: round_p_e4m3(p, p_offset)  # noqa: E731
@@ -149,7 +150,8 @@ def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, caus
     emu, exact, bound = (torch.empty_like(qf[..., :vf.shape[-1]]) for _ in range(3))
     for a in range(0, qf.shape[0], step):
         sl = slice(a, a + step)
-        emu[sl] = attention_rounded(qf[sl], kf[sl], vf[sl], round_p=rp, running_max=True, causal=causal, scale=scale)
+        emu[sl] = attention_rounded(qf[sl], kf[sl], vf[sl], round_p=rp, running_max=True, key_tile=key_tile,
+                                    causal=causal, scale=scale)
         # P against the final max, once for both: the exact attention and each element's bound
         p = torch.exp(_scores_minus_max(qf[sl], kf[sl], causal, scale))
         l = p.sum(dim=-1, keepdim=True)

@@ -231,3 +231,28 @@ def show_fp8_bench(rec: dict, stage7) -> None:
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     plt.show()
+
+
+def fp8_tiles_record() -> dict | None:
+    """Stage 7's key-tile comparison (scripts/fp8_tiles.py --record), or None."""
+    return (R.load() or {}).get("fp8_tiles")
+
+
+def show_fp8_tiles(rec: dict, stage7) -> None:
+    """The recorded key-tile comparison: its provenance, and per shape each (BLOCK_N, STAGES,
+    CONSUMERS) against the default tiles of that record and stage 6, in the same rounds."""
+    env = rec["env"]
+    stale = rec.get("sha256") != R.stage_sha256(stage7.INFO)
+    _md(f"Recorded on {env['gpu']}, commit {env['commit'][:7]}, {env['date']} (`python scripts/fp8_tiles.py "
+        f"--record`; interleaved rounds, medians; each choice checked against the emulation before and after)."
+        + (" **Stage 7's sources changed since this record.**" if stale else " Stage 7's sources are the ones recorded."))
+    lines = ["| shape | causal | tiles (BLOCK_N, STAGES, CONSUMERS) | µs | TFLOPS | × default tiles | × stage 6 | check |",
+             "|---|---|---|---|---|---|---|---|"]
+    default = {int(d): tuple(t) for d, t in rec["default_tiles"].items()}
+    for r in rec["rows"]:
+        tiles = tuple(r["tiles"])
+        name = f"**{tiles}** (default)" if tiles == default[r["D"]] else str(tiles)
+        lines.append(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | {name} | "
+                     f"{r['us']:,.1f} | {r['tflops']:,.0f} | {r['vs_default']:.3f} | {r['vs_stage6']:.2f} | "
+                     f"{'pass' if r['passed'] else 'FAIL'} |")
+    _md("\n".join(lines))

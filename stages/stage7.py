@@ -8,7 +8,7 @@ e4m3 products summed by the tensor cores, the softmax in fp32, P cast to e4m3 as
 in 16 bits. Before the kernel, timed on their own by the notebook:
 - quantization, when the inputs are fp16 or bf16 (lib.fp8.prepare's arithmetic: amax / 448 per
   batch entry and K/V head, so nothing overflows e4m3's 448), by the kernels of
-  stages/stage7_quantize.cu (`quantize`: two passes over each tensor, V's transpose included);
+  stages/stage7_quantize.cu (`quantize`: two launches, amax then cast, V's transpose included);
 - V's transpose for inputs already in e4m3 (lib.fp8.v_for_pv): 8-bit wgmma reads its B operand
   K-major only, so P·V needs Vᵀ [D][keys], each 32-key k-step's keys in lib.fp8.key_order() so
   that P's A fragment is every thread's own scores.
@@ -43,7 +43,11 @@ ARCH = s6.ARCH  # wgmma (e4m3 too) and setmaxnreg exist only in the arch-specifi
 # ptxas C7512 with 160 each), 128-key tiles (one 128-byte swizzle row of Vᵀ), and a ring one
 # deeper than stage 6's — an e4m3 tile is half the bytes, and the products that use it take half
 # the time, so a copy has less time to land.
-TILES = {64: (128, 3, 3), 128: (128, 3, 2)}
+# Then at D128 wider key tiles: (192, 2, 2) ran 1.19x (128, 3, 2) at B4 H16 S8192 full and 1.22x
+# causal, level with 224 keys, in the same rounds (scripts/fp8_tiles.py, results/logs/
+# 2026-11-26-s38call1); at D64 160 keys ran 1.02x full and 0.98x causal: 128 stays.
+TILES = {64: (128, 3, 3), 128: (192, 2, 2)}
+V_IN_KERNEL_TILES = {64: (128, 3, 3), 128: (128, 3, 2)}  # the producer's transpose writes 128-key tiles
 FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
 # Key tiles wider than 128 (FlashAttention-3's FP8 tiles are 160 keys at D64 with three consumers,
 # 224 at D128 with two): fewer per-tile costs (barrier waits, row max and sum shuffles, the
@@ -115,7 +119,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     schedule = s6.default_schedule(head_dim) if schedule is None else schedule
     if schedule not in s6.ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
-    bn, stages, consumers = tiles or TILES[head_dim]
+    bn, stages, consumers = tiles or (V_IN_KERNEL_TILES if v_in_kernel else TILES)[head_dim]
     if (bn, stages, consumers) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     sw = dict(s6.ALL_SCHEDULES[schedule])
@@ -169,7 +173,7 @@ def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, v_in_kern
     launch in a fixed stride (persistent blocks)."""
     if tiles is None and schedule is None and s6.few_rows(B, H, Sq, sms):
         tiles, schedule = FEW_ROWS_TILES[D], s6.DECODE_SCHEDULE
-    tiles = tuple(tiles) if tiles is not None else TILES[D]
+    tiles = tuple(tiles) if tiles is not None else (V_IN_KERNEL_TILES if v_in_kernel else TILES)[D]
     work = B * H * -(-Sq // (64 * tiles[2]))
     if schedule is None:
         schedule = s6.call_schedule(D, causal, Sk, work, sms) if tiles[2] > 1 else s6.DECODE_SCHEDULE
@@ -218,15 +222,15 @@ def _queue(device) -> torch.Tensor:
 
 @lru_cache(maxsize=None)
 def _quantize_kernels(dtype, D):
-    return nvrtc.stage_kernels(QUANTIZE_SOURCE, ("fp8_amax", "fp8_cast", "fp8_cast_vt"), dtype, D)
+    return nvrtc.stage_kernels(QUANTIZE_SOURCE, ("fp8_amax", "fp8_cast"), dtype, D)
 
 
 def quantize(q, k, v, *, v_transposed: bool = True):
     """fp16/bf16 q [B, H, Sq, D], k and v [B, H_kv, Sk, D] (checked by the caller) in e4m3 with
     their descales: (q8, k8, v_op, q_descale, k_descale, v_descale), the bytes lib.fp8.prepare
     and, for v_op, lib.fp8.v_for_pv give (v_transposed=False: v8 as prepare gives it). One scale
-    per batch entry and K/V head; two passes over each tensor (stages/stage7_quantize.cu): its
-    slabs' amax, then the cast (V's into Vᵀ in key order). Inputs are made contiguous first."""
+    per batch entry and K/V head; two launches over the three tensors (stages/stage7_quantize.cu):
+    their slabs' amax, then the casts (V's into Vᵀ in key order). Inputs are made contiguous first."""
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
     ts = [t.contiguous() for t in (q, k, v)]
@@ -235,31 +239,28 @@ def quantize(q, k, v, *, v_transposed: bool = True):
         return q8, k8, (fp8.v_for_pv(v8) if v_transposed and v8.numel() else v8), qd, kd, vd
     kern = _quantize_kernels(q.dtype, D)
     slabs = B * Hk
+    n_q, n_kv = ts[0].numel(), ts[1].numel()
     amax = torch.zeros(3, slabs, dtype=torch.int32, device=q.device)  # float bits, for atomicMax
     descale = torch.empty(3, B, Hk, dtype=torch.float32, device=q.device)
-    for i, t in enumerate(ts):  # pass 1: each slab's amax, about 4 blocks of 256 threads per SM
-        per_slab = t.numel() // slabs
-        blocks = max(1, min(-(-per_slab // (8 * 256)), -(-4 * s6._sm_count(q.device) // slabs)))
-        nvrtc.check_grid_x("stage 7 (quantize)", blocks)
-        nvrtc.launch_prepared(kern["fp8_amax"], nvrtc.launch_config((blocks, slabs, 1), (256, 1, 1)),
-                              (t.data_ptr(), amax[i].data_ptr(), np.int64(per_slab)))
-    out = []
-    for i, t in enumerate(ts[:2] if v_transposed else ts):  # pass 2: x / descale in e4m3
-        x8 = torch.empty(t.shape, dtype=fp8.E4M3, device=q.device)
-        n = t.numel()
-        nvrtc.check_grid_x("stage 7 (quantize)", -(-n // (8 * 256)))
-        nvrtc.launch_prepared(kern["fp8_cast"], nvrtc.launch_config((-(-n // (8 * 256)), 1, 1), (256, 1, 1)),
-                              (t.data_ptr(), amax[i].data_ptr(), descale[i].data_ptr(), x8.data_ptr(),
-                               np.int64(n // slabs), np.int64(n)))
-        out.append(x8)
-    if v_transposed:  # V's pass 2 writes Vᵀ [B, H_kv, D, Sk'] with the keys in key order
-        sk_pad = -(-Sk // 32) * 32
-        vt = torch.empty((B, Hk, D, sk_pad), dtype=fp8.E4M3, device=q.device)
-        nvrtc.launch_prepared(kern["fp8_cast_vt"], nvrtc.launch_config((sk_pad // 32, slabs, 1), (256, 1, 1)),
-                              (ts[2].data_ptr(), amax[2].data_ptr(), descale[2].data_ptr(), vt.data_ptr(),
-                               np.int32(Sk), np.int32(sk_pad)))
-        out.append(vt)
-    return (*out, descale[0], descale[1], descale[2])
+    # pass 1: each slab's amax, about 4 blocks of 256 threads per SM for each tensor
+    per_q, per_kv = (max(1, min(-(-(n // slabs) // (8 * 256)), -(-4 * s6._sm_count(q.device) // slabs)))
+                     for n in (n_q, n_kv))
+    blocks = slabs * (per_q + 2 * per_kv)
+    nvrtc.check_grid_x("stage 7 (quantize)", blocks)
+    nvrtc.launch_prepared(kern["fp8_amax"], nvrtc.launch_config((blocks, 1, 1), (256, 1, 1)),
+                          (*(t.data_ptr() for t in ts), amax.data_ptr(), np.int64(slabs), np.int64(n_q // slabs),
+                           np.int64(n_kv // slabs), np.int64(per_q), np.int64(per_kv)))
+    # pass 2: x / descale in e4m3; V's into Vᵀ [B, H_kv, D, Sk'] with the keys in key order
+    q8, k8 = (torch.empty(t.shape, dtype=fp8.E4M3, device=q.device) for t in ts[:2])
+    sk_pad = -(-Sk // 32) * 32 if v_transposed else 0
+    v8 = torch.empty((B, Hk, D, sk_pad) if v_transposed else ts[2].shape, dtype=fp8.E4M3, device=q.device)
+    blocks = -(-n_q // 2048) + -(-n_kv // 2048) + (slabs * (sk_pad // 32) if v_transposed else -(-n_kv // 2048))
+    nvrtc.check_grid_x("stage 7 (quantize)", blocks)
+    nvrtc.launch_prepared(kern["fp8_cast"], nvrtc.launch_config((blocks, 1, 1), (256, 1, 1)),
+                          (*(t.data_ptr() for t in ts), amax.data_ptr(), descale.data_ptr(), q8.data_ptr(),
+                           k8.data_ptr(), v8.data_ptr(), np.int64(slabs), np.int64(n_q), np.int64(n_kv),
+                           np.int32(Sk), np.int32(sk_pad)))
+    return q8, k8, v8, descale[0], descale[1], descale[2]
 
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
@@ -290,15 +291,17 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     causal = causal_mode(causal, Sq, Sk, INFO)
     if Sq <= 1 and causal == 2:
         causal = 0  # one query bottom-right is the last position: it sees every key
-    out_dtype = torch.bfloat16 if q.dtype == fp8.E4M3 else q.dtype
-    if q.dtype == fp8.E4M3 or q.numel() == 0 or Sk == 0:  # (fp8.prepare checks the descales, the dtypes)
-        q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
-        if q.numel() == 0 or Sk == 0:  # no queries, or no keys: what SDPA returns
-            return torch.zeros(q.shape, dtype=out_dtype, device=q.device)
+    e4m3 = fp8.prepare_check(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    out_dtype = torch.bfloat16 if e4m3 else q.dtype
+    if q.numel() == 0 or Sk == 0:  # no queries, or no keys: what SDPA returns
+        return torch.zeros(q.shape, dtype=out_dtype, device=q.device)
+    if e4m3:
+        q8, k8, v8 = q, k, v
+        # the kernel indexes the descales as [b·H_kv + hk]: a transposed view is made contiguous
+        qd, kd, vd = (d.contiguous() for d in (q_descale, k_descale, v_descale))
         # B of P·V: Vᵀ [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step; or V itself
         v_op = v8 if v_in_kernel else fp8.v_for_pv(v8)
     else:
-        fp8.prepare_check(q, k, v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
         q8, k8, v_op, qd, kd, vd = quantize(q, k, v, v_transposed=not v_in_kernel)
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,

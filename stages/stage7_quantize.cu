@@ -5,18 +5,22 @@
 // a reduction, a division and a cast per tensor, and a gather for V: several passes, each
 // writing a temporary.
 //
-//   fp8_amax     pass 1: the largest |x| of each slab (a batch entry's K/V head: for q, the
-//                G·Sq rows of that head's query heads; for k and v its Sk rows), 16 bytes per
-//                thread, one atomicMax per block on the float's bits (for x >= 0 the bits
-//                order as the values do).
-//   fp8_cast     pass 2, q and k: x / s in e4m3 (s = amax / 448, at least 1e-12, the descale),
-//                8 elements per thread; |x / s| <= 448 by construction, and SATFINITE rounds
-//                the last ulp above it down, as PyTorch's cast does.
-//   fp8_cast_vt  pass 2, v: one block per 32 keys of a slab: cast into shared memory as
-//                [key][d], then each output row d of Vᵀ [B·H_kv, D, Sk'] (Sk' = Sk rounded up to
-//                32, zeros after the last key) takes the 32 keys in lib.fp8.key_order().
-// The launcher (stages/stage7.py, quantize) hands it contiguous tensors whose data starts
-// 16-byte aligned.
+//   fp8_amax  pass 1, one launch for q, k and v: the largest |x| of each slab (a batch entry's
+//             K/V head: for q, the G·Sq rows of that head's query heads; for k and v its Sk
+//             rows), 16 bytes per thread, one atomicMax per block on the float's bits (for
+//             x >= 0 the bits order as the values do).
+//   fp8_cast  pass 2, one launch for the three: q and k (and v, when not transposed) as
+//             x / s in e4m3 (s = amax / 448, at least 1e-12, the descale), 8 elements per
+//             thread; |x / s| <= 448 by construction, and SATFINITE rounds the last ulp above
+//             it down, as PyTorch's cast does. V transposed: a block per 32 keys of a slab casts
+//             them into shared memory as [key][d], then each output row d of Vᵀ [B·H_kv, D, Sk']
+//             (Sk' = Sk rounded up to 32, zeros after the last key) takes the 32 keys in
+//             lib.fp8.key_order().
+// Each launch's blocks are numbered along x alone (the tensors' ranges one after another), so
+// no count of batch entries and heads meets the 65,535 limit of a grid's y. At small shapes the
+// launches themselves cost more than the bytes (six launches took 22 µs at B1 H8 S512 before
+// they were merged into two). The launcher (stages/stage7.py, quantize) hands it contiguous
+// tensors whose data starts 16-byte aligned.
 #include "attention.cuh"
 #include <cuda_fp8.h>
 
@@ -38,14 +42,12 @@ __device__ __forceinline__ unsigned short to_e4m3x2(float a, float b) {
     return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
 }
 
-// grid (blocks per slab, slabs); slab_elems a multiple of 8
-extern "C" __global__ void __launch_bounds__(256)
-fp8_amax(const elem_t* x, unsigned* amax, long long slab_elems) {
-    const long long s = blockIdx.y;
+// Slab s's amax over blocks `per_slab` blocks (block b of them), 8 elements per thread.
+__device__ __forceinline__ void amax_slab(const elem_t* x, unsigned* amax, long long slab_elems, long long s,
+                                          long long b, long long per_slab) {
     const elem_t* base = x + s * slab_elems;
     float m = 0.0f;
-    for (long long i = 8 * ((long long)blockIdx.x * blockDim.x + threadIdx.x); i < slab_elems;
-         i += 8LL * gridDim.x * blockDim.x) {
+    for (long long i = 8 * (b * blockDim.x + threadIdx.x); i < slab_elems; i += 8LL * per_slab * blockDim.x) {
         float v[8];
         load8(base + i, v);
 #pragma unroll
@@ -62,10 +64,23 @@ fp8_amax(const elem_t* x, unsigned* amax, long long slab_elems) {
     }
 }
 
-// 8 elements per thread over all slabs (n = slabs · slab_elems)
+// grid x = slabs · (per_q + 2 · per_kv): q's slabs (per_q blocks each), then k's, then v's
+// (per_kv each); amax [3][slabs]; slab sizes are multiples of 8 elements.
 extern "C" __global__ void __launch_bounds__(256)
-fp8_cast(const elem_t* x, const unsigned* amax, float* descale, unsigned char* out, long long slab_elems, long long n) {
-    const long long i = 8 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
+fp8_amax(const elem_t* q, const elem_t* k, const elem_t* v, unsigned* amax, long long slabs,
+         long long slab_q, long long slab_kv, long long per_q, long long per_kv) {
+    long long b = blockIdx.x;
+    if (b < slabs * per_q) return amax_slab(q, amax, slab_q, b / per_q, b % per_q, per_q);
+    b -= slabs * per_q;
+    const int t = 1 + (int)(b / (slabs * per_kv));  // 1: k, 2: v
+    b %= slabs * per_kv;
+    amax_slab(t == 1 ? k : v, amax + t * slabs, slab_kv, b / per_kv, b % per_kv, per_kv);
+}
+
+// Block b of a plain cast: elements 8·(256b + thread) … of x (n elements, slabs of slab_elems).
+__device__ __forceinline__ void cast_block(const elem_t* x, const unsigned* amax, float* descale, unsigned char* out,
+                                           long long slab_elems, long long n, long long b) {
+    const long long i = 8 * (b * blockDim.x + threadIdx.x);
     if (i >= n) return;
     const long long s = i / slab_elems;
     const float d = descale_of(amax, s);
@@ -78,15 +93,14 @@ fp8_cast(const elem_t* x, const unsigned* amax, float* descale, unsigned char* o
     *reinterpret_cast<uint2*>(out + i) = packed;
 }
 
-// grid (Sk' / 32, slabs): keys 32·blockIdx.x … of slab blockIdx.y
-extern "C" __global__ void __launch_bounds__(256)
-fp8_cast_vt(const elem_t* v, const unsigned* amax, float* descale, unsigned char* vt, int Sk, int Sk_pad) {
+// Keys 32·kb … 32·kb + 31 of slab s of v into Vᵀ, in key order.
+__device__ __forceinline__ void cast_vt_block(const elem_t* v, const unsigned* amax, float* descale, unsigned char* vt,
+                                              int Sk, int Sk_pad, long long s, int kb) {
     constexpr int D = HEAD_DIM;
     __shared__ unsigned char tile[32][D];  // [key][d], e4m3
-    const long long s = blockIdx.y;
-    const int key0 = 32 * blockIdx.x;
+    const int key0 = 32 * kb;
     const float d = descale_of(amax, s);
-    if (blockIdx.x == 0 && threadIdx.x == 0) descale[s] = d;
+    if (kb == 0 && threadIdx.x == 0) descale[s] = d;
     for (int c = threadIdx.x; c < 32 * D / 8; c += blockDim.x) {  // 8 elements of one key each
         const int key = c / (D / 8), col = 8 * (c % (D / 8));
         float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -108,4 +122,20 @@ fp8_cast_vt(const elem_t* v, const unsigned* amax, float* descale, unsigned char
         }
         *reinterpret_cast<uint2*>(vt + (s * D + row) * Sk_pad + key0 + k0) = b;
     }
+}
+
+// grid x = nq + nk + (Sk_pad > 0 ? slabs · Sk_pad / 32 : nv) with nq, nk, nv = ceil(elements / 2048):
+// q's cast blocks, k's, then v's — into Vᵀ (Sk_pad > 0, Sk' keys per row) or cast as it is.
+extern "C" __global__ void __launch_bounds__(256)
+fp8_cast(const elem_t* q, const elem_t* k, const elem_t* v, const unsigned* amax, float* descale,
+         unsigned char* q8, unsigned char* k8, unsigned char* v8, long long slabs, long long n_q, long long n_kv,
+         int Sk, int Sk_pad) {
+    const long long nq = (n_q + 2047) / 2048, nk = (n_kv + 2047) / 2048;
+    long long b = blockIdx.x;
+    if (b < nq) return cast_block(q, amax, descale, q8, n_q / slabs, n_q, b);
+    b -= nq;
+    if (b < nk) return cast_block(k, amax + slabs, descale + slabs, k8, n_kv / slabs, n_kv, b);
+    b -= nk;
+    if (Sk_pad == 0) return cast_block(v, amax + 2 * slabs, descale + 2 * slabs, v8, n_kv / slabs, n_kv, b);
+    cast_vt_block(v, amax + 2 * slabs, descale + 2 * slabs, v8, Sk, Sk_pad, b / (Sk_pad / 32), (int)(b % (Sk_pad / 32)));
 }
