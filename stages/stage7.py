@@ -64,6 +64,12 @@ def vt_atom(block_n: int) -> int:
 # -1 every tile, as FlashAttention-3 does.
 LAZY_RESCALE = 0
 P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
+
+
+def p_offset_log2(lazy_rescale: int) -> int:
+    """P's offset with a lazy rescale of threshold k > 0 (a kept max may be exceeded by 2^k): 8 − k,
+    so that P·2^offset stays within 2^8, below e4m3's 448."""
+    return P_OFFSET_LOG2 - max(0, lazy_rescale)
 # Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
 # slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
@@ -142,12 +148,13 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     if smem > s6.MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} need {smem:,} bytes of shared memory at D{head_dim}")
     lazy = LAZY_RESCALE if lazy_rescale is None else lazy_rescale
-    if lazy not in (-1, 0):
-        raise ValueError(f"lazy_rescale is -1 (every tile) or 0 (when a row's max grew): P·2^8 must stay "
-                         f"within e4m3's 448; got {lazy_rescale!r}")
+    if not (isinstance(lazy, int) and -1 <= lazy <= P_OFFSET_LOG2):
+        raise ValueError(f"lazy_rescale is -1 (every tile), 0 (when a row's max grew) or a threshold up to "
+                         f"{P_OFFSET_LOG2} (log2; P's offset shrinks by as much, so that P·2^offset stays within "
+                         f"e4m3's 448); got {lazy_rescale!r}")
     if not 0 <= exp2_poly <= 8:
         raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {exp2_poly}")
-    offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
+    offset = p_offset_log2(lazy) if p_offset is None or p_offset else 0
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
                ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)))

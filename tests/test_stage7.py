@@ -75,7 +75,9 @@ def test_config_rules_and_refusals():
         assert dict(cfg["defines"])["LAZY_RESCALE"] == 0 and dict(cfg["defines"])["P_OFFSET_LOG2"] == 8
     assert dict(s7.config(64, p_offset=False)["defines"])["P_OFFSET_LOG2"] == 0
     with pytest.raises(ValueError, match="448"):
-        s7.config(64, lazy_rescale=8)  # P·2^8 past e4m3's range
+        s7.config(64, lazy_rescale=9)  # P·2^9 past e4m3's range, whatever the offset
+    # a lazy rescale of threshold k takes k off P's offset: P·2^(8 - k) exceeded by up to 2^k
+    assert dict(s7.config(64, lazy_rescale=2)["defines"])["P_OFFSET_LOG2"] == 6
     with pytest.raises(ValueError, match="tiles"):
         s7.config(64, (176, 2, 2))
     with pytest.raises(ValueError, match="v_in_kernel"):
