@@ -67,8 +67,7 @@ static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgro
 static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
 static_assert(!V_IN_KERNEL || (WARP_SPECIALIZED && !DYNAMIC_WORK),
               "the producer warpgroup transposes V, all its threads walking the same fixed stride of work tiles");
-static_assert(P_OFFSET_LOG2 + (LAZY_RESCALE > 0 ? LAZY_RESCALE : 0) <= 8,
-              "P·2^P_OFFSET_LOG2 must stay within e4m3's 448, also where a kept max is exceeded by up to 2^LAZY_RESCALE");
+static_assert(LAZY_RESCALE <= 0, "P·2^P_OFFSET_LOG2 must stay within e4m3's 448: a kept max may not be exceeded");
 static_assert(P_OFFSET_LOG2 >= 0 && P_OFFSET_LOG2 <= 8, "P·2^8 is the most e4m3 holds (448)");
 
 constexpr int D = HEAD_DIM;
@@ -327,15 +326,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
         // A row with nothing visible yet keeps base 0 (its exponentials are 0). With
         // LAZY_RESCALE 0 a row whose max did not grow keeps alpha = 1 exactly, and a warp whose
         // rows all kept theirs skips the rescale (see rescale).
-#if LAZY_RESCALE > 0
-        // Keep the running max unless this tile's exceeds it by more than LAZY_RESCALE (scaled
-        // log2 units): P then reaches 2^(P_OFFSET_LOG2 + LAZY_RESCALE) at most, within e4m3's 448
-        // (the static_assert above), and most tiles skip O's rescale.
-        if (!(mx[r] * scale_log2 > m[r] * scale_log2 + float(LAZY_RESCALE))) mx[r] = m[r];
-#endif
         const float top = mx[r] == NEG_INF ? 0.0f : mx[r] * scale_log2;
         base[r] = top - float(P_OFFSET_LOG2);
-        alpha[r] = LAZY_RESCALE >= 0 && mx[r] == m[r] ? 1.0f : fast_exp2(m[r] * scale_log2 - top);  // 0 on the first tile (m = −∞)
+        alpha[r] = LAZY_RESCALE == 0 && mx[r] == m[r] ? 1.0f : fast_exp2(m[r] * scale_log2 - top);  // 0 on the first tile (m = −∞)
         m[r] = mx[r];
     }
 #pragma unroll

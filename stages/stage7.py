@@ -49,6 +49,13 @@ ARCH = s6.ARCH  # wgmma (e4m3 too) and setmaxnreg exist only in the arch-specifi
 TILES = {64: (128, 3, 3), 128: (192, 2, 2)}
 V_IN_KERNEL_TILES = {64: (128, 3, 3), 128: (128, 3, 2)}  # the producer's transpose writes 128-key tiles
 FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
+# The launch where stage 6's rule (call_schedule) picks a persistent one: the work queue without
+# ping-pong. In three runs at the standard shapes (results/logs/2026-11-26-s38call3 to -call5) it
+# ran 1.034x stage 6's pick at D64 full each time, 1.00x causal (the same launch there), 1.025-
+# 1.034x at D128 causal, and 0.989-1.025x at D128 full. In e4m3 the products take half the time
+# that ping-pong's turns are there to hide, while the exponential unit, which turns do not add
+# to, sets the pace.
+PERSISTENT_SCHEDULE = "work queue without ping-pong"
 # Key tiles wider than 128 (FlashAttention-3's FP8 tiles are 160 keys at D64 with three consumers,
 # 224 at D128 with two): fewer per-tile costs (barrier waits, row max and sum shuffles, the
 # rescale of O, turns) over the same products. Vᵀ's tiles then come in sub-tiles (vt_atom).
@@ -62,14 +69,12 @@ def vt_atom(block_n: int) -> int:
 # When the softmax rescales O: 0 only in warps where a row's max grew (stage 6's default,
 # FlashAttention-4's threshold of 2^8, cannot be kept: P·2^8 must stay within e4m3's 448);
 # -1 every tile, as FlashAttention-3 does.
+# Tried and not kept (results/logs/2026-11-26-s38call5, the change in lazy_rescale.patch there): a
+# threshold k > 0 as stage 6 keeps (a kept max exceeded by up to 2^k), with P's offset 8 - k so
+# that P stays under 448. O's rescale was 5.5-5.7% of the executed instructions (call 4's
+# profile), but k = 1, 2, 4 ran 0.98-1.01x of k = 0 in the same rounds, with 0.4-1.6% more RMSE.
 LAZY_RESCALE = 0
 P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
-
-
-def p_offset_log2(lazy_rescale: int) -> int:
-    """P's offset with a lazy rescale of threshold k > 0 (a kept max may be exceeded by 2^k): 8 − k,
-    so that P·2^offset stays within 2^8, below e4m3's 448."""
-    return P_OFFSET_LOG2 - max(0, lazy_rescale)
 # Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
 # slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
@@ -148,13 +153,12 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     if smem > s6.MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} need {smem:,} bytes of shared memory at D{head_dim}")
     lazy = LAZY_RESCALE if lazy_rescale is None else lazy_rescale
-    if not (isinstance(lazy, int) and -1 <= lazy <= P_OFFSET_LOG2):
-        raise ValueError(f"lazy_rescale is -1 (every tile), 0 (when a row's max grew) or a threshold up to "
-                         f"{P_OFFSET_LOG2} (log2; P's offset shrinks by as much, so that P·2^offset stays within "
-                         f"e4m3's 448); got {lazy_rescale!r}")
+    if lazy not in (-1, 0):
+        raise ValueError(f"lazy_rescale is -1 (every tile) or 0 (when a row's max grew): P·2^8 must stay "
+                         f"within e4m3's 448; got {lazy_rescale!r}")
     if not 0 <= exp2_poly <= 8:
         raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {exp2_poly}")
-    offset = p_offset_log2(lazy) if p_offset is None or p_offset else 0
+    offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
                ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)))
@@ -175,15 +179,18 @@ def compile_for(arch: str = ARCH, dtype=torch.bfloat16, head_dim: int = 128, til
 
 def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, v_in_kernel=False) -> dict:
     """Tiles and schedule of a call: stage 6's rules (few_rows: blocks of one consumer when each
-    gets an SM to itself; call_schedule: persistent blocks or the work queue between work
-    tiles), on this stage's tiles. With v_in_kernel, where the rule picks a work queue, the same
-    launch in a fixed stride (persistent blocks)."""
+    gets an SM to itself; call_schedule: whether blocks are persistent), on this stage's tiles,
+    persistent blocks taking the work queue without ping-pong (PERSISTENT_SCHEDULE). With
+    v_in_kernel, where that is a work queue, the same launch in a fixed stride (persistent
+    blocks, whose producer walks a known stride of work tiles)."""
     if tiles is None and schedule is None and s6.few_rows(B, H, Sq, sms):
         tiles, schedule = FEW_ROWS_TILES[D], s6.DECODE_SCHEDULE
     tiles = tuple(tiles) if tiles is not None else (V_IN_KERNEL_TILES if v_in_kernel else TILES)[D]
     work = B * H * -(-Sq // (64 * tiles[2]))
     if schedule is None:
         schedule = s6.call_schedule(D, causal, Sk, work, sms) if tiles[2] > 1 else s6.DECODE_SCHEDULE
+        if s6.ALL_SCHEDULES[schedule]["PERSISTENT"]:
+            schedule = PERSISTENT_SCHEDULE
         if v_in_kernel and s6.ALL_SCHEDULES[schedule]["DYNAMIC_WORK"]:
             schedule = "+ persistent blocks"
     return {"tiles": tiles, "schedule": schedule, "work": work}

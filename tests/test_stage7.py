@@ -75,9 +75,7 @@ def test_config_rules_and_refusals():
         assert dict(cfg["defines"])["LAZY_RESCALE"] == 0 and dict(cfg["defines"])["P_OFFSET_LOG2"] == 8
     assert dict(s7.config(64, p_offset=False)["defines"])["P_OFFSET_LOG2"] == 0
     with pytest.raises(ValueError, match="448"):
-        s7.config(64, lazy_rescale=9)  # P·2^9 past e4m3's range, whatever the offset
-    # a lazy rescale of threshold k takes k off P's offset: P·2^(8 - k) exceeded by up to 2^k
-    assert dict(s7.config(64, lazy_rescale=2)["defines"])["P_OFFSET_LOG2"] == 6
+        s7.config(64, lazy_rescale=8)  # P·2^8 past e4m3's range
     with pytest.raises(ValueError, match="tiles"):
         s7.config(64, (176, 2, 2))
     with pytest.raises(ValueError, match="v_in_kernel"):
@@ -93,7 +91,8 @@ def test_config_rules_and_refusals():
     # few rows: one consumer per block; many: the head dim's tiles and stage 6's launch rule
     assert s7.choose(1, 8, 512, 512, 64, False, 132)["tiles"][2] == 1
     big = s7.choose(16, 16, 2048, 2048, 64, False, 132)
-    assert big["tiles"] == s7.TILES[64] and big["schedule"] == "+ persistent blocks"
+    assert big["tiles"] == s7.TILES[64] and big["schedule"] == s7.PERSISTENT_SCHEDULE
+    assert s7.choose(16, 16, 2048, 2048, 64, False, 132, v_in_kernel=True)["schedule"] == "+ persistent blocks"
     assert big["work"] == 16 * 16 * math.ceil(2048 / 192)
 
 
