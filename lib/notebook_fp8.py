@@ -256,3 +256,31 @@ def show_fp8_tiles(rec: dict, stage7) -> None:
                      f"{r['us']:,.1f} | {r['tflops']:,.0f} | {r['vs_default']:.3f} | {r['vs_stage6']:.2f} | "
                      f"{'pass' if r['passed'] else 'FAIL'} |")
     _md("\n".join(lines))
+
+
+def fp8_waterfall_record() -> dict | None:
+    """Stage 7's schedule waterfall (scripts/fp8_waterfall.py --record), or None."""
+    return (R.load() or {}).get("fp8_waterfall")
+
+
+def show_fp8_waterfall(rec: dict, stage7) -> None:
+    """The recorded waterfall: its provenance, then one panel per shape and mask, each step's
+    TFLOPS (error bars: the slowest and fastest round), with stage 6 and SDPA's default backend
+    from the same rounds as lines."""
+    import matplotlib.pyplot as plt
+
+    from lib.plots_stage6 import plot_waterfall
+
+    env = rec["env"]
+    stale = rec.get("sha256") != R.stage_sha256(stage7.INFO)
+    _md(f"Recorded on {env['gpu']}, commit {env['commit'][:7]}, {env['date']} (`python scripts/fp8_waterfall.py "
+        f"--record`; interleaved rounds, medians; each step checked against the emulation first)."
+        + (" **Stage 7's sources changed since this record.**" if stale else " Stage 7's sources are the ones recorded."))
+    panels = rec["panels"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=False)
+    for ax, p in zip(axes, panels):
+        plot_waterfall(p["rows"], f"B{p['B']} H{p['H']} S{p['S']} D{p['D']} {'causal' if p['causal'] else 'full'}",
+                       sdpa_tflops=p["SDPA default"]["tflops"],
+                       anchors={"stage 6 (bf16), same run": p["stage 6"]["tflops"]}, ax=ax)
+    fig.tight_layout()
+    plt.show()

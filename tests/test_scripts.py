@@ -145,6 +145,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/fp8_loop_probe.py"], "needs an H100 or H200 and none was found"),
     (["scripts/fp8_bench.py"], "needs an H100 or H200 and none was found"),
     (["scripts/fp8_tiles.py", "--record"], "needs an H100 or H200 and none was found"),
+    (["scripts/fp8_waterfall.py", "--record"], "needs an H100 or H200 and none was found"),
     (["scripts/stage6_ab.py"], "stage 6 runs on sm_90 GPUs (H100/H200) only"),
     (["scripts/profile_pair.py", "1", "1", "1", "64", "64", "64"], "needs an H100 or H200"),
     (["scripts/carveout_ab.py"], "needs an H100 or H200 and none was found"),
