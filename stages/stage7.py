@@ -49,12 +49,14 @@ ARCH = s6.ARCH  # wgmma (e4m3 too) and setmaxnreg exist only in the arch-specifi
 TILES = {64: (128, 3, 3), 128: (192, 2, 2)}
 V_IN_KERNEL_TILES = {64: (128, 3, 3), 128: (128, 3, 2)}  # the producer's transpose writes 128-key tiles
 FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
-# The launch where stage 6's rule (call_schedule) picks a persistent one: the work queue without
-# ping-pong. In three runs at the standard shapes (results/logs/2026-11-26-s38call3 to -call5) it
-# ran 1.034x stage 6's pick at D64 full each time, 1.00x causal (the same launch there), 1.025-
-# 1.034x at D128 causal, and 0.989-1.025x at D128 full. In e4m3 the products take half the time
-# that ping-pong's turns are there to hide, while the exponential unit, which turns do not add
-# to, sets the pace.
+# The launch wherever work tiles outnumber the SMs: the work queue without ping-pong, full or
+# causal. In three runs at the standard shapes (results/logs/2026-11-26-s38call3 to -call5),
+# against what stage 6's rule (call_schedule) picks: 1.034x its persistent blocks at D64 full
+# each time, 0.989-1.025x at D128 full, 1.025-1.034x its one block per work tile at D128 causal
+# S8192, and the same launch at D64 causal S2048. In e4m3 the products take half the time that
+# ping-pong's turns are there to hide, while the exponential unit, which turns do not add to,
+# sets the pace; the queue keeps causal work tiles of different lengths balanced. (In bf16 at
+# D64 causal S8192, one block per work tile beat the queue: stage6.call_schedule.)
 PERSISTENT_SCHEDULE = "work queue without ping-pong"
 # Key tiles wider than 128 (FlashAttention-3's FP8 tiles are 160 keys at D64 with three consumers,
 # 224 at D128 with two): fewer per-tile costs (barrier waits, row max and sum shuffles, the
@@ -179,9 +181,9 @@ def compile_for(arch: str = ARCH, dtype=torch.bfloat16, head_dim: int = 128, til
 
 def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, v_in_kernel=False) -> dict:
     """Tiles and schedule of a call: stage 6's rules (few_rows: blocks of one consumer when each
-    gets an SM to itself; call_schedule: whether blocks are persistent), on this stage's tiles,
-    persistent blocks taking the work queue without ping-pong (PERSISTENT_SCHEDULE). With
-    v_in_kernel, where that is a work queue, the same launch in a fixed stride (persistent
+    gets an SM to itself; call_schedule where every block has one work tile), on this stage's
+    tiles; with more work tiles than SMs, the work queue without ping-pong (PERSISTENT_SCHEDULE).
+    With v_in_kernel, where that is a work queue, the same launch in a fixed stride (persistent
     blocks, whose producer walks a known stride of work tiles)."""
     if tiles is None and schedule is None and s6.few_rows(B, H, Sq, sms):
         tiles, schedule = FEW_ROWS_TILES[D], s6.DECODE_SCHEDULE
@@ -189,7 +191,7 @@ def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, v_in_kern
     work = B * H * -(-Sq // (64 * tiles[2]))
     if schedule is None:
         schedule = s6.call_schedule(D, causal, Sk, work, sms) if tiles[2] > 1 else s6.DECODE_SCHEDULE
-        if s6.ALL_SCHEDULES[schedule]["PERSISTENT"]:
+        if tiles[2] > 1 and work > sms:
             schedule = PERSISTENT_SCHEDULE
         if v_in_kernel and s6.ALL_SCHEDULES[schedule]["DYNAMIC_WORK"]:
             schedule = "+ persistent blocks"
