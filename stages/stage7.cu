@@ -23,6 +23,9 @@
 //      may keep a row's max only while no score exceeds it (LAZY_RESCALE 0): with the offset, a
 //      P above 1.75 would pass e4m3's largest value, 448.
 //   6. O leaves in 16 bits (the call's output type, elem_t here) by plain stores.
+//   7. Key tiles up to 224 keys (stages/stage7.py picks 192 at D128): the products between two
+//      tiles' fixed costs take half stage 6's time, so wider tiles pay more here. A Vᵀ tile
+//      then comes in sub-tiles of VT_ATOM keys, each its own copy and swizzle (see Smem).
 // Stage 6's serving paths (split-KV, packed GQA, packed sequences, per-entry key lengths), its
 // TMA-store epilogue, CARRY_PV and the timeline are not in this stage: stages/stage7.py refuses
 // those options and runs decoding shapes unsplit.

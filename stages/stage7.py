@@ -13,10 +13,15 @@ in 16 bits. Before the kernel, timed on their own by the notebook:
   K-major only, so P·V needs Vᵀ [D][keys], each 32-key k-step's keys in lib.fp8.key_order() so
   that P's A fragment is every thread's own scores.
 
-Status (2026-11-25): written and compiled offline, then checked on an H100 (tests/test_stage7.py
-against lib.fp8.check_on_emulation and the float64 reference, compute-sanitizer clean at small
-shapes; results/logs/2026-11-25-4e746b2-s33call2). Held to FP8's error rule, so it stands outside
-the 16-bit harness (stages.BEYOND); scripts/fp8_bench.py --record is its record.
+Beyond stage 6's launch: 192-key tiles at D128 (TILES; scripts/fp8_tiles.py times the widths),
+and wherever work tiles outnumber the SMs, the work queue without ping-pong (PERSISTENT_SCHEDULE;
+scripts/fp8_waterfall.py times each step).
+
+Status (2026-11-26): checked on an H100 (tests/test_stage7.py against lib.fp8.check_on_emulation
+and the float64 reference, compute-sanitizer clean on every launch path at small shapes; first in
+results/logs/2026-11-25-4e746b2-s33call2, last in -2026-11-26-s38call6). Held to FP8's error
+rule, so it stands outside the 16-bit harness (stages.BEYOND); scripts/fp8_bench.py --record is
+its record, with fp8_tiles and fp8_waterfall beside it.
 
 Not here (NotImplementedError): stage 6's serving paths (split-KV, packed GQA, packed sequences,
 per-entry key lengths: decoding shapes run unsplit), and a backward (inputs that require grad
