@@ -518,6 +518,9 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 // No work left: say so through the Q slot (a plain arrival, no bytes), then count
                 // this block out. The last block out resets the queue for the next launch: by then
                 // every block has taken its last index, so nothing reads the counter any more.
+                // A launch that stops part way cannot leave a count for a later one to read: a
+                // fault on the device (a trap, an illegal address) ends the process's CUDA
+                // context, and every later call in it fails instead of running (as in stage 6).
                 const int qs = count % Q_STAGES;
                 mbar_wait(&sm.q_empty[qs], ((count / Q_STAGES) & 1) ^ 1);
                 sm.work[qs] = n_work;
