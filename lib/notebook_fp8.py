@@ -284,3 +284,36 @@ def show_fp8_waterfall(rec: dict, stage7) -> None:
                        anchors={"stage 6 (bf16), same run": p["stage 6"]["tflops"]}, ax=ax)
     fig.tight_layout()
     plt.show()
+
+
+def draw_vt_subtiles(head_dim: int = 128, widths=(128, 192, 224)):
+    """A Vᵀ tile in shared memory for each key-tile width: its sub-tiles of VT_ATOM keys
+    (stages.stage7.vt_atom: one copy and one swizzle row each, thick borders), its 32-key k-steps
+    (colours), and where each k-step's descriptor starts, in bytes from the tile's start — the
+    offsets issue_pv in stages/stage7.cu adds: sub-tile t / (VT_ATOM/32) at D·VT_ATOM bytes
+    each, then 32 bytes per k-step inside it. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from stages.stage7 import vt_atom
+    fig, axes = plt.subplots(len(widths), 1, figsize=(10, 1.25 * len(widths) + 0.4))
+    for ax, bn in zip(axes, widths):
+        atom = vt_atom(bn)
+        steps = atom // 32
+        for t in range(bn // 32):
+            start = (t // steps) * head_dim * atom + (t % steps) * 32
+            ax.add_patch(plt.Rectangle((32 * t, 0), 32, 1, color=f"C{t % 10}", alpha=0.55))
+            ax.text(32 * t + 16, 0.5, f"k-step {t}\n+{start:,} B", ha="center", va="center", fontsize=7)
+        for a in range(bn // atom):
+            ax.add_patch(plt.Rectangle((a * atom, 0), atom, 1, fill=False, lw=2.2, ec="k"))
+            ax.text(a * atom + atom / 2, 1.06, f"copy {a}", ha="center", va="bottom", fontsize=7)
+        ax.set_xlim(0, 224), ax.set_ylim(0, 1.45), ax.set_yticks([])
+        ax.set_xticks(range(0, bn + 1, 32))
+        ax.set_ylabel(f"{bn} keys:\n{bn // atom} sub-tile{'s' if bn > atom else ''} of {atom},\n{atom}-byte swizzle",
+                      rotation=0, ha="right", va="center", fontsize=8)
+        for side in ("top", "right", "left"):
+            ax.spines[side].set_visible(False)
+    axes[-1].set_xlabel(f"keys of the tile (each sub-tile holds all {head_dim} rows of Vᵀ, one row per dimension of V)")
+    fig.suptitle(f"A Vᵀ tile at D {head_dim}: sub-tiles (copies, swizzle rows) and where each 32-key k-step "
+                 "of P·V reads", fontsize=9)
+    fig.tight_layout()
+    return fig
