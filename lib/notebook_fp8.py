@@ -178,6 +178,17 @@ def show_accuracy(rec: dict) -> None:
         f"the emulation's + one bf16 ulp (sums cut to 2^-11 moved it by at most {rule['largest_short_sums_max_err_ratio']:.2f}×).")
 
 
+def _recorded_on(rec: dict, stage7, script: str, how: str) -> str:
+    """The provenance sentence of one of stage 7's records (scripts/<script> --record): where,
+    which commit, when, how it was timed, and whether stage 7's sources changed since."""
+    env = rec["env"]
+    stale = rec.get("sha256") != R.stage_sha256(stage7.INFO)
+    return (f"Recorded on {env['gpu']}, commit {env['commit'][:7]}, {env['date']} (`python scripts/{script} "
+            f"--record`; {how})."
+            + (" **Stage 7's sources changed since this record**: the figures are of the earlier kernel."
+               if stale else " Stage 7's sources are the ones recorded."))
+
+
 def fp8_bench_record() -> dict | None:
     """Stage 7's benchmark (scripts/fp8_bench.py --record), or None."""
     return (R.load() or {}).get("fp8_bench")
@@ -189,12 +200,9 @@ def show_fp8_bench(rec: dict, stage7) -> None:
     import matplotlib.pyplot as plt
 
     env = rec["env"]
-    stale = rec.get("sha256") != R.stage_sha256(stage7.INFO)
     ceil = rec["ceilings_tflops"]
-    _md(f"Recorded on {env['gpu']}, commit {env['commit'][:7]}, {env['date']} (`python scripts/fp8_bench.py "
-        f"--record`; interleaved rounds, {rec.get('budget_s', 0.5):g} s of timing per callable, medians)."
-        + (" **Stage 7's sources changed since this record**: the figures are of the earlier kernel."
-           if stale else " Stage 7's sources are the ones recorded.")
+    _md(_recorded_on(rec, stage7, "fp8_bench.py",
+                     f"interleaved rounds, {rec.get('budget_s', 0.5):g} s of timing per callable, medians")
         + f" Ceilings measured in the same process: an e4m3 GEMM (`torch._scaled_mm`, 8192³) ran at "
         f"{ceil['e4m3 GEMM']:,.0f} TFLOPS, a bf16 one at {ceil['bf16 GEMM']:,.0f}.")
     lines = ["| shape | causal | stage 7 kernel µs | TFLOPS | of e4m3 GEMM | × stage 6 | × SDPA default | "
@@ -241,11 +249,8 @@ def fp8_tiles_record() -> dict | None:
 def show_fp8_tiles(rec: dict, stage7) -> None:
     """The recorded key-tile comparison: its provenance, and per shape each (BLOCK_N, STAGES,
     CONSUMERS) against the default tiles of that record and stage 6, in the same rounds."""
-    env = rec["env"]
-    stale = rec.get("sha256") != R.stage_sha256(stage7.INFO)
-    _md(f"Recorded on {env['gpu']}, commit {env['commit'][:7]}, {env['date']} (`python scripts/fp8_tiles.py "
-        f"--record`; interleaved rounds, medians; each choice checked against the emulation before and after)."
-        + (" **Stage 7's sources changed since this record.**" if stale else " Stage 7's sources are the ones recorded."))
+    _md(_recorded_on(rec, stage7, "fp8_tiles.py",
+                     "interleaved rounds, medians; each choice checked against the emulation before and after"))
     lines = ["| shape | causal | tiles (BLOCK_N, STAGES, CONSUMERS) | µs | TFLOPS | × default tiles | × stage 6 | check |",
              "|---|---|---|---|---|---|---|---|"]
     default = {int(d): tuple(t) for d, t in rec["default_tiles"].items()}
@@ -271,11 +276,8 @@ def show_fp8_waterfall(rec: dict, stage7) -> None:
 
     from lib.plots_stage6 import plot_waterfall
 
-    env = rec["env"]
-    stale = rec.get("sha256") != R.stage_sha256(stage7.INFO)
-    _md(f"Recorded on {env['gpu']}, commit {env['commit'][:7]}, {env['date']} (`python scripts/fp8_waterfall.py "
-        f"--record`; interleaved rounds, medians; each step checked against the emulation first)."
-        + (" **Stage 7's sources changed since this record.**" if stale else " Stage 7's sources are the ones recorded."))
+    _md(_recorded_on(rec, stage7, "fp8_waterfall.py",
+                     "interleaved rounds, medians; each step checked against the emulation first"))
     panels = rec["panels"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=False)
     for ax, p in zip(axes, panels):
