@@ -99,16 +99,18 @@ def attention_on_dequantized(qd, kd, vd, *, causal=False, scale=None, p_offset: 
 
 
 def emulate_on_e4m3(q8, k8, v8, q_descale, k_descale, v_descale, *, causal=False, scale=None,
-                    p_offset: bool = True, key_tile: int | None = KERNEL_KEY_TILE) -> torch.Tensor:
+                    p_offset: bool = True, key_tile: int | None = KERNEL_KEY_TILE,
+                    sum_rounded: bool = False) -> torch.Tensor:
     """What an FP8 kernel given these e4m3 inputs and descales (one per batch entry and K/V head,
     as prepare makes them) should return, in float64 [B, H, Sq, D]: the arithmetic of
     attention_rounded on the dequantized values, P rounded against the running maximum of the
     key tiles seen so far (`key_tile` keys at a time, in order, as stage 7 walks them; None: against
-    the row's final maximum). Left to the kernel: its exponentials' approximation, its tensor
-    cores' FP8 sums and its 16-bit output (check_on_emulation allows for them)."""
+    the row's final maximum); sum_rounded: l the sum of the rounded P (stage 7's ROW_SUM_MMA).
+    Left to the kernel: its exponentials' approximation, its tensor cores' FP8 sums and its
+    16-bit output (check_on_emulation allows for them)."""
     qf, kf, vf = _dequantized(q8, k8, v8, q_descale, k_descale, v_descale)
     return attention_rounded(qf, kf, vf, round_p=lambda p: round_p_e4m3(p, p_offset), running_max=key_tile is not None,
-                             key_tile=key_tile or KERNEL_KEY_TILE, causal=causal, scale=scale)
+                             key_tile=key_tile or KERNEL_KEY_TILE, causal=causal, scale=scale, sum_rounded=sum_rounded)
 
 
 def _dequantized(q8, k8, v8, q_descale, k_descale, v_descale):
@@ -121,7 +123,7 @@ def _dequantized(q8, k8, v8, q_descale, k_descale, v_descale):
 
 
 def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, causal=False, scale=None,
-                       p_offset: bool = True, key_tile: int = 128) -> dict:
+                       p_offset: bool = True, key_tile: int = 128, sum_rounded: bool = False) -> dict:
     """The rule an FP8 kernel is held to on its own e4m3 inputs (stage 7's tests, its probe and
     benchmark): its output `out` against emulate_on_e4m3.
 
@@ -140,7 +142,9 @@ def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, caus
 
     (exact: the same without P's rounding). A wrong layout, descale or mask breaks both by far.
     `key_tile`: the kernel's keys per tile, where its running max moves (the emulation's must
-    move there too: P's roundings follow it). Returns {"passed", "finite", "worst" (max of |out − emu| over its bound), "rmse_ratio"
+    move there too: P's roundings follow it). `sum_rounded`: the kernel's l is the sum of the
+    rounded P (stage 7's ROW_SUM_MMA), so a flipped rounding moves l too, and O = Σ P·V / l by
+    δ·(v − O) / l for a flip δ: each element's bound gets (Σ (2^-3·P + 2^-17)) · |emu| / l more. Returns {"passed", "finite", "worst" (max of |out − emu| over its bound), "rmse_ratio"
     (rmse(out − emu) over its allowance), "emu", "bound"}."""
     qf, kf, vf = (t.flatten(0, 1) for t in _dequantized(q8, k8, v8, q_descale, k_descale, v_descale))
     rp = lambda p: round_p_e4m3(p, p_offset)  # noqa: E731
@@ -151,14 +155,17 @@ def check_on_emulation(out, q8, k8, v8, q_descale, k_descale, v_descale, *, caus
     for a in range(0, qf.shape[0], step):
         sl = slice(a, a + step)
         emu[sl] = attention_rounded(qf[sl], kf[sl], vf[sl], round_p=rp, running_max=True, key_tile=key_tile,
-                                    causal=causal, scale=scale)
+                                    causal=causal, scale=scale, sum_rounded=sum_rounded)
         # P against the final max, once for both: the exact attention and each element's bound
         p = torch.exp(_scores_minus_max(qf[sl], kf[sl], causal, scale))
         l = p.sum(dim=-1, keepdim=True)
         inv_l = torch.where(l > 0, 1.0 / l.clamp_min(1e-300), 0.0)  # 0 for a row with no visible key
         exact[sl] = (p @ vf[sl]) * inv_l
-        bound[sl] = ((2.0 ** -3 * p + tiny_step * (p > 0)) @ vf[sl].abs()) * inv_l
-        del p
+        flips = 2.0 ** -3 * p + tiny_step * (p > 0)
+        bound[sl] = (flips @ vf[sl].abs()) * inv_l
+        if sum_rounded:
+            bound[sl] += flips.sum(dim=-1, keepdim=True) * inv_l * emu[sl].abs()
+        del p, flips
     emu, exact, bound = (t.view(out.shape) for t in (emu, exact, bound))
     bound += 2.0 ** -7 * (float(emu.abs().max()) if emu.numel() else 0.0)
     o = out.double()
@@ -342,18 +349,20 @@ def _scores_minus_max(qd, kd, causal, scale, sum_bits=None, keep_max=False):
 
 
 def attention_rounded(qd, kd, vd, *, round_p, sum_bits: int | None = None, key_tile: int = 128,
-                      running_max: bool = False, causal=False, scale=None) -> torch.Tensor:
+                      running_max: bool = False, causal=False, scale=None, sum_rounded: bool = False) -> torch.Tensor:
     """attention_on_dequantized with its roundings as arguments: `round_p` rounds the fp32 P
     (a max subtracted, so in [0, 1]) before P·V; with `sum_bits`, S and the running sum of P·V
     (after each tile of `key_tile` keys, as a kernel accumulates it) go through truncate_sums.
     running_max: P against the running max of the key tiles seen so far, the sums rescaled when
     it grows, as a FlashAttention kernel computes it (P's roundings then fall where the kernel's
     do); otherwise against the row's final max. As many heads in K and V as in Q. O over the row
-    sum of the unrounded P; 0 for a row with no visible key."""
+    sum of the unrounded P (sum_rounded: of the rounded P, as P·V with a column of ones sums
+    it); 0 for a row with no visible key."""
     tiny = torch.finfo(qd.dtype).tiny
     if not running_max:
         p = torch.exp(_scores_minus_max(qd, kd, causal, scale, sum_bits))
-        l, pr = p.sum(dim=-1, keepdim=True), round_p(p)
+        pr = round_p(p)
+        l = (pr if sum_rounded else p).sum(dim=-1, keepdim=True)
         if sum_bits is None:
             o = pr @ vd
         else:
@@ -371,8 +380,9 @@ def attention_rounded(qd, kd, vd, *, round_p, sum_bits: int | None = None, key_t
         base = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))  # no visible key yet: P = 0
         alpha = torch.exp(m - base)
         p = torch.exp(st - base)
-        l = l * alpha + p.sum(dim=-1, keepdim=True)
-        o = o * alpha + round_p(p) @ vd[..., j:j + key_tile, :]
+        pr = round_p(p)
+        l = l * alpha + (pr if sum_rounded else p).sum(dim=-1, keepdim=True)
+        o = o * alpha + pr @ vd[..., j:j + key_tile, :]
         if sum_bits is not None:
             o = truncate_sums(o, sum_bits)
         m = m_new

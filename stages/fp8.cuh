@@ -1,8 +1,9 @@
 // FP8 (e4m3) pieces for Hopper, shared by issue 25's probes (scripts/fp8_tile_probe.cu,
 // scripts/fp8_loop_probe.cu) and, later, stage 7: the 128-byte swizzle of one e4m3 row of 128,
 // wgmma m64nNk32 e4m3 with both operands in shared memory (ss) or A from registers (rs), for
-// N = 64 (32 accumulators per thread) and N = 128 (64), ss also for the wider key tiles of
-// N = 160, 192 and 224, and the float → e4m3 pair conversion.
+// N = 64 (32 accumulators per thread) and N = 128 (64), rs also for N = 72 and 136 (P·V with a
+// column of ones), ss also for the wider key tiles of N = 160, 192 and 224, and the float → e4m3
+// pair conversion.
 #pragma once
 #include "hopper.cuh"
 #include <cuda_fp8.h>
@@ -33,6 +34,26 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const unsigned (&a
                  " wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_R64
                  ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
                  : WG_F64(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+}
+// O += P·V with one more 8-column slice (stage 7's ROW_SUM_MMA: a column of ones beside V gives
+// each row's sum of P in the products): N = 72 at D64 (36 accumulators), 136 at D128 (68).
+#define WG_R36 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
+               "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}"
+#define WG_R68 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
+               "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, " \
+               "%33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, " \
+               "%49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}"
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[36], const unsigned (&a)[4], unsigned long long b, int acc) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %41, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 " WG_R36
+                 ", {%36, %37, %38, %39}, %40, p, 1, 1;\n}\n"
+                 : WG_F32(d), WG_F4(d, 32) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[68], const unsigned (&a)[4], unsigned long long b, int acc) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %73, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 " WG_R68
+                 ", {%68, %69, %70, %71}, %72, p, 1, 1;\n}\n"
+                 : WG_F64(d), WG_F4(d, 64) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
 }
 // S = Q·Kᵀ over wider key tiles (BLOCK_N 160, 192, 224: FlashAttention-3's FP8 tiles are
 // 160 keys at D64 and 224 at D128): 80, 96 and 112 accumulators per thread, both operands

@@ -64,6 +64,9 @@
 #ifndef P_OFFSET_LOG2
 #define P_OFFSET_LOG2 8  // P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
 #endif
+#ifndef ROW_SUM_MMA
+#define ROW_SUM_MMA 0  // 1: each row's sum of P comes out of P·V, from a row of ones under Vᵀ (O_COLS)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -78,6 +81,13 @@ constexpr int BLOCK_M = 64 * CONSUMERS;           // query rows per block, 64 pe
 constexpr int Q_BYTES = BLOCK_M * D;              // e4m3: one byte per element
 constexpr int KV_BYTES = BLOCK_N * D;             // a K tile, and a Vᵀ tile (D rows of BLOCK_N keys)
 constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
+// ROW_SUM_MMA: the softmax's row sums move from the FMA pipes (one FADD per score, 13% of the
+// instructions at D64) to the tensor cores, which are busy about half the time here. Vᵀ's
+// tiles get 8 more rows, a row of ones (e4m3 1.0 = 0x38) and 7 of zeros, written once per
+// block (the copies fill only the first D); P·V then runs N = D + 8 and its column D is
+// Σ P·1 = l for each row, rescaled with O by the same alpha. l is then the sum of the e4m3 P
+// that P·V multiplied (lib.fp8's sum_rounded), not of the fp32 P before rounding.
+constexpr int O_COLS = D + 8 * ROW_SUM_MMA;  // O's accumulator columns (and Vᵀ sub-tile rows)
 // Registers per thread after setmaxnreg, as in stage 6 (2 consumers: 128·24 + 256·240 = 64,512;
 // 3: 128·32 + 384·160; the work queue's producer keeps 40 with one or two consumers; a producer
 // that transposes V keeps 64 — with 56 it spilled a register: 128·64 + 256·216 = 63,488,
@@ -106,7 +116,7 @@ static_assert(Q_STAGES == 1 || Q_STAGES == 2, "one Q buffer, or two (Q_STAGES)")
 struct Smem {
     u8 q[Q_STAGES][BLOCK_M][D];
     u8 k[STAGES][BLOCK_N][D];
-    u8 vt[STAGES][BLOCK_N / VT_ATOM][D][VT_ATOM];
+    u8 vt[STAGES][BLOCK_N / VT_ATOM][O_COLS][VT_ATOM];  // rows D … O_COLS − 1: ROW_SUM_MMA's ones
 #if V_IN_KERNEL
     u8 vs[2][BLOCK_N][D];  // V tiles as TMA brings them ([keys][D], laid out as K's), before transpose_v
     unsigned long long vs_full[2];
@@ -188,7 +198,7 @@ __device__ __forceinline__ void load_tile(u8* tile, unsigned long long* full, un
     mbar_arrive_expect_bytes(&full[st], KV_BYTES);
     if (transposed)
         for (int a = 0; a < BLOCK_N / VT_ATOM; ++a)
-            tma_load_4d(tile + a * D * VT_ATOM, map, &full[st], key_tile * BLOCK_N + a * VT_ATOM, 0, hk, b);
+            tma_load_4d(tile + a * O_COLS * VT_ATOM, map, &full[st], key_tile * BLOCK_N + a * VT_ATOM, 0, hk, b);
     else tma_load_4d(tile, map, &full[st], 0, key_tile * BLOCK_N, hk, b);
 }
 
@@ -280,13 +290,13 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], unsigned long 
 // sub-tile t / (VT_ATOM/32), 32 bytes further into its rows per step inside it (the start
 // address in 16-byte units). A work tile's first P·V (fresh) writes O instead of adding to it: O
 // needs no zeroing (nor rescaling) before it.
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[BLOCK_N / 32][4],
+__device__ __forceinline__ void issue_pv(float (&o)[O_COLS / 2], const unsigned (&p)[BLOCK_N / 32][4],
                                          unsigned long long v_desc, bool fresh) {
     wgmma_fence();
 #pragma unroll
     for (int t = 0; t < BLOCK_N / 32; ++t) {
         constexpr int steps = VT_ATOM / 32;  // k-steps per sub-tile
-        wgmma_e4m3_rs(o, p[t], v_desc + (((t / steps) * D * VT_ATOM + (t % steps) * 32) >> 4), t > 0 || !fresh);
+        wgmma_e4m3_rs(o, p[t], v_desc + (((t / steps) * O_COLS * VT_ATOM + (t % steps) * 32) >> 4), t > 0 || !fresh);
     }
     wgmma_commit();
 }
@@ -342,18 +352,18 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
             // EXP2_POLY_EIGHTHS of every 8 column slices take the polynomial: fewer MUFU.EX2 where
             // that unit, not the tensor cores, would set the pace.
             s[4 * n + e] = n % 8 < EXP2_POLY_EIGHTHS ? poly_exp2(x) : fast_exp2(x);
-            sum[e >> 1] += s[4 * n + e];
+            if (!ROW_SUM_MMA) sum[e >> 1] += s[4 * n + e];
         }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+    for (int r = 0; r < 2 && !ROW_SUM_MMA; ++r) l[r] = l[r] * alpha[r] + sum[r];
 }
-__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+__device__ __forceinline__ void rescale(float (&o)[O_COLS / 2], const float (&alpha)[2]) {
 #if LAZY_RESCALE >= 0
     // A warp's 16 rows kept their maxima: nothing to scale (one vote, warp-uniform branch).
     if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
 #endif
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
+    for (int n = 0; n < O_COLS / 8; ++n) {  // ROW_SUM_MMA: l's column too
         o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];
         o[4 * n + 2] *= alpha[1]; o[4 * n + 3] *= alpha[1];
     }
@@ -443,6 +453,16 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         mbar_init_fence();
         tma_prefetch_map(&q_map); tma_prefetch_map(&k_map); tma_prefetch_map(&vt_map);
     }
+#if ROW_SUM_MMA
+    {  // rows D … D + 7 of every Vᵀ sub-tile: ones, then zeros (whole rows alike: any swizzle leaves them so)
+        constexpr int words = 8 * VT_ATOM / 4, subtiles = STAGES * (BLOCK_N / VT_ATOM);
+        for (int i = threadIdx.x; i < subtiles * words; i += THREADS) {
+            unsigned* rows = reinterpret_cast<unsigned*>(&sm.vt[0][0][0][0] + (i / words) * O_COLS * VT_ATOM + D * VT_ATOM);
+            rows[i % words] = i % words < VT_ATOM / 4 ? 0x38383838u : 0u;
+        }
+        fence_proxy_async();  // generic-proxy writes, read by wgmma
+    }
+#endif
     __syncthreads();
 
 #if WARP_SPECIALIZED
@@ -550,11 +570,11 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             valid[r] = qpos[r] < Sq;
         }
     };
-    float o[D / 2];
+    float o[O_COLS / 2];
     unsigned p[BLOCK_N / 32][4];
     auto zero_o = [&]() {
 #pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+        for (int i = 0; i < O_COLS / 2; ++i) o[i] = 0.0f;
     };
 
     // ---- the end of a work tile: O · v_descale / l out (l and O share P's 2^8, which cancels),
@@ -566,6 +586,10 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         const float vd = v_descale[t.b * Hk + t.hk];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
+            // ROW_SUM_MMA: l is column D, held by the quad's first lane (accumulator D/2 + 2r); the
+            // other lanes hold zero columns there. (Read by an indexed shuffle from that lane
+            // instead, ptxas serialized the wgmma: C7511.)
+            if (ROW_SUM_MMA) l[r] = o[D / 2 + 2 * r];
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
             const float f = l[r] > 0.0f ? vd / l[r] : 0.0f;  // no key seen: zeros, as SDPA gives

@@ -82,6 +82,12 @@ def vt_atom(block_n: int) -> int:
 # profile), but k = 1, 2, 4 ran 0.98-1.01x of k = 0 in the same rounds, with 0.4-1.6% more RMSE.
 LAZY_RESCALE = 0
 P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
+# ROW_SUM_MMA (stage7.cu): the softmax's row sums from P·V itself, through a row of ones under
+# each Vᵀ tile, instead of an FADD per score. Predicted, not yet measured: a few percent at D64,
+# where those FADDs are 13% of the executed instructions and the exponential unit sets the pace
+# (Nsight Compute, results/logs/2026-11-26-s38call4), for 1/8 more P·V work on tensor cores
+# that are busy 29% of the time.
+ROW_SUM_MMA = False
 # Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
 # slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
@@ -89,19 +95,19 @@ P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0
 # faster at 5 of 6 rows): other warps issue while one waits on its chain.
 
 
-def smem_bytes(head_dim: int, tiles, q_stages: int = 1, v_in_kernel: bool = False) -> int:
-    """One block's dynamic shared memory: the Q buffers, the K and Vᵀ rings (one byte per element),
-    with V_IN_KERNEL two staging tiles of V and their barriers, the barriers and work slots, and
-    1 KB of slack to align the tiles to 1024 bytes."""
+def smem_bytes(head_dim: int, tiles, q_stages: int = 1, v_in_kernel: bool = False, row_sum_mma: bool = False) -> int:
+    """One block's dynamic shared memory: the Q buffers, the K and Vᵀ rings (one byte per element;
+    with ROW_SUM_MMA 8 more rows per Vᵀ sub-tile), with V_IN_KERNEL two staging tiles of V and
+    their barriers, the barriers and work slots, and 1 KB of slack to align the tiles to 1024 bytes."""
     bn, stages, consumers = tiles
     staging = (2 * bn * head_dim + 16) if v_in_kernel else 0
-    return (q_stages * 64 * consumers + 2 * stages * bn) * head_dim + staging + 8 * (2 * q_stages + 4 * stages) \
-        + 4 * q_stages + 1024
+    return (q_stages * 64 * consumers + stages * bn) * head_dim + stages * bn * (head_dim + 8 * row_sum_mma) \
+        + staging + 8 * (2 * q_stages + 4 * stages) + 4 * q_stages + 1024
 
 
-def q_buffers(head_dim: int, tiles) -> int:
+def q_buffers(head_dim: int, tiles, row_sum_mma: bool = False) -> int:
     """Two Q buffers wherever they fit (stage 6's rule, q_buffers there): e4m3 tiles always do."""
-    return 2 if smem_bytes(head_dim, tiles, 2) <= s6.MAX_SMEM else 1
+    return 2 if smem_bytes(head_dim, tiles, 2, row_sum_mma=row_sum_mma) <= s6.MAX_SMEM else 1
 
 
 INFO = StageInfo(
@@ -128,12 +134,12 @@ INFO = StageInfo(
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int | None = None,
            lazy_rescale: int | None = None, p_offset: bool | None = None, exp2_poly: int = 0,
-           v_in_kernel: bool = False) -> dict:
+           v_in_kernel: bool = False, row_sum_mma: bool | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and one of stage 6's
     schedules (stages.stage6.ALL_SCHEDULES): query rows per block, threads, dynamic shared
     memory and the kernel's defines. v_in_kernel: the producer warpgroup transposes V's tiles
     (V_IN_KERNEL) instead of reading Vᵀ from lib.fp8.v_for_pv's pass; it walks a fixed stride of
-    work tiles, so a work-queue schedule is refused."""
+    work tiles, so a work-queue schedule is refused. row_sum_mma: ROW_SUM_MMA (None: the default)."""
     schedule = s6.default_schedule(head_dim) if schedule is None else schedule
     if schedule not in s6.ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
@@ -153,10 +159,14 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     if v_in_kernel and (sw["DYNAMIC_WORK"] or not sw["WARP_SPECIALIZED"]):
         raise ValueError(f"v_in_kernel: the producer warpgroup transposes V, walking a fixed stride of work "
                          f"tiles; schedule {schedule!r} has {'a work queue' if sw['DYNAMIC_WORK'] else 'no producer'}")
-    qs = q_buffers(head_dim, (bn, stages, consumers)) if q_stages is None else q_stages
+    rs = ROW_SUM_MMA if row_sum_mma is None else bool(row_sum_mma)
+    if rs and consumers == 3 and bn > 128:
+        raise ValueError(f"row_sum_mma with tiles {(bn, stages, consumers)}: three consumers' 160 registers "
+                         f"hold a wider S and O's extra column only by spilling (ptxas C7512); take 128 keys")
+    qs = q_buffers(head_dim, (bn, stages, consumers), rs) if q_stages is None else q_stages
     if qs not in (1, 2):
         raise ValueError(f"q_stages is 1 or 2 Q buffers, got {q_stages!r}")
-    smem = smem_bytes(head_dim, (bn, stages, consumers), qs, v_in_kernel)
+    smem = smem_bytes(head_dim, (bn, stages, consumers), qs, v_in_kernel, rs)
     if smem > s6.MAX_SMEM:
         raise ValueError(f"tiles {(bn, stages, consumers)} need {smem:,} bytes of shared memory at D{head_dim}")
     lazy = LAZY_RESCALE if lazy_rescale is None else lazy_rescale
@@ -168,7 +178,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
-               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)))
+               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)), ("ROW_SUM_MMA", int(rs)))
     return {"block_m": 64 * consumers, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
             "persistent": persistent, "smem": smem, "defines": defines}
 
@@ -286,7 +296,7 @@ def quantize(q, k, v, *, v_transposed: bool = True):
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-              p_offset=None, v_in_kernel=False, exp2_poly=0, seqlens_k=None):
+              p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, seqlens_k=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (`quantize`, lib.fp8.prepare's arithmetic: one scale
@@ -298,7 +308,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     `lazy_rescale` (-1 or 0), `p_offset` (False: P cast without the 2^8), `v_in_kernel` (the
     producer warpgroup transposes V's tiles, instead of a pass before the kernel) and
     `exp2_poly` (eighths of the exponentials by polynomial on the FMA pipes, stage 6's
-    EXP2_POLY_EIGHTHS) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    EXP2_POLY_EIGHTHS) and `row_sum_mma` (ROW_SUM_MMA; None: the default) are for measuring the
+    alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -326,12 +337,12 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
         q8, k8, v_op, qd, kd, vd = quantize(q, k, v, v_transposed=not v_in_kernel)
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
-                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly)
+                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma)
 
 
 def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-            p_offset=None, v_in_kernel=False, exp2_poly=0):
+            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
     [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
@@ -342,7 +353,7 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     out = new_output(q8, dtype=out_dtype)
     sms = s6._sm_count(q8.device)
     ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel)
-    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel)
+    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel, row_sum_mma)
     n_work = ch["work"]
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")

@@ -40,6 +40,10 @@ BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their r
     # wider key tiles (scripts/fp8_tiles.py times them): Vᵀ in sub-tiles of 32, 64 and 128 keys
     (64, (160, 3, 3), {}), (64, (192, 3, 2), {"schedule": "+ work queue"}),
     (128, (224, 2, 2), {}), (128, (192, 3, 2), {"schedule": "+ persistent blocks"}), (128, (160, 3, 2), {}),
+    # the row sums by P·V (a row of ones under Vᵀ: N = D + 8)
+    (64, None, {"row_sum_mma": True}), (128, None, {"row_sum_mma": True}),
+    (128, None, {"row_sum_mma": True, "v_in_kernel": True}),
+    (64, s7.FEW_ROWS_TILES[64], {"schedule": s6.DECODE_SCHEDULE, "row_sum_mma": True}),
 ]
 
 
@@ -84,6 +88,10 @@ def test_config_rules_and_refusals():
     with pytest.raises(ValueError, match="eighths"):
         s7.config(64, exp2_poly=9)
     assert dict(s7.config(64, exp2_poly=4)["defines"])["EXP2_POLY_EIGHTHS"] == 4
+    with pytest.raises(ValueError, match="row_sum_mma"):
+        s7.config(64, (160, 3, 3), row_sum_mma=True)
+    assert dict(s7.config(128, row_sum_mma=True)["defines"])["ROW_SUM_MMA"] == 1
+    assert s7.config(128, row_sum_mma=True)["smem"] == s7.config(128, row_sum_mma=False)["smem"] + 8 * 192 * 2
     with pytest.raises(ValueError, match="one"):
         s7.config(64, (128, 3, 1), "+ ping-pong")
     with pytest.raises(NotImplementedError, match="sm_90a"):
@@ -182,6 +190,27 @@ def test_emulation_on_e4m3_inputs_and_the_kernel_rule():
     assert fp8.check_on_emulation(emu.bfloat16(), *inputs, causal="bottom_right")["passed"]
 
 
+def test_emulated_row_sums_of_rounded_p():
+    """sum_rounded (stage 7's ROW_SUM_MMA): l is the sum of the e4m3 P that P·V multiplies, so
+    O is a weighted mean of V's rows with weights summing to 1 exactly — with V all ones, O is 1
+    to float64 rounding, where l of the unrounded P leaves it off by P's rounding. The rule with
+    sum_rounded passes that emulation in bf16 and fails it with 10% in every column."""
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(1, 2, s, 64, generator=g).bfloat16() for s in (50, 333))
+    ones = torch.ones(1, 2, 333, 64).bfloat16()
+    inputs = fp8.prepare(q, k, ones)
+    one = inputs[2][0, 0, 0, 0].double() * inputs[5][0, 0].double()  # 1 through e4m3 and its descale
+    for causal in (False, True):
+        by_sum = fp8.emulate_on_e4m3(*inputs, causal=causal, sum_rounded=True)
+        plain = fp8.emulate_on_e4m3(*inputs, causal=causal)
+        assert (by_sum - one).abs().max() < 1e-12 and (plain - one).abs().max() > 1e-4
+    v = torch.randn(1, 2, 333, 64, generator=g).bfloat16()
+    inputs = fp8.prepare(q, k, v)
+    emu = fp8.emulate_on_e4m3(*inputs, causal=True, sum_rounded=True)
+    assert fp8.check_on_emulation(emu.bfloat16(), *inputs, causal=True, sum_rounded=True)["passed"]
+    assert not fp8.check_on_emulation((emu * 1.1).bfloat16(), *inputs, causal=True, sum_rounded=True)["passed"]
+
+
 def byte_perm(x: int, y: int, selector: int) -> int:
     """CUDA's __byte_perm(x, y, s): byte n of the result is byte s_n of the 8 bytes y:x."""
     pool = [(x >> 8 * i) & 255 for i in range(4)] + [(y >> 8 * i) & 255 for i in range(4)]
@@ -249,14 +278,17 @@ def where_wrong(out, check) -> str:
 
 
 def assert_close_to_emulation(out, q, k, v, *, causal=False, scale=None, descales=None, p_offset=True, tiles=None,
-                              schedule=None, v_in_kernel=False):
+                              schedule=None, v_in_kernel=False, row_sum_mma=None):
     """The call's output against the emulation on its e4m3 inputs, its running max moved at the
-    key tiles the call ran (stage7.choose, from the same tiles, schedule and v_in_kernel)."""
+    key tiles the call ran (stage7.choose, from the same tiles, schedule and v_in_kernel), its
+    row sums those of the call's build (row_sum_mma: None, stage 7's default)."""
     inputs = fp8.prepare(q, k, v, **(descales or {}))
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     key_tile = s7.choose(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], bool(causal), sms, tiles=tiles,
                          schedule=schedule, v_in_kernel=v_in_kernel)["tiles"][0]
-    c = fp8.check_on_emulation(out, *inputs, causal=causal, scale=scale, p_offset=p_offset, key_tile=key_tile)
+    sum_rounded = s7.ROW_SUM_MMA if row_sum_mma is None else row_sum_mma
+    c = fp8.check_on_emulation(out, *inputs, causal=causal, scale=scale, p_offset=p_offset, key_tile=key_tile,
+                               sum_rounded=sum_rounded)
     print(f"vs emulation: worst element {c['worst']:.3f} of its bound, RMSE {c['rmse_ratio']:.3f} of its allowance")
     assert c["passed"], (f"worst element {c['worst']:.2f} of its bound, RMSE {c['rmse_ratio']:.2f} of its "
                          f"allowance; " + where_wrong(out, c))
@@ -340,6 +372,24 @@ def test_v_transposed_in_the_kernel(causal, D, seed):
         q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
         assert_close_to_emulation(s7.attention(q, k, v, causal=causal, v_in_kernel=True), q, k, v, causal=causal,
                                   v_in_kernel=True)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_row_sums_by_mma(D, seed):
+    """ROW_SUM_MMA: each row's sum of P from P·V's extra column (a row of ones under every Vᵀ
+    sub-tile), at odd lengths, GQA, both causal alignments (rows with no visible key: zeros),
+    one block per work tile, the work queue and persistent blocks (the ring wrapping across work
+    tiles), blocks of one consumer and V transposed in the kernel; against the emulation whose l
+    sums the rounded P."""
+    g = torch.Generator().manual_seed(seed)
+    for B, H, Hk, Sq, Sk in [(1, 2, 1, 77, 300), (2, 8, 2, 1000, 333), (4, 40, 8, 700, 700), (1, 4, 4, 300, 65)]:
+        q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+        for causal in (False, True, "bottom_right"):
+            for opts in ({}, {"schedule": "+ persistent blocks"}, {"v_in_kernel": True}):
+                out = s7.attention(q, k, v, causal=causal, row_sum_mma=True, **opts)
+                assert_close_to_emulation(out, q, k, v, causal=causal, row_sum_mma=True, **opts)
 
 
 def test_quantize_kernels_compile_offline():
