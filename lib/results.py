@@ -95,12 +95,18 @@ def _driver_version() -> str:
         return "unknown"
 
 
+def _char_col(line: str, byte_col: int) -> int:
+    """The character index in `line` of ast's column `byte_col` (a UTF-8 byte offset)."""
+    return len(line.encode()[:byte_col].decode())
+
+
 def code_only(rel: str, text: str) -> str:
     """A source file as the compiler and interpreter see it, for hashing: comments, docstrings,
     trailing spaces and blank lines removed, so that a record goes stale when a stage's code
     changes and not when a comment does. Python: the spans of COMMENT tokens and of docstrings
     (a string that is the first statement of a module, class or function) are cut from the text
-    (positions from tokenize and ast, which agree across Python versions); C/C++: `//` and
+    (positions from tokenize and ast, which agree across Python versions; ast's columns are
+    UTF-8 byte offsets, turned into character offsets here); C/C++: `//` and
     `/* */` comments (the stages' sources have no string literal holding either)."""
     if rel.endswith(".py"):
         import ast
@@ -117,7 +123,10 @@ def code_only(rel: str, text: str) -> str:
                     and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                     and isinstance(body[0].value.value, str)):
                 d = body[0]
-                cuts.append(((d.lineno, d.col_offset), (d.end_lineno, d.end_col_offset)))
+                # ast's columns count UTF-8 bytes, the lines here are str: a docstring line
+                # with a "·" or "≈" would otherwise be cut past its end, newline and all
+                cuts.append(((d.lineno, _char_col(lines[d.lineno - 1], d.col_offset)),
+                             (d.end_lineno, _char_col(lines[d.end_lineno - 1], d.end_col_offset))))
         for (r0, c0), (r1, c1) in sorted(cuts, reverse=True):  # from the end: earlier spans keep their places
             head, tail = lines[r0 - 1][:c0], lines[r1 - 1][c1:]
             lines[r0 - 1:r1] = [head + tail]

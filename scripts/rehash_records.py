@@ -1,16 +1,30 @@
-"""Move a results file's source hashes to lib.results.stage_sha256's code-only form (comments,
-docstrings and blank lines left out), without a GPU and without trusting anything unchecked: for
-every hash the file holds (each stage's own, and those of the extra records: tiles, stage5_ideas,
-stage6, shape_map), the sources are read as the record's commit had them (git show), the hash
-records carried until then (whole files, raw_sha256 below) is computed from them and must
-equal the stored one — only then is the stored hash replaced by the code-only hash of those same
-sources. A hash that does not check out (a record made from uncommitted sources, say) is left as
-it was and listed. Run from the repository root:
+"""Move a results file's source hashes to the form lib.results.stage_sha256 computes today,
+without a GPU and without trusting anything unchecked. The file's "sha256_form" says which form
+its hashes have:
+
+    (absent)       whole files, comments included (raw_sha256 below): records until 2026-11-24;
+    "code-only"    code_only_v1 below: comments and docstrings left out, but with ast's docstring
+                   columns (UTF-8 bytes) used as character indices, so that a docstring whose
+                   closing line holds a non-ASCII character ("·", "≈", "→") was cut past its end
+                   and took the next line's newline and indentation with it (lib/fp8.py and
+                   stages 0, 1, 6, 7, 8 had such docstrings): records until 2026-11-26;
+    "code-only-2"  lib.results.code_only today (those columns turned into characters).
+
+For every hash the file holds (each stage's own; every extra record's: a string for one stage,
+STAGE_OF says which, or a {stage: hash} dict; and a pending re-record's), the stage's sources are
+read as the record's commit had them (git show), the hash of the file's form is computed from them
+and must equal the stored one; only then is the stored hash replaced by today's hash of those same
+sources. A hash that does not check out (a record made from uncommitted sources, say) is left as it
+was and listed. Then, for every hash, whether it matched the working tree's sources before (under
+its old form) and after (under today's): a record fresh before must be fresh after. A file already
+in today's form is refused. Run from the repository root:
 
     python scripts/rehash_records.py [results/<gpu>.json]      # prints what it did, writes the file
 """
+import functools
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,65 +33,143 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import stages  # noqa: E402
 from lib import results as R  # noqa: E402
 
-EXTRAS = {"stage6": (6,), "shape_map": (6,), "tiles": None, "stage5_ideas": None}  # None: a {stage: hash} dict
+CURRENT = "code-only-2"  # the form lib.results.stage_sha256 computes today
+# Extra records whose sha256 is one string: the stage their writer hashed (grep stage_sha256 in
+# scripts/). Extra records with a {stage: hash} dict say their stages themselves.
+STAGE_OF = {"stage6": 6, "shape_map": 6, "shape_map_partial": 6,  # stage6_schedules.py, shape_map.py
+            "fp8_bench": 7, "fp8_tiles": 7, "fp8_waterfall": 7}  # scripts/fp8_*.py: stage7.INFO
 
 
 def raw_sha256(info, read) -> str:
-    """The hash records carried before 2026-11-24 (whole files, comments included): used only to
-    check that an earlier commit's sources are the ones a record was made from."""
+    """The hash records carried before 2026-11-24 (whole files, comments included)."""
     h = hashlib.sha256()
     for rel in info.sources:
         h.update(rel.encode() + b"\0" + read(rel).encode() + b"\0")
     return h.hexdigest()
 
 
-def reader(commit: str):
-    def read(rel: str) -> str:
-        return subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=R.ROOT, capture_output=True,
-                              text=True, check=True).stdout
-    return read
+def code_only_v1(rel: str, text: str) -> str:
+    """lib.results.code_only as it was until 2026-11-26, kept verbatim so that the check of a
+    "code-only" hash can be repeated: ast's col_offset/end_col_offset (UTF-8 byte offsets) slice
+    str lines by character."""
+    if rel.endswith(".py"):
+        import ast
+        import io
+        import tokenize
+        lines = text.splitlines(keepends=True)
+        cuts = []  # ((row, col), (row, col)) spans to remove, 1-based rows
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                cuts.append((tok.start, tok.end))
+        for node in ast.walk(ast.parse(text)):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                d = body[0]
+                cuts.append(((d.lineno, d.col_offset), (d.end_lineno, d.end_col_offset)))
+        for (r0, c0), (r1, c1) in sorted(cuts, reverse=True):  # from the end: earlier spans keep their places
+            head, tail = lines[r0 - 1][:c0], lines[r1 - 1][c1:]
+            lines[r0 - 1:r1] = [head + tail]
+        text = "".join(lines)
+    else:
+        text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+        text = re.sub(r"//[^\n]*", "", text)
+    return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip())
 
 
-def rehash(stored: str, n: int, commit: str) -> tuple[str, str]:
-    """(new hash, what happened) for stage n's hash `stored` from a record made at `commit`."""
+def code_only_v1_sha256(info, read) -> str:
+    """lib.results.stage_sha256 as it was until 2026-11-26 (with code_only_v1)."""
+    h = hashlib.sha256()
+    for rel in info.sources:
+        h.update(rel.encode() + b"\0" + code_only_v1(rel, read(rel)).encode() + b"\0")
+    return h.hexdigest()
+
+
+FORMS = {None: raw_sha256, "code-only": code_only_v1_sha256, CURRENT: R.stage_sha256}
+
+
+@functools.lru_cache(maxsize=None)
+def shown(commit: str, rel: str) -> str:
+    return subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=R.ROOT, capture_output=True,
+                          check=True).stdout.decode()
+
+
+def worktree(rel: str) -> str:
+    return (R.ROOT / rel).read_text(encoding="utf-8")
+
+
+def hashes(data: dict):
+    """(label, the dict holding it, its key, stage number or None, commit or None) for every
+    source hash in a results file."""
+    env_commit = data["env"].get("commit")
+    for n, st in data["stages"].items():
+        yield f"stages.{n}", st, "sha256", int(n), st.get("commit", env_commit)
+    for key, rec in data.items():
+        if key in ("env", "stages", "runs", "pending_rerecord") or not isinstance(rec, dict) \
+                or "sha256" not in rec:
+            continue
+        commit = (rec.get("env") or {}).get("commit")
+        if isinstance(rec["sha256"], dict):
+            for n in rec["sha256"]:
+                yield f"{key}.{n}", rec["sha256"], n, int(n), commit
+        else:
+            yield key, rec, "sha256", STAGE_OF.get(key), commit
+    for n, p in data.get("pending_rerecord", {}).items():
+        # declared against the working tree: that is the commit's only when it was clean
+        yield f"pending_rerecord.{n}", p, "sha256", int(n), p.get("declared_at")
+
+
+def rehash(stored: str, n: int | None, commit: str | None, form) -> tuple[str, str]:
+    """(new hash, what happened) for stage n's hash `stored` of form `form`, made at `commit`."""
+    if n is None:
+        return stored, "kept: which stage it hashes is unknown (add its key to STAGE_OF)"
+    if not commit or commit.endswith("-dirty"):
+        return stored, f"kept: made from uncommitted sources ({commit})"
     info = stages.get(n).INFO
+    read = functools.partial(shown, commit)
     try:
-        read = reader(commit)
-        if raw_sha256(info, read) != stored:
+        if FORMS[form](info, read) != stored:
             return stored, f"kept: the sources at {commit} do not give the stored hash"
-        return R.stage_sha256(info, read), f"code-only hash of the sources at {commit}"
+        new = R.stage_sha256(info, read)
     except subprocess.CalledProcessError as e:
-        return stored, f"kept: {e.stderr.strip()[:120]}"
+        return stored, f"kept: {e.stderr.decode().strip()[:120]}"
+    return new, ("moved" if new != stored else "unchanged") + f" (sources at {commit})"
 
 
 def main() -> int:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else None
     data = R.load(path)
     path = Path(data.pop("_path"))
-    if data.get("sha256_form") == "code-only":
-        print(f"{path}: hashes are code-only already")
-        return 0
-    for n, st in data["stages"].items():
-        st["sha256"], what = rehash(st["sha256"], int(n), st.get("commit", data["env"]["commit"]))
-        print(f"stages.{n}: {what}")
-    for key, numbers in EXTRAS.items():
-        rec = data.get(key)
-        if not rec:
-            continue
-        commit = rec["env"]["commit"]
-        if numbers:
-            rec["sha256"], what = rehash(rec["sha256"], numbers[0], commit)
-            print(f"{key}: {what}")
-        else:
-            for n in list(rec["sha256"]):
-                rec["sha256"][n], what = rehash(rec["sha256"][n], int(n), commit)
-                print(f"{key}.{n}: {what}")
-    for n, p in data.get("pending_rerecord", {}).items():
-        print(f"pending_rerecord.{n}: kept (declared against the working tree of its time)")
-    data["sha256_form"] = "code-only"
+    form = data.get("sha256_form")
+    if form == CURRENT:
+        print(f"{path}: hashes are in the {CURRENT} form already; refusing to rehash them again")
+        return 1
+    if form not in FORMS:
+        print(f"{path}: unknown sha256_form {form!r}")
+        return 1
+    rows, counts = [], {"moved": 0, "unchanged": 0, "kept": 0}
+    for label, holder, key, n, commit in hashes(data):
+        stored = holder[key]
+        holder[key], what = rehash(stored, n, commit, form)
+        counts[what.split()[0].rstrip(":")] += 1
+        print(f"{label}: {what}")
+        if n is not None:  # fresh: the stored hash is the working tree's, in the hash's own form
+            info = stages.get(n).INFO
+            rows.append((label, n, stored == FORMS[form](info, worktree),
+                         holder[key] == R.stage_sha256(info, worktree)))
+    data["sha256_form"] = CURRENT
     path.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {path}")
-    return 0
+    print(f"wrote {path}: {counts['moved']} hashes moved, {counts['unchanged']} unchanged, "
+          f"{counts['kept']} kept")
+    print(f"\n| record | stage | fresh before ({form}) | fresh after ({CURRENT}) |\n|---|---|---|---|")
+    for label, n, before, after in rows:
+        print(f"| {label} | {n} | {'yes' if before else 'no'} | {'yes' if after else 'no'}"
+              f"{'' if before == after else ' **changed**'} |")
+    changed = [label for label, _, before, after in rows if before != after]
+    if changed:
+        print(f"freshness changed for {', '.join(changed)}")
+    return 1 if changed else 0
 
 
 if __name__ == "__main__":

@@ -455,6 +455,20 @@ def test_docstrings_are_not_code():
     assert results.code_only("k.cu", "int a; // note\n/* block\n comment */ int b;\n\n") == "int a;\n  int b;"
 
 
+def test_docstrings_with_non_ascii_end_where_they_end():
+    """ast gives docstring columns in UTF-8 bytes: a "·" or "≈" on a docstring's closing line must
+    not move the cut into the next line (its newline and indentation), and so must not change
+    the code that is hashed."""
+    def src(doc_end):
+        return ('def f(x):\n    """Scale x.\n\n    Costs B' + doc_end + '."""\n'
+                '    if x:\n        return x  # µs\n    return 0\n')
+    want = "def f(x):\n    if x:\n        return x\n    return 0"
+    for doc_end in ("", "·S", "·S ≈ 2 → µs", "≈" * 16):  # the first without a non-ASCII character
+        assert results.code_only("m.py", src(doc_end)) == want, doc_end
+    one_line = 'class C:\n    """C · D."""\n    x = 1\n'
+    assert results.code_only("m.py", one_line) == "class C:\n    x = 1"
+
+
 def test_shape_map_presentation_reads_the_rows():
     """lib.shape_map on a small made-up record: the heatmap puts each ratio in its row and
     column, the summary counts what it says, the waterfall lists every variant."""
