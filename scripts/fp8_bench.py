@@ -44,8 +44,8 @@ def check(q, k, v, causal) -> dict:
     out = stage7.attention(q, k, v, causal=causal)
     B, H, S, D = q.shape
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    key_tile = stage7.choose(B, H, S, k.shape[2], D, causal, sms)["tiles"][0]  # where the kernel's running max moves
-    c = fp8.check_on_emulation(out, *fp8.prepare(q, k, v), causal=causal, key_tile=key_tile)
+    build = stage7.emulation_of(B, H, S, k.shape[2], D, causal, sms)  # where its running max moves, how it sums l
+    c = fp8.check_on_emulation(out, *fp8.prepare(q, k, v), causal=causal, **build)
     return {k: c[k] for k in ("passed", "worst", "rmse_ratio")}
 
 

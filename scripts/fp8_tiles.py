@@ -2,6 +2,9 @@
 head dim's default (stage7.TILES) and stage 6 in interleaved rounds, at the standard shapes of
 issue 25's targets (B16 H16 S2048 D64, B4 H16 S8192 D128; full and causal). Each candidate is
 checked against lib.fp8's emulation of the same arithmetic before it is timed and again after.
+Every candidate runs without ROW_SUM_MMA (the row sums from P·V, stage 7's default at D64), which
+three consumers with 160-key tiles have no registers for: this compares the widths alone, and
+fp8_waterfall.py times the row sums as a step of their own.
 
 Why wider tiles could pay (predicted, not measured, before this script ran): a key tile's fixed
 costs — the barrier waits, the row max and sum shuffles, O's rescale, the turns of ping-pong —
@@ -56,7 +59,7 @@ def main() -> int:
 
             def kernel(tiles):
                 return lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code, scale=D ** -0.5,
-                                              out_dtype=dtype, tiles=tiles)
+                                              out_dtype=dtype, tiles=tiles, row_sum_mma=False)
 
             def check(tiles) -> bool:
                 return fp8.check_on_emulation(kernel(tiles)(), *prepared, causal=causal, key_tile=tiles[0])["passed"]
@@ -75,7 +78,7 @@ def main() -> int:
                              "us": x.median_us, "round_medians_us": x.round_medians_us,
                              "tflops": flops / x.median_us / 1e6, "vs_default": base / x.median_us,
                              "vs_stage6": timed["stage 6"].median_us / x.median_us,
-                             "stage6_us": timed["stage 6"].median_us, "passed": passed})
+                             "stage6_us": timed["stage 6"].median_us, "row_sum_mma": False, "passed": passed})
                 print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'} tiles {t}: {x.median_us:,.1f} µs, "
                       f"{rows[-1]['tflops']:.0f} TFLOPS, {rows[-1]['vs_default']:.3f}× TILES {stage7.TILES[D]}, "
                       f"{rows[-1]['vs_stage6']:.2f}× stage 6: {'pass' if passed else 'FAIL'}", flush=True)

@@ -1,6 +1,7 @@
 """Stage 7's schedule waterfall on the GPU (issue 25, item 5): FlashAttention-3's ideas one at a
 time on the e4m3 kernel, as stage 6's notebook shows them in bf16, then what stage 7 changed on
-top: 192-key tiles at D128 and persistent blocks without ping-pong. At the standard shapes of
+top: 192-key tiles at D128, persistent blocks without ping-pong and, at D64, the row sums from
+P·V (ROW_SUM_MMA). At the standard shapes of
 issue 25's targets (B16 H16 S2048 D64, B4 H16 S8192 D128; full and causal), every step timed with
 stage 6 and SDPA's default backend in the same interleaved rounds, each checked against lib.fp8's
 emulation of the same arithmetic before timing.
@@ -28,12 +29,17 @@ SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]  # (B, H, S, D)
 
 def steps(D: int) -> list[tuple[str, dict]]:
     """(label, options of stage7.forward) in order: stage 6's schedule ideas on 128-key tiles,
-    then stage 7's own steps, ending at its default call (no options)."""
+    then stage 7's own steps, ending at its default call (no options). Every step before the row
+    sums runs without them."""
     t128 = stage7.V_IN_KERNEL_TILES[D]  # the 128-key tiles stage 7 started with
-    out = [(name, {"schedule": name, "tiles": t128}) for name in stage6.SCHEDULES]
+    plain = {"row_sum_mma": False}
+    out = [(name, {"schedule": name, "tiles": t128, **plain}) for name in stage6.SCHEDULES]
     if stage7.TILES[D] != t128:
-        out.append((f"+ {stage7.TILES[D][0]}-key tiles", {"schedule": "+ work queue", "tiles": stage7.TILES[D]}))
-    out.append(("without ping-pong (default)", {}))
+        out.append((f"+ {stage7.TILES[D][0]}-key tiles", {"schedule": "+ work queue", "tiles": stage7.TILES[D], **plain}))
+    if stage7.ROW_SUM_MMA[D]:
+        out += [("without ping-pong", plain), ("+ row sums by P·V (default)", {})]
+    else:
+        out.append(("without ping-pong (default)", {}))
     return out
 
 
@@ -62,8 +68,9 @@ def main() -> int:
                                                        out_dtype=torch.bfloat16, **opts))
                 used[label] = stage7.choose(B, H, S, S, D, causal, sms, tiles=opts.get("tiles"),
                                             schedule=opts.get("schedule"))
-                checks[label] = fp8.check_on_emulation(fn(), *prepared, causal=causal,
-                                                       key_tile=used[label]["tiles"][0])["passed"]
+                build = stage7.emulation_of(B, H, S, S, D, causal, sms, tiles=opts.get("tiles"),
+                                            schedule=opts.get("schedule"), row_sum_mma=opts.get("row_sum_mma"))
+                checks[label] = fp8.check_on_emulation(fn(), *prepared, causal=causal, **build)["passed"]
                 fns[label] = fn
             fns["stage 6"] = lambda: stage6.attention(q, k, v, causal=causal)
             fns["SDPA default"] = sdpa_call(q, k, v, causal=causal)

@@ -85,8 +85,12 @@ constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // instructions at D64) to the tensor cores, which are busy about half the time here. Vᵀ's
 // tiles get 8 more rows, a row of ones (e4m3 1.0 = 0x38) and 7 of zeros, written once per
 // block (the copies fill only the first D); P·V then runs N = D + 8 and its column D is
-// Σ P·1 = l for each row, rescaled with O by the same alpha. l is then the sum of the e4m3 P
-// that P·V multiplied (lib.fp8's sum_rounded), not of the fp32 P before rounding.
+// Σ P·1 for each row: l is the sum of the e4m3 P that P·V multiplied (lib.fp8's sum_rounded),
+// not of the fp32 P before rounding. That column is moved into l in fp32 after every P·V
+// (take_row_sums): left to grow in the accumulator over a long row, its sums kept too few bits
+// (Hopper's FP8 wgmma keeps about 13 below the largest addend, and cuts toward zero), and
+// every P being positive those cuts added up: 9x the kernel rule's RMSE allowance at S 8192,
+// 1.4x at S 2048 (results/logs/2026-11-26-s39call1).
 constexpr int O_COLS = D + 8 * ROW_SUM_MMA;  // O's accumulator columns (and Vᵀ sub-tile rows)
 // Registers per thread after setmaxnreg, as in stage 6 (2 consumers: 128·24 + 256·240 = 64,512;
 // 3: 128·32 + 384·160; the work queue's producer keeps 40 with one or two consumers; a producer
@@ -126,19 +130,14 @@ struct Smem {
     int work[Q_STAGES];  // DYNAMIC_WORK: the work tile whose Q is in that buffer (n_work: none left)
 };
 
-// Descriptor of a K-major e4m3 tile of D-byte rows (Q, K): groups of 8 rows are 8·D bytes apart
-// (stride offset), swizzle mode 1 (128 bytes) for 128-byte rows, 2 (64 bytes) for 64-byte ones.
-__device__ __forceinline__ unsigned long long qk_desc(const void* tile) {
-    const unsigned long long addr = smem_u32(tile);
-    constexpr unsigned long long mode = D == 128 ? 1 : 2;
-    return ((addr & 0x3FFFF) >> 4) | ((unsigned long long)((8 * D) >> 4) << 32) | (mode << 62);
-}
-// Descriptor of a Vᵀ tile's first sub-tile: rows of VT_ATOM bytes, groups of 8 rows 8·VT_ATOM
-// bytes apart, swizzle mode 1, 2 or 3 (128, 64 or 32 bytes); at VT_ATOM = 128 hopper.cuh's smem_desc.
-__device__ __forceinline__ unsigned long long vt_desc(const void* tile) {
-    const unsigned long long addr = smem_u32(tile);
-    constexpr unsigned long long mode = VT_ATOM == 128 ? 1 : VT_ATOM == 64 ? 2 : 3;
-    return ((addr & 0x3FFFF) >> 4) | ((unsigned long long)((8 * VT_ATOM) >> 4) << 32) | (mode << 62);
+// Descriptor of a K-major e4m3 tile whose rows are ROW bytes, each one swizzle row (Q and K: D
+// bytes; a Vᵀ sub-tile: VT_ATOM): groups of 8 rows 8·ROW bytes apart (stride offset), swizzle
+// mode 1, 2 or 3 for 128-, 64- or 32-byte rows; for 128-byte rows hopper.cuh's smem_desc.
+template <int ROW>
+__device__ __forceinline__ unsigned long long kmajor_desc(const void* tile) {
+    static_assert(ROW == 128 || ROW == 64 || ROW == 32, "rows of one 128-, 64- or 32-byte swizzle row");
+    constexpr unsigned long long mode = ROW == 128 ? 1 : ROW == 64 ? 2 : 3;
+    return ((smem_u32(tile) & 0x3FFFF) >> 4) | ((unsigned long long)((8 * ROW) >> 4) << 32) | (mode << 62);
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
@@ -357,15 +356,30 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
 #pragma unroll
     for (int r = 0; r < 2 && !ROW_SUM_MMA; ++r) l[r] = l[r] * alpha[r] + sum[r];
 }
-__device__ __forceinline__ void rescale(float (&o)[O_COLS / 2], const float (&alpha)[2]) {
+// O (and, with ROW_SUM_MMA, l, which then follows O's scale) times alpha, before P·V adds to it.
+__device__ __forceinline__ void rescale(float (&o)[O_COLS / 2], float (&l)[2], const float (&alpha)[2]) {
 #if LAZY_RESCALE >= 0
     // A warp's 16 rows kept their maxima: nothing to scale (one vote, warp-uniform branch).
     if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
 #endif
 #pragma unroll
-    for (int n = 0; n < O_COLS / 8; ++n) {  // ROW_SUM_MMA: l's column too
+    for (int n = 0; n < D / 8; ++n) {
         o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];
         o[4 * n + 2] *= alpha[1]; o[4 * n + 3] *= alpha[1];
+    }
+    if (ROW_SUM_MMA) l[0] *= alpha[0], l[1] *= alpha[1];
+}
+// ROW_SUM_MMA, once a P·V has finished: its column D (the quad's first lane; the other lanes
+// hold zero columns there, and add nothing) into l, and the column back to zero, so that the
+// tensor cores only ever sum one key tile's P. Zeroed by subtracting itself: an accumulator
+// register given a constant between two wgmma made ptxas serialize them (C7511).
+__device__ __forceinline__ void take_row_sums(float (&o)[O_COLS / 2], float (&l)[2]) {
+    if (!ROW_SUM_MMA) return;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float tile_sum = o[(O_COLS - 8) / 2 + 2 * r];
+        l[r] += tile_sum;
+        o[(O_COLS - 8) / 2 + 2 * r] -= tile_sum;
     }
 }
 // P in e4m3: register r of k-step t takes accumulators j0, j0 + 1, j0 + 4, j0 + 5 with
@@ -559,8 +573,8 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
 #endif
     // ---- consumer c: query rows q0 + 64c … q0 + 64c + 63 of each work tile ----
     const int c = wg - WARP_SPECIALIZED, lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-    auto k_desc = [&](int st) { return qk_desc(&sm.k[st][0][0]); };
-    auto v_desc = [&](int st) { return vt_desc(&sm.vt[st][0][0][0]); };
+    auto k_desc = [&](int st) { return kmajor_desc<D>(&sm.k[st][0][0]); };
+    auto v_desc = [&](int st) { return kmajor_desc<VT_ATOM>(&sm.vt[st][0][0][0]); };
 
     // This thread's two rows of work tile t, r = 0, 1: query position qpos[r] (valid: it exists).
     auto rows_of = [&](const Work& t, int (&qpos)[2], bool (&valid)[2]) {
@@ -586,10 +600,6 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         const float vd = v_descale[t.b * Hk + t.hk];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            // ROW_SUM_MMA: l is column D, held by the quad's first lane (accumulator D/2 + 2r); the
-            // other lanes hold zero columns there. (Read by an indexed shuffle from that lane
-            // instead, ptxas serialized the wgmma: C7511.)
-            if (ROW_SUM_MMA) l[r] = o[D / 2 + 2 * r];
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
             const float f = l[r] > 0.0f ? vd / l[r] : 0.0f;  // no key seen: zeros, as SDPA gives
@@ -627,7 +637,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         }
 #endif
         mbar_wait(&sm.q_full[qs], (count / Q_STAGES) & 1);
-        const unsigned long long q_desc = qk_desc(&sm.q[qs][64 * c][0]);
+        const unsigned long long q_desc = kmajor_desc<D>(&sm.q[qs][64 * c][0]);
         // The softmax takes each row's max of the raw scores, so it needs a positive factor from
         // raw score to log2 units: the call's scale·log2 e times this (batch, K/V head)'s
         // q_descale·k_descale. For a negative one, s·f = (−s)·|f|: this consumer's Q rows get
@@ -712,7 +722,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 mbar_wait(&sm.v_full[prev % STAGES], (prev / STAGES) & 1);
                 turn_begin(c);
                 issue_qk(s, q_desc, k_desc(cur % STAGES));
-                if (j > 1) rescale(o, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
+                if (j > 1) rescale(o, l, alpha);  // tile j − 1's factor, while Q·Kᵀ j runs, before P·V j − 1 adds to O
                 issue_pv(o, p, v_desc(prev % STAGES), j == 1);
                 turn_end(c);
                 wgmma_wait<1>();  // S of tile j is ready; P·V of tile j − 1 may still run
@@ -724,6 +734,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 wgmma_wait<0>();
                 fence_registers(o);
                 fence_registers(p);  // read by that P·V: rewritten only now
+                take_row_sums(o, l);
                 release(&sm.v_empty[prev % STAGES]);
                 to_operand(s, p);
             }
@@ -731,12 +742,13 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             const int last = pos + my_tiles - 1;
             mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
             turn_begin(c);
-            if (my_tiles > 1) rescale(o, alpha);
+            if (my_tiles > 1) rescale(o, l, alpha);
             issue_pv(o, p, v_desc(last % STAGES), my_tiles == 1);
             turn_end(c);
             wgmma_wait<0>();
             fence_registers(o);
             fence_registers(p);
+            take_row_sums(o, l);
             release(&sm.v_empty[last % STAGES]);
             for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, TILE_TURNS);  // the tiles above: their turns
 #else
@@ -753,7 +765,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 if (j == my_tiles - 1) release_q(sm, qs);
                 softmax_begin(c);
                 softmax(s, m, l, alpha, j);
-                if (j > 0) rescale(o, alpha);
+                if (j > 0) rescale(o, l, alpha);
                 to_operand(s, p);
                 softmax_end(c);
                 mbar_wait(&sm.v_full[st], (cur / STAGES) & 1);
@@ -763,6 +775,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 wgmma_wait<0>();
                 fence_registers(o);
                 fence_registers(p);
+                take_row_sums(o, l);
                 release(&sm.v_empty[st]);
 #if !WARP_SPECIALIZED
                 if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill these buffers once all are done

@@ -14,12 +14,13 @@ in 16 bits. Before the kernel, timed on their own by the notebook:
   that P's A fragment is every thread's own scores.
 
 Beyond stage 6's launch: 192-key tiles at D128 (TILES; scripts/fp8_tiles.py times the widths),
-and wherever work tiles outnumber the SMs, the work queue without ping-pong (PERSISTENT_SCHEDULE;
-scripts/fp8_waterfall.py times each step).
+wherever work tiles outnumber the SMs the work queue without ping-pong (PERSISTENT_SCHEDULE), and
+at D64 the row sums from P·V through a row of ones under Vᵀ (ROW_SUM_MMA); scripts/fp8_waterfall.py
+times each step.
 
 Status (2026-11-26): checked on an H100 (tests/test_stage7.py against lib.fp8.check_on_emulation
 and the float64 reference, compute-sanitizer clean on every launch path at small shapes; first in
-results/logs/2026-11-25-4e746b2-s33call2, last in -2026-11-26-s38call6). Held to FP8's error
+results/logs/2026-11-25-4e746b2-s33call2, last in -2026-11-26-s39call2). Held to FP8's error
 rule, so it stands outside the 16-bit harness (stages.BEYOND); scripts/fp8_bench.py --record is
 its record, with fp8_tiles and fp8_waterfall beside it.
 
@@ -82,12 +83,14 @@ def vt_atom(block_n: int) -> int:
 # profile), but k = 1, 2, 4 ran 0.98-1.01x of k = 0 in the same rounds, with 0.4-1.6% more RMSE.
 LAZY_RESCALE = 0
 P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
-# ROW_SUM_MMA (stage7.cu): the softmax's row sums from P·V itself, through a row of ones under
-# each Vᵀ tile, instead of an FADD per score. Predicted, not yet measured: a few percent at D64,
-# where those FADDs are 13% of the executed instructions and the exponential unit sets the pace
-# (Nsight Compute, results/logs/2026-11-26-s38call4), for 1/8 more P·V work on tensor cores
-# that are busy 29% of the time.
-ROW_SUM_MMA = False
+# ROW_SUM_MMA (stage7.cu), per head dim: the softmax's row sums from P·V itself, through a row
+# of ones under each Vᵀ tile, instead of an FADD per score. Predicted 1-4% at D64, where those
+# FADDs are 13% of the executed instructions and the exponential unit sets the pace (Nsight
+# Compute, results/logs/2026-11-26-s38call4), for 1/8 more P·V work on tensor cores busy 29% of
+# the time; 0-2% at D128. Measured against the build without, same rounds (results/logs/
+# 2026-11-26-s39call1, the column then left to grow in the accumulator): 1.047x at B16 H16 S2048
+# D64 full, 1.010x causal; 0.96-0.97x at B4 H16 S8192 D128 (N = 136 for 128 + 8 columns).
+ROW_SUM_MMA = {64: True, 128: False}
 # Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
 # slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
@@ -103,6 +106,20 @@ def smem_bytes(head_dim: int, tiles, q_stages: int = 1, v_in_kernel: bool = Fals
     staging = (2 * bn * head_dim + 16) if v_in_kernel else 0
     return (q_stages * 64 * consumers + stages * bn) * head_dim + stages * bn * (head_dim + 8 * row_sum_mma) \
         + staging + 8 * (2 * q_stages + 4 * stages) + 4 * q_stages + 1024
+
+
+def row_sums_by_mma(head_dim: int, tiles, row_sum_mma: bool | None = None) -> bool:
+    """Whether a build sums l by P·V (ROW_SUM_MMA): as asked, or (None) the head dim's default
+    where the tiles leave registers for O's extra column. Three consumers (160 registers each)
+    with more than 128 keys hold the wider S and that column only by spilling (ptxas C7512)."""
+    bn, _, consumers = tiles
+    room = not (consumers == 3 and bn > 128)
+    if row_sum_mma is None:
+        return ROW_SUM_MMA[head_dim] and room
+    if row_sum_mma and not room:
+        raise ValueError(f"row_sum_mma with tiles {tuple(tiles)}: three consumers' 160 registers hold a "
+                         f"wider S and O's extra column only by spilling (ptxas C7512); take 128 keys")
+    return bool(row_sum_mma)
 
 
 def q_buffers(head_dim: int, tiles, row_sum_mma: bool = False) -> int:
@@ -126,7 +143,8 @@ INFO = StageInfo(
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
     align_bytes=16,  # the copy engine: 16-byte-aligned base and strides
-    notes="sm_90a only (H100/H200). Not yet run on a GPU: offline compilation only.",
+    notes="sm_90a only (H100/H200). Checked on an H100 against lib.fp8's emulation of the same "
+          "arithmetic (tests/test_stage7.py); timed by scripts/fp8_bench.py, fp8_tiles.py, fp8_waterfall.py.",
     extra={"arch": ARCH, "tensor_core_op": "QGMMA", "registered": False},
 )
 
@@ -159,10 +177,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     if v_in_kernel and (sw["DYNAMIC_WORK"] or not sw["WARP_SPECIALIZED"]):
         raise ValueError(f"v_in_kernel: the producer warpgroup transposes V, walking a fixed stride of work "
                          f"tiles; schedule {schedule!r} has {'a work queue' if sw['DYNAMIC_WORK'] else 'no producer'}")
-    rs = ROW_SUM_MMA if row_sum_mma is None else bool(row_sum_mma)
-    if rs and consumers == 3 and bn > 128:
-        raise ValueError(f"row_sum_mma with tiles {(bn, stages, consumers)}: three consumers' 160 registers "
-                         f"hold a wider S and O's extra column only by spilling (ptxas C7512); take 128 keys")
+    rs = row_sums_by_mma(head_dim, (bn, stages, consumers), row_sum_mma)
     qs = q_buffers(head_dim, (bn, stages, consumers), rs) if q_stages is None else q_stages
     if qs not in (1, 2):
         raise ValueError(f"q_stages is 1 or 2 Q buffers, got {q_stages!r}")
@@ -195,22 +210,34 @@ def compile_for(arch: str = ARCH, dtype=torch.bfloat16, head_dim: int = 128, til
 
 
 def choose(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, v_in_kernel=False) -> dict:
-    """Tiles and schedule of a call: stage 6's rules (few_rows: blocks of one consumer when each
-    gets an SM to itself; call_schedule where every block has one work tile), on this stage's
-    tiles; with more work tiles than SMs, the work queue without ping-pong (PERSISTENT_SCHEDULE).
-    With v_in_kernel, where that is a work queue, the same launch in a fixed stride (persistent
-    blocks, whose producer walks a known stride of work tiles)."""
+    """Tiles and schedule of a call. Tiles: blocks of one consumer where each gets an SM to itself
+    (stage 6's few_rows), else this stage's. Schedule, unless given: one consumer has nobody to
+    take turns with (stage 6's DECODE_SCHEDULE); blocks of one work tile each run the head dim's
+    default (stage 6's, as call_schedule gives them); with more work tiles than SMs, the work
+    queue without ping-pong (PERSISTENT_SCHEDULE), or with v_in_kernel the same launch in a fixed
+    stride (persistent blocks: its producer walks a known stride of work tiles). `Sk` and
+    `causal` do not enter the rule (stage 6's causal cases lose to the queue here)."""
     if tiles is None and schedule is None and s6.few_rows(B, H, Sq, sms):
-        tiles, schedule = FEW_ROWS_TILES[D], s6.DECODE_SCHEDULE
+        tiles = FEW_ROWS_TILES[D]
     tiles = tuple(tiles) if tiles is not None else (V_IN_KERNEL_TILES if v_in_kernel else TILES)[D]
     work = B * H * -(-Sq // (64 * tiles[2]))
     if schedule is None:
-        schedule = s6.call_schedule(D, causal, Sk, work, sms) if tiles[2] > 1 else s6.DECODE_SCHEDULE
-        if tiles[2] > 1 and work > sms:
-            schedule = PERSISTENT_SCHEDULE
-        if v_in_kernel and s6.ALL_SCHEDULES[schedule]["DYNAMIC_WORK"]:
-            schedule = "+ persistent blocks"
+        if tiles[2] == 1:
+            schedule = s6.DECODE_SCHEDULE
+        elif work <= sms:
+            schedule = s6.default_schedule(D)
+        else:
+            schedule = "+ persistent blocks" if v_in_kernel else PERSISTENT_SCHEDULE
     return {"tiles": tiles, "schedule": schedule, "work": work}
+
+
+def emulation_of(B, H, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, v_in_kernel=False,
+                 row_sum_mma=None) -> dict:
+    """The arguments of lib.fp8.check_on_emulation (and emulate_on_e4m3) that follow what a call
+    with these options runs: key_tile, where its running max moves (choose's tiles), and
+    sum_rounded, whether its l sums the rounded P (ROW_SUM_MMA)."""
+    tiles = choose(B, H, Sq, Sk, D, causal, sms, tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel)["tiles"]
+    return {"key_tile": tiles[0], "sum_rounded": row_sums_by_mma(D, tiles, row_sum_mma)}
 
 
 def tensor_map(t: torch.Tensor, rows: int, inner: int):

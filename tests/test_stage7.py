@@ -90,6 +90,11 @@ def test_config_rules_and_refusals():
     assert dict(s7.config(64, exp2_poly=4)["defines"])["EXP2_POLY_EIGHTHS"] == 4
     with pytest.raises(ValueError, match="row_sum_mma"):
         s7.config(64, (160, 3, 3), row_sum_mma=True)
+    # the default: D64's row sums by P·V where the tiles have room for them
+    assert dict(s7.config(64)["defines"])["ROW_SUM_MMA"] == 1 and dict(s7.config(128)["defines"])["ROW_SUM_MMA"] == 0
+    assert dict(s7.config(64, (160, 3, 3))["defines"])["ROW_SUM_MMA"] == 0
+    assert s7.emulation_of(16, 16, 2048, 2048, 64, False, 132) == {"key_tile": 128, "sum_rounded": True}
+    assert s7.emulation_of(1, 8, 300, 300, 64, False, 132, tiles=(160, 3, 3)) == {"key_tile": 160, "sum_rounded": False}
     assert dict(s7.config(128, row_sum_mma=True)["defines"])["ROW_SUM_MMA"] == 1
     assert s7.config(128, row_sum_mma=True)["smem"] == s7.config(128, row_sum_mma=False)["smem"] + 8 * 192 * 2
     with pytest.raises(ValueError, match="one"):
@@ -280,15 +285,12 @@ def where_wrong(out, check) -> str:
 def assert_close_to_emulation(out, q, k, v, *, causal=False, scale=None, descales=None, p_offset=True, tiles=None,
                               schedule=None, v_in_kernel=False, row_sum_mma=None):
     """The call's output against the emulation on its e4m3 inputs, its running max moved at the
-    key tiles the call ran (stage7.choose, from the same tiles, schedule and v_in_kernel), its
-    row sums those of the call's build (row_sum_mma: None, stage 7's default)."""
+    key tiles the call ran and with its row sums (stage7.emulation_of, from the call's options)."""
     inputs = fp8.prepare(q, k, v, **(descales or {}))
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    key_tile = s7.choose(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], bool(causal), sms, tiles=tiles,
-                         schedule=schedule, v_in_kernel=v_in_kernel)["tiles"][0]
-    sum_rounded = s7.ROW_SUM_MMA if row_sum_mma is None else row_sum_mma
-    c = fp8.check_on_emulation(out, *inputs, causal=causal, scale=scale, p_offset=p_offset, key_tile=key_tile,
-                               sum_rounded=sum_rounded)
+    build = s7.emulation_of(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], bool(causal), sms,
+                            tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel, row_sum_mma=row_sum_mma)
+    c = fp8.check_on_emulation(out, *inputs, causal=causal, scale=scale, p_offset=p_offset, **build)
     print(f"vs emulation: worst element {c['worst']:.3f} of its bound, RMSE {c['rmse_ratio']:.3f} of its allowance")
     assert c["passed"], (f"worst element {c['worst']:.2f} of its bound, RMSE {c['rmse_ratio']:.2f} of its "
                          f"allowance; " + where_wrong(out, c))
@@ -384,7 +386,8 @@ def test_row_sums_by_mma(D, seed):
     tiles), blocks of one consumer and V transposed in the kernel; against the emulation whose l
     sums the rounded P."""
     g = torch.Generator().manual_seed(seed)
-    for B, H, Hk, Sq, Sk in [(1, 2, 1, 77, 300), (2, 8, 2, 1000, 333), (4, 40, 8, 700, 700), (1, 4, 4, 300, 65)]:
+    for B, H, Hk, Sq, Sk in [(1, 2, 1, 77, 300), (2, 8, 2, 1000, 333), (4, 40, 8, 700, 700), (1, 4, 4, 300, 65),
+                             (1, 4, 2, 130, 9000)]:  # the last: 70 key tiles' sums (take_row_sums)
         q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
         for causal in (False, True, "bottom_right"):
             for opts in ({}, {"schedule": "+ persistent blocks"}, {"v_in_kernel": True}):
