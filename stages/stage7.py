@@ -89,7 +89,11 @@ P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0
 # Compute, results/logs/2026-11-26-s38call4), for 1/8 more P·V work on tensor cores busy 29% of
 # the time; 0-2% at D128. Measured against the build without, same rounds (results/logs/
 # 2026-11-26-s39call1, the column then left to grow in the accumulator): 1.047x at B16 H16 S2048
-# D64 full, 1.010x causal; 0.96-0.97x at B4 H16 S8192 D128 (N = 136 for 128 + 8 columns).
+# D64 full, 1.010x causal; 0.96-0.97x at B4 H16 S8192 D128 (N = 136 for 128 + 8 columns). With
+# each P·V's sums moved into l in fp32 (take_row_sums, -s39call2): 1.062x and 1.029x at D64,
+# 0.96-0.99x at D128, and 0.97x at B1 H8 S512 D64, whose blocks have one consumer each
+# (FEW_ROWS_TILES): there no other warpgroup competes for the issue slots the FADDs took, and
+# the extra column only adds to each tile's latency. Hence row_sums_by_mma's rule.
 ROW_SUM_MMA = {64: True, 128: False}
 # Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
@@ -110,12 +114,14 @@ def smem_bytes(head_dim: int, tiles, q_stages: int = 1, v_in_kernel: bool = Fals
 
 def row_sums_by_mma(head_dim: int, tiles, row_sum_mma: bool | None = None) -> bool:
     """Whether a build sums l by P·V (ROW_SUM_MMA): as asked, or (None) the head dim's default
-    where the tiles leave registers for O's extra column. Three consumers (160 registers each)
-    with more than 128 keys hold the wider S and that column only by spilling (ptxas C7512)."""
+    for blocks of three consumers with 128-key tiles — where three warpgroups' softmaxes compete
+    for one SM's issue slots, which the FADDs it removes were taking. Three consumers (160
+    registers each) with more than 128 keys hold the wider S and O's extra column only by
+    spilling (ptxas C7512): refused."""
     bn, _, consumers = tiles
     room = not (consumers == 3 and bn > 128)
     if row_sum_mma is None:
-        return ROW_SUM_MMA[head_dim] and room
+        return ROW_SUM_MMA[head_dim] and consumers == 3 and bn == 128
     if row_sum_mma and not room:
         raise ValueError(f"row_sum_mma with tiles {tuple(tiles)}: three consumers' 160 registers hold a "
                          f"wider S and O's extra column only by spilling (ptxas C7512); take 128 keys")

@@ -93,6 +93,8 @@ def test_config_rules_and_refusals():
     # the default: D64's row sums by P·V where the tiles have room for them
     assert dict(s7.config(64)["defines"])["ROW_SUM_MMA"] == 1 and dict(s7.config(128)["defines"])["ROW_SUM_MMA"] == 0
     assert dict(s7.config(64, (160, 3, 3))["defines"])["ROW_SUM_MMA"] == 0
+    assert dict(s7.config(64, s7.FEW_ROWS_TILES[64], s6.DECODE_SCHEDULE)["defines"])["ROW_SUM_MMA"] == 0
+    assert s7.emulation_of(1, 8, 512, 512, 64, False, 132) == {"key_tile": 128, "sum_rounded": False}  # few rows
     assert s7.emulation_of(16, 16, 2048, 2048, 64, False, 132) == {"key_tile": 128, "sum_rounded": True}
     assert s7.emulation_of(1, 8, 300, 300, 64, False, 132, tiles=(160, 3, 3)) == {"key_tile": 160, "sum_rounded": False}
     assert dict(s7.config(128, row_sum_mma=True)["defines"])["ROW_SUM_MMA"] == 1
