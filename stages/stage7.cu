@@ -26,6 +26,8 @@
 //   7. Key tiles up to 224 keys (stages/stage7.py picks 192 at D128): the products between two
 //      tiles' fixed costs take half stage 6's time, so wider tiles pay more here. A Vᵀ tile
 //      then comes in sub-tiles of VT_ATOM keys, each its own copy and swizzle (see Smem).
+//   8. ROW_SUM_MMA (stages/stage7.py turns it on at D64): each row's sum of P comes out of P·V,
+//      from a row of ones under every Vᵀ sub-tile, instead of an FADD per score (see O_COLS).
 // Stage 6's serving paths (split-KV, packed GQA, packed sequences, per-entry key lengths), its
 // TMA-store epilogue, CARRY_PV and the timeline are not in this stage: stages/stage7.py refuses
 // those options and runs decoding shapes unsplit.
