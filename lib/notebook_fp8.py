@@ -251,6 +251,10 @@ def show_fp8_tiles(rec: dict, stage7) -> None:
     CONSUMERS) against the default tiles of that record and stage 6, in the same rounds."""
     _md(_recorded_on(rec, stage7, "fp8_tiles.py",
                      "interleaved rounds, medians; each choice checked against the emulation before and after"))
+    if any(r.get("row_sum_mma") is False for r in rec["rows"]):
+        _md("Every choice here runs without the row sums by P·V (`ROW_SUM_MMA`, D 64's default, which three "
+            "consumers with 160-key tiles have no registers for): this compares the widths alone, and the "
+            "waterfall below times the row sums as a step of their own.")
     lines = ["| shape | causal | tiles (BLOCK_N, STAGES, CONSUMERS) | µs | TFLOPS | × default tiles | × stage 6 | check |",
              "|---|---|---|---|---|---|---|---|"]
     default = {int(d): tuple(t) for d, t in rec["default_tiles"].items()}
