@@ -230,14 +230,19 @@ def current_stream():
     return stream
 
 
-def launch_config(grid, block, smem: int = 0):
-    key = (grid, block, smem)
+def launch_config(grid, block, smem: int = 0, *, pdl: bool = False):
+    """cuda.core's LaunchConfig, made once per (grid, block, shared memory, pdl). pdl: launched
+    with programmatic dependent launch (sm_90+; cuda.core ≥ 1.2), so that the kernel may start
+    before the one before it in the stream has finished: it must wait for that one itself
+    (griddepcontrol.wait) before reading what it wrote."""
+    key = (grid, block, smem, pdl)
     config = _configs.get(key)
     if config is None:
         from cuda.core import LaunchConfig
         if len(_configs) > 4096:
             _configs.clear()
-        config = _configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=smem)
+        extra = {"programmatic_stream_serialization": True} if pdl else {}
+        config = _configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=smem, **extra)
     return config
 
 

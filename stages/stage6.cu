@@ -545,6 +545,16 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
     *reinterpret_cast<unsigned*>(dst + 2) = pack2(acc[2] * inv_total, acc[3] * inv_total);
 }
 
+// Programmatic dependent launch (PDL, sm_90): split-KV's combine kernel is launched so that it
+// may be scheduled while this kernel still runs (stages/stage6.py: PDL_COMBINE), and waits in
+// griddep_wait until this grid has finished and its partial rows are visible. Every block lets
+// it go at once (griddep_launch_dependents; a no-op when no such launch follows): its blocks
+// take their SM slots and wait there, so what the stream would spend between the two kernels
+// (the end of this grid, the launch of the next, its blocks' start) overlaps this one's work.
+// griddep_wait returns at once in a grid launched without PDL.
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -572,6 +582,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     // reads its descriptors: without this, ptxas builds each descriptor in ordinary registers
     // and copies it over (R2UR) before every wgmma, ~100 extra instructions per key tile at D128.
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
+    griddep_launch_dependents();
     if (threadIdx.x == 0) {
         for (int qs = 0; qs < Q_STAGES; ++qs) {
             mbar_init(&sm.q_full[qs], 1);
@@ -1078,6 +1089,7 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
     __shared__ float lse_s[MAX_SPLITS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int row = blockIdx.x;
+    griddep_wait();  // the split blocks' partial rows, when launched with PDL
     const float* const lse = lse_part + (size_t)row * n_splits;
     float mx = NEG_INF;
     for (int i = threadIdx.x; i < n_splits; i += 128) {

@@ -81,6 +81,12 @@ COMBINE_TILES = 4
 # 2.5 µs; 5.7 µs at Sq 4's 32-row groups, 9.3 µs at 128 splits); 64 KB, the rule before it, took
 # those too.
 COMBINE_IN_BLOCK_BYTES = 16 * 1024
+# Split-KV's combine kernel launched with programmatic dependent launch (PDL): scheduled while
+# the split blocks still run, it waits on the GPU (griddepcontrol.wait) instead of being
+# launched after them, so the stream's gap between the two kernels overlaps the first's work.
+# Predicted (not yet measured): about a microsecond at the short decoding rows whose partial
+# rows exceed COMBINE_IN_BLOCK_BYTES (B1 and B8 with one K/V head: 11-15 µs).
+PDL_COMBINE = True
 
 
 def combines_in_block(rows: int, n_splits: int, head_dim: int) -> bool:
@@ -603,7 +609,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -614,6 +620,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"combine_in_block must be True, False or None (chosen per call), got {combine_in_block!r}")
     if carry_pv not in (None, True, False):
         raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
+    if pdl not in (None, True, False):
+        raise ValueError(f"pdl must be True, False or None (PDL_COMBINE), got {pdl!r}")
     plan = _Plan()
     plan.varlen = varlen is not None
     if varlen is None:
@@ -659,7 +667,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.combine_in_block = n > 1 and bool(dict(cfg["defines"])["COMBINE_IN_BLOCK"]) and (
         combines_in_block(block_rows, n, D) if combine_in_block is None else combine_in_block)
     # the combine kernel: a block per row
-    plan.combine_config = nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0) if n > 1 and not plan.combine_in_block else None
+    plan.combine_config = (nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0, pdl=PDL_COMBINE if pdl is None else pdl)
+                           if n > 1 and not plan.combine_in_block else None)
     plan.parts = {}  # split-KV's partial rows, one pair of buffers per stream (_partials)
     bn = ch["tiles"][0]
     # boxes of q, k, v and (O_TMA_STORE) the output: its map is made on the first call and
@@ -707,7 +716,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None):
+              blocks_per_sm=None, pdl=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -726,7 +735,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     1 for causal), `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
     defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given) and
     `combine_in_block` (split-KV's combine in the last block of each work tile rather than a
-    second kernel; None: combines_in_block's rule);
+    second kernel; None: combines_in_block's rule), `pdl` (that second kernel launched with
+    programmatic dependent launch; None: PDL_COMBINE);
     `q_stages` (1, 2 or 3 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
@@ -748,7 +758,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         return stage8.with_grad(partial(attention, tiles=tiles, schedule=schedule, exp2_poly=exp2_poly,
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
-                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm),
+                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -764,7 +774,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm)
+               combine_in_block, carry_pv, blocks_per_sm, pdl)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -779,7 +789,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm)
+                          blocks_per_sm=blocks_per_sm, pdl=pdl)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
