@@ -551,6 +551,9 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
 // it go at once (griddep_launch_dependents; a no-op when no such launch follows): its blocks
 // take their SM slots and wait there, so what the stream would spend between the two kernels
 // (the end of this grid, the launch of the next, its blocks' start) overlaps this one's work.
+// This kernel may be launched so too (PDL_KERNEL), after whatever kernel came before it in the
+// stream: its blocks then set up their barriers and prefetch the tensor maps, and wait
+// (griddep_wait, before the first read or write of global memory) for that kernel to finish.
 // griddep_wait returns at once in a grid launched without PDL.
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
@@ -597,6 +600,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         mbar_init_fence();
         tma_prefetch_map(&q_map); tma_prefetch_map(&k_map); tma_prefetch_map(&v_map);
     }
+    griddep_wait();  // the kernel before this one in the stream, when launched with PDL
     __syncthreads();
 
 #if WARP_SPECIALIZED

@@ -84,9 +84,29 @@ COMBINE_IN_BLOCK_BYTES = 16 * 1024
 # Split-KV's combine kernel launched with programmatic dependent launch (PDL): scheduled while
 # the split blocks still run, it waits on the GPU (griddepcontrol.wait) instead of being
 # launched after them, so the stream's gap between the two kernels overlaps the first's work.
-# Predicted (not yet measured): about a microsecond at the short decoding rows whose partial
-# rows exceed COMBINE_IN_BLOCK_BYTES (B1 and B8 with one K/V head: 11-15 µs).
+# Predicted about a microsecond at the short decoding rows whose partial rows exceed
+# COMBINE_IN_BLOCK_BYTES (B1 and B8 with one K/V head: 11-15 µs). Measured against the same
+# launch without PDL at the shape map's 14 decoding rows that run the combine kernel (same
+# rounds, L2 flushed, results/logs/2026-11-26-s39call4): 0.7-1.4 µs saved, 1.016-1.146x
+# (median 1.066x).
 PDL_COMBINE = True
+# The split kernel itself launched with PDL (griddep_wait after its barriers are set up), so its
+# launch and blocks' start overlap the end of the kernel before it in the stream (in the
+# benchmarks, the L2 flush; in a model, the previous layer's last kernel). Predicted (not yet
+# measured): under a microsecond, which only the shortest calls see.
+PDL_KERNEL = True
+
+
+def pdl_launches(pdl) -> tuple[bool, bool]:
+    """(the split kernel, the combine kernel) launched with PDL, for attention()'s `pdl`: None
+    the defaults (PDL_KERNEL, PDL_COMBINE), True both, False neither, "combine" that one only."""
+    if pdl is None:
+        return PDL_KERNEL, PDL_COMBINE
+    if pdl == "combine":
+        return False, True
+    if pdl in (True, False):
+        return bool(pdl), bool(pdl)
+    raise ValueError(f'pdl must be None (PDL_KERNEL, PDL_COMBINE), True, False or "combine", got {pdl!r}')
 
 
 def combines_in_block(rows: int, n_splits: int, head_dim: int) -> bool:
@@ -620,8 +640,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"combine_in_block must be True, False or None (chosen per call), got {combine_in_block!r}")
     if carry_pv not in (None, True, False):
         raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
-    if pdl not in (None, True, False):
-        raise ValueError(f"pdl must be True, False or None (PDL_COMBINE), got {pdl!r}")
+    kernel_pdl, combine_pdl = pdl_launches(pdl)
     plan = _Plan()
     plan.varlen = varlen is not None
     if varlen is None:
@@ -656,7 +675,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
     grid = min(n_work, _sm_count(q.device)) if cfg["persistent"] else n_work
     plan.kernel, plan.combine = _kernel(q.dtype, D, cfg)
-    plan.config = nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"])
+    plan.config = nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"], pdl=kernel_pdl)
     plan.splits, plan.group = n, (G if pack else 0)
     plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(G),
                  np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
@@ -667,7 +686,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.combine_in_block = n > 1 and bool(dict(cfg["defines"])["COMBINE_IN_BLOCK"]) and (
         combines_in_block(block_rows, n, D) if combine_in_block is None else combine_in_block)
     # the combine kernel: a block per row
-    plan.combine_config = (nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0, pdl=PDL_COMBINE if pdl is None else pdl)
+    plan.combine_config = (nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0, pdl=combine_pdl)
                            if n > 1 and not plan.combine_in_block else None)
     plan.parts = {}  # split-KV's partial rows, one pair of buffers per stream (_partials)
     bn = ch["tiles"][0]
@@ -735,8 +754,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     1 for causal), `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
     defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given) and
     `combine_in_block` (split-KV's combine in the last block of each work tile rather than a
-    second kernel; None: combines_in_block's rule), `pdl` (that second kernel launched with
-    programmatic dependent launch; None: PDL_COMBINE);
+    second kernel; None: combines_in_block's rule), `pdl` (programmatic dependent launch of the
+    kernel and of that second kernel: pdl_launches);
     `q_stages` (1, 2 or 3 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
