@@ -76,8 +76,9 @@ def plot_shape_map(rec: dict, dtype: str = "bfloat16"):
 
 def waterfall_table(rec: dict) -> str:
     """The decoding waterfall: each decode shape with the prefill build, + split-KV, packed GQA
-    alone, both, the combine in the last block, and two blocks per SM where they fill it (stage
-    6's own choice), against SDPA's two backends timed beside each."""
+    alone, both, the combine in the last block, two blocks per SM where they fill it, and the
+    combine kernel launched with PDL (stage 6's own choice), against SDPA's two backends timed
+    beside each."""
     lines = ["| shape | build | splits | blocks/SM | µs | vs SDPA default | vs SDPA FLASH | GB/s |",
              "|---|---|---|---|---|---|---|---|"]
     for r in (r for r in rec["rows"] if r["part"] == "waterfall"):

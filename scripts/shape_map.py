@@ -5,8 +5,9 @@
 - decoding: Sq 1 (one new token) and 4 (speculative decoding) against caches of Sk 1k … 32k,
   B 1 … 64, GQA 32/8 and 8/1, D128 and D64;
 - the decoding waterfall: at a few decode shapes, the prefill build (one block per query head,
-  the keys in one block), + split-KV, packed GQA alone, both with the combine kernel, and both
-  with the combine in each work tile's last block where its rule takes it (stage 6's choice);
+  the keys in one block), + split-KV, packed GQA alone, both with the combine kernel, both
+  with the combine in each work tile's last block where its rule takes it, two blocks per SM
+  where they fill it, and the combine kernel launched with PDL (stage 6's choice);
 - (--parts schedules) stage 6's launches at short prefill, S 512 … 2048: one block per work
   tile against persistent blocks (fixed stride, or a work queue with and without ping-pong for
   causal), each with the head dim's tiles and with 128-key tiles, one Q buffer or two, each
@@ -55,12 +56,13 @@ DECODE_GROUPS = ((32, 8), (8, 1))   # (query heads, K/V heads)
 # (B, H, Hkv, Sq, Sk, D): the waterfall's decode shapes
 WATERFALL_SHAPES = [(1, 32, 8, 1, 4096, 128), (8, 32, 8, 1, 4096, 128), (32, 32, 8, 1, 8192, 128),
                     (1, 8, 1, 4, 32768, 128), (1, 8, 1, 1, 32768, 128)]
-WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1}),
-             ("+ split-KV", {"pack_gqa": False}),
-             ("packed GQA alone", {"pack_gqa": True, "splits": 1, "blocks_per_sm": 1}),
-             ("split-KV + packed GQA", {"combine_in_block": False, "blocks_per_sm": 1}),
-             ("+ combine in the last block", {"blocks_per_sm": 1}),
-             ("+ two blocks per SM where they fill it", {})]
+WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1, "pdl": False}),
+             ("+ split-KV", {"pack_gqa": False, "pdl": False}),
+             ("packed GQA alone", {"pack_gqa": True, "splits": 1, "blocks_per_sm": 1, "pdl": False}),
+             ("split-KV + packed GQA", {"combine_in_block": False, "blocks_per_sm": 1, "pdl": False}),
+             ("+ combine in the last block", {"blocks_per_sm": 1, "pdl": False}),
+             ("+ two blocks per SM where they fill it", {"pdl": False}),
+             ("+ PDL for the combine kernel", {})]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048, 8192)
 SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
@@ -393,6 +395,7 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
                        max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
                        splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"],
                        q_stages=q_stages, tma_store=tma_store, carry_pv=bool(built["CARRY_PV"]), blocks_per_sm=blocks,
+                       pdl_combine=ch["splits"] > 1 and s6.pdl_launches(opts.get("pdl"))[1],
                        stage_round_medians_us=times[f"stage{i}"].round_medians_us)
     del q, k, v
     return out

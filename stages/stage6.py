@@ -92,9 +92,12 @@ COMBINE_IN_BLOCK_BYTES = 16 * 1024
 PDL_COMBINE = True
 # The split kernel itself launched with PDL (griddep_wait after its barriers are set up), so its
 # launch and blocks' start overlap the end of the kernel before it in the stream (in the
-# benchmarks, the L2 flush; in a model, the previous layer's last kernel). Predicted (not yet
-# measured): under a microsecond, which only the shortest calls see.
-PDL_KERNEL = True
+# benchmarks, the L2 flush; in a model, the previous layer's last kernel). Predicted under a
+# microsecond, which only the shortest calls would see; measured against PDL on the combine
+# kernel only, same rounds, at 12 rows (nine decoding, the latency shape, two prefill):
+# 0.992-1.002x, median 1.000x (results/logs/2026-11-26-s39call5). Off: the kernel before it
+# (here the L2 flush) does not let its dependents go early, so nothing overlaps.
+PDL_KERNEL = False
 
 
 def pdl_launches(pdl) -> tuple[bool, bool]:
