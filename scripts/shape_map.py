@@ -358,6 +358,15 @@ def measure(row, opts=None, budget_s=0.3):
     return row
 
 
+def combine_kernel(ch: dict, built: dict, opts: dict, D: int) -> bool:
+    """Whether a call's split-KV partial rows go to the combine kernel (not to the last block of
+    each work tile): stage 6's _make_plan rule, from choose's plan and the build's defines."""
+    rows = (ch["H"] // ch["Hk"]) * ch["Sq"] if ch["pack_gqa"] else 64 * ch["tiles"][2]
+    in_block = bool(built["COMBINE_IN_BLOCK"]) and (
+        s6.combines_in_block(rows, ch["splits"], D) if opts.get("combine_in_block") is None else opts["combine_in_block"])
+    return ch["splits"] > 1 and not in_block
+
+
 def measure_variants(row, variants, budget_s=0.3) -> list:
     """Check, then time stage 6 with each of `variants` ([(fields, opts)]) and both SDPA backends
     on the same inputs in the same interleaved rounds; checked again after the timing. One row
@@ -382,6 +391,7 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
         again = _check(fn, q, k, v, causal)  # and again after the timing loop
         ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, sms, splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"),
                        schedule=opts.get("schedule"), tiles=opts.get("tiles"), blocks_per_sm=opts.get("blocks_per_sm"))
+        ch.update(H=H, Hk=Hkv, Sq=Sq)
         blocks = ch["blocks_per_sm"]
         built = dict(s6.config(D, ch["tiles"], ch["schedule"], pack_gqa=ch["pack_gqa"],
                                q_stages=opts.get("q_stages") or ch["q_stages"], carry_pv=opts.get("carry_pv"),
@@ -395,7 +405,7 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
                        max_abs_err=max(c.max_abs_err, again.max_abs_err), passed=c.passed and again.passed,
                        splits=ch["splits"], packed=ch["pack_gqa"], tiles=list(ch["tiles"]), schedule=ch["schedule"],
                        q_stages=q_stages, tma_store=tma_store, carry_pv=bool(built["CARRY_PV"]), blocks_per_sm=blocks,
-                       pdl_combine=ch["splits"] > 1 and s6.pdl_launches(opts.get("pdl"))[1],
+                       pdl_combine=combine_kernel(ch, built, opts, D) and s6.pdl_launches(opts.get("pdl"))[1],
                        stage_round_medians_us=times[f"stage{i}"].round_medians_us)
     del q, k, v
     return out
