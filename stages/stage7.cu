@@ -32,6 +32,7 @@
 // TMA-store epilogue, CARRY_PV and the timeline are not in this stage: stages/stage7.py refuses
 // those options and runs decoding shapes unsplit.
 #include "fp8.cuh"  // hopper.cuh, wgmma_e4m3_ss/rs, to_e4m3x2
+#include "pdl.cuh"  // griddep_wait: launched with PDL after stage7_quantize.cu's casts
 
 #if !defined(BLOCK_N) || !defined(STAGES) || !defined(CONSUMERS)
 #error "BLOCK_N, STAGES and CONSUMERS are set by stages/stage7.py"
@@ -469,6 +470,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         mbar_init_fence();
         tma_prefetch_map(&q_map); tma_prefetch_map(&k_map); tma_prefetch_map(&vt_map);
     }
+    griddep_wait();  // the kernel before this one (quantize's casts), when launched with PDL
 #if ROW_SUM_MMA
     {  // rows D … D + 7 of every Vᵀ sub-tile: ones, then zeros (whole rows alike: any swizzle leaves them so)
         constexpr int words = 8 * VT_ATOM / 4, subtiles = STAGES * (BLOCK_N / VT_ATOM);

@@ -95,6 +95,12 @@ P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0
 # (FEW_ROWS_TILES): there no other warpgroup competes for the issue slots the FADDs took, and
 # the extra column only adds to each tile's latency. Hence row_sums_by_mma's rule.
 ROW_SUM_MMA = {64: True, 128: False}
+# The cast kernel and the attention kernel launched with programmatic dependent launch (PDL,
+# stages/pdl.cuh): each starts while the one before it finishes and waits on the GPU for its
+# writes, instead of being launched after its end, as stage 6's split-KV combine is (PDL_COMBINE
+# there: 0.7-1.4 µs a launch). Predicted (not yet measured): about 2 µs off the whole call from
+# 16-bit inputs (19-20 µs at B1 H8 S512), nothing measurable at the large shapes.
+PDL = True
 # Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
 # slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
@@ -144,7 +150,8 @@ INFO = StageInfo(
     min_cc=(9, 0),
     dtypes=(torch.float16, torch.bfloat16, torch.float8_e4m3fn),
     head_dims=(64, 128),
-    sources=("stages/stage7.py", "stages/stage7.cu", "stages/stage7_quantize.cu", "stages/fp8.cuh", "stages/hopper.cuh",
+    sources=("stages/stage7.py", "stages/stage7.cu", "stages/stage7_quantize.cu", "stages/fp8.cuh", "stages/pdl.cuh",
+             "stages/hopper.cuh",
              "stages/attention.cuh", "lib/fp8.py"),
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
@@ -289,12 +296,13 @@ def _quantize_kernels(dtype, D):
     return nvrtc.stage_kernels(QUANTIZE_SOURCE, ("fp8_amax", "fp8_cast"), dtype, D)
 
 
-def quantize(q, k, v, *, v_transposed: bool = True):
+def quantize(q, k, v, *, v_transposed: bool = True, pdl: bool | None = None):
     """fp16/bf16 q [B, H, Sq, D], k and v [B, H_kv, Sk, D] (checked by the caller) in e4m3 with
     their descales: (q8, k8, v_op, q_descale, k_descale, v_descale), the bytes lib.fp8.prepare
     and, for v_op, lib.fp8.v_for_pv give (v_transposed=False: v8 as prepare gives it). One scale
     per batch entry and K/V head; two launches over the three tensors (stages/stage7_quantize.cu):
-    their slabs' amax, then the casts (V's into Vᵀ in key order). Inputs are made contiguous first."""
+    their slabs' amax, then the casts (V's into Vᵀ in key order; launched with PDL unless `pdl` is
+    False, None: PDL). Inputs are made contiguous first."""
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
     ts = [t.contiguous() for t in (q, k, v)]
@@ -320,7 +328,7 @@ def quantize(q, k, v, *, v_transposed: bool = True):
     v8 = torch.empty((B, Hk, D, sk_pad) if v_transposed else ts[2].shape, dtype=fp8.E4M3, device=q.device)
     blocks = -(-n_q // 2048) + -(-n_kv // 2048) + (slabs * (sk_pad // 32) if v_transposed else -(-n_kv // 2048))
     nvrtc.check_grid_x("stage 7 (quantize)", blocks)
-    nvrtc.launch_prepared(kern["fp8_cast"], nvrtc.launch_config((blocks, 1, 1), (256, 1, 1)),
+    nvrtc.launch_prepared(kern["fp8_cast"], nvrtc.launch_config((blocks, 1, 1), (256, 1, 1), pdl=PDL if pdl is None else pdl),
                           (*(t.data_ptr() for t in ts), amax.data_ptr(), descale.data_ptr(), q8.data_ptr(),
                            k8.data_ptr(), v8.data_ptr(), np.int64(slabs), np.int64(n_q), np.int64(n_kv),
                            np.int32(Sk), np.int32(sk_pad)))
@@ -329,7 +337,7 @@ def quantize(q, k, v, *, v_transposed: bool = True):
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-              p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, seqlens_k=None):
+              p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, seqlens_k=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (`quantize`, lib.fp8.prepare's arithmetic: one scale
@@ -341,8 +349,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     `lazy_rescale` (-1 or 0), `p_offset` (False: P cast without the 2^8), `v_in_kernel` (the
     producer warpgroup transposes V's tiles, instead of a pass before the kernel) and
     `exp2_poly` (eighths of the exponentials by polynomial on the FMA pipes, stage 6's
-    EXP2_POLY_EIGHTHS) and `row_sum_mma` (ROW_SUM_MMA; None: the default) are for measuring the
-    alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    EXP2_POLY_EIGHTHS), `row_sum_mma` (ROW_SUM_MMA; None: the default) and `pdl` (the cast and
+    attention kernels launched with PDL; None: PDL) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -367,15 +375,15 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
         # B of P·V: Vᵀ [B, H_kv, D, Sk rounded up to 32], keys in key_order per k-step; or V itself
         v_op = v8 if v_in_kernel else fp8.v_for_pv(v8)
     else:
-        q8, k8, v_op, qd, kd, vd = quantize(q, k, v, v_transposed=not v_in_kernel)
+        q8, k8, v_op, qd, kd, vd = quantize(q, k, v, v_transposed=not v_in_kernel, pdl=pdl)
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
-                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma)
+                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma, pdl=pdl)
 
 
 def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None):
+            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
     [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
@@ -396,7 +404,8 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     kernel = _kernel(out_dtype, D, cfg["defines"], cfg["smem"])
     grid = min(n_work, sms) if cfg["persistent"] else n_work
     queue = _queue(q8.device).data_ptr() if dict(cfg["defines"])["DYNAMIC_WORK"] else 0
-    nvrtc.launch_prepared(kernel, nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]),
+    nvrtc.launch_prepared(kernel, nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"],
+                                                      pdl=PDL if pdl is None else pdl),
                           (*maps, out.data_ptr(), q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
                            np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
                            np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work), queue))

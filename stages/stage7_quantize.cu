@@ -16,12 +16,16 @@
 //             them into shared memory as [key][d], then each output row d of Vᵀ [B·H_kv, D, Sk']
 //             (Sk' = Sk rounded up to 32, zeros after the last key) takes the 32 keys in
 //             lib.fp8.key_order().
+// fp8_cast and the attention kernel after it are launched with PDL (stages/stage7.py: PDL): each
+// lets the next one start at once (griddep_launch_dependents), and fp8_cast waits for the amaxes
+// (griddep_wait) before its first read of them; the attention kernel waits for the casts.
 // Each launch's blocks are numbered along x alone (the tensors' ranges one after another), so
 // no count of batch entries and heads meets the 65,535 limit of a grid's y. At small shapes the
 // launches themselves cost more than the bytes (six launches took 22 µs at B1 H8 S512 before
 // they were merged into two). The launcher (stages/stage7.py, quantize) hands it contiguous
 // tensors whose data starts 16-byte aligned.
 #include "attention.cuh"
+#include "pdl.cuh"
 #include <cuda_fp8.h>
 
 constexpr float E4M3_MAX = 448.0f;
@@ -69,6 +73,7 @@ __device__ __forceinline__ void amax_slab(const elem_t* x, unsigned* amax, long 
 extern "C" __global__ void __launch_bounds__(256)
 fp8_amax(const elem_t* q, const elem_t* k, const elem_t* v, unsigned* amax, long long slabs,
          long long slab_q, long long slab_kv, long long per_q, long long per_kv) {
+    griddep_launch_dependents();
     long long b = blockIdx.x;
     if (b < slabs * per_q) return amax_slab(q, amax, slab_q, b / per_q, b % per_q, per_q);
     b -= slabs * per_q;
@@ -130,6 +135,8 @@ extern "C" __global__ void __launch_bounds__(256)
 fp8_cast(const elem_t* q, const elem_t* k, const elem_t* v, const unsigned* amax, float* descale,
          unsigned char* q8, unsigned char* k8, unsigned char* v8, long long slabs, long long n_q, long long n_kv,
          int Sk, int Sk_pad) {
+    griddep_launch_dependents();
+    griddep_wait();  // every block of fp8_amax done, its amaxes visible
     const long long nq = (n_q + 2047) / 2048, nk = (n_kv + 2047) / 2048;
     long long b = blockIdx.x;
     if (b < nq) return cast_block(q, amax, descale, q8, n_q / slabs, n_q, b);
