@@ -98,8 +98,12 @@ ROW_SUM_MMA = {64: True, 128: False}
 # The cast kernel and the attention kernel launched with programmatic dependent launch (PDL,
 # stages/pdl.cuh): each starts while the one before it finishes and waits on the GPU for its
 # writes, instead of being launched after its end, as stage 6's split-KV combine is (PDL_COMBINE
-# there: 0.7-1.4 µs a launch). Predicted (not yet measured): about 2 µs off the whole call from
-# 16-bit inputs (19-20 µs at B1 H8 S512), nothing measurable at the large shapes.
+# there: 0.7-1.4 µs a launch). Predicted about 2 µs off the whole call from 16-bit inputs (19-20
+# µs at B1 H8 S512), nothing measurable at the large shapes. Measured against no PDL, same rounds
+# (results/logs/2026-11-26-s39call8), with each kernel letting the next go at its blocks' start:
+# 20.2 -> 17.9 µs at B1 H8 S512 (1.13x), 1.00x at D64 S2048, but 0.95x at B4 H16 S8192 D128
+# full, where the attention kernel's waiting blocks held SMs the casts still needed: they let go
+# at the end of their blocks' work now (stages/stage7_quantize.cu).
 PDL = True
 # Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column

@@ -17,8 +17,12 @@
 //             (Sk' = Sk rounded up to 32, zeros after the last key) takes the 32 keys in
 //             lib.fp8.key_order().
 // fp8_cast and the attention kernel after it are launched with PDL (stages/stage7.py: PDL): each
-// lets the next one start at once (griddep_launch_dependents), and fp8_cast waits for the amaxes
-// (griddep_wait) before its first read of them; the attention kernel waits for the casts.
+// block lets the next kernel start once its own work is done (griddep_launch_dependents at its
+// end), and fp8_cast waits for the amaxes (griddep_wait) before its first read of them; the
+// attention kernel waits for the casts. Let go at each block's start instead, the attention
+// kernel's blocks (up to 130 KB of shared memory each) took their SMs while the casts still ran
+// and slowed them: the whole call at B4 H16 S8192 D128 ran 0.95x of no PDL (GPU call 8 of
+// session 39), where B1 H8 S512 gained 1.13x.
 // Each launch's blocks are numbered along x alone (the tensors' ranges one after another), so
 // no count of batch entries and heads meets the 65,535 limit of a grid's y. At small shapes the
 // launches themselves cost more than the bytes (six launches took 22 µs at B1 H8 S512 before
@@ -73,13 +77,16 @@ __device__ __forceinline__ void amax_slab(const elem_t* x, unsigned* amax, long 
 extern "C" __global__ void __launch_bounds__(256)
 fp8_amax(const elem_t* q, const elem_t* k, const elem_t* v, unsigned* amax, long long slabs,
          long long slab_q, long long slab_kv, long long per_q, long long per_kv) {
-    griddep_launch_dependents();
     long long b = blockIdx.x;
-    if (b < slabs * per_q) return amax_slab(q, amax, slab_q, b / per_q, b % per_q, per_q);
-    b -= slabs * per_q;
-    const int t = 1 + (int)(b / (slabs * per_kv));  // 1: k, 2: v
-    b %= slabs * per_kv;
-    amax_slab(t == 1 ? k : v, amax + t * slabs, slab_kv, b / per_kv, b % per_kv, per_kv);
+    if (b < slabs * per_q) {
+        amax_slab(q, amax, slab_q, b / per_q, b % per_q, per_q);
+    } else {
+        b -= slabs * per_q;
+        const int t = 1 + (int)(b / (slabs * per_kv));  // 1: k, 2: v
+        b %= slabs * per_kv;
+        amax_slab(t == 1 ? k : v, amax + t * slabs, slab_kv, b / per_kv, b % per_kv, per_kv);
+    }
+    griddep_launch_dependents();
 }
 
 // Block b of a plain cast: elements 8·(256b + thread) … of x (n elements, slabs of slab_elems).
@@ -135,14 +142,17 @@ extern "C" __global__ void __launch_bounds__(256)
 fp8_cast(const elem_t* q, const elem_t* k, const elem_t* v, const unsigned* amax, float* descale,
          unsigned char* q8, unsigned char* k8, unsigned char* v8, long long slabs, long long n_q, long long n_kv,
          int Sk, int Sk_pad) {
-    griddep_launch_dependents();
     griddep_wait();  // every block of fp8_amax done, its amaxes visible
     const long long nq = (n_q + 2047) / 2048, nk = (n_kv + 2047) / 2048;
-    long long b = blockIdx.x;
-    if (b < nq) return cast_block(q, amax, descale, q8, n_q / slabs, n_q, b);
-    b -= nq;
-    if (b < nk) return cast_block(k, amax + slabs, descale + slabs, k8, n_kv / slabs, n_kv, b);
-    b -= nk;
-    if (Sk_pad == 0) return cast_block(v, amax + 2 * slabs, descale + 2 * slabs, v8, n_kv / slabs, n_kv, b);
-    cast_vt_block(v, amax + 2 * slabs, descale + 2 * slabs, v8, Sk, Sk_pad, b / (Sk_pad / 32), (int)(b % (Sk_pad / 32)));
+    const long long b = blockIdx.x;
+    if (b < nq)
+        cast_block(q, amax, descale, q8, n_q / slabs, n_q, b);
+    else if (b < nq + nk)
+        cast_block(k, amax + slabs, descale + slabs, k8, n_kv / slabs, n_kv, b - nq);
+    else if (Sk_pad == 0)
+        cast_block(v, amax + 2 * slabs, descale + 2 * slabs, v8, n_kv / slabs, n_kv, b - nq - nk);
+    else
+        cast_vt_block(v, amax + 2 * slabs, descale + 2 * slabs, v8, Sk, Sk_pad, (b - nq - nk) / (Sk_pad / 32),
+                      (int)((b - nq - nk) % (Sk_pad / 32)));
+    griddep_launch_dependents();
 }
