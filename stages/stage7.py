@@ -102,20 +102,13 @@ ROW_SUM_MMA = {64: True, 128: False}
 # µs at B1 H8 S512), nothing measurable at the large shapes. Measured against no PDL, same rounds
 # (results/logs/2026-11-26-s39call8), with each kernel letting the next go at its blocks' start:
 # 20.2 -> 17.9 µs at B1 H8 S512 (1.13x), 1.00x at D64 S2048, but 0.95x at B4 H16 S8192 D128
-# full, where the attention kernel's waiting blocks held SMs the casts still needed. Letting go
-# at the end of each block's work instead (stages/stage7_quantize.cu, -s39call9): 1.13-1.17x at
-# B1 H8 S512, 1.005x at D64 S2048, 0.94x and 0.98x at D128 S8192 full and causal, where the
-# quantization alone ran 1.00-1.01x with PDL and the kernel alone 1.00-1.03x. So the attention
-# kernel takes PDL only where each block has one work tile (not a persistent launch): there the
-# call is short and its launches are much of it; a persistent launch's blocks each hold a whole
-# SM's registers for milliseconds, and gain nothing from starting a microsecond sooner.
+# full (the attention kernel's blocks, let go at the casts' start, might hold SMs the casts still
+# needed: each kernel now lets the next go at the end of its blocks' work). Calls 9 and 10 still
+# had D128 at 0.94-0.98x, but there seven callables shared each round, and the two kernel-only
+# entries, both without PDL, differed by 3% with only their place in the round between them
+# (the board at its 700 W limit). Timed in pairs, in both orders: 1.001-1.003x with PDL at
+# D128 S8192 full and causal (-s39call11, -call12); in call 10's rounds 1.14x at B1 H8 S512.
 PDL = True
-
-
-def kernel_pdl(persistent: bool, pdl: bool | None) -> bool:
-    """Whether the attention kernel is launched with PDL: as asked, or (None) PDL where its blocks
-    each have one work tile (not `persistent`)."""
-    return (PDL and not persistent) if pdl is None else bool(pdl)
 # Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
 # slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
@@ -365,8 +358,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     producer warpgroup transposes V's tiles, instead of a pass before the kernel) and
     `exp2_poly` (eighths of the exponentials by polynomial on the FMA pipes, stage 6's
     EXP2_POLY_EIGHTHS), `row_sum_mma` (ROW_SUM_MMA; None: the default) and `pdl` (the cast and
-    attention kernels launched with PDL; None: the cast by PDL, the kernel by kernel_pdl's rule)
-    are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    attention kernels launched with PDL; None: PDL) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -421,7 +413,7 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     grid = min(n_work, sms) if cfg["persistent"] else n_work
     queue = _queue(q8.device).data_ptr() if dict(cfg["defines"])["DYNAMIC_WORK"] else 0
     nvrtc.launch_prepared(kernel, nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"],
-                                                      pdl=kernel_pdl(cfg["persistent"], pdl)),
+                                                      pdl=PDL if pdl is None else pdl),
                           (*maps, out.data_ptr(), q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
                            np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
                            np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work), queue))

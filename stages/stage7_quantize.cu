@@ -19,10 +19,8 @@
 // fp8_cast and the attention kernel after it are launched with PDL (stages/stage7.py: PDL): each
 // block lets the next kernel start once its own work is done (griddep_launch_dependents at its
 // end), and fp8_cast waits for the amaxes (griddep_wait) before its first read of them; the
-// attention kernel waits for the casts. Let go at each block's start instead, the attention
-// kernel's blocks (up to 130 KB of shared memory each) took their SMs while the casts still ran
-// and slowed them: the whole call at B4 H16 S8192 D128 ran 0.95x of no PDL (GPU call 8 of
-// session 39), where B1 H8 S512 gained 1.13x.
+// attention kernel waits for the casts. (Let go at each block's start, the attention kernel's
+// blocks, which each need a whole SM's registers, could take SMs the casts still need.)
 // Each launch's blocks are numbered along x alone (the tensors' ranges one after another), so
 // no count of batch entries and heads meets the 65,535 limit of a grid's y. At small shapes the
 // launches themselves cost more than the bytes (six launches took 22 µs at B1 H8 S512 before

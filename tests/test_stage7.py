@@ -95,9 +95,6 @@ def test_config_rules_and_refusals():
     assert dict(s7.config(64, (160, 3, 3))["defines"])["ROW_SUM_MMA"] == 0
     assert dict(s7.config(64, s7.FEW_ROWS_TILES[64], s6.DECODE_SCHEDULE)["defines"])["ROW_SUM_MMA"] == 0
     assert s7.emulation_of(1, 8, 512, 512, 64, False, 132) == {"key_tile": 128, "sum_rounded": False}  # few rows
-    # PDL for the attention kernel: where each block has one work tile, unless asked
-    assert s7.kernel_pdl(False, None) == s7.PDL and not s7.kernel_pdl(True, None)
-    assert s7.kernel_pdl(True, True) and not s7.kernel_pdl(False, False)
     assert s7.emulation_of(16, 16, 2048, 2048, 64, False, 132) == {"key_tile": 128, "sum_rounded": True}
     assert s7.emulation_of(1, 8, 300, 300, 64, False, 132, tiles=(160, 3, 3)) == {"key_tile": 160, "sum_rounded": False}
     assert dict(s7.config(128, row_sum_mma=True)["defines"])["ROW_SUM_MMA"] == 1
