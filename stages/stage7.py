@@ -8,7 +8,8 @@ e4m3 products summed by the tensor cores, the softmax in fp32, P cast to e4m3 as
 in 16 bits. Before the kernel, timed on their own by the notebook:
 - quantization, when the inputs are fp16 or bf16 (lib.fp8.prepare's arithmetic: amax / 448 per
   batch entry and K/V head, so nothing overflows e4m3's 448), by the kernels of
-  stages/stage7_quantize.cu (`quantize`: two launches, amax then cast, V's transpose included);
+  stages/stage7_quantize.cu (`quantize`: two launches, amax then cast, V's transpose included;
+  the cast and the attention kernel after it launched with PDL, `PDL`);
 - V's transpose for inputs already in e4m3 (lib.fp8.v_for_pv): 8-bit wgmma reads its B operand
   K-major only, so P·V needs Vᵀ [D][keys], each 32-key k-step's keys in lib.fp8.key_order() so
   that P's A fragment is every thread's own scores.
