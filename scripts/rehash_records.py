@@ -3,7 +3,7 @@ without a GPU and without trusting anything unchecked. The file's "sha256_form" 
 its hashes have:
 
     (absent)       whole files, comments included (raw_sha256 below): records until 2026-11-24;
-    "code-only"    code_only_v1 below: comments and docstrings left out, but with ast's docstring
+    "code-only"    code_only_v1_sha256 below: comments and docstrings left out, but with ast's docstring
                    columns (UTF-8 bytes) used as character indices, so that a docstring whose
                    closing line holds a non-ASCII character ("·", "≈", "→") was cut past its end
                    and took the next line's newline and indentation with it (lib/fp8.py and
@@ -24,9 +24,9 @@ in today's form is refused. Run from the repository root:
 import functools
 import hashlib
 import json
-import re
 import subprocess
 import sys
+from unittest import mock
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,42 +48,11 @@ def raw_sha256(info, read) -> str:
     return h.hexdigest()
 
 
-def code_only_v1(rel: str, text: str) -> str:
-    """lib.results.code_only as it was until 2026-11-26, kept verbatim so that the check of a
-    "code-only" hash can be repeated: ast's col_offset/end_col_offset (UTF-8 byte offsets) slice
-    str lines by character."""
-    if rel.endswith(".py"):
-        import ast
-        import io
-        import tokenize
-        lines = text.splitlines(keepends=True)
-        cuts = []  # ((row, col), (row, col)) spans to remove, 1-based rows
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.COMMENT:
-                cuts.append((tok.start, tok.end))
-        for node in ast.walk(ast.parse(text)):
-            body = getattr(node, "body", None)
-            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                d = body[0]
-                cuts.append(((d.lineno, d.col_offset), (d.end_lineno, d.end_col_offset)))
-        for (r0, c0), (r1, c1) in sorted(cuts, reverse=True):  # from the end: earlier spans keep their places
-            head, tail = lines[r0 - 1][:c0], lines[r1 - 1][c1:]
-            lines[r0 - 1:r1] = [head + tail]
-        text = "".join(lines)
-    else:
-        text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-        text = re.sub(r"//[^\n]*", "", text)
-    return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip())
-
-
 def code_only_v1_sha256(info, read) -> str:
-    """lib.results.stage_sha256 as it was until 2026-11-26 (with code_only_v1)."""
-    h = hashlib.sha256()
-    for rel in info.sources:
-        h.update(rel.encode() + b"\0" + code_only_v1(rel, read(rel)).encode() + b"\0")
-    return h.hexdigest()
+    """lib.results.stage_sha256 as it was until 2026-11-26: the same code, with ast's docstring
+    columns (UTF-8 byte offsets) used as character indices, the one thing that changed."""
+    with mock.patch.object(R, "_char_col", lambda line, byte_col: byte_col):
+        return R.stage_sha256(info, read)
 
 
 FORMS = {None: raw_sha256, "code-only": code_only_v1_sha256, CURRENT: R.stage_sha256}
