@@ -70,9 +70,6 @@
 #ifndef ROW_SUM_MMA
 #define ROW_SUM_MMA 0  // 1: each row's sum of P comes out of P·V, from a row of ones under Vᵀ (O_COLS)
 #endif
-#ifndef PACK_IN_SOFTMAX
-#define PACK_IN_SOFTMAX 0  // 1: the previous P·V is waited for between a tile's row maxima and its exponentials (see the loop)
-#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -312,12 +309,10 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_COLS / 2], const unsigned 
 // row r0 + 8. The four threads of a row combine with two shuffles. m holds each row's max of
 // the raw scores, l this thread's share of its row sum; `scale_log2` > 0 (with the descales).
 // The exponentials are taken against max − P_OFFSET_LOG2: P and l carry a factor 2^8.
-// In two parts: row_maxima (the mask, the rows' new maxima, alpha and the exponentials' base) and
-// exponentials (P, and without ROW_SUM_MMA l), which PACK_IN_SOFTMAX lets the loop call apart.
 template <bool MASK>
-__device__ __forceinline__ void row_maxima(float (&s)[BLOCK_N / 2], float (&m)[2], float (&alpha)[2],
-                                           float (&base)[2], int key0, const int (&qpos)[2], int Sk,
-                                           bool causal, float scale_log2) {
+__device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], int key0, const int (&qpos)[2], int Sk,
+                                             bool causal, float scale_log2) {
     const int lane = threadIdx.x % 32;
     if (MASK) {
         // Key key0 + 8n + 2(lane % 4) + (e & 1) is visible to a row of query position qpos when
@@ -338,6 +333,7 @@ __device__ __forceinline__ void row_maxima(float (&s)[BLOCK_N / 2], float (&m)[2
         mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
         mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
     }
+    float base[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -350,10 +346,6 @@ __device__ __forceinline__ void row_maxima(float (&s)[BLOCK_N / 2], float (&m)[2
         alpha[r] = LAZY_RESCALE == 0 && mx[r] == m[r] ? 1.0f : fast_exp2(m[r] * scale_log2 - top);  // 0 on the first tile (m = −∞)
         m[r] = mx[r];
     }
-}
-__device__ __forceinline__ void exponentials(float (&s)[BLOCK_N / 2], float (&l)[2], const float (&alpha)[2],
-                                             const float (&base)[2], float scale_log2) {
-    float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < BLOCK_N / 8; ++n)
 #pragma unroll
@@ -366,14 +358,6 @@ __device__ __forceinline__ void exponentials(float (&s)[BLOCK_N / 2], float (&l)
         }
 #pragma unroll
     for (int r = 0; r < 2 && !ROW_SUM_MMA; ++r) l[r] = l[r] * alpha[r] + sum[r];
-}
-template <bool MASK>
-__device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], int key0, const int (&qpos)[2], int Sk,
-                                             bool causal, float scale_log2) {
-    float base[2];
-    row_maxima<MASK>(s, m, alpha, base, key0, qpos, Sk, causal, scale_log2);
-    exponentials(s, l, alpha, base, scale_log2);
 }
 // O (and, with ROW_SUM_MMA, l, which then follows O's scale) times alpha, before P·V adds to it.
 __device__ __forceinline__ void rescale(float (&o)[O_COLS / 2], float (&l)[2], const float (&alpha)[2]) {
@@ -699,14 +683,11 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             mbar_wait(&sm.v_full[cur % STAGES], (cur / STAGES) & 1);
             release(&sm.v_empty[cur % STAGES]);
         };
-        auto masked = [&](int j) { return (j + 1) * BLOCK_N > Sk || (causal && (j + 1) * BLOCK_N - 1 > first_row + t.diag); };
         auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
-            if (masked(j)) softmax_tile<true>(s, m, l, alpha, j * BLOCK_N, qdiag, Sk, causal, scale_tile);
-            else softmax_tile<false>(s, m, l, alpha, j * BLOCK_N, qdiag, Sk, causal, scale_tile);
-        };
-        auto maxima = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&alpha)[2], float (&base)[2], int j) {
-            if (masked(j)) row_maxima<true>(s, m, alpha, base, j * BLOCK_N, qdiag, Sk, causal, scale_tile);
-            else row_maxima<false>(s, m, alpha, base, j * BLOCK_N, qdiag, Sk, causal, scale_tile);
+            if ((j + 1) * BLOCK_N > Sk || (causal && (j + 1) * BLOCK_N - 1 > first_row + t.diag))
+                softmax_tile<true>(s, m, l, alpha, j * BLOCK_N, qdiag, Sk, causal, scale_tile);
+            else
+                softmax_tile<false>(s, m, l, alpha, j * BLOCK_N, qdiag, Sk, causal, scale_tile);
         };
 
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
@@ -752,22 +733,6 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 fence_registers(s);
                 release(&sm.k_empty[cur % STAGES]);
                 softmax_begin(c);
-#if PACK_IN_SOFTMAX
-                // P·V j − 1 is waited for between the row maxima and the exponentials: P is then
-                // free, and each exponential can be cast to e4m3 into it as it leaves MUFU. The
-                // casts and byte packing (48 instructions a tile per thread at D64) run in the
-                // exponentials' shadow instead of after them, while MUFU waits for other warps.
-                float base[2];
-                maxima(s, m, alpha, base, j);
-                wgmma_wait<0>();
-                fence_registers(o);
-                fence_registers(p);
-                take_row_sums(o, l);
-                release(&sm.v_empty[prev % STAGES]);
-                exponentials(s, l, alpha, base, scale_tile);
-                to_operand(s, p);
-                softmax_end(c);
-#else
                 softmax(s, m, l, alpha, j);
                 softmax_end(c);
                 wgmma_wait<0>();
@@ -776,7 +741,6 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 take_row_sums(o, l);
                 release(&sm.v_empty[prev % STAGES]);
                 to_operand(s, p);
-#endif
             }
             release_q(sm, qs);  // every Q·Kᵀ of this work tile is done: the producer may refill Q
             const int last = pos + my_tiles - 1;

@@ -96,10 +96,14 @@ P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0
 # (FEW_ROWS_TILES): there no other warpgroup competes for the issue slots the FADDs took, and
 # the extra column only adds to each tile's latency. Hence row_sums_by_mma's rule.
 ROW_SUM_MMA = {64: True, 128: False}
-# PACK_IN_SOFTMAX (stage7.cu), per head dim: each tile's previous P·V waited for between its row
-# maxima and its exponentials, so that P's casts to e4m3 run beside the exponentials instead of
-# after them. Not yet measured: off.
-PACK_IN_SOFTMAX = {64: False, 128: False}
+# Tried and not kept (results/logs/2026-11-26-s40call1, the change in stage7_pack.patch there):
+# each tile's previous P·V waited for between its row maxima and its exponentials, so that P's
+# e4m3 casts interleave with the MUFU.EX2 stream (ptxas then placed a cast after every second
+# exponential) instead of following it. Predicted 2-5% at D64, where the exponential unit is 68%
+# busy and the casts are 8% of the instructions. Same bits; against the build without, in pairs in
+# both orders: D64 S2048 causal 1.019-1.025x, full 0.995x (one order's median 1.019x, its rounds
+# 0.994-0.996), D128 S8192 full 1.007-1.012x, causal 0.947-0.951x (the wait for a P·V twice as
+# long, before the exponentials), B1 H8 S512 0.99x.
 # The cast kernel and the attention kernel launched with programmatic dependent launch (PDL,
 # stages/pdl.cuh): each starts while the one before it finishes and waits on the GPU for its
 # writes, instead of being launched after its end, as stage 6's split-KV combine is (PDL_COMBINE
@@ -178,14 +182,12 @@ INFO = StageInfo(
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int | None = None,
            lazy_rescale: int | None = None, p_offset: bool | None = None, exp2_poly: int = 0,
-           v_in_kernel: bool = False, row_sum_mma: bool | None = None,
-           pack_in_softmax: bool | None = None) -> dict:
+           v_in_kernel: bool = False, row_sum_mma: bool | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and one of stage 6's
     schedules (stages.stage6.ALL_SCHEDULES): query rows per block, threads, dynamic shared
     memory and the kernel's defines. v_in_kernel: the producer warpgroup transposes V's tiles
     (V_IN_KERNEL) instead of reading Vᵀ from lib.fp8.v_for_pv's pass; it walks a fixed stride of
-    work tiles, so a work-queue schedule is refused. row_sum_mma: ROW_SUM_MMA, pack_in_softmax:
-    PACK_IN_SOFTMAX (None: the head dim's default)."""
+    work tiles, so a work-queue schedule is refused. row_sum_mma: ROW_SUM_MMA (None: the default)."""
     schedule = s6.default_schedule(head_dim) if schedule is None else schedule
     if schedule not in s6.ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
@@ -221,8 +223,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
-               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)), ("ROW_SUM_MMA", int(rs)),
-               ("PACK_IN_SOFTMAX", int(PACK_IN_SOFTMAX[head_dim] if pack_in_softmax is None else pack_in_softmax)))
+               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)), ("ROW_SUM_MMA", int(rs)))
     return {"block_m": 64 * consumers, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
             "persistent": persistent, "smem": smem, "defines": defines}
 
@@ -353,8 +354,7 @@ def quantize(q, k, v, *, v_transposed: bool = True, pdl: bool | None = None):
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-              p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pack_in_softmax=None, pdl=None,
-              seqlens_k=None):
+              p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, seqlens_k=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (`quantize`, lib.fp8.prepare's arithmetic: one scale
@@ -366,8 +366,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     `lazy_rescale` (-1 or 0), `p_offset` (False: P cast without the 2^8), `v_in_kernel` (the
     producer warpgroup transposes V's tiles, instead of a pass before the kernel) and
     `exp2_poly` (eighths of the exponentials by polynomial on the FMA pipes, stage 6's
-    EXP2_POLY_EIGHTHS), `row_sum_mma` (ROW_SUM_MMA; None: the default), `pack_in_softmax`
-    (PACK_IN_SOFTMAX; None: the default) and `pdl` (the cast and
+    EXP2_POLY_EIGHTHS), `row_sum_mma` (ROW_SUM_MMA; None: the default) and `pdl` (the cast and
     attention kernels launched with PDL; None: PDL) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
@@ -396,13 +395,12 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
         q8, k8, v_op, qd, kd, vd = quantize(q, k, v, v_transposed=not v_in_kernel, pdl=pdl)
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
-                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma,
-                   pack_in_softmax=pack_in_softmax, pdl=pdl)
+                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma, pdl=pdl)
 
 
 def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pack_in_softmax=None, pdl=None):
+            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
     [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
@@ -413,8 +411,7 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     out = new_output(q8, dtype=out_dtype)
     sms = s6._sm_count(q8.device)
     ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel)
-    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel, row_sum_mma,
-                 pack_in_softmax)
+    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel, row_sum_mma)
     n_work = ch["work"]
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")

@@ -44,10 +44,6 @@ BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their r
     (64, None, {"row_sum_mma": True}), (128, None, {"row_sum_mma": True}),
     (128, None, {"row_sum_mma": True, "v_in_kernel": True}),
     (64, s7.FEW_ROWS_TILES[64], {"schedule": s6.DECODE_SCHEDULE, "row_sum_mma": True}),
-    # the previous P·V waited for before the exponentials (PACK_IN_SOFTMAX), with and without the row sums
-    (64, None, {"pack_in_softmax": True}), (128, None, {"pack_in_softmax": True}),
-    (64, None, {"pack_in_softmax": True, "row_sum_mma": False}),
-    (128, None, {"pack_in_softmax": True, "schedule": "+ work queue"}),
 ]
 
 
@@ -399,41 +395,6 @@ def test_row_sums_by_mma(D, seed):
             for opts in ({}, {"schedule": "+ persistent blocks"}, {"v_in_kernel": True}):
                 out = s7.attention(q, k, v, causal=causal, row_sum_mma=True, **opts)
                 assert_close_to_emulation(out, q, k, v, causal=causal, row_sum_mma=True, **opts)
-
-
-@cpu_only  # reads the SASS of a fresh build (see the note on test_builds_offline_...)
-@pytest.mark.parametrize("D", [64, 128])
-def test_pack_in_softmax_casts_among_the_exponentials(D):
-    """PACK_IN_SOFTMAX: in the key-tile loop's SASS, P's casts to e4m3 (F2FP) sit among the
-    MUFU.EX2 of the same tile (some before its last exponential), where without the switch they
-    all come after a wgmma wait that follows the last exponential."""
-    import re as _re
-    from lib import sass
-    for pack in (False, True):
-        (compiled,) = s7.compile_for(head_dim=D, pack_in_softmax=pack).values()
-        loops = sass.innermost_loops(sass.sass_text(compiled.cubin), "attention_fp8")
-        body = max(loops, key=lambda lp: lp["mix"].get("MUFU", 0))["sass"]
-        ops = [m.group(1) for m in _re.finditer(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9]+)[ .]", body)]
-        last_mufu = max(i for i, o in enumerate(ops) if o == "MUFU")
-        casts_before = sum(1 for o in ops[:last_mufu] if o == "F2FP")
-        assert (casts_before > 0) == pack, (pack, casts_before)
-
-
-@gpu
-@hopper
-@pytest.mark.parametrize("D", [64, 128])
-def test_pack_in_softmax_gives_the_same_bits(D, seed):
-    """PACK_IN_SOFTMAX moves the wait for the previous P·V, not any arithmetic: the output is
-    the default build's bit for bit, at odd lengths, GQA, both causal alignments, with the row
-    sums by P·V and without, one block per work tile and the work queue."""
-    g = torch.Generator().manual_seed(seed)
-    for B, H, Hk, Sq, Sk in [(1, 2, 1, 77, 300), (2, 8, 2, 1000, 333), (4, 40, 8, 700, 700), (1, 4, 2, 130, 3000)]:
-        q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
-        for causal in (False, True, "bottom_right"):
-            for opts in ({}, {"schedule": "+ work queue"}, {"row_sum_mma": not s7.ROW_SUM_MMA[D]}):
-                a = s7.attention(q, k, v, causal=causal, pack_in_softmax=False, **opts)
-                b = s7.attention(q, k, v, causal=causal, pack_in_softmax=True, **opts)
-                assert torch.equal(a, b), (B, H, Hk, Sq, Sk, causal, opts)
 
 
 def test_quantize_kernels_compile_offline():
