@@ -741,9 +741,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             // 16 rows take registers o[8k … 8k + 7] as they are. Lane L names row L % 8 of tile
             // L / 8. Its row is 128-byte aligned and L % 8 is that row's place in the swizzle, so
             // chunk 2k + L/16 lies at a0 ^ 32k: one LOP3 per instruction. (Before: 2·D/8 4-byte
-            // stores per thread, each address two integer instructions; with zero_o's selects,
-            // 191 instructions a work tile per warp at D64, 6.5% of the consumers' stall samples
-            // at D64 causal S 512, results/logs/2026-11-26-s40call1.)
+            // stores per thread, each address two integer instructions: the epilogue was 191
+            // instructions a work tile per warp at D64, 6.5% of the consumers' stall samples at
+            // D64 causal S 512, results/logs/2026-11-26-s40call1.)
             {
                 const int row = 16 * warp + 8 * ((lane / 8) % 2) + lane % 8;  // of the consumer's 64
                 const unsigned a0 = smem_u32(&sm.q[qs][0][64 * c + row][0]) + (((lane / 16) ^ (lane % 8)) << 4);
@@ -952,8 +952,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             // consumers use are passed on, with as many turns as they take — TILE_TURNS per tile,
             // with the products' turns one more for INTRA_OVERLAP's last P·V (and at least one);
             // with CARRY_PV one per tile and at least one, the first spent on the pending P·V —
-            // and the rows get zeros: O is zeroed here, where nothing else runs (after the line
-            // `if (my_tiles == 0)` further down, ptxas made it 32 selects on every work tile).
+            // and the rows get zeros below.
             if (!O_TMA_STORE) release_q(sm, qs);
             if (CARRY_PV) {
                 flush_alone();
@@ -965,7 +964,6 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                     give_turn(c);
                 }
             }
-            zero_o();  // no P·V writes O: zeros, as SDPA gives
         } else {
 #if INTRA_OVERLAP
             // Tile 0's S alone (CARRY_PV: with the previous work tile's last P·V); then each turn
@@ -1085,6 +1083,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         }
         pos += n_tiles;
         if (!pend) {  // finished now (with CARRY_PV, a tile whose rows saw no key)
+            if (my_tiles == 0) zero_o();  // no P·V wrote O: zeros, as SDPA gives
             float inv_l[2], lse[2];
             close_rows(l, m, inv_l, lse);
             finish(w, count, inv_l, lse);
