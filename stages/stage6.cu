@@ -195,13 +195,6 @@ __device__ __forceinline__ float fast_rcp(float x) {
     asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
-// stmatrix: four 8×8 tiles of 16-bit elements from the warp's registers into shared memory; lane L
-// gives the address of row L % 8 of tile L / 8, and register i of every thread holds two adjacent
-// elements (row t/4, columns 2(t%4), +1) of tile i.
-__device__ __forceinline__ void stsm_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
-                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {  // two floats → two 16-bit elements
 #ifdef ELEM_BF16
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
@@ -733,27 +726,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             // of a row lives at chunk k ^ (row % 8). Then one thread stores the 64 rows with the
             // copy engine, one box per 64 columns; it clips rows past the sequence's end. The
             // consumer goes on at once instead of issuing D/4 scattered 4-byte stores per thread
-            // to global memory (measured at S 512: 2-3k clocks per work tile). The buffer is
-            // released to the producer only once the copy has read it.
-            // The writes are stmatrix (STSM), four 8×8 tiles of 16-bit elements per instruction:
-            // in the tile layout each thread holds two adjacent elements of row t/4, which is
-            // the accumulator's own, so tiles {rows 0-7, 8-15} × {chunks 2k, 2k + 1} of the warp's
-            // 16 rows take registers o[8k … 8k + 7] as they are. Lane L names row L % 8 of tile
-            // L / 8. Its row is 128-byte aligned and L % 8 is that row's place in the swizzle, so
-            // chunk 2k + L/16 lies at a0 ^ 32k: one LOP3 per instruction. (Before: 2·D/8 4-byte
-            // stores per thread, each address two integer instructions: the epilogue was 191
-            // instructions a work tile per warp at D64, 6.5% of the consumers' stall samples at
-            // D64 causal S 512, results/logs/2026-11-26-s40call1.)
-            {
-                const int row = 16 * warp + 8 * ((lane / 8) % 2) + lane % 8;  // of the consumer's 64
-                const unsigned a0 = smem_u32(&sm.q[qs][0][64 * c + row][0]) + (((lane / 16) ^ (lane % 8)) << 4);
+            // (measured at S 512: 2-3k clocks per work tile). The buffer is released to the
+            // producer only once the copy has read it.
 #pragma unroll
-                for (int k = 0; k < D / 16; ++k)
-                    stsm_x4((a0 ^ (32 * (k % 4))) + (k / 4) * BLOCK_M * 128,
-                            pack2(o[8 * k] * inv_l[0], o[8 * k + 1] * inv_l[0]),
-                            pack2(o[8 * k + 2] * inv_l[1], o[8 * k + 3] * inv_l[1]),
-                            pack2(o[8 * k + 4] * inv_l[0], o[8 * k + 5] * inv_l[0]),
-                            pack2(o[8 * k + 6] * inv_l[1], o[8 * k + 7] * inv_l[1]));
+            for (int r = 0; r < 2; ++r) {
+                const int row = 16 * warp + lane / 4 + 8 * r;  // of the consumer's 64
+                unsigned char* const base = reinterpret_cast<unsigned char*>(&sm.q[qs][0][64 * c + row][0]);
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n)
+                    *reinterpret_cast<unsigned*>(base + (n / 8) * BLOCK_M * 128 + ((n % 8) ^ (row % 8)) * 16 + 4 * (lane % 4)) =
+                        pack2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
             }
             fence_proxy_async();         // generic-proxy writes, read next by the copy engine
             named_bar_sync(1 + c, 128);  // the consumer's 64 rows are all there

@@ -275,6 +275,16 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
     return persistent and q_stages >= 2 and not pack_gqa and not seqs
 
 
+# Tried and not kept (results/logs/2026-11-26-s40call1 to -call4, the changes in the calls'
+# patches): the TMA-store epilogue's O written by stmatrix (four 8x8 tiles an instruction, one
+# LOP3 per address) instead of 2·D/8 4-byte stores, and O's zeroing for rows without keys moved
+# into that branch (ptxas makes it 32 selects on every work tile). Nsight Compute at D64 causal
+# S 512 had the epilogue at 191 instructions a work tile per warp and 6.5% of the consumers'
+# stall samples; predicted 1-3% there. Same bits; against the sources before, in pairs in both
+# orders: stmatrix alone 0.994-1.000x at D64 causal S 512, 0.984-0.991x at S 1024, 1.004-1.010x
+# at D64 full S 512-1024, 1.008x at D128 causal S 512; the zeroing moved 0.980-0.990x at D64
+# causal. The epilogue is not what those rows wait for: at each work tile's start both
+# consumers wait together for their first S (its wgmma and the copies: 9.5% of the samples).
 # CARRY_PV where carries_pv allows it: off, except at D128 with three Q buffers (below).
 CARRY_PV_DEFAULT = False
 

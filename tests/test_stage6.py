@@ -28,6 +28,7 @@ def variants():
                 yield pytest.param(D, dtype, sched, id=f"D{D}-{str(dtype)[6:]}-{sched.strip('+ ').replace(' ', '_')}")
 
 
+@cpu_only  # reads ptxas's log, which NVRTC on the H100 machine has handed back empty (session 40's call 4)
 @pytest.mark.parametrize("D,dtype,schedule", list(variants()))
 def test_compiles_to_hopper_instructions(D, dtype, schedule):
     (compiled,) = s6.compile_for(s6.ARCH, dtype, D, schedule=schedule).values()
