@@ -115,9 +115,6 @@
 #ifndef CARRY_PV
 #define CARRY_PV 0  // 1: a work tile's last P·V goes with the next work tile's first S (see the consumers)
 #endif
-#ifndef EARLY_S
-#define EARLY_S 0  // 1: a work tile's epilogue runs under the next work tile's first S (see the consumers)
-#endif
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 1  // 2 or 3: blocks of one consumer sharing an SM (decoding; see the registers below)
 #endif
@@ -127,8 +124,6 @@ static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgro
 static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
 static_assert(!CARRY_PV || (WARP_SPECIALIZED && INTRA_OVERLAP),
               "the carried P·V is the overlap's last product, issued with the next tile's first S");
-static_assert(!EARLY_S || (WARP_SPECIALIZED && INTRA_OVERLAP && !CARRY_PV),
-              "the epilogue waits for the overlap's first S of the next work tile, instead of a carried P·V");
 static_assert(!CARRY_PV || !O_TMA_STORE || Q_STAGES >= 2,
               "a carried tile's O is staged in its Q buffer, which the next tile's Q must not need");
 static_assert(!O_TMA_STORE || (WARP_SPECIALIZED && !PACK_GQA && !SEQS),
@@ -699,7 +694,6 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         }
     };
     float o[D / 2];
-    unsigned po[EARLY_S ? D / 4 : 1];  // EARLY_S: a work tile's O / l, packed, awaiting its epilogue
     unsigned p[BLOCK_N / 16][4];
     auto zero_o = [&]() {
 #pragma unroll
@@ -720,9 +714,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     // ---- the end of work tile w (the block's count-th): O / l out, rows that do not exist
     // clipped; 4-byte stores of two elements. With n_splits > 1, this block's share in fp32
     // instead: O / l and the rows' log2-sum-exp, for the combine.
-    // PACKED (EARLY_S, a work tile finished late): O / l is already in po, in 16 bits, and the
-    // rows are unsplit.
-    auto finish = [&](const bool PACKED, int w, int count, const float (&inv_l)[2], const float (&lse)[2]) {
+    auto finish = [&](int w, int count, const float (&inv_l)[2], const float (&lse)[2]) {
         const Work t = work_tile(w, dv, seqs, per_split);
         const int qs = count % Q_STAGES;
         int qpos[2], head[2];
@@ -743,7 +735,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 #pragma unroll
                 for (int n = 0; n < D / 8; ++n)
                     *reinterpret_cast<unsigned*>(base + (n / 8) * BLOCK_M * 128 + ((n % 8) ^ (row % 8)) * 16 + 4 * (lane % 4)) =
-                        PACKED ? po[2 * n + r] : pack2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
+                        pack2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
             }
             fence_proxy_async();         // generic-proxy writes, read next by the copy engine
             named_bar_sync(1 + c, 128);  // the consumer's 64 rows are all there
@@ -773,9 +765,8 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 elem_t* const dst = out + row * D + 2 * (lane % 4);
 #pragma unroll
                 for (int n = 0; n < D / 8; ++n)
-                    *reinterpret_cast<unsigned*>(dst + 8 * n) =
-                        PACKED ? po[2 * n + r] : pack2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
-            } else if (!PACKED) {  // o_part [rows][n_splits][D], lse_part [rows][n_splits]
+                    *reinterpret_cast<unsigned*>(dst + 8 * n) = pack2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
+            } else {  // o_part [rows][n_splits][D], lse_part [rows][n_splits]
                 float* const dst = o_part + (row * n_splits + t.split) * D + 2 * (lane % 4);
 #pragma unroll
                 for (int n = 0; n < D / 8; ++n)
@@ -784,7 +775,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             }
         }
 #if COMBINE_IN_BLOCK
-        if (!PACKED && n_splits > 1 && split_counts != nullptr) {
+        if (n_splits > 1 && split_counts != nullptr) {
             // The last of the work tile's blocks to get here combines its rows. Each thread's
             // partial rows are made visible to every SM (__threadfence) before the block counts
             // itself in; the block that counts last sees every other split's rows after its count
@@ -834,26 +825,13 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     int pend_pos = 0, pend_w = 0;
     int w = blockIdx.x, count = 0;  // the block's count-th work tile, w
     float pend_inv_l[2] = {0.0f, 0.0f}, pend_lse[2] = {NEG_INF, NEG_INF};
-    // ---- EARLY_S: a work tile's epilogue (O / l, its stores) waits until the next work tile's
-    // first S = Q·Kᵀ is issued, and runs while the tensor cores compute it. Without it both
-    // consumers of a block run their epilogues and then wait together for their first S, the
-    // tensor cores idle: at D64 causal S 512 Nsight Compute had 6.5% of the consumers' stall
-    // samples in the epilogue and 9.5% at a work tile's first S (results/logs/2026-11-26-s40call1).
-    // Kept meanwhile (as for a carried P·V, which this replaces): O in o, the rows' 1 / l and lse,
-    // and with the queue the work tile; O / l in 16 bits (po). `late`: a work tile awaits its
-    // epilogue.
-    bool late = false;
-    auto finish_late = [&]() {
-        if (late) finish(true, DYNAMIC_WORK ? pend_w : w - (int)gridDim.x, count - 1, pend_inv_l, pend_lse);
-        late = false;
-    };
     auto settle_pending = [&]() {  // the pending P·V was issued: wait for it, release V, finish
         wgmma_wait<0>();
         fence_registers(o);
         fence_registers(p);
         release(&sm.v_empty[pend_pos % STAGES]);
         STAMP(role, pend_pos, 3);
-        finish(false, DYNAMIC_WORK ? pend_w : w - (int)gridDim.x, count - 1, pend_inv_l, pend_lse);
+        finish(DYNAMIC_WORK ? pend_w : w - (int)gridDim.x, count - 1, pend_inv_l, pend_lse);
         pend = false;
     };
     // One turn of its own: the pending P·V (if any) alone. Each branch issues and waits for its
@@ -957,7 +935,6 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             // with the products' turns one more for INTRA_OVERLAP's last P·V (and at least one);
             // with CARRY_PV one per tile and at least one, the first spent on the pending P·V —
             // and the rows get zeros below.
-            if (EARLY_S) finish_late();  // no S to run it under
             if (!O_TMA_STORE) release_q(sm, qs);
             if (CARRY_PV) {
                 flush_alone();
@@ -984,7 +961,6 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 issue_qk(s, q_desc, k_desc(pos % STAGES));
                 if (CARRIED) issue_pv(o, p, v_desc(pend_pos % STAGES), pend_fresh);
                 turn_end(c);
-                if (EARLY_S) finish_late();  // the work tile before, while this S runs
                 if (CARRIED) wgmma_wait<1>();
                 else wgmma_wait<0>();
                 fence_registers(s);
@@ -1092,30 +1068,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             if (my_tiles == 0) zero_o();  // no P·V wrote O: zeros, as SDPA gives
             float inv_l[2], lse[2];
             close_rows(l, m, inv_l, lse);
-#if EARLY_S
-            // O / l in 16 bits here, where no product is in flight: the epilogue under the next S
-            // then reads po, registers no product writes. (Reading o there, ptxas made the read
-            // wait for every product in flight and serialized every wgmma of the kernel:
-            // C7517/C7518.) The asm keeps the packing from being moved past the next S's issue.
-            late = my_tiles > 0 && n_splits == 1;  // split rows leave in fp32 at once
-            if (late) {
-#pragma unroll
-                for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        po[2 * n + r] = pack2(o[4 * n + 2 * r] * inv_l[r], o[4 * n + 2 * r + 1] * inv_l[r]);
-                        asm volatile("" : "+r"(po[2 * n + r]) :: "memory");
-                    }
-                pend_lse[0] = lse[0], pend_lse[1] = lse[1], pend_w = w;
-            } else {
-                finish(false, w, count, inv_l, lse);
-            }
-#else
-            finish(false, w, count, inv_l, lse);
-#endif
+            finish(w, count, inv_l, lse);
         }
     }
-    if (EARLY_S) finish_late();  // the block's last work tile
     if (CARRY_PV) flush_alone();  // the last work tile's last P·V, in one more turn of every consumer
     // The last consumer's final turn went to consumer 0, who takes it here: every turn barrier
     // sees as many arrivals as waits, and nothing is left pending when the block ends.

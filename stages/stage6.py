@@ -285,20 +285,6 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
 # at D64 full S 512-1024, 1.008x at D128 causal S 512; the zeroing moved 0.980-0.990x at D64
 # causal. The epilogue is not what those rows wait for: at each work tile's start both
 # consumers wait together for their first S (its wgmma and the copies: 9.5% of the samples).
-# EARLY_S where issues_s_early allows it: not yet measured, off.
-EARLY_S_DEFAULT = False
-
-
-def issues_s_early(persistent: bool, switches: dict, carry: bool, tiles) -> bool:
-    """EARLY_S, the rule: a persistent launch whose consumers overlap S with P·V runs each work
-    tile's epilogue under the next one's first S (EARLY_S_DEFAULT), never with a carried P·V,
-    which fills the same gap its own way; only with two consumers and 128-key tiles, whose 240
-    registers hold the next S beside the packed O (three consumers' 160 spill 8-32 bytes with
-    it, the 176-key tiles 48: NVRTC 13.0's ptxas)."""
-    return (EARLY_S_DEFAULT and persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
-            and not carry and tiles[2] == 2 and tiles[0] == 128)
-
-
 # CARRY_PV where carries_pv allows it: off, except at D128 with three Q buffers (below).
 CARRY_PV_DEFAULT = False
 
@@ -402,7 +388,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
-           blocks_per_sm: int = 1, early_s: bool | None = None) -> dict:
+           blocks_per_sm: int = 1) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -442,10 +428,6 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     carry = carries_pv(persistent, sw, consumers, qs, tma, head_dim) if carry_pv is None else bool(carry_pv)
     if carry and not (sw["INTRA_OVERLAP"] and sw["WARP_SPECIALIZED"]):
         raise ValueError(f"carry_pv carries the overlap's last P·V; schedule {schedule!r} has no overlap")
-    early = issues_s_early(persistent, sw, carry, (bn, stages, consumers)) if early_s is None else bool(early_s)
-    if early and not (persistent and sw["INTRA_OVERLAP"] and sw["WARP_SPECIALIZED"] and not carry):
-        raise ValueError(f"early_s runs a persistent launch's epilogues under the next work tile's first S: it "
-                         f"needs the overlap and no carried P·V; schedule {schedule!r}, carry_pv {carry}")
     if carry and tma and qs == 1:
         raise ValueError("carry_pv with the TMA-store epilogue needs two Q buffers (q_stages=2): the "
                          "carried tile's O is staged in the Q buffer the next tile loads into")
@@ -460,7 +442,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs),
                ("O_TMA_STORE", int(tma)), ("CARRY_PV", int(carry)),
                ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)),
-               ("BLOCKS_PER_SM", blocks_per_sm), ("EARLY_S", int(early)))
+               ("BLOCKS_PER_SM", blocks_per_sm))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -469,7 +451,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
                 q_stages: int | None = None, tma_store: bool | None = None,
-                carry_pv: bool | None = None, blocks_per_sm: int = 1, early_s: bool | None = None) -> dict:
+                carry_pv: bool | None = None, blocks_per_sm: int = 1) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
     lengths). Only sm_90a has the instructions; any other arch is refused."""
@@ -478,7 +460,7 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm, early_s)
+                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -660,7 +642,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, early_s=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -700,7 +682,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
-                 combine_in_block, carry_pv, ch["blocks_per_sm"], early_s)
+                 combine_in_block, carry_pv, ch["blocks_per_sm"])
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -766,7 +748,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None, early_s=None):
+              blocks_per_sm=None, pdl=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -790,8 +772,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     `q_stages` (1, 2 or 3 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
-    (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `early_s` (the next work tile's
-    epilogue run under the next one's first S; None: issues_s_early's rule) for measuring them.
+    (2 or 3 blocks of one consumer per SM, decoding; None: 1) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -809,7 +790,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         return stage8.with_grad(partial(attention, tiles=tiles, schedule=schedule, exp2_poly=exp2_poly,
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
-                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl, early_s=early_s),
+                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -825,7 +806,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, early_s)
+               combine_in_block, carry_pv, blocks_per_sm, pdl)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -840,7 +821,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm, pdl=pdl, early_s=early_s)
+                          blocks_per_sm=blocks_per_sm, pdl=pdl)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

@@ -384,55 +384,6 @@ def test_carried_pv_compiles_clean(D):
         s6.config(D, schedule="+ ping-pong", carry_pv=True)
 
 
-@on_hopper
-def test_early_s_same_bits(seed):
-    """EARLY_S (a work tile's epilogue run under the next one's first S) moves the epilogue, not
-    any arithmetic: the output is the build without it bit for bit. Persistent blocks and the
-    work queue with ping-pong and without, many work tiles per block, odd lengths, GQA, work
-    tiles whose rows see no key (bottom-right with Sq > Sk: the tile before finishes at once),
-    a consumer whose rows end before the block's last key tiles, a negative scale (Q negated in
-    shared memory), one to three Q buffers (O staged in the finished tile's own), D64 and D128."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for D in s6.INFO.head_dims:
-        for tiles, qs in (((128, 4, 2), 3), ((128, 2, 2), 2), ((128, 2, 2), 1)):
-            if not s6.fits(D, tiles, qs):
-                continue
-            for B, Sq, Sk, causal, scale in ((2, 700, 129, "bottom_right", None), (2, 515, 515, "top_left", None),
-                                             (2, 300, 1000, False, None), (2, 333, 129, True, -0.1)):
-                H = 3 * sms // (B * -(-Sq // (64 * tiles[2]))) + 1
-                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=H // 2 if H % 2 == 0 else H, dtype=torch.bfloat16, seed=seed)
-                for schedule in ("work queue without ping-pong", "+ work queue", "+ persistent blocks"):
-                    runs = [s6.attention(q, k, v, causal=causal, scale=scale, schedule=schedule, tiles=tiles,
-                                         q_stages=qs, carry_pv=False, early_s=e) for e in (False, True)]
-                    assert torch.equal(*runs), (D, tiles, qs, B, Sq, Sk, causal, scale, schedule)
-                check = check_output(runs[1], q, k, v, causal=causal, scale=scale)
-                assert check.passed, (D, tiles, B, Sq, Sk, causal, check.summary())
-
-
-@cpu_only  # reads ptxas's log, which NVRTC on the H100 machine has handed back empty
-@pytest.mark.parametrize("D", [64, 128])
-def test_early_s_compiles_clean(D):
-    """The builds EARLY_S's rule may take (persistent launches of two consumers with 128-key
-    tiles, two and three Q buffers) compile with it without a serialized wgmma or a spill; the
-    rule leaves out three consumers and a carried P·V; without the overlap it is refused."""
-    for schedule in ("work queue without ping-pong", "+ work queue", "+ persistent blocks"):
-        for qs in (2, 3):
-            if not s6.fits(D, (128, 2, 2), qs):
-                continue
-            (compiled,) = s6.compile_for(s6.ARCH, torch.bfloat16, D, tiles=(128, 2, 2), schedule=schedule,
-                                         q_stages=qs, carry_pv=False, early_s=True).values()
-            assert not SERIALIZING.search(compiled.log), (schedule, qs, compiled.log)
-            usage = compiled.resource_usage()["attention_wgmma"]
-            assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, (schedule, qs, usage)
-    sw = s6.ALL_SCHEDULES["work queue without ping-pong"]
-    assert not s6.issues_s_early(True, sw, False, (128, 2, 3))
-    assert not s6.issues_s_early(True, sw, True, (128, 2, 2))
-    with pytest.raises(ValueError, match="early_s"):
-        s6.config(D, schedule="+ ping-pong", early_s=True)
-    with pytest.raises(ValueError, match="early_s"):
-        s6.config(D, (128, 2, 2), "work queue without ping-pong", carry_pv=True, early_s=True)
-
-
 def test_q_buffer_rule():
     """Two Q buffers wherever they fit in shared memory; the kernel gets the count, and the
     launch's shared memory counts both."""
