@@ -283,8 +283,14 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
 # stall samples; predicted 1-3% there. Same bits; against the sources before, in pairs in both
 # orders: stmatrix alone 0.994-1.000x at D64 causal S 512, 0.984-0.991x at S 1024, 1.004-1.010x
 # at D64 full S 512-1024, 1.008x at D128 causal S 512; the zeroing moved 0.980-0.990x at D64
-# causal. The epilogue is not what those rows wait for: at each work tile's start both
-# consumers wait together for their first S (its wgmma and the copies: 9.5% of the samples).
+# causal. Nor was the epilogue worth hiding (-s40call5, stage6_early_s.patch there): each work
+# tile's epilogue run under the next work tile's first S, issued once its last P·V is done (O / l
+# packed to 16 bits first: reading o while that S ran made ptxas serialize every wgmma,
+# C7517/C7518; a product left in flight across the work loop's back edge, C7515). Same bits,
+# sanitizers clean; predicted 3-6% at D64 causal S 512-1024 (6.5% of the stall samples in the
+# epilogue, 9.5% at a work tile's first S, both consumers waiting together); measured
+# 0.977-0.983x there, 0.95-0.99x at D128 S 512-2048. Stall samples say where warps wait, not
+# what holds the block back.
 # CARRY_PV where carries_pv allows it: off, except at D128 with three Q buffers (below).
 CARRY_PV_DEFAULT = False
 
