@@ -163,6 +163,11 @@ CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
 # at S 512). Predicted 3-6% at D64 causal S 512; measured 1.01x there, 1.00-1.01x at S 1024 and
 # 1.02x at S 2048, and 0.98-0.99x at full attention, where no tile is halved but the build carries
 # the extra code. Consumer 0 finishes early, but its work tile ends with consumer 1's whole diagonal.
+# Also tried there (results/logs/2026-11-26-s40call6): the consumers taking turns at their softmax
+# (PINGPONG=2, as cuDNN's kernel does) on the work queue, so that one consumer's exponentials run
+# beside the other's products instead of both at once: 0.97-0.98x at D64 causal S 512, 0.96x at
+# S 1024, 0.93x full, 0.97-0.98x at D128 causal S 512; without the overlap within a warpgroup
+# (cuDNN's way) 0.95-0.98x.
 
 
 def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> str:
