@@ -260,8 +260,7 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
 // A block's work tile: BLOCK_M query rows of one (batch, head) — with PACK_GQA the G·Sq rows of
 // one (batch, K/V head) — and one of n_splits ranges of its key tiles: key tiles t0 …
 // t0 + n_tiles − 1. Work w is split w % n_splits of query block (w / n_splits) % n_qb of head
-// w / (n_splits·n_qb); causal work starts with the heaviest query block of each head, or (head_group
-// > 0, stages/stage6.py: head_group_for) with the heaviest of a group of heads. The host
+// w / (n_splits·n_qb); causal work starts with the heaviest query block of each head. The host
 // picks per_split so that no range is empty for the longest keys (and n_splits = 1 with causal
 // masking); a shorter sequence's ranges past its end, and query blocks past its last query,
 // have n_tiles = 0.
@@ -304,22 +303,16 @@ struct PlainDivisor {  // the producer's: the compiler's division
     __device__ __forceinline__ int div(int n) const { return n / d; }
 };
 // The divisors of a work index: splits, query blocks per head, heads (K/V heads with PACK_GQA),
-// the GQA group, (PACK_GQA) Sq, which splits a block row into head and query, and (causal work
-// taken in head groups, head_group > 0) the heads of a group and a group's work tiles.
+// the GQA group, and (PACK_GQA) Sq, which splits a block row into head and query.
 template <class Div>
 struct WorkDivs {
-    Div splits, qb, heads, group, sq, hg, hgq;
-    int n_bh;  // (batch, head) pairs
-    __device__ __forceinline__ WorkDivs(int n_splits, int n_qb, int H, int group_, int Sq, int n_work, int head_group) {
+    Div splits, qb, heads, group, sq;
+    __device__ __forceinline__ WorkDivs(int n_splits, int n_qb, int H, int group_, int Sq) {
         splits.make(n_splits);
         qb.make(n_qb);
         heads.make(PACK_GQA ? H / group_ : H);
         group.make(group_);
         sq.make(PACK_GQA ? Sq : 1);
-        hg.make(max(head_group, 1));
-        hgq.make(max(head_group, 1) * n_qb);
-        hg.d = head_group;  // 0: heads one after another
-        n_bh = n_work / (n_splits * n_qb);
     }
 };
 struct Work {
@@ -331,18 +324,8 @@ __device__ __forceinline__ Work work_tile(int w, const WorkDivs<Div>& dv, const 
     Work t;
     const int ws = dv.splits.div(w);
     t.split = w - ws * dv.splits.d;
-    int bh, qb_in;  // (batch, head), or (batch, K/V head) with PACK_GQA; the query block's rank
-    if (sq.causal && dv.hg.d > 0) {
-        // Longest first across a group of hg heads: every head's heaviest query block, then
-        // every head's next, ... (the last group may have fewer heads).
-        const int g = dv.hgq.div(ws), r = ws - g * dv.hgq.d, first = g * dv.hg.d;
-        const int in_group = min(dv.hg.d, dv.n_bh - first);
-        qb_in = in_group == dv.hg.d ? dv.hg.div(r) : r / in_group;
-        bh = first + r - qb_in * in_group;
-    } else {
-        bh = dv.qb.div(ws);
-        qb_in = ws - bh * dv.qb.d;
-    }
+    const int bh = dv.qb.div(ws);  // (batch, head), or (batch, K/V head) with PACK_GQA
+    const int qb_in = ws - bh * dv.qb.d;
     const int qb = sq.causal ? dv.qb.d - 1 - qb_in : qb_in;
     t.b = dv.heads.div(bh);
     const int hh = bh - t.b * dv.heads.d;
@@ -580,7 +563,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                 elem_t* __restrict__ out,
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
-                float scale_log2, int causal, int n_work, int n_splits, int per_split, int head_group, long long* timeline,
+                float scale_log2, int causal, int n_work, int n_splits, int per_split, long long* timeline,
                 int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k,
                 float* __restrict__ lse_out) {
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
@@ -626,7 +609,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (threadIdx.x == 0) {
             int pos = 0;  // ring position
             int count = 0;
-            const WorkDivs<PlainDivisor> dv(n_splits, n_qb, H, group, Sq, n_work, head_group);
+            const WorkDivs<PlainDivisor> dv(n_splits, n_qb, H, group, Sq);
             auto work_q = [&](int w, int count) {  // the Q of work tile w, the block's count-th
                 const Work t = work_tile(w, dv, seqs, per_split);
                 load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
@@ -679,7 +662,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     }
     if (SETMAXNREG) regs_claim<CONSUMER_REGS>();
 #endif
-    const WorkDivs<Divisor> dv(n_splits, n_qb, H, group, Sq, n_work, head_group);
+    const WorkDivs<Divisor> dv(n_splits, n_qb, H, group, Sq);
     // ---- consumer c: query rows q0 + 64c … q0 + 64c + 63 of each work tile ----
     const int c = wg - WARP_SPECIALIZED, lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const int role = c + 1;  // timeline row

@@ -384,26 +384,6 @@ def test_carried_pv_compiles_clean(D):
         s6.config(D, schedule="+ ping-pong", carry_pv=True)
 
 
-@on_hopper
-def test_head_groups_same_bits(seed):
-    """Causal work handed out longest first across groups of heads (head_groups) changes which
-    block computes which work tile, not any tile's arithmetic: the output is the per-head order's
-    bit for bit. A last group smaller than the others (140 heads in groups of 73 at Sk 700 D64),
-    one group holding every head, GQA, both causal alignments, the work queue with and without
-    ping-pong, D64 and D128; and the rule leaves full attention alone."""
-    for D, B, H, Hk, Sq, Sk in ((64, 2, 70, 70, 700, 700), (64, 3, 8, 2, 515, 515), (128, 2, 40, 8, 300, 1000)):
-        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
-        for causal in (True, "bottom_right"):
-            for schedule in (None, "work queue without ping-pong", "+ work queue"):
-                runs = [s6.attention(q, k, v, causal=causal, schedule=schedule, head_groups=on) for on in (False, True)]
-                assert torch.equal(*runs), (D, B, H, Sq, Sk, causal, schedule)
-            check = check_output(runs[1], q, k, v, causal=causal)
-            assert check.passed, (D, B, H, Sq, Sk, causal, check.summary())
-    assert s6.head_group_for(True, True, 700, 64, 1, 50 * 2**20, on=True) == 73
-    assert s6.head_group_for(False, True, 700, 64, 1, 50 * 2**20, on=True) == 0
-    assert s6.head_group_for(True, False, 700, 64, 1, 50 * 2**20, on=True) == 0
-
-
 def test_q_buffer_rule():
     """Two Q buffers wherever they fit in shared memory; the kernel gets the count, and the
     launch's shared memory counts both."""
