@@ -249,6 +249,28 @@ def short_tiles(head_dim: int, Sk: int, schedule: str, causal: bool):
       slower (causal, against three consumers)."""
     persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
     return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS[head_dim] else None
+# Causal work on the work queue handed out longest first across groups of heads (head_group_for):
+# 0 off, k > 0 groups whose K and V fill 1/k of the L2.
+HEAD_GROUP_SHARE = 0  # not yet measured
+
+
+def head_group_for(causal: bool, queue: bool, Sk: int, D: int, G: int, l2_bytes: int, share: int | None = None) -> int:
+    """The kernel's head_group, the rule: causal work tiles differ in length (1 to n_qb key
+    tiles), and the work queue hands them out in order. In (batch, head) order, heaviest query
+    block first within each head, the last work tiles handed out include heavy ones, and the
+    block that takes one finishes last while the others idle (Nsight Compute at D64 causal S 512:
+    the SMs' busy cycles spread over 113-131k, about one heavy work tile; results/logs/
+    2026-11-26-s40call1). Longest processing time first across every head would end on the
+    lightest tiles but re-read each head's K and V from DRAM for each of its query blocks; so it
+    is taken across groups of heads whose K and V fill 1/share of the L2 (a query head's share of
+    its K/V head: 2·Sk·D·2 bytes / G), as FlashAttention-3's scheduler does with its L2 sections.
+    0 (heads one after another) for full attention and launches without the queue."""
+    share = HEAD_GROUP_SHARE if share is None else int(share)
+    if share <= 0 or not causal or not queue or l2_bytes <= 0:
+        return 0
+    return max(1, int(l2_bytes // share // max(1, 4 * Sk * D // G)))
+
+
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
 # (stages/stage6.cu: poly_exp2), per head dim.
 EXP2_POLY = {64: 0, 128: 0}
@@ -660,7 +682,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, head_groups=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -708,9 +730,11 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.kernel, plan.combine = _kernel(q.dtype, D, cfg)
     plan.config = nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"], pdl=kernel_pdl)
     plan.splits, plan.group = n, (G if pack else 0)
+    head_group = head_group_for(bool(causal) and n == 1, bool(dict(cfg["defines"])["DYNAMIC_WORK"]), Sk, D, G,
+                                _l2_bytes(q.device), head_groups)
     plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(G),
                  np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
-                 np.int32(n), np.int32(per_split))
+                 np.int32(n), np.int32(per_split), np.int32(head_group))
     rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
     block_rows = G * Sq if pack else cfg["block_m"]
@@ -766,7 +790,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None):
+              blocks_per_sm=None, pdl=None, head_groups=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -790,7 +814,9 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     `q_stages` (1, 2 or 3 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
-    (2 or 3 blocks of one consumer per SM, decoding; None: 1) for measuring them.
+    (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `head_groups` (causal work
+    on the queue handed out longest first across groups of heads filling 1/head_groups of the L2;
+    0: heads one after another; None: head_group_for's rule) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -808,7 +834,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         return stage8.with_grad(partial(attention, tiles=tiles, schedule=schedule, exp2_poly=exp2_poly,
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
-                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl),
+                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl,
+                                        head_groups=head_groups),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -824,7 +851,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl)
+               combine_in_block, carry_pv, blocks_per_sm, pdl, head_groups)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -839,7 +866,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm, pdl=pdl)
+                          blocks_per_sm=blocks_per_sm, pdl=pdl, head_groups=head_groups)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -932,6 +959,10 @@ def _retarget(plan: _Plan, i: int, t) -> None:
 
 
 _sms: dict = {}
+
+
+def _l2_bytes(device) -> int:
+    return torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
 
 
 def _sm_count(device) -> int:

@@ -384,6 +384,38 @@ def test_carried_pv_compiles_clean(D):
         s6.config(D, schedule="+ ping-pong", carry_pv=True)
 
 
+@on_hopper
+def test_head_groups_same_bits(seed):
+    """The work queue handing causal work out longest first across groups of heads (head_groups)
+    changes which block computes which work tile, not any tile's arithmetic: the output is the
+    per-head order's bit for bit. A last group smaller than the others (140 heads in groups of
+    73 at Sk 700 D64), one group holding every head, groups of one head, GQA, both causal
+    alignments, the queue with and without ping-pong, D64 and D128."""
+    for D, B, H, Hk, Sq, Sk in ((64, 2, 70, 70, 700, 700), (64, 3, 8, 2, 515, 515), (128, 2, 40, 8, 300, 1000)):
+        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
+        for causal in (True, "bottom_right"):
+            for schedule in ("work queue without ping-pong", "+ work queue"):
+                runs = [s6.attention(q, k, v, causal=causal, schedule=schedule, head_groups=share)
+                        for share in (0, 4, 1, 10**6)]
+                for r in runs[1:]:
+                    assert torch.equal(runs[0], r), (D, B, H, Sq, Sk, causal, schedule)
+            check = check_output(runs[1], q, k, v, causal=causal)
+            assert check.passed, (D, B, H, Sq, Sk, causal, check.summary())
+
+
+def test_head_group_rule():
+    """head_group_for: heads whose K and V fill 1/share of the L2, at least one; none for full
+    attention, launches without the queue, or with no L2 size (a CPU tensor)."""
+    l2 = 50 * 2**20
+    assert s6.head_group_for(True, True, 700, 64, 1, l2, 4) == 73
+    assert s6.head_group_for(True, True, 512, 64, 4, l2, 16) == 100
+    assert s6.head_group_for(True, True, 10**6, 128, 1, l2, 4) == 1
+    assert s6.head_group_for(False, True, 700, 64, 1, l2, 4) == 0
+    assert s6.head_group_for(True, False, 700, 64, 1, l2, 4) == 0
+    assert s6.head_group_for(True, True, 700, 64, 1, 0, 4) == 0
+    assert s6.head_group_for(True, True, 700, 64, 1, l2, 0) == 0
+
+
 def test_q_buffer_rule():
     """Two Q buffers wherever they fit in shared memory; the kernel gets the count, and the
     launch's shared memory counts both."""
@@ -596,7 +628,7 @@ def test_split_launches_on_the_cpu(monkeypatch):
     s6.attention(q, k, v)
     # the kernel's parameters end (..., n_splits, per_split, timeline, work_queue, split_counts,
     # cu_q, cu_k, used_k, lse_out)
-    N_SPLITS, COUNTS = -9, -5
+    N_SPLITS, COUNTS = -10, -5
     ((k1, c1, p1),) = launched                    # 4 rows × 16 splits × 64 floats (16 KB): combined in the block
     assert k1 == "kernel" and c1.grid == (8 * 16, 1, 1)  # 8 K/V heads × 16 splits of 2 tiles
     assert int(p1[N_SPLITS]) == 16 and p1[COUNTS] == 3333 and p1[5:7] == (1111, 2222)
