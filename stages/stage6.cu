@@ -261,7 +261,7 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
 // one (batch, K/V head) — and one of n_splits ranges of its key tiles: key tiles t0 …
 // t0 + n_tiles − 1. Work w is split w % n_splits of query block (w / n_splits) % n_qb of head
 // w / (n_splits·n_qb); causal work starts with the heaviest query block of each head (and a work
-// queue may hand the tiles out in another order: see the producer's `handed_out`). The host
+// queue hands its last tiles out in another order: see the producer's `handed_out`). The host
 // picks per_split so that no range is empty for the longest keys (and n_splits = 1 with causal
 // masking); a shorter sequence's ranges past its end, and query blocks past its last query,
 // have n_tiles = 0.
@@ -564,7 +564,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                 elem_t* __restrict__ out,
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
-                float scale_log2, int causal, int n_work, int n_splits, int per_split, int head_group, long long* timeline,
+                float scale_log2, int causal, int n_work, int n_splits, int per_split, int tail_heads, long long* timeline,
                 int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k,
                 float* __restrict__ lse_out) {
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
@@ -615,17 +615,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 const Work t = work_tile(w, dv, seqs, per_split);
                 load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
             };
-            // The work queue's slot-th tile. With head_group > 0 (causal, unsplit; stages/stage6.py:
-            // head_group_for) longest first across groups of head_group (batch, head) pairs: every
-            // head's heaviest query block of a group, then every head's next, ...; the last group
-            // may have fewer heads. Only this thread maps slots to tiles: the consumers read the
-            // tile's index from its Q slot (sm.work) and decode it as before.
+            // The work queue's slot-th tile: (batch, head) pairs one after another, each head's
+            // heaviest query block first, except the last tail_heads pairs (causal, unsplit;
+            // stages/stage6.py: tail_heads_for), which are handed out longest first across them:
+            // every one's heaviest query block, then every one's next, ... Only this thread maps
+            // slots to tiles: the consumers read the tile's index from its Q slot (sm.work).
             auto handed_out = [&](int slot) {
-                if (!DYNAMIC_WORK || head_group <= 0 || slot >= n_work) return slot;
-                const int per_group = head_group * n_qb, g = slot / per_group, r = slot - g * per_group;
-                const int first = g * head_group, in_group = min(head_group, n_work / n_qb - first);
-                const int qb_in = r / in_group;
-                return (first + r - qb_in * in_group) * n_qb + qb_in;
+                const int first = n_work / n_qb - tail_heads;  // the first pair of the tail
+                if (!DYNAMIC_WORK || tail_heads <= 0 || slot < first * n_qb || slot >= n_work) return slot;
+                const int r = slot - first * n_qb, qb_in = r / tail_heads;
+                return (first + r - qb_in * tail_heads) * n_qb + qb_in;
             };
             const int w0 = handed_out(blockIdx.x);
             if (w0 < n_work) work_q(w0, 0);

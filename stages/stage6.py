@@ -249,26 +249,27 @@ def short_tiles(head_dim: int, Sk: int, schedule: str, causal: bool):
       slower (causal, against three consumers)."""
     persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
     return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS[head_dim] else None
-# Causal work on the work queue handed out longest first across groups of heads (head_group_for):
-# 0 off, k > 0 groups whose K and V fill 1/k of the L2.
-HEAD_GROUP_SHARE = 0  # not yet measured
+# Causal work on the work queue: how many waves of work tiles at its end are handed out longest
+# first (tail_heads_for); 0: none.
+TAIL_WAVES = 0  # not yet measured
 
 
-def head_group_for(causal: bool, queue: bool, Sk: int, D: int, G: int, l2_bytes: int, share: int | None = None) -> int:
-    """The kernel's head_group, the rule: causal work tiles differ in length (1 to n_qb key
-    tiles), and the work queue hands them out in order. In (batch, head) order, heaviest query
-    block first within each head, the last work tiles handed out include heavy ones, and the
-    block that takes one finishes last while the others idle (Nsight Compute at D64 causal S 512:
-    the SMs' busy cycles spread over 113-131k, about one heavy work tile; results/logs/
-    2026-11-26-s40call1). Longest processing time first across every head would end on the
-    lightest tiles but re-read each head's K and V from DRAM for each of its query blocks; so it
-    is taken across groups of heads whose K and V fill 1/share of the L2 (a query head's share of
-    its K/V head: 2·Sk·D·2 bytes / G), as FlashAttention-3's scheduler does with its L2 sections.
-    0 (heads one after another) for full attention and launches without the queue."""
-    share = HEAD_GROUP_SHARE if share is None else int(share)
-    if share <= 0 or not causal or not queue or l2_bytes <= 0:
+def tail_heads_for(causal: bool, queue: bool, n_heads: int, n_qb: int, sms: int, waves: int | None = None) -> int:
+    """The kernel's tail_heads, the rule: causal work tiles differ in length (1 to n_qb key
+    tiles), and the work queue hands them out in order, (batch, head) pairs one after another,
+    each head's heaviest query block first, which keeps a head's K and V in L2 while its query
+    blocks run. But the last tiles handed out then include heavy ones, and the block that takes
+    one finishes last while the others idle (Nsight Compute at D64 causal S 512: the SMs' busy
+    cycles spread over 113-131k, about one heavy work tile; results/logs/2026-11-26-s40call1).
+    Order matters only there: the last `waves`·SMs work tiles' heads are handed out longest first
+    across them (every one's heaviest query block, then every one's next, ...), so the queue ends
+    on the lightest tiles. (Longest first across groups of heads through the whole queue, tried
+    in -s40call7 and -call8, lost up to 3% where its groups were many: each group's light tiles
+    then run together.) 0 for full attention and launches without the queue."""
+    waves = TAIL_WAVES if waves is None else int(waves)
+    if waves <= 0 or not causal or not queue or n_qb <= 1:
         return 0
-    return max(1, int(l2_bytes // share // max(1, 4 * Sk * D // G)))
+    return min(n_heads, -(-waves * sms // n_qb))
 
 
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
@@ -682,7 +683,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, head_groups=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -730,11 +731,12 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.kernel, plan.combine = _kernel(q.dtype, D, cfg)
     plan.config = nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"], pdl=kernel_pdl)
     plan.splits, plan.group = n, (G if pack else 0)
-    head_group = head_group_for(bool(causal) and n == 1, bool(dict(cfg["defines"])["DYNAMIC_WORK"]), Sk, D, G,
-                                _l2_bytes(q.device), head_groups)
+    n_qb = 1 if pack else -(-Sq // cfg["block_m"])
+    tail_heads = tail_heads_for(bool(causal) and n == 1, bool(dict(cfg["defines"])["DYNAMIC_WORK"]),
+                                ch["work"] // n_qb, n_qb, _sm_count(q.device), tail_waves)
     plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(G),
                  np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
-                 np.int32(n), np.int32(per_split), np.int32(head_group))
+                 np.int32(n), np.int32(per_split), np.int32(tail_heads))
     rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
     block_rows = G * Sq if pack else cfg["block_m"]
@@ -790,7 +792,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None, head_groups=None):
+              blocks_per_sm=None, pdl=None, tail_waves=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -814,9 +816,9 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     `q_stages` (1, 2 or 3 Q buffers; None: q_buffers' rule), `tma_store` (the epilogue through
     shared memory and a TMA store; None: stores_by_tma's rule) and `carry_pv` (a work tile's
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
-    (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `head_groups` (causal work
-    on the queue handed out longest first across groups of heads filling 1/head_groups of the L2;
-    0: heads one after another; None: head_group_for's rule) for measuring them.
+    (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `tail_waves` (causal work on
+    the queue: its last tail_waves·SMs work tiles handed out longest first; 0: none; None:
+    tail_heads_for's rule) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -835,7 +837,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
                                         carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl,
-                                        head_groups=head_groups),
+                                        tail_waves=tail_waves),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -851,7 +853,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, head_groups)
+               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -866,7 +868,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm, pdl=pdl, head_groups=head_groups)
+                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -959,10 +961,6 @@ def _retarget(plan: _Plan, i: int, t) -> None:
 
 
 _sms: dict = {}
-
-
-def _l2_bytes(device) -> int:
-    return torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
 
 
 def _sm_count(device) -> int:

@@ -385,35 +385,33 @@ def test_carried_pv_compiles_clean(D):
 
 
 @on_hopper
-def test_head_groups_same_bits(seed):
-    """The work queue handing causal work out longest first across groups of heads (head_groups)
-    changes which block computes which work tile, not any tile's arithmetic: the output is the
-    per-head order's bit for bit. A last group smaller than the others (140 heads in groups of
-    73 at Sk 700 D64), one group holding every head, groups of one head, GQA, both causal
-    alignments, the queue with and without ping-pong, D64 and D128."""
+def test_tail_waves_same_bits(seed):
+    """The work queue handing its last tiles out longest first (tail_waves) changes which block
+    computes which work tile, not any tile's arithmetic: the output is the plain order's bit for
+    bit. A tail of some heads, of every head, of one; GQA, both causal alignments, the queue with
+    and without ping-pong, D64 and D128."""
     for D, B, H, Hk, Sq, Sk in ((64, 2, 70, 70, 700, 700), (64, 3, 8, 2, 515, 515), (128, 2, 40, 8, 300, 1000)):
         q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
         for causal in (True, "bottom_right"):
             for schedule in ("work queue without ping-pong", "+ work queue"):
-                runs = [s6.attention(q, k, v, causal=causal, schedule=schedule, head_groups=share)
-                        for share in (0, 4, 1, 10**6)]
+                runs = [s6.attention(q, k, v, causal=causal, schedule=schedule, tail_waves=waves)
+                        for waves in (0, 1, 2, 1000)]
                 for r in runs[1:]:
                     assert torch.equal(runs[0], r), (D, B, H, Sq, Sk, causal, schedule)
             check = check_output(runs[1], q, k, v, causal=causal)
             assert check.passed, (D, B, H, Sq, Sk, causal, check.summary())
 
 
-def test_head_group_rule():
-    """head_group_for: heads whose K and V fill 1/share of the L2, at least one; none for full
-    attention, launches without the queue, or with no L2 size (a CPU tensor)."""
-    l2 = 50 * 2**20
-    assert s6.head_group_for(True, True, 700, 64, 1, l2, 4) == 73
-    assert s6.head_group_for(True, True, 512, 64, 4, l2, 16) == 100
-    assert s6.head_group_for(True, True, 10**6, 128, 1, l2, 4) == 1
-    assert s6.head_group_for(False, True, 700, 64, 1, l2, 4) == 0
-    assert s6.head_group_for(True, False, 700, 64, 1, l2, 4) == 0
-    assert s6.head_group_for(True, True, 700, 64, 1, 0, 4) == 0
-    assert s6.head_group_for(True, True, 700, 64, 1, l2, 0) == 0
+def test_tail_heads_rule():
+    """tail_heads_for: the heads of the last waves·SMs work tiles, at most every head; none for
+    full attention, launches without the queue, or one query block per head."""
+    assert s6.tail_heads_for(True, True, 512, 4, 132, 2) == 66
+    assert s6.tail_heads_for(True, True, 512, 4, 132, 1) == 33
+    assert s6.tail_heads_for(True, True, 20, 8, 132, 2) == 20
+    assert s6.tail_heads_for(False, True, 512, 4, 132, 2) == 0
+    assert s6.tail_heads_for(True, False, 512, 4, 132, 2) == 0
+    assert s6.tail_heads_for(True, True, 512, 1, 132, 2) == 0
+    assert s6.tail_heads_for(True, True, 512, 4, 132, 0) == 0
 
 
 def test_q_buffer_rule():
