@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU call 9 of session 40 (issue 21): the work queue handing only its last waves of causal work
-# across groups of heads (head_groups, mapped by the producer only, off by default until measured). The A/B against the
-# per-head order (tail_ab.py), stage 6's tests (the work decode changed for every build),
-# compute-sanitizer on every launch path (session 36's calls.py, with and without head groups). Logs only.
+# tiles out longest first (tail_waves; TAIL_WAVES off until measured). The A/B against the plain
+# order (tail_ab.py), stage 6's tests (the producer's slot mapping is new in every build),
+# compute-sanitizer on every launch path (session 36's calls.py, plain and with a tail of two waves). Logs only.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > /dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FA_CACHE_DIR=/tmp/fa-cache NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 FA_GIT_COMMIT=${FA_GIT_COMMIT:-unknown}
