@@ -251,7 +251,7 @@ def short_tiles(head_dim: int, Sk: int, schedule: str, causal: bool):
     return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS[head_dim] else None
 # Causal work on the work queue: how many waves of work tiles at its end are handed out longest
 # first (tail_heads_for); 0: none.
-TAIL_WAVES = 0  # not yet measured
+TAIL_WAVES = 2
 
 
 def tail_heads_for(causal: bool, queue: bool, n_heads: int, n_qb: int, sms: int, waves: int | None = None) -> int:
@@ -263,9 +263,14 @@ def tail_heads_for(causal: bool, queue: bool, n_heads: int, n_qb: int, sms: int,
     cycles spread over 113-131k, about one heavy work tile; results/logs/2026-11-26-s40call1).
     Order matters only there: the last `waves`·SMs work tiles' heads are handed out longest first
     across them (every one's heaviest query block, then every one's next, ...), so the queue ends
-    on the lightest tiles. (Longest first across groups of heads through the whole queue, tried
-    in -s40call7 and -call8, lost up to 3% where its groups were many: each group's light tiles
-    then run together.) 0 for full attention and launches without the queue."""
+    on the lightest tiles. Two waves: measured against the plain order in the same build, same
+    rounds, both orders (results/logs/2026-11-26-s40call9, bf16, B·S = 16k): D64 causal S 512
+    1.035-1.040x, S 1024 1.052-1.057x, S 2048 1.083x; D128 S 512 1.009-1.020x, S 1024 1.025x,
+    S 2048 1.028-1.030x, MHA and GQA 4:1 alike. One wave gained 1.3-5.0%; four gained more at D64
+    (1.043-1.104x) but lost at D128 S 512 MHA (0.983x), whose 132 tail heads' K and V no longer
+    fit the L2 beside the rest. (Longest first across groups of heads through the whole queue,
+    -s40call7 and -call8, lost up to 3% where its groups were many: each group's light tiles then
+    run together.) 0 for full attention and launches without the queue."""
     waves = TAIL_WAVES if waves is None else int(waves)
     if waves <= 0 or not causal or not queue or n_qb <= 1:
         return 0
