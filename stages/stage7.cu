@@ -439,7 +439,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
               const __grid_constant__ CUtensorMap vt_map, elem_t* __restrict__ out,
               const float* __restrict__ q_descale, const float* __restrict__ k_descale,
               const float* __restrict__ v_descale, int Sq, int Sk, int H, int group,
-              float scale_log2, int causal, int n_work, int* work_queue) {
+              float scale_log2, int causal, int n_work, int tail_heads, int* work_queue) {
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
     // work w = blockIdx.x, + gridDim.x, ...: the producer then fetches the next tile's Q and
@@ -535,10 +535,20 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
                 load_q(sm, &q_map, count, t.q0, t.h, t.b, w);
             };
-            if (blockIdx.x < n_work) work_q(blockIdx.x, 0);
-            for (int w = blockIdx.x, next; w < n_work; w = next, ++count) {
+            // The work queue's slot-th tile, as in stage 6: (batch, head) pairs one after another,
+            // except the last tail_heads pairs (causal; stages/stage6.py: tail_heads_for), handed
+            // out longest first across them. The consumers read the index from the Q slot.
+            auto handed_out = [&](int slot) {
+                const int first = n_work / n_qb - tail_heads;  // the first pair of the tail
+                if (!DYNAMIC_WORK || tail_heads <= 0 || slot < first * n_qb || slot >= n_work) return slot;
+                const int r = slot - first * n_qb, qb_in = r / tail_heads;
+                return (first + r - qb_in * tail_heads) * n_qb + qb_in;
+            };
+            const int w0 = handed_out(blockIdx.x);
+            if (w0 < n_work) work_q(w0, 0);
+            for (int w = w0, next; w < n_work; w = next, ++count) {
                 // The next work tile: asked for now, its answer needed only at its Q's copy.
-                next = DYNAMIC_WORK ? atomicAdd(&work_queue[0], 1) + (int)gridDim.x : w + (int)gridDim.x;
+                next = DYNAMIC_WORK ? handed_out(atomicAdd(&work_queue[0], 1) + (int)gridDim.x) : w + (int)gridDim.x;
                 const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
                 // The next work tile's Q: with two buffers right after this tile's first K and V
                 // (its buffer was freed by the tile before), a whole work tile before it is

@@ -354,7 +354,8 @@ def quantize(q, k, v, *, v_transposed: bool = True, pdl: bool | None = None):
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-              p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, seqlens_k=None):
+              p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, seqlens_k=None,
+              tail_waves=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (`quantize`, lib.fp8.prepare's arithmetic: one scale
@@ -366,8 +367,10 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     `lazy_rescale` (-1 or 0), `p_offset` (False: P cast without the 2^8), `v_in_kernel` (the
     producer warpgroup transposes V's tiles, instead of a pass before the kernel) and
     `exp2_poly` (eighths of the exponentials by polynomial on the FMA pipes, stage 6's
-    EXP2_POLY_EIGHTHS), `row_sum_mma` (ROW_SUM_MMA; None: the default) and `pdl` (the cast and
-    attention kernels launched with PDL; None: PDL) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    EXP2_POLY_EIGHTHS), `row_sum_mma` (ROW_SUM_MMA; None: the default), `pdl` (the cast and
+    attention kernels launched with PDL; None: PDL) and `tail_waves` (causal work on the queue:
+    its last tail_waves·SMs tiles handed out longest first; None: stage 6's TAIL_WAVES) are for
+    measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -395,12 +398,13 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
         q8, k8, v_op, qd, kd, vd = quantize(q, k, v, v_transposed=not v_in_kernel, pdl=pdl)
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
-                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma, pdl=pdl)
+                   v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma, pdl=pdl,
+                   tail_waves=tail_waves)
 
 
 def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None):
+            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, tail_waves=None):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
     [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
@@ -421,10 +425,14 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     kernel = _kernel(out_dtype, D, cfg["defines"], cfg["smem"])
     grid = min(n_work, sms) if cfg["persistent"] else n_work
     queue = _queue(q8.device).data_ptr() if dict(cfg["defines"])["DYNAMIC_WORK"] else 0
+    n_qb = -(-Sq // cfg["block_m"])
+    tail_heads = s6.tail_heads_for(bool(causal), bool(dict(cfg["defines"])["DYNAMIC_WORK"]), n_work // n_qb, n_qb,
+                                   sms, tail_waves)  # stage 6's rule: the queue's last waves longest first
     nvrtc.launch_prepared(kernel, nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"],
                                                       pdl=PDL if pdl is None else pdl),
                           (*maps, out.data_ptr(), q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
                            np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
-                           np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work), queue))
+                           np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
+                           np.int32(tail_heads), queue))
     return out
 

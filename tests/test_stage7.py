@@ -397,6 +397,24 @@ def test_row_sums_by_mma(D, seed):
                 assert_close_to_emulation(out, q, k, v, causal=causal, row_sum_mma=True, **opts)
 
 
+@gpu
+@hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_tail_waves_same_bits(D, seed):
+    """The work queue handing its last causal tiles out longest first (stage 6's tail_heads_for)
+    changes which block computes which tile, not any tile's arithmetic: the same bits as the plain
+    order, with a tail of one wave, two and every head, both causal alignments, GQA."""
+    g = torch.Generator().manual_seed(seed)
+    for B, H, Hk, Sq, Sk in [(2, 40, 8, 700, 700), (4, 24, 24, 1000, 333)]:
+        q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+        for causal in (True, "bottom_right"):
+            runs = [s7.attention(q, k, v, causal=causal, schedule="work queue without ping-pong", tail_waves=w)
+                    for w in (0, 1, 2, 1000)]
+            for r in runs[1:]:
+                assert torch.equal(runs[0], r), (B, H, Sq, Sk, causal)
+            assert_close_to_emulation(runs[2], q, k, v, causal=causal, schedule="work queue without ping-pong")
+
+
 def test_quantize_kernels_compile_offline():
     """stages/stage7_quantize.cu builds for both 16-bit types and head dims without spills."""
     from lib import nvrtc
