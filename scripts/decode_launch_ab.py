@@ -39,6 +39,17 @@ split count as called and twice it. Predicted: the rows that stream most (B8-B64
 10): no; the third buffer ran 0.97-1.00x of two at the same splits. Twice the splits won only at
 B8 H8/1 Sk4096 (32 splits of one key tile: 1.07x, as in call 3) and lost at most other rows.
 
+--launch prefetch (session 41): two things that keep bytes coming at a block's edges.
+(a) The producer prefetching the key tiles up to 2 or 4 past the one it loads into L2
+(cp.async.bulk.prefetch.tensor, L2_AHEAD): a two-deep ring holds two tiles in flight, and at a
+block's start, or where an SM's other block is between work tiles, that is all the SM asks for.
+(b) Two blocks per SM as now, but persistent: each walks work tiles from the queue, so the
+producer copies the next work tile's Q, K and V while the consumer ends this one, and there is
+no wave boundary where both blocks of an SM start at once (512 work tiles on 264 slots: 1.94
+waves, each SM's two blocks ending and starting together). Predicted: the rows of many work
+tiles that are still under SDPA (B64 H32/8 Sk1024, 0.98x at D64: about 1 µs of 60) gain 1-2%,
+the long ones stay level, the short split rows (one key tile per block) see nothing.
+
 This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
 against the chosen launch's variants, with SDPA default and FLASH in the same interleaved
 rounds; every variant checked against the float64 reference before and after timing. Logs only
@@ -80,6 +91,16 @@ def variants(B, H, Hkv, Sq, Sk, D, sms, launch="blocks"):
                 out.append(({"variant": f"persistent, {n} split{'s' if n > 1 else ''}", "plan_splits": ch["splits"]},
                             {"tiles": s6.DECODE_TILES[D], "schedule": PERSISTENT, "pack_gqa": True, "splits": n}))
         return out
+    if launch == "prefetch":
+        for n in (2, 4):
+            out.append(({"variant": f"L2 prefetch {n}", "plan_splits": ch["splits"]}, {"l2_ahead": n}))
+        if ch["blocks_per_sm"] == 2:
+            for n in (0, 2):
+                out.append(({"variant": "persistent 2 blocks/SM" + (f", L2 prefetch {n}" if n else ""),
+                             "plan_splits": ch["splits"]},
+                            {"tiles": ch["tiles"], "schedule": PERSISTENT, "pack_gqa": True, "splits": ch["splits"],
+                             "blocks_per_sm": 2, "l2_ahead": n}))
+        return out
     if launch == "rings":
         if D != 64 or ch["blocks_per_sm"] != 2:
             return []
@@ -114,9 +135,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write every row, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.3, help="seconds of timing per callable and shape")
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes (a smoke run)")
-    ap.add_argument("--launch", choices=["persistent", "blocks", "rings"], default="blocks",
+    ap.add_argument("--launch", choices=["persistent", "blocks", "rings", "prefetch"], default="blocks",
                     help="persistent: the persistent packed launch (call 1); blocks: several blocks per SM "
-                         "(call 3); rings: the two-block D64 ring two or three deep (call 10)")
+                         "(call 3); rings: the two-block D64 ring two or three deep (call 10); prefetch: L2 "
+                         "prefetch and persistent two-block launches (session 41)")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
