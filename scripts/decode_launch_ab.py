@@ -49,6 +49,11 @@ no wave boundary where both blocks of an SM start at once (512 work tiles on 264
 waves, each SM's two blocks ending and starting together). Predicted: the rows of many work
 tiles that are still under SDPA (B64 H32/8 Sk1024, 0.98x at D64: about 1 µs of 60) gain 1-2%,
 the long ones stay level, the short split rows (one key tile per block) see nothing.
+Measured (call 1 of session 41, at d8ee25e, where stage 6 had the `l2_ahead` option and allowed
+persistent blocks two per SM; the change is that call's l2_prefetch_persistent_two_blocks.patch,
+which this launch needs applied): no. The prefetch ran 0.76-1.01x of as called with 2 tiles
+ahead (median 0.92x) and 0.62-1.02x with 4, worse the longer the stream (prefetched lines
+evicted before their load: read twice); the persistent blocks 0.96-1.00x (median 0.99x).
 
 This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
 against the chosen launch's variants, with SDPA default and FLASH in the same interleaved

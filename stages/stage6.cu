@@ -64,10 +64,7 @@
 //                       K/V head (one 5-D box of Q), so K and V are read once per group and a
 //                       wgmma's 64 rows hold G·Sq useful rows instead of Sq;
 //        BLOCKS_PER_SM  2: two such blocks (one consumer each, a smaller ring) share an SM, so
-//                       one streams K and V while the other starts or ends;
-//        L2_AHEAD       the producer asks the copy engine to prefetch the K and V tiles up to
-//                       L2_AHEAD past the one it loads into L2 (no shared memory, no barrier),
-//                       so more of a block's bytes are on their way than its ring holds.
+//                       one streams K and V while the other starts or ends.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -117,9 +114,6 @@
 #endif
 #ifndef CARRY_PV
 #define CARRY_PV 0  // 1: a work tile's last P·V goes with the next work tile's first S (see the consumers)
-#endif
-#ifndef L2_AHEAD
-#define L2_AHEAD 0
 #endif
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 1  // 2 or 3: blocks of one consumer sharing an SM (decoding; see the registers below)
@@ -253,15 +247,6 @@ __device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int cou
 // once buffer pos % STAGES is free again: when its previous use, pos − STAGES, was released —
 // the ((pos / STAGES) − 1)-th phase of its empty barrier. For the first STAGES positions the
 // parity asked for is that of the phase "before the first", which counts as completed.
-// L2_AHEAD: key tile key_tile of the ring's tensor into L2 only, ATOMS boxes as load_tile's.
-__device__ __forceinline__ void prefetch_tile(const CUtensorMap* map, int key_tile, int hk, int b, int k_start) {
-#pragma unroll
-    for (int a = 0; a < ATOMS; ++a)
-        asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
-                     :: "l"(reinterpret_cast<unsigned long long>(map)), "r"(64 * a),
-                        "r"(k_start + key_tile * BLOCK_N), "r"(hk), "r"(b) : "memory");
-}
-
 __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], unsigned long long* full,
                                           unsigned long long* empty, const CUtensorMap* map,
                                           int pos, int key_tile, int hk, int b, int k_start) {
@@ -658,12 +643,6 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 bool next_q = next >= n_work;
                 const int q_after = CARRY_PV && t.n_tiles > 1 ? 1 : 0;
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {  // stamps: K, V copied; the waits before them
-                    // L2_AHEAD: before waiting for tile j's ring slot, the tiles up to j + L2_AHEAD
-                    // into L2 (at j = 0 those the empty ring does not take at once).
-                    for (int p = j == 0 ? STAGES : j + L2_AHEAD; L2_AHEAD > 0 && p <= j + L2_AHEAD && p < t.n_tiles; ++p) {
-                        prefetch_tile(&k_map, t.t0 + p, t.hk, t.bmap, t.k_start);
-                        prefetch_tile(&v_map, t.t0 + p, t.hk, t.bmap, t.k_start);
-                    }
                     STAMP(0, pos, 2);
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
                     STAMP(0, pos, 0);

@@ -285,9 +285,6 @@ EXP2_POLY = {64: 0, 128: 0}
 # tile's exceeds it by more than 2^k (FlashAttention-4's threshold, 8), so O is almost never
 # rescaled after the first tile (P up to 2^k: fine in fp16/bf16).
 LAZY_RESCALE = {64: 8, 128: 8}
-# Key tiles past the one being loaded that the producer prefetches into L2 (stages/stage6.cu:
-# L2_AHEAD); 0: none.
-L2_AHEAD = 0
 TIMELINE_TILES, TIMELINE_EVENTS = 16, 4  # stages/stage6.cu: TL_TILES, TL_EVENTS
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 SM_SMEM = 233_472  # bytes of shared memory of one SM (228 KB), 1 KB of it reserved per resident block
@@ -437,7 +434,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
-           blocks_per_sm: int = 1, l2_ahead: int = 0) -> dict:
+           blocks_per_sm: int = 1) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -457,12 +454,13 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     persistent = bool(sw.pop("PERSISTENT"))
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
-    if blocks_per_sm not in (1, 2, 3) or (blocks_per_sm > 1 and (consumers != 1 or not sw["WARP_SPECIALIZED"])):
-        raise ValueError(f"blocks_per_sm is 1, or 2-3 blocks of one consumer and a producer; got "
-                         f"{blocks_per_sm!r} with tiles {(bn, stages, consumers)} and schedule {schedule!r}")
-    # several blocks per SM, each running one work tile: one Q buffer is all they use
-    qs = ((1 if blocks_per_sm > 1 and not persistent else q_buffers(head_dim, (bn, stages, consumers)))
-          if q_stages is None else q_stages)
+    if blocks_per_sm not in (1, 2, 3) or (blocks_per_sm > 1 and (consumers != 1 or persistent
+                                                                or not sw["WARP_SPECIALIZED"])):
+        raise ValueError(f"blocks_per_sm is 1, or 2-3 blocks of one consumer and a producer launched one "
+                         f"per work tile; got {blocks_per_sm!r} with tiles {(bn, stages, consumers)} and "
+                         f"schedule {schedule!r}")
+    # several blocks per SM each run one work tile: one Q buffer is all they use
+    qs = (1 if blocks_per_sm > 1 else q_buffers(head_dim, (bn, stages, consumers))) if q_stages is None else q_stages
     if qs not in (1, 2, 3):
         raise ValueError(f"q_stages is 1, 2 or 3 Q buffers, got {q_stages!r}")
     smem = smem_bytes(head_dim, (bn, stages, consumers), qs)
@@ -482,8 +480,6 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     eighths = EXP2_POLY[head_dim] if exp2_poly is None else exp2_poly
     if not 0 <= eighths <= 8:
         raise ValueError(f"exp2_poly counts eighths of the score columns, 0 to 8; got {eighths}")
-    if not (isinstance(l2_ahead, int) and 0 <= l2_ahead <= 8):
-        raise ValueError(f"l2_ahead is 0 (no L2 prefetch) to 8 key tiles; got {l2_ahead!r}")
     lazy = LAZY_RESCALE[head_dim] if lazy_rescale is None else lazy_rescale
     if not (isinstance(lazy, int) and -1 <= lazy <= 10):
         raise ValueError(f"lazy_rescale is -1 (rescale every tile) or a threshold 0 to 10 (log2); got {lazy!r}")
@@ -492,7 +488,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs),
                ("O_TMA_STORE", int(tma)), ("CARRY_PV", int(carry)),
                ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)),
-               ("BLOCKS_PER_SM", blocks_per_sm), ("L2_AHEAD", l2_ahead))
+               ("BLOCKS_PER_SM", blocks_per_sm))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -622,6 +618,17 @@ def shares_sms(work: int, n_splits: int, sms: int) -> bool:
     of 64 blocks it leaves alone, two blocks ran 0.90-0.95x (B8 H32/8 and B64 H8/1 at Sk 1024:
     64 unsplit work tiles of 8 key tiles each)."""
     return work * n_splits >= 0.8 * sms
+# Tried for the decoding rows still under SDPA and not kept (results/logs/2026-11-26-s41call1, the
+# change in its l2_prefetch_persistent_two_blocks.patch; at the map's 36 Sq 1 rows and two Sq 4
+# rows, bf16, same rounds as the launch as called): (a) the producer prefetching the key tiles up
+# to 2 or 4 past the one it loads into L2 (cp.async.bulk.prefetch.tensor, ahead of the two-deep
+# ring), predicted to help where a block starts with an empty ring: same bits, sanitizers clean,
+# and 0.76-1.01x with 2 tiles ahead (median 0.92x), 0.62-1.02x with 4; the longer the stream, the
+# worse (B64 H32/8 Sk32768 D64: 1,849 against 1,400 µs), so the prefetched lines are evicted
+# before their load and read twice. (b) These two blocks per SM made persistent (each takes work
+# tiles from the queue and copies the next one's Q, K and V while its consumer ends this one, so
+# no wave boundary has both of an SM's blocks starting at once): 0.963-0.998x at the 24 rows
+# where the rule takes two blocks (median 0.991x), B64 H32/8 Sk1024 D64 0.976x.
 
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
@@ -692,8 +699,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
-               l2_ahead=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -733,11 +739,11 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
-                 combine_in_block, carry_pv, ch["blocks_per_sm"], L2_AHEAD if l2_ahead is None else l2_ahead)
+                 combine_in_block, carry_pv, ch["blocks_per_sm"])
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
-    grid = min(n_work, _sm_count(q.device) * ch["blocks_per_sm"]) if cfg["persistent"] else n_work
+    grid = min(n_work, _sm_count(q.device)) if cfg["persistent"] else n_work
     plan.kernel, plan.combine = _kernel(q.dtype, D, cfg)
     plan.config = nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"], pdl=kernel_pdl)
     plan.splits, plan.group = n, (G if pack else 0)
@@ -802,7 +808,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None, tail_waves=None, l2_ahead=None):
+              blocks_per_sm=None, pdl=None, tail_waves=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -828,8 +834,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
     (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `tail_waves` (causal work on
     the queue: its last tail_waves·SMs work tiles handed out longest first; 0: none; None:
-    tail_heads_for's rule) and `l2_ahead` (the producer's L2 prefetch of the key tiles up to
-    that many past the one it loads; None: L2_AHEAD) for measuring them.
+    tail_heads_for's rule) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -848,7 +853,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
                                         carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl,
-                                        tail_waves=tail_waves, l2_ahead=l2_ahead),
+                                        tail_waves=tail_waves),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -864,7 +869,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, l2_ahead)
+               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -879,7 +884,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves, l2_ahead=l2_ahead)
+                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
