@@ -55,6 +55,16 @@ which this launch needs applied): no. The prefetch ran 0.76-1.01x of as called w
 ahead (median 0.92x) and 0.62-1.02x with 4, worse the longer the stream (prefetched lines
 evicted before their load: read twice); the persistent blocks 0.96-1.00x (median 0.99x).
 
+--launch no-producer (session 41): cuDNN's decoding blocks have 128 threads and no producer
+warpgroup, four per SM at D64 (45 KB each) and two at D128 (86 KB), every one of 512 work tiles
+resident at once (call 2 of session 36). Stage 6's build without warp specialization is that
+block: one consumer warpgroup whose first thread issues the copies (the ring refilled once a
+tile's P·V is done), no setmaxnreg, so 128 registers a thread at four blocks per SM. Variants:
+(64, 2, 1) four per SM and (128, 2, 1) three per SM at D64, (64, 2, 1) two per SM at D128, the
+split count as called. Predicted: the rows of 512 work tiles (B64 H32/8) gain what the wave
+boundary costs two blocks per SM (about 1 µs at Sk1024, one wave instead of 1.94); elsewhere
+level or slower (no copy is issued while the consumer computes).
+
 This times, at the recorded map's Sq 1 rows (and two Sq 4 controls), stage 6 as it is called
 against the chosen launch's variants, with SDPA default and FLASH in the same interleaved
 rounds; every variant checked against the float64 reference before and after timing. Logs only
@@ -106,6 +116,12 @@ def variants(B, H, Hkv, Sq, Sk, D, sms, launch="blocks"):
                             {"tiles": ch["tiles"], "schedule": PERSISTENT, "pack_gqa": True, "splits": ch["splits"],
                              "blocks_per_sm": 2, "l2_ahead": n}))
         return out
+    if launch == "no-producer":
+        for tiles, blocks in {64: [((64, 2, 1), 4), ((128, 2, 1), 3)], 128: [((64, 2, 1), 2)]}[D]:
+            out.append(({"variant": f"no producer, {blocks} blocks/SM {tiles}", "plan_splits": ch["splits"]},
+                        {"tiles": tiles, "schedule": "no warp specialization", "pack_gqa": True,
+                         "splits": ch["splits"], "blocks_per_sm": blocks}))
+        return out
     if launch == "rings":
         if D != 64 or ch["blocks_per_sm"] != 2:
             return []
@@ -140,10 +156,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write every row, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.3, help="seconds of timing per callable and shape")
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes (a smoke run)")
-    ap.add_argument("--launch", choices=["persistent", "blocks", "rings", "prefetch"], default="blocks",
+    ap.add_argument("--launch", choices=["persistent", "blocks", "rings", "prefetch", "no-producer"], default="blocks",
                     help="persistent: the persistent packed launch (call 1); blocks: several blocks per SM "
                          "(call 3); rings: the two-block D64 ring two or three deep (call 10); prefetch: L2 "
-                         "prefetch and persistent two-block launches (session 41)")
+                         "prefetch and persistent two-block launches (session 41, call 1); no-producer: blocks of "
+                         "one warpgroup, 2-4 per SM (call 2)")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")

@@ -147,8 +147,8 @@ constexpr int PRODUCER_REGS = BLOCKS_PER_SM == 3 ? 24 : BLOCKS_PER_SM == 2 ? 40
                             : CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
 constexpr int CONSUMER_REGS = BLOCKS_PER_SM == 3 ? 136 : BLOCKS_PER_SM == 2 ? 216
                             : CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
-static_assert(BLOCKS_PER_SM == 1 || (CONSUMERS == 1 && WARP_SPECIALIZED && BLOCKS_PER_SM <= 3),
-              "several blocks per SM: one consumer and a producer, two or three blocks");
+static_assert(BLOCKS_PER_SM == 1 || (CONSUMERS == 1 && BLOCKS_PER_SM <= (WARP_SPECIALIZED ? 3 : 4)),
+              "several blocks per SM: one consumer, and a producer in two or three blocks or none in up to four");
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 constexpr int SPLIT_BAR = 7;  // named barrier of every consumer thread: the split count (split-KV)
 static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");

@@ -454,8 +454,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     persistent = bool(sw.pop("PERSISTENT"))
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
-    if blocks_per_sm not in (1, 2, 3) or (blocks_per_sm > 1 and (consumers != 1 or persistent
-                                                                or not sw["WARP_SPECIALIZED"])):
+    if blocks_per_sm not in (1, 2, 3, 4) or (blocks_per_sm > 1 and (consumers != 1 or persistent
+                                                                   or blocks_per_sm > 3 + (not sw["WARP_SPECIALIZED"]))):
         raise ValueError(f"blocks_per_sm is 1, or 2-3 blocks of one consumer and a producer launched one "
                          f"per work tile; got {blocks_per_sm!r} with tiles {(bn, stages, consumers)} and "
                          f"schedule {schedule!r}")
