@@ -630,6 +630,30 @@ def shares_sms(work: int, n_splits: int, sms: int) -> bool:
 # no wave boundary has both of an SM's blocks starting at once): 0.963-0.998x at the 24 rows
 # where the rule takes two blocks (median 0.991x), B64 H32/8 Sk1024 D64 0.976x.
 
+# Decoding blocks of one or two key tiles at D64 (few_keys_per_block): one warpgroup without a
+# producer, three per SM.
+FEW_KEYS_TILES = {64: (128, 2, 1)}
+FEW_KEYS_BLOCKS = 3
+FEW_KEYS_SCHEDULE = "no warp specialization"
+
+
+def few_keys_per_block(head_dim: int, per_split: int) -> bool:
+    """Whether a packed decoding launch runs blocks of one warpgroup without a producer
+    (FEW_KEYS_SCHEDULE: its first thread issues the copies), FEW_KEYS_BLOCKS per SM with
+    FEW_KEYS_TILES, instead of a producer and a consumer: at D64 when each block reads at most two
+    key tiles of 128 (per_split, the split count kept as planned). A producer is there to copy
+    the next tiles while the consumer computes; a block of one or two tiles has no next tile, and
+    pays for it anyway: twice the threads, setmaxnreg, and every tile handed over through a
+    barrier. cuDNN's decoding blocks are 128 threads without one (Nsight Compute,
+    results/logs/2026-11-26-s36call2). Measured against the launch before, same rounds, at the
+    map's Sq 1 rows and two Sq 4 rows (results/logs/2026-11-26-s41call2): at the eight D64 rows of
+    one or two tiles a block 1.007-1.048x (B1 H8/1 Sk1024 1.048x, B1 H32/8 Sk4096 1.037x, B8
+    H8/1 Sk1024 1.032x); with more tiles a block the producer's copies ahead win (0.85-0.99x at
+    the long streaming rows, 0.90-0.92x at 64 unsplit blocks of 8 tiles); at D128 (two blocks of
+    64-key tiles per SM) 0.98-1.04x, so not there. Four blocks per SM with 64-key tiles ran
+    1.006-1.050x at the same eight rows but 0.98x at one, and far slower with more tiles."""
+    return head_dim in FEW_KEYS_TILES and per_split <= 2
+
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
            pack_gqa=None, blocks_per_sm=None) -> dict:
@@ -637,9 +661,10 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split) and, when packed, the
     blocks per SM (shares_sms' rule unless `blocks_per_sm` is given; their tiles
-    DECODE_SHARED_TILES unless `tiles` are given)."""
+    DECODE_SHARED_TILES unless `tiles` are given), or blocks without a producer
+    (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given)."""
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
-    given_tiles = tiles is not None
+    given_tiles, given_schedule = tiles is not None, schedule is not None
     few = not pack and not given_tiles and schedule is None and few_rows(B, H, Sq, sms)
     if few:
         tiles, schedule = FEW_ROWS_TILES[D], DECODE_SCHEDULE
@@ -659,6 +684,10 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")
     n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles, MAX_SPLITS)
+    if (pack and not given_tiles and not given_schedule and blocks_per_sm is None
+            and few_keys_per_block(D, -(-key_tiles // n))):
+        tiles, schedule, blocks_per_sm = FEW_KEYS_TILES[D], FEW_KEYS_SCHEDULE, FEW_KEYS_BLOCKS
+        key_tiles = (Sk + tiles[0] - 1) // tiles[0]
     if pack and blocks_per_sm is None:
         blocks_per_sm = 2 if schedule == DECODE_SCHEDULE and shares_sms(work, n, sms) else 1
     if pack and blocks_per_sm == 2 and not given_tiles:
