@@ -136,11 +136,13 @@ def test_splits_plan_respects_the_budget(sm):
         assert [r for r in shapes if any(r is t for t in taken)] == taken  # in their order
         if budget >= room_for_controls:
             assert sum(r["control"] for r in taken) == sm.SPLIT_CONTROLS
-    # the costly shapes (B64 at Sk 32768: their inputs alone take half a minute) go first, where
-    # the record has one below SDPA (96a000a's map did; f42f426's has none)
-    if any(r["B"] == 64 and r["Sk"] == 32768 for r in shapes):
-        assert any(r["B"] == 64 and r["Sk"] == 32768
-                   for r in sm.splits_plan(shapes, budget_s=min(150, everything["estimate_s"] - 1))["left_out"])
+        # the shapes are taken in their order while they fit: a shape left out is never followed
+        # by a taken one (not a control, whose cost was set aside) that costs as much or more
+        cost = {id(r): sm.split_cost_s(r, sm.split_variants(*(r[k] for k in SHAPE_KEYS))) for r in shapes}
+        for i, r in enumerate(shapes):
+            if any(r is x for x in p["left_out"]) and not r["control"]:
+                assert not any(cost[id(t)] >= cost[id(r)] for t in shapes[i + 1:]
+                               if not t["control"] and any(t is x for x in taken)), (r, budget)
     assert sm.splits_plan(shapes, budget_s=10)["shapes"] == []  # not even the start-up fits
 
 
