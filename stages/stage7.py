@@ -96,6 +96,16 @@ P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0
 # (FEW_ROWS_TILES): there no other warpgroup competes for the issue slots the FADDs took, and
 # the extra column only adds to each tile's latency. Hence row_sums_by_mma's rule.
 ROW_SUM_MMA = {64: True, 128: False}
+# Tried and not kept (results/logs/2026-11-26-s41call5, the change in stage7_half_max.patch there):
+# each key tile's first half of columns exponentiated against the row max over that half (and
+# the tiles before) while the second half's max is reduced by its shuffles, that half then scaled
+# down by 2^(m1 - max) where the second half raised the max (a warp-uniform branch, taken in most
+# warps). The exponentials of a tile wait for its whole row's max (32 FMNMX and two dependent
+# shuffles), and at D64 the exponential unit sets the pace; predicted 2-5% there. Measured
+# against the build without, kernel alone, in pairs in both orders: 0.912-0.916x at B16 H16
+# S2048 D64 (full and causal), 0.912-0.935x at B4 H16 S8192 D128, 0.94x at D128 S2048 and B1 H8
+# S512 D64; stage 7's tests passed with it. The second max, its shuffles and the fix-ups cost more
+# issue slots than the wait they hide.
 # Tried and not kept (results/logs/2026-11-26-s40call1, the change in stage7_pack.patch there):
 # each tile's previous P·V waited for between its row maxima and its exponentials, so that P's
 # e4m3 casts interleave with the MUFU.EX2 stream (ptxas then placed a cast after every second
