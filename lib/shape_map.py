@@ -76,9 +76,10 @@ def plot_shape_map(rec: dict, dtype: str = "bfloat16"):
 
 def waterfall_table(rec: dict) -> str:
     """The decoding waterfall: each decode shape with the prefill build, + split-KV, packed GQA
-    alone, both, the combine in the last block, two blocks per SM where they fill it, and the
-    combine kernel launched with PDL (stage 6's own choice), against SDPA's two backends timed
-    beside each."""
+    alone, both, the combine in the last block, two blocks per SM where they fill it, the
+    combine kernel launched with PDL, and where a block reads one or two key tiles at D64 blocks
+    without a producer (the last row of a shape is stage 6's own choice), against SDPA's two
+    backends timed beside each."""
     lines = ["| shape | build | splits | blocks/SM | µs | vs SDPA default | vs SDPA FLASH | GB/s |",
              "|---|---|---|---|---|---|---|---|"]
     for r in (r for r in rec["rows"] if r["part"] == "waterfall"):

@@ -7,7 +7,8 @@
 - the decoding waterfall: at a few decode shapes, the prefill build (one block per query head,
   the keys in one block), + split-KV, packed GQA alone, both with the combine kernel, both
   with the combine in each work tile's last block where its rule takes it, two blocks per SM
-  where they fill it, and the combine kernel launched with PDL (stage 6's choice);
+  where they fill it, the combine kernel launched with PDL, and (at D64, where a block reads one
+  or two key tiles) blocks of one warpgroup without a producer, three per SM (stage 6's choice);
 - (--parts schedules) stage 6's launches at short prefill, S 512 … 2048: one block per work
   tile against persistent blocks (fixed stride, or a work queue with and without ping-pong for
   causal), each with the head dim's tiles and with 128-key tiles, one Q buffer or two, each
@@ -55,14 +56,20 @@ DECODE_B = (1, 8, 64)
 DECODE_GROUPS = ((32, 8), (8, 1))   # (query heads, K/V heads)
 # (B, H, Hkv, Sq, Sk, D): the waterfall's decode shapes
 WATERFALL_SHAPES = [(1, 32, 8, 1, 4096, 128), (8, 32, 8, 1, 4096, 128), (32, 32, 8, 1, 8192, 128),
-                    (1, 8, 1, 4, 32768, 128), (1, 8, 1, 1, 32768, 128)]
+                    (1, 8, 1, 4, 32768, 128), (1, 8, 1, 1, 32768, 128), (1, 32, 8, 1, 4096, 64)]
+# Each step adds one idea to the one before; until the last, packed calls keep a producer
+# warpgroup (the decoding schedule named), so the last step is stage 6's choice with blocks
+# without a producer where stage6.few_keys_per_block takes them (only shapes it takes run it).
+_PRODUCER = {"pack_gqa": True, "schedule": s6.DECODE_SCHEDULE}
 WATERFALL = [("prefill build", {"pack_gqa": False, "splits": 1, "pdl": False}),
              ("+ split-KV", {"pack_gqa": False, "pdl": False}),
              ("packed GQA alone", {"pack_gqa": True, "splits": 1, "blocks_per_sm": 1, "pdl": False}),
              ("split-KV + packed GQA", {"combine_in_block": False, "blocks_per_sm": 1, "pdl": False}),
              ("+ combine in the last block", {"blocks_per_sm": 1, "pdl": False}),
-             ("+ two blocks per SM where they fill it", {"pdl": False}),
-             ("+ PDL for the combine kernel", {})]
+             ("+ two blocks per SM where they fill it", {**_PRODUCER, "pdl": False}),
+             ("+ PDL for the combine kernel", _PRODUCER),
+             ("+ no producer where a block has 1-2 key tiles", {})]
+FEW_KEYS_STEP = WATERFALL[-1][0]
 # short prefill (B·S = 16k, MHA): the launches that differ in what happens between work tiles
 SCHEDULE_SEQS = (512, 1024, 2048, 8192)
 SCHEDULE_TILES = {64: [((128, 2, 3), 2), ((128, 2, 2), 2)], 128: [((176, 2, 2), 1), ((128, 2, 2), 2)]}
@@ -540,6 +547,8 @@ def main() -> int:
     if "waterfall" in a.parts:
         for B, H, Hkv, Sq, Sk, D in (WATERFALL_SHAPES[:1] if a.quick else WATERFALL_SHAPES):
             for name, opts in WATERFALL:
+                if name == FEW_KEYS_STEP and s6.choose(B, H, Hkv, Sq, Sk, D, False, 132)["schedule"] != s6.FEW_KEYS_SCHEDULE:
+                    continue  # the same launch as the step before
                 plan.append(({"part": "waterfall", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
                               "Sk": Sk, "D": D, "dtype": "bfloat16", "causal": False}, opts))
     if "timeline" in a.parts:
