@@ -629,6 +629,14 @@ def shares_sms(work: int, n_splits: int, sms: int) -> bool:
 # tiles from the queue and copies the next one's Q, K and V while its consumer ends this one, so
 # no wave boundary has both of an SM's blocks starting at once): 0.963-0.998x at the 24 rows
 # where the rule takes two blocks (median 0.991x), B64 H32/8 Sk1024 D64 0.976x.
+# What is left at the two rows furthest under SDPA (Nsight Compute, results/logs/2026-11-26-
+# s41call8, clocks as the GPU sets them): at B64 H32/8 Sk1024 D64 cuDNN runs an sm80 kernel of
+# 512 blocks of 128 threads (16 query rows, 45 KB), one wave at four per SM, 49.7 µs at 2.75 TB/s,
+# against stage 6's 512 blocks of 256 threads, two per SM in 1.94 waves, 50.9 µs at 2.70 TB/s;
+# at B8 H32/8 Sk32768 D64 it splits the keys in four (256 blocks, and a 3.8 µs reduction kernel)
+# and reads at 3.06 TB/s, 176.1 µs, where stage 6's two splits (128 blocks, one per SM) read at
+# 2.92 TB/s, 184.6 µs. Four splits for stage 6 there measured 1.006-1.008x of two (-s36call3,
+# -s36call10).
 
 # Decoding blocks of one or two key tiles at D64 (few_keys_per_block): one warpgroup without a
 # producer, three per SM.
