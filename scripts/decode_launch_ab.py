@@ -51,7 +51,7 @@ tiles that are still under SDPA (B64 H32/8 Sk1024, 0.98x at D64: about 1 µs of 
 the long ones stay level, the short split rows (one key tile per block) see nothing.
 Measured (call 1 of session 41, at d8ee25e, where stage 6 had the `l2_ahead` option and allowed
 persistent blocks two per SM; the change is that call's l2_prefetch_persistent_two_blocks.patch,
-which this launch needs applied): no. The prefetch ran 0.76-1.01x of as called with 2 tiles
+and this launch runs only at that commit): no. The prefetch ran 0.76-1.01x of as called with 2 tiles
 ahead (median 0.92x) and 0.62-1.02x with 4, worse the longer the stream (prefetched lines
 evicted before their load: read twice); the persistent blocks 0.96-1.00x (median 0.99x).
 
@@ -74,6 +74,7 @@ rounds; every variant checked against the float64 reference before and after tim
 """
 import argparse
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 
@@ -162,6 +163,10 @@ def main() -> int:
                          "prefetch and persistent two-block launches (session 41, call 1); no-producer: blocks of "
                          "one warpgroup, 2-4 per SM (call 2)")
     a = ap.parse_args()
+    if a.launch == "prefetch" and "l2_ahead" not in inspect.signature(s6.attention).parameters:
+        ap.exit(2, f"{ap.prog}: --launch prefetch needs stage 6's l2_ahead option, which was not kept: run it at "
+                   "commit d8ee25e, where session 41's call 1 did (the change: results/logs/2026-11-26-s41call1/"
+                   "l2_prefetch_persistent_two_blocks.patch)\n")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
