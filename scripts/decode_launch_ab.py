@@ -52,8 +52,9 @@ the long ones stay level, the short split rows (one key tile per block) see noth
 Measured (call 1 of session 41, at d8ee25e, where stage 6 had the `l2_ahead` option and allowed
 persistent blocks two per SM; the change is that call's l2_prefetch_persistent_two_blocks.patch,
 and this launch runs only at that commit): no. The prefetch ran 0.76-1.01x of as called with 2 tiles
-ahead (median 0.92x) and 0.62-1.02x with 4, worse the longer the stream (prefetched lines
-evicted before their load: read twice); the persistent blocks 0.96-1.00x (median 0.99x).
+ahead (median 0.92x) and 0.62-1.02x with 4, worse the longer the stream (as if prefetched
+lines were evicted before their load and read twice; not profiled); the persistent blocks
+0.96-1.00x (median 0.99x).
 
 --launch no-producer (session 41): cuDNN's decoding blocks have 128 threads and no producer
 warpgroup, four per SM at D64 (45 KB each) and two at D128 (86 KB), every one of 512 work tiles

@@ -624,8 +624,8 @@ def shares_sms(work: int, n_splits: int, sms: int) -> bool:
 # to 2 or 4 past the one it loads into L2 (cp.async.bulk.prefetch.tensor, ahead of the two-deep
 # ring), predicted to help where a block starts with an empty ring: same bits, sanitizers clean,
 # and 0.76-1.01x with 2 tiles ahead (median 0.92x), 0.62-1.02x with 4; the longer the stream, the
-# worse (B64 H32/8 Sk32768 D64: 1,849 against 1,400 µs), so the prefetched lines are evicted
-# before their load and read twice. (b) These two blocks per SM made persistent (each takes work
+# worse (B64 H32/8 Sk32768 D64: 1,849 against 1,400 µs), as if the prefetched lines were evicted
+# before their load and read twice (not profiled). (b) These two blocks per SM made persistent (each takes work
 # tiles from the queue and copies the next one's Q, K and V while its consumer ends this one, so
 # no wave boundary has both of an SM's blocks starting at once): 0.963-0.998x at the 24 rows
 # where the rule takes two blocks (median 0.991x), B64 H32/8 Sk1024 D64 0.976x.
