@@ -18,7 +18,9 @@ query heads that share a K/V head (PACK_GQA, one consumer warpgroup: DECODE_TILE
 blocks would not fill the GPU, each head's keys are split over several blocks whose partial
 results the last of them, or a second kernel, combines (split-KV; causal calls are never split).
 When those blocks do fill the GPU, two share each SM (`shares_sms`, DECODE_SHARED_TILES), so
-one block's start and end overlap the other's streaming, as cuDNN's decoding kernels do.
+one block's start and end overlap the other's streaming, as cuDNN's decoding kernels do. Where
+each block reads only one or two key tiles (D64), there is nothing for a producer to copy ahead:
+those blocks are one warpgroup without one, three per SM (`few_keys_per_block`).
 
 Serving (issue 22): causal attention in either alignment, SDPA's top-left (causal=True) or
 bottom-right (causal="bottom_right", or attn_mask=causal_lower_right(Sq, Sk): the Sq queries are
