@@ -545,9 +545,10 @@ def main() -> int:
     if "decode" in a.parts:
         plan += [(r, None) for r in decode_rows(a.dtype, a.quick)]
     if "waterfall" in a.parts:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
         for B, H, Hkv, Sq, Sk, D in (WATERFALL_SHAPES[:1] if a.quick else WATERFALL_SHAPES):
             for name, opts in WATERFALL:
-                if name == FEW_KEYS_STEP and s6.choose(B, H, Hkv, Sq, Sk, D, False, 132)["schedule"] != s6.FEW_KEYS_SCHEDULE:
+                if name == FEW_KEYS_STEP and s6.choose(B, H, Hkv, Sq, Sk, D, False, sms)["schedule"] != s6.FEW_KEYS_SCHEDULE:
                     continue  # the same launch as the step before
                 plan.append(({"part": "waterfall", "variant": name, "B": B, "H": H, "Hkv": Hkv, "Sq": Sq,
                               "Sk": Sk, "D": D, "dtype": "bfloat16", "causal": False}, opts))

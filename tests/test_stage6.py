@@ -737,11 +737,15 @@ def test_blocks_without_producer_match_reference(shape, seed):
                 c = check_output(out, q, k, v, causal=causal)
                 assert c.passed, f"{shape} {dtype} causal={causal} splits {splits} seed {seed}: {c.summary()}"
         used = torch.randint(0, Sk + 1, (B,), dtype=torch.int32, device=q.device)
-        out = s6.attention(q, k, v, seqlens_k=used, splits=2, **opts)
+        with poisoned_outputs():
+            out = s6.attention(q, k, v, seqlens_k=used, splits=2, **opts)
         for b in range(B):
             n = int(used[b])
-            want = torch.zeros_like(out[b:b + 1]) if n == 0 else s6.attention(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n])
-            assert torch.allclose(out[b:b + 1].float(), want.float(), atol=2e-2, rtol=0), (shape, b, n)
+            if n == 0:  # no key: zeros, as SDPA gives
+                assert bool((out[b] == 0).all()), (shape, dtype, b)
+                continue
+            c = check_output(out[b:b + 1], q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n])
+            assert c.passed, f"{shape} {dtype} seqlens_k entry {b} ({n} keys) seed {seed}: {c.summary()}"
 
 
 @on_hopper
