@@ -456,11 +456,11 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     persistent = bool(sw.pop("PERSISTENT"))
     assert persistent or not sw["DYNAMIC_WORK"], "a work queue is for a persistent launch"
     block_m = 64 * consumers
-    if blocks_per_sm not in (1, 2, 3, 4) or (blocks_per_sm > 1 and (consumers != 1 or persistent
-                                                                   or blocks_per_sm > 3 + (not sw["WARP_SPECIALIZED"]))):
-        raise ValueError(f"blocks_per_sm is 1, or 2-3 blocks of one consumer and a producer launched one "
-                         f"per work tile; got {blocks_per_sm!r} with tiles {(bn, stages, consumers)} and "
-                         f"schedule {schedule!r}")
+    most = 3 if sw["WARP_SPECIALIZED"] else 4  # blocks of one consumer per SM, with a producer or without
+    if blocks_per_sm not in range(1, most + 1) or (blocks_per_sm > 1 and (consumers != 1 or persistent)):
+        raise ValueError(f"blocks_per_sm is 1, or 2-3 blocks of one consumer and a producer, or 2-4 of one "
+                         f"consumer without a producer, launched one per work tile; got {blocks_per_sm!r} with "
+                         f"tiles {(bn, stages, consumers)} and schedule {schedule!r}")
     # several blocks per SM each run one work tile: one Q buffer is all they use
     qs = (1 if blocks_per_sm > 1 else q_buffers(head_dim, (bn, stages, consumers))) if q_stages is None else q_stages
     if qs not in (1, 2, 3):
