@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# GPU call 11 of session 41: after stage 6's re-record at 9877f43 (call 10), the training record
-# (its hashes include stage 6's) and every notebook that reads stage 6's rows, executed against
-# the new record: stage 8, stage 6, journey, the introduction, stage 7.
+# GPU call 11 of session 41: after stage 6's re-record at 9877f43 (call 10, which also re-recorded
+# the training record), every notebook that reads stage 6's rows, executed against the new record:
+# stage 8, stage 6, journey, the introduction, stage 7.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > /dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FA_CACHE_DIR=/tmp/fa-cache NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 FA_GIT_COMMIT=${FA_GIT_COMMIT:-unknown}
