@@ -69,6 +69,8 @@
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
 #include "hopper.cuh"
+#include "pdl.cuh"         // griddep_wait, griddep_launch_dependents
+#include "work_queue.cuh"  // handed_out: the work queue's order
 
 #if !defined(BLOCK_N) || !defined(STAGES) || !defined(CONSUMERS)
 #error "BLOCK_N, STAGES and CONSUMERS are set by stages/stage6.py"
@@ -261,7 +263,7 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
 // one (batch, K/V head) — and one of n_splits ranges of its key tiles: key tiles t0 …
 // t0 + n_tiles − 1. Work w is split w % n_splits of query block (w / n_splits) % n_qb of head
 // w / (n_splits·n_qb); causal work starts with the heaviest query block of each head (and a work
-// queue hands its last tiles out in another order: see the producer's `handed_out`). The host
+// queue hands its last tiles out in another order: stages/work_queue.cuh). The host
 // picks per_split so that no range is empty for the longest keys (and n_splits = 1 with causal
 // masking); a shorter sequence's ranges past its end, and query blocks past its last query,
 // have n_tiles = 0.
@@ -555,9 +557,7 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
 // This kernel may be launched so too (PDL_KERNEL), after whatever kernel came before it in the
 // stream: its blocks then set up their barriers and prefetch the tensor maps, and wait
 // (griddep_wait, before the first read or write of global memory) for that kernel to finish.
-// griddep_wait returns at once in a grid launched without PDL.
-__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// griddep_wait returns at once in a grid launched without PDL (stages/pdl.cuh).
 
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -615,22 +615,13 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 const Work t = work_tile(w, dv, seqs, per_split);
                 load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
             };
-            // The work queue's slot-th tile: (batch, head) pairs one after another, each head's
-            // heaviest query block first, except the last tail_heads pairs (causal, unsplit;
-            // stages/stage6.py: tail_heads_for), which are handed out longest first across them:
-            // every one's heaviest query block, then every one's next, ... Only this thread maps
-            // slots to tiles: the consumers read the tile's index from its Q slot (sm.work).
-            auto handed_out = [&](int slot) {
-                const int first = n_work / n_qb - tail_heads;  // the first pair of the tail
-                if (!DYNAMIC_WORK || tail_heads <= 0 || slot < first * n_qb || slot >= n_work) return slot;
-                const int r = slot - first * n_qb, qb_in = r / tail_heads;
-                return (first + r - qb_in * tail_heads) * n_qb + qb_in;
-            };
-            const int w0 = handed_out(blockIdx.x);
+            // The work queue's slot-th tile (stages/work_queue.cuh: the causal tail's order).
+            // The consumers read the tile's index from its Q slot (sm.work).
+            const int w0 = handed_out(blockIdx.x, n_work, n_qb, tail_heads, DYNAMIC_WORK);
             if (w0 < n_work) work_q(w0, 0);
             for (int w = w0, next; w < n_work; w = next, ++count) {
                 // The next work tile: asked for now, its answer needed only at its Q's copy.
-                next = DYNAMIC_WORK ? handed_out(atomicAdd(&work_queue[0], 1) + (int)gridDim.x) : w + (int)gridDim.x;
+                next = DYNAMIC_WORK ? handed_out(atomicAdd(&work_queue[0], 1) + (int)gridDim.x, n_work, n_qb, tail_heads, DYNAMIC_WORK) : w + (int)gridDim.x;
                 const Work t = work_tile(w, dv, seqs, per_split);
                 long long* const stamps = (TIMELINE && blockIdx.x == 0) ? timeline : nullptr;
                 (void)stamps;

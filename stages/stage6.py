@@ -410,7 +410,8 @@ INFO = StageInfo(
     min_cc=(9, 0),
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
-    sources=("stages/stage6.py", "stages/stage6.cu", "stages/hopper.cuh", "stages/attention.cuh"),
+    sources=("stages/stage6.py", "stages/stage6.cu", "stages/hopper.cuh", "stages/pdl.cuh", "stages/work_queue.cuh",
+             "stages/attention.cuh"),
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
     varlen=True,
@@ -539,14 +540,31 @@ def packed_queries(q: torch.Tensor, group: int) -> torch.Tensor:
     return q.as_strided((B, H // group, group, Sq, D), (sb, group * sh, sh, ss, sd))
 
 
-def tensor_map(t: torch.Tensor, rows: int | tuple):
+# How much the L2 fetches from memory for each request of the copy engine (the tensor map's L2
+# promotion, in bytes; 0: only the sectors asked for). CUTLASS, and so FlashAttention-3, encodes
+# its maps with 128. Measured for stage 6: scripts/l2_promotion_ab.py.
+L2_PROMOTION = 0
+L2_PROMOTIONS = (0, 64, 128, 256)
+
+
+def l2_promotion_of(value) -> int:
+    """A call's l2_promotion option as bytes: None is L2_PROMOTION; else one of L2_PROMOTIONS."""
+    if value is None:
+        return L2_PROMOTION
+    if isinstance(value, bool) or value not in L2_PROMOTIONS:
+        raise ValueError(f"l2_promotion must be one of {L2_PROMOTIONS} (bytes) or None (L2_PROMOTION), got {value!r}")
+    return int(value)
+
+
+def tensor_map(t: torch.Tensor, rows: int | tuple, l2_promotion: int = 0):
     """The copy engine's description of a [B, H, S, D] tensor with its real strides: boxes of
     `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled. `rows`
     may be a tuple for the box's leading dimensions: (group, Sq) for packed_queries' 5-D view.
     Encoding costs host time: attention() makes a tensor's map once per layout (its plan) and
-    afterwards only replaces the address. Each call here returns a new map of its own."""
+    afterwards only replaces the address. Each call here returns a new map of its own.
+    `l2_promotion`: one of L2_PROMOTIONS (stage 8 takes the default)."""
     from cuda.core.utils import StridedMemoryView
-    from cuda.core._tensor_map import TensorMapSwizzle
+    from cuda.core._tensor_map import TensorMapL2Promotion, TensorMapSwizzle
     # The copy engine moves bits: a 16-bit integer view of fp16/bf16 has the same layout.
     # It also wants every stride a multiple of 16 bytes, even where a dimension has size 1
     # and its stride is never used: give those one that is.
@@ -555,7 +573,11 @@ def tensor_map(t: torch.Tensor, rows: int | tuple):
     t = t.as_strided(t.shape, strides)
     view = StridedMemoryView.from_dlpack(t.view(torch.uint16), stream_ptr=-1)
     box = (1,) * (t.dim() - 1 - len(rows)) + tuple(rows) if isinstance(rows, tuple) else (1, 1, rows)
-    return view.as_tensor_map((*box, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
+    if not l2_promotion:  # cuda.core's default
+        return view.as_tensor_map((*box, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
+    promotion = {64: TensorMapL2Promotion.L2_64B, 128: TensorMapL2Promotion.L2_128B,
+                 256: TensorMapL2Promotion.L2_256B}[l2_promotion]
+    return view.as_tensor_map((*box, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B, l2_promotion=promotion)
 
 
 _arch_ok: set = set()
@@ -719,7 +741,7 @@ class _Plan:
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
                  "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_tma",
-                 "combine_in_block")
+                 "combine_in_block", "l2_promotion")
 
 
 _plans: dict = {}
@@ -738,7 +760,8 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
+               l2_promotion=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -749,6 +772,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"combine_in_block must be True, False or None (chosen per call), got {combine_in_block!r}")
     if carry_pv not in (None, True, False):
         raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
+    l2_promotion = l2_promotion_of(l2_promotion)
     kernel_pdl, combine_pdl = pdl_launches(pdl)
     plan = _Plan()
     plan.varlen = varlen is not None
@@ -805,7 +829,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     # boxes of q, k, v and (O_TMA_STORE) the output: its map is made on the first call and
     # pointed at each call's new output (_launch); other builds take q's map there, unread
     plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn, 64)
-    plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
+    plan.l2_promotion = l2_promotion
+    plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r, plan.l2_promotion)
                  for i, (t, r) in enumerate(zip((q, k, v), plan.rows))] + [None]
     plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0]
     plan.o_tma = bool(dict(cfg["defines"])["O_TMA_STORE"])
@@ -847,7 +872,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None, tail_waves=None):
+              blocks_per_sm=None, pdl=None, tail_waves=None, l2_promotion=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -873,7 +898,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
     (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `tail_waves` (causal work on
     the queue: its last tail_waves·SMs work tiles handed out longest first; 0: none; None:
-    tail_heads_for's rule) for measuring them.
+    tail_heads_for's rule) and `l2_promotion` (bytes the L2 fetches per copy request, one of
+    L2_PROMOTIONS; None: L2_PROMOTION) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -892,7 +918,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
                                         carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl,
-                                        tail_waves=tail_waves),
+                                        tail_waves=tail_waves, l2_promotion=l2_promotion),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -908,7 +934,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves)
+               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, l2_promotion, type(l2_promotion))
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -923,7 +949,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves)
+                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
+                          l2_promotion=l2_promotion)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -1012,7 +1039,7 @@ def _retarget(plan: _Plan, i: int, t) -> None:
             return
         except Exception:  # a cuda.core without replace_address, or one that reads more: encode
             pass
-    plan.maps[i] = tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i])
+    plan.maps[i] = tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i], plan.l2_promotion)
 
 
 _sms: dict = {}

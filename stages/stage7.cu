@@ -33,6 +33,7 @@
 // those options and runs decoding shapes unsplit.
 #include "fp8.cuh"  // hopper.cuh, wgmma_e4m3_ss/rs, to_e4m3x2
 #include "pdl.cuh"  // griddep_wait: launched with PDL after stage7_quantize.cu's casts
+#include "work_queue.cuh"  // handed_out: the work queue's order
 
 #if !defined(BLOCK_N) || !defined(STAGES) || !defined(CONSUMERS)
 #error "BLOCK_N, STAGES and CONSUMERS are set by stages/stage7.py"
@@ -535,20 +536,13 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
                 load_q(sm, &q_map, count, t.q0, t.h, t.b, w);
             };
-            // The work queue's slot-th tile, as in stage 6: (batch, head) pairs one after another,
-            // except the last tail_heads pairs (causal; stages/stage6.py: tail_heads_for), handed
-            // out longest first across them. The consumers read the index from the Q slot.
-            auto handed_out = [&](int slot) {
-                const int first = n_work / n_qb - tail_heads;  // the first pair of the tail
-                if (!DYNAMIC_WORK || tail_heads <= 0 || slot < first * n_qb || slot >= n_work) return slot;
-                const int r = slot - first * n_qb, qb_in = r / tail_heads;
-                return (first + r - qb_in * tail_heads) * n_qb + qb_in;
-            };
-            const int w0 = handed_out(blockIdx.x);
+            // The work queue's slot-th tile, as in stage 6 (stages/work_queue.cuh). The consumers
+            // read the index from the Q slot.
+            const int w0 = handed_out(blockIdx.x, n_work, n_qb, tail_heads, DYNAMIC_WORK);
             if (w0 < n_work) work_q(w0, 0);
             for (int w = w0, next; w < n_work; w = next, ++count) {
                 // The next work tile: asked for now, its answer needed only at its Q's copy.
-                next = DYNAMIC_WORK ? handed_out(atomicAdd(&work_queue[0], 1) + (int)gridDim.x) : w + (int)gridDim.x;
+                next = DYNAMIC_WORK ? handed_out(atomicAdd(&work_queue[0], 1) + (int)gridDim.x, n_work, n_qb, tail_heads, DYNAMIC_WORK) : w + (int)gridDim.x;
                 const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
                 // The next work tile's Q: with two buffers right after this tile's first K and V
                 // (its buffer was freed by the tile before), a whole work tile before it is

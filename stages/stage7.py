@@ -178,7 +178,7 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16, torch.float8_e4m3fn),
     head_dims=(64, 128),
     sources=("stages/stage7.py", "stages/stage7.cu", "stages/stage7_quantize.cu", "stages/fp8.cuh", "stages/pdl.cuh",
-             "stages/hopper.cuh",
+             "stages/work_queue.cuh", "stages/hopper.cuh",
              "stages/attention.cuh", "lib/fp8.py"),
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
