@@ -12,6 +12,12 @@ Predicted: at the streaming decoding rows (B8-B64, Sk 4k-32k), 128 or 256 bytes 
 short rows and at prefill (K and V read once from memory, then many times from the L2) nothing
 beyond the noise. Stage 8's backward, which borrows stage 6's tensor_map, is not touched.
 
+Measured (call 1 of session 42, at 3525efe, where stage 6 had the `l2_promotion` option; the
+option was not kept, and this script runs only at that commit): no. Against none, same rounds,
+every variant checked: decoding 0.978-1.021x (median 1.00x with 128 and 256 bytes, Sq 1 and 4),
+prompts of S <= 2048 0.985-1.010x, and S >= 4096 slower: 0.93-1.00x with 128 bytes (median
+0.98x), 0.89-1.00x with 256 (median 0.95x; B1 H32 S16384 D128 full 7,759 µs against 6,909).
+
 This times, at the recorded map's rows (decoding Sq 1 and Sq 4, prefill; bf16), stage 6 as it is
 called against the same call with l2_promotion 128 and 256, with SDPA default and FLASH in the
 same interleaved rounds; every variant checked against the float64 reference before and after
@@ -62,9 +68,12 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes (a smoke run)")
     ap.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS),
                     help="which rows of the recorded map: decoding with Sq 1, with Sq 4, prefill")
-    ap.add_argument("--promotions", nargs="+", type=int, choices=s6.L2_PROMOTIONS, default=[0, 128, 256],
+    ap.add_argument("--promotions", nargs="+", type=int, choices=(0, 64, 128, 256), default=[0, 128, 256],
                     help="bytes the L2 fetches per request, each a variant beside the call as it is")
     a = ap.parse_args()
+    if not hasattr(s6, "L2_PROMOTIONS"):
+        ap.exit(2, f"{ap.prog}: needs stage 6's l2_promotion option, which was not kept: run it at commit 3525efe, "
+                   "where session 42's call 1 did\n")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
     env = R.capture_env()

@@ -540,31 +540,22 @@ def packed_queries(q: torch.Tensor, group: int) -> torch.Tensor:
     return q.as_strided((B, H // group, group, Sq, D), (sb, group * sh, sh, ss, sd))
 
 
-# How much the L2 fetches from memory for each request of the copy engine (the tensor map's L2
-# promotion, in bytes; 0: only the sectors asked for). CUTLASS, and so FlashAttention-3, encodes
-# its maps with 128. Measured for stage 6: scripts/l2_promotion_ab.py.
-L2_PROMOTION = 0
-L2_PROMOTIONS = (0, 64, 128, 256)
-
-
-def l2_promotion_of(value) -> int:
-    """A call's l2_promotion option as bytes: None is L2_PROMOTION; else one of L2_PROMOTIONS."""
-    if value is None:
-        return L2_PROMOTION
-    if isinstance(value, bool) or value not in L2_PROMOTIONS:
-        raise ValueError(f"l2_promotion must be one of {L2_PROMOTIONS} (bytes) or None (L2_PROMOTION), got {value!r}")
-    return int(value)
-
-
-def tensor_map(t: torch.Tensor, rows: int | tuple, l2_promotion: int = 0):
+# Tried and not kept: the maps' L2 promotion (how much the L2 fetches from memory for each copy
+# request; cuda.core's default, kept here, fetches what is asked; CUTLASS encodes its maps with 128
+# bytes). Predicted to help the streaming decoding rows, measured against none in the same rounds
+# at the recorded map's 120 rows (results/logs/2026-11-26-s42call1, scripts/l2_promotion_ab.py):
+# decoding 0.978-1.021x (median 1.00x at Sq 1 and Sq 4, 128 and 256 bytes alike), prompts of
+# S <= 2048 level, and S >= 4096 slower, 0.93-1.00x with 128 bytes (median 0.98x) and 0.89-1.00x
+# with 256 (B1 H32 S16384 D128: 7,759 µs against 6,909), as if the promoted lines pushed K and V
+# tiles still to be reread out of the L2 (not profiled).
+def tensor_map(t: torch.Tensor, rows: int | tuple):
     """The copy engine's description of a [B, H, S, D] tensor with its real strides: boxes of
     `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled. `rows`
     may be a tuple for the box's leading dimensions: (group, Sq) for packed_queries' 5-D view.
     Encoding costs host time: attention() makes a tensor's map once per layout (its plan) and
-    afterwards only replaces the address. Each call here returns a new map of its own.
-    `l2_promotion`: one of L2_PROMOTIONS (stage 8 takes the default)."""
+    afterwards only replaces the address. Each call here returns a new map of its own."""
     from cuda.core.utils import StridedMemoryView
-    from cuda.core._tensor_map import TensorMapL2Promotion, TensorMapSwizzle
+    from cuda.core._tensor_map import TensorMapSwizzle
     # The copy engine moves bits: a 16-bit integer view of fp16/bf16 has the same layout.
     # It also wants every stride a multiple of 16 bytes, even where a dimension has size 1
     # and its stride is never used: give those one that is.
@@ -573,11 +564,7 @@ def tensor_map(t: torch.Tensor, rows: int | tuple, l2_promotion: int = 0):
     t = t.as_strided(t.shape, strides)
     view = StridedMemoryView.from_dlpack(t.view(torch.uint16), stream_ptr=-1)
     box = (1,) * (t.dim() - 1 - len(rows)) + tuple(rows) if isinstance(rows, tuple) else (1, 1, rows)
-    if not l2_promotion:  # cuda.core's default
-        return view.as_tensor_map((*box, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
-    promotion = {64: TensorMapL2Promotion.L2_64B, 128: TensorMapL2Promotion.L2_128B,
-                 256: TensorMapL2Promotion.L2_256B}[l2_promotion]
-    return view.as_tensor_map((*box, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B, l2_promotion=promotion)
+    return view.as_tensor_map((*box, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
 
 
 _arch_ok: set = set()
@@ -741,7 +728,7 @@ class _Plan:
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
                  "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_tma",
-                 "combine_in_block", "l2_promotion")
+                 "combine_in_block")
 
 
 _plans: dict = {}
@@ -760,8 +747,7 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
-               l2_promotion=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -772,7 +758,6 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"combine_in_block must be True, False or None (chosen per call), got {combine_in_block!r}")
     if carry_pv not in (None, True, False):
         raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
-    l2_promotion = l2_promotion_of(l2_promotion)
     kernel_pdl, combine_pdl = pdl_launches(pdl)
     plan = _Plan()
     plan.varlen = varlen is not None
@@ -829,8 +814,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     # boxes of q, k, v and (O_TMA_STORE) the output: its map is made on the first call and
     # pointed at each call's new output (_launch); other builds take q's map there, unread
     plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn, 64)
-    plan.l2_promotion = l2_promotion
-    plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r, plan.l2_promotion)
+    plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
                  for i, (t, r) in enumerate(zip((q, k, v), plan.rows))] + [None]
     plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0]
     plan.o_tma = bool(dict(cfg["defines"])["O_TMA_STORE"])
@@ -872,7 +856,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None, tail_waves=None, l2_promotion=None):
+              blocks_per_sm=None, pdl=None, tail_waves=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -898,8 +882,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
     (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `tail_waves` (causal work on
     the queue: its last tail_waves·SMs work tiles handed out longest first; 0: none; None:
-    tail_heads_for's rule) and `l2_promotion` (bytes the L2 fetches per copy request, one of
-    L2_PROMOTIONS; None: L2_PROMOTION) for measuring them.
+    tail_heads_for's rule) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -918,7 +901,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
                                         carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl,
-                                        tail_waves=tail_waves, l2_promotion=l2_promotion),
+                                        tail_waves=tail_waves),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -934,7 +917,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, l2_promotion, type(l2_promotion))
+               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -949,8 +932,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
-                          l2_promotion=l2_promotion)
+                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -1039,7 +1021,7 @@ def _retarget(plan: _Plan, i: int, t) -> None:
             return
         except Exception:  # a cuda.core without replace_address, or one that reads more: encode
             pass
-    plan.maps[i] = tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i], plan.l2_promotion)
+    plan.maps[i] = tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i])
 
 
 _sms: dict = {}

@@ -402,35 +402,6 @@ def test_tail_waves_same_bits(seed):
             assert check.passed, (D, B, H, Sq, Sk, causal, check.summary())
 
 
-def test_l2_promotion_option():
-    """l2_promotion: None is the module's L2_PROMOTION; bytes outside L2_PROMOTIONS (and bools,
-    which are ints to Python) are refused with the allowed values named."""
-    assert s6.l2_promotion_of(None) == s6.L2_PROMOTION
-    for b in s6.L2_PROMOTIONS:
-        assert s6.l2_promotion_of(b) == b
-    for bad in (32, 512, True, "128", 128.5):
-        with pytest.raises(ValueError, match="l2_promotion must be one of"):
-            s6.l2_promotion_of(bad)
-
-
-@on_hopper
-def test_l2_promotion_same_bits(seed):
-    """How much the L2 fetches per copy request changes what the memory is asked for, not a byte
-    that reaches shared memory: every promotion gives the output of none bit for bit. Packed
-    decoding split and unsplit (the ring wrapping many times), prefill with odd lengths, causal
-    on the work queue, GQA, D64 and D128; the first checked against the float64 reference."""
-    for D, B, H, Hk, Sq, Sk, causal in ((64, 3, 32, 8, 1, 5000, False), (128, 2, 8, 1, 4, 1027, False),
-                                        (64, 2, 6, 2, 333, 1000, False), (128, 2, 40, 8, 300, 1000, True)):
-        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
-        runs = [s6.attention(q, k, v, causal=causal, l2_promotion=b) for b in s6.L2_PROMOTIONS]
-        check = check_output(runs[0], q, k, v, causal=causal)
-        assert check.passed, (D, B, H, Sq, Sk, causal, check.summary())
-        for b, r in zip(s6.L2_PROMOTIONS[1:], runs[1:]):
-            assert torch.equal(runs[0], r), (D, B, H, Sq, Sk, causal, b)
-    with pytest.raises(ValueError, match="l2_promotion"):
-        s6.attention(q, k, v, l2_promotion=100)
-
-
 def test_tail_heads_rule():
     """tail_heads_for: the heads of the last waves·SMs work tiles, at most every head; none for
     full attention, launches without the queue, or one query block per head."""
