@@ -367,11 +367,9 @@ def measure(row, opts=None, budget_s=0.3):
 
 def combine_kernel(ch: dict, built: dict, opts: dict, D: int) -> bool:
     """Whether a call's split-KV partial rows go to the combine kernel (not to the last block of
-    each work tile): stage 6's _make_plan rule, from choose's plan and the build's defines."""
-    rows = (ch["H"] // ch["Hk"]) * ch["Sq"] if ch["pack_gqa"] else 64 * ch["tiles"][2]
-    in_block = bool(built["COMBINE_IN_BLOCK"]) and (
-        s6.combines_in_block(rows, ch["splits"], D) if opts.get("combine_in_block") is None else opts["combine_in_block"])
-    return ch["splits"] > 1 and not in_block
+    each work tile): stage 6's combine_in_last_block, from choose's plan and the build's defines."""
+    rows = (ch["H"] // ch["Hk"]) * ch["Sq"] if ch["pack_gqa"] else 64 * ch["tiles"][2]  # the work tile's
+    return ch["splits"] > 1 and not s6.combine_in_last_block(rows, ch["splits"], D, built, opts.get("combine_in_block"))
 
 
 def measure_variants(row, variants, budget_s=0.3) -> list:

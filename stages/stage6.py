@@ -118,6 +118,14 @@ def combines_in_block(rows: int, n_splits: int, head_dim: int) -> bool:
     """Whether split-KV's combine runs in the last block of each work tile (rows: the work
     tile's query rows, G·Sq packed) rather than as a second kernel: COMBINE_IN_BLOCK_BYTES."""
     return n_splits > 1 and rows * n_splits * head_dim * 4 <= COMBINE_IN_BLOCK_BYTES
+
+
+def combine_in_last_block(rows: int, n_splits: int, head_dim: int, defines: dict, given=None) -> bool:
+    """Whether a launch's partial rows are combined by the last block of each work tile (else,
+    when split, by the combine kernel): its build must have COMBINE_IN_BLOCK, and then `given`
+    (the call's combine_in_block) or, if None, combines_in_block's rule decides."""
+    return n_splits > 1 and bool(defines["COMBINE_IN_BLOCK"]) and (
+        combines_in_block(rows, n_splits, head_dim) if given is None else given)
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
 # PERSISTENT is the launch, not the kernel: one block per SM walking the work tiles, instead of
 # one block per work tile; in a fixed stride, or (DYNAMIC_WORK) taking the next from a counter.
@@ -804,8 +812,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
     block_rows = G * Sq if pack else cfg["block_m"]
-    plan.combine_in_block = n > 1 and bool(dict(cfg["defines"])["COMBINE_IN_BLOCK"]) and (
-        combines_in_block(block_rows, n, D) if combine_in_block is None else combine_in_block)
+    plan.combine_in_block = combine_in_last_block(block_rows, n, D, dict(cfg["defines"]), combine_in_block)
     # the combine kernel: a block per row
     plan.combine_config = (nvrtc.launch_config((rows, 1, 1), (128, 1, 1), 0, pdl=combine_pdl)
                            if n > 1 and not plan.combine_in_block else None)
