@@ -23,4 +23,4 @@ left=$(( 580 - ($(date +%s) - T0) ))
 echo "stage 6 tests: $left s left"
 step pytest6 $left python3 -m pytest -q -rf -p no:cacheprovider "${par[@]}" tests/test_stage6.py
 grep -E "passed|failed|^FAILED" $L/pytest6.log | cut -c1-240 | head -8
-tar czf $OUT/run.tgz results/*.json $L
+tar czf $OUT/run.tgz results/*.json results/*.png $L
