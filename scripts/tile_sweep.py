@@ -4,8 +4,13 @@ causal. Each choice is checked for correctness on an odd shape before it is time
 
     python scripts/tile_sweep.py                # print the table
     python scripts/tile_sweep.py --record       # and store it under "tiles" in results/<gpu>.json
+    python scripts/tile_sweep.py --stages 5 --head-dims 128 --interleaved --out ab.json
 
-The stage modules' TILES (the choice per head dim) should be the fastest rows here.
+The stage modules' TILES (the choice per head dim) should be the fastest rows here. The record
+times each variant in one go, one after another, so a difference of a few percent between two
+rows may be the GPU's pace changing between them. --interleaved times every variant of a shape
+and mask in the same rounds instead (lib.timing.time_interleaved: round 1 of each, then round
+2, ...), which can settle such a difference; its rows go to --out only, not to the record.
 """
 import argparse
 import functools
@@ -23,7 +28,9 @@ from lib.bench import STANDARD_SHAPES  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_attention  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
-from lib.timing import time_cuda  # noqa: E402
+import json  # noqa: E402
+
+from lib.timing import time_cuda, time_interleaved  # noqa: E402
 
 SHAPE_OF_D = {64: "throughput", 128: "long"}  # the standard shape each head dim is tuned at
 
@@ -48,7 +55,14 @@ def main() -> int:
     ap.add_argument("--record", action="store_true",
                     help="store the rows under 'tiles' in results/<gpu>.json (not when a check "
                          "fails)")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128], choices=[64, 128],
+                    help="the head dims to sweep (each at its standard shape)")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="time a shape's variants in the same interleaved rounds (not recorded)")
+    ap.add_argument("--out", type=Path, help="also write the rows (and the environment) as JSON")
     a = ap.parse_args()
+    if a.interleaved and a.record:
+        ap.error("--interleaved rows are not the record's kind: write them with --out")
     no_choices = [n for n in a.stages if not hasattr(stages.get(n), "CHOICES")]
     if no_choices:
         ap.error(f"stage(s) {no_choices} offer no tile choices (no CHOICES)")
@@ -59,8 +73,9 @@ def main() -> int:
     for n in a.stages:
         mod = stages.get(n)
         for name, B, H, S, D in STANDARD_SHAPES:
-            if name != SHAPE_OF_D.get(D):
+            if name != SHAPE_OF_D.get(D) or D not in a.head_dims:
                 continue
+            built = []  # (label, kw, fn, row fields, the variant's checks passed)
             for label, kw in variants(mod):
                 kw = dict(kw)
                 if kw.pop("only_D", D) != D:
@@ -69,30 +84,39 @@ def main() -> int:
                 compiled = next(iter(mod.compile_for(nvrtc.gpu_arch(), torch.float16, D,
                                                      **kw).values()))
                 ptxas = next(iter(nvrtc.parse_ptxas_log(compiled.log).values()))
-                t0 = time.time()
                 checks = [check_attention(fn, 1, 2, 67, 45, D, dtype=torch.float16, causal=c)
                           for c in (False, True)]
-                q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
-                for causal in (False, True):
-                    t = time_cuda(lambda: fn(q, k, v, causal=causal))
-                    flops = attention_flops(B, H, S, S, D, causal)
-                    row = {"stage": n, "variant": label, "default": kw.get("swizzle", True)
-                           and tuple(kw["tiles"]) == tuple(mod.TILES[D]),
-                           "B": B, "H": H, "S": S, "D": D, "causal": causal, "us": t.median_us,
-                           "tflops": flops / t.median_us / 1e6,
-                           "passed": all(c.passed for c in checks),
-                           "registers": ptxas["registers"], "spill_bytes": ptxas["spill_stores"],
-                           "threads": mod.config(D, kw["tiles"])["threads"],
-                           "smem_bytes": mod.config(D, kw["tiles"])["smem"]}
-                    ok &= row["passed"]
+                fields = {"stage": n, "variant": label, "default": kw.get("swizzle", True)
+                          and tuple(kw["tiles"]) == tuple(mod.TILES[D]),
+                          "B": B, "H": H, "S": S, "D": D,
+                          "registers": ptxas["registers"], "spill_bytes": ptxas["spill_stores"],
+                          "threads": mod.config(D, kw["tiles"])["threads"],
+                          "smem_bytes": mod.config(D, kw["tiles"])["smem"]}
+                built.append((label, fn, fields, all(c.passed for c in checks)))
+            q, k, v = make_qkv(B, H, S, D, dtype=torch.float16)
+            for causal in (False, True):
+                t0 = time.time()
+                if a.interleaved:
+                    times = time_interleaved({label: functools.partial(fn, q, k, v, causal=causal)
+                                              for label, fn, _, _ in built})
+                else:
+                    times = {label: time_cuda(lambda: fn(q, k, v, causal=causal)) for label, fn, _, _ in built}
+                for label, fn, fields, passed in built:
+                    t = times[label]
+                    row = {**fields, "causal": causal, "us": t.median_us,
+                           "tflops": attention_flops(B, H, S, S, D, causal) / t.median_us / 1e6, "passed": passed}
+                    if a.interleaved:
+                        row["round_medians_us"] = t.round_medians_us
+                    ok &= passed
                     rows.append(row)
                     print(f"stage {n} {label:28s} B{B} H{H} S{S} D{D} "
                           f"{'causal' if causal else 'full  '}: {t.median_us:10,.1f} µs "
                           f"{row['tflops']:6.1f} TFLOPS {row['registers']} regs, {row['spill_bytes']} B spilled "
-                          f"{'pass' if row['passed'] else 'FAIL'}"
-                          f"{' (chosen)' if row['default'] else ''} ({time.time() - t0:.1f} s)",
-                          flush=True)
-                del q, k, v
+                          f"{'pass' if passed else 'FAIL'}{' (chosen)' if row['default'] else ''}", flush=True)
+                print(f"  ({time.time() - t0:.1f} s{', interleaved rounds' if a.interleaved else ''})", flush=True)
+            del q, k, v
+    if a.out:
+        a.out.write_text(json.dumps({"env": R.capture_env(), "interleaved": a.interleaved, "rows": rows}, indent=1) + "\n")
     if a.record and not ok:
         print("not recorded: a tile choice failed its correctness check", file=sys.stderr)
     elif a.record:

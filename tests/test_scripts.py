@@ -132,6 +132,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["scripts/tile_sweep.py", "--record"], "none was found; nothing measured or recorded"),
     (["scripts/tile_sweep.py", "--stages", "2"], "stage(s) [2] offer no tile choices"),
+    (["scripts/tile_sweep.py", "--interleaved", "--record"], "--interleaved rows are not the record's kind"),
     (["scripts/one_call.py", "5", "throughput"], "needs a CUDA GPU and none was found"),
     (["scripts/one_call.py", "9", "throughput"], "invalid choice: 9"),
     (["scripts/then_and_now.py", "4506624", "3", "long"], "needs a CUDA GPU and none was found"),
