@@ -14,6 +14,7 @@ and mask in the same rounds instead (lib.timing.time_interleaved: round 1 of eac
 """
 import argparse
 import functools
+import json
 import sys
 import time
 from pathlib import Path
@@ -28,8 +29,6 @@ from lib.bench import STANDARD_SHAPES  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_attention  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
-import json  # noqa: E402
-
 from lib.timing import time_cuda, time_interleaved  # noqa: E402
 
 SHAPE_OF_D = {64: "throughput", 128: "long"}  # the standard shape each head dim is tuned at
@@ -75,7 +74,7 @@ def main() -> int:
         for name, B, H, S, D in STANDARD_SHAPES:
             if name != SHAPE_OF_D.get(D) or D not in a.head_dims:
                 continue
-            built = []  # (label, kw, fn, row fields, the variant's checks passed)
+            built = []  # (label, fn, row fields, whether the variant's checks passed)
             for label, kw in variants(mod):
                 kw = dict(kw)
                 if kw.pop("only_D", D) != D:
