@@ -1,0 +1,98 @@
+"""Experiment (issue 25): stage 7 with and without TAIL_SPLIT, in the same interleaved rounds.
+
+Full attention's work tiles all take the same time, so the work queue's last n_work mod SMs tiles
+run alone while the other SMs idle for a whole work tile: at B4 H16 S8192 D128, 4 tiles of 4,096
+on 132 SMs (32 tiles' time for 31.03 per SM), at B16 H16 S2048 D64 44 of 2,816 (22 for 21.33).
+TAIL_SPLIT (stages/stage7.cu) splits those last tiles along their keys into pieces the queue
+hands out as SMs free up; the last piece of each combines them. Predicted: 2-3% at those two
+shapes; nothing at causal shapes (never split) or where the rule leaves the tail whole.
+
+Each shape times stage 7's kernel on prepared e4m3 inputs (stage7.forward) as called and with
+tail_split=False, twice: once in each order within a round (the board runs at its power limit,
+and a callable's place in the round has moved timings by up to 3%), with stage 6 (bf16) in the
+same rounds. Both variants are checked against lib.fp8's emulation before and after timing.
+Logs only (--out): nothing is recorded.
+
+    python scripts/tail_split_ab.py --out tail_split.json
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+
+from lib import fp8  # noqa: E402
+from lib import results as R  # noqa: E402
+from lib.inputs import causal_mode, make_qkv  # noqa: E402
+from lib.reference import attention_flops  # noqa: E402
+from lib.timing import time_interleaved  # noqa: E402
+from stages import stage6, stage7  # noqa: E402
+
+# (B, H, S, D, causal): issue 25's shapes, more full ones with a partial last wave (B3 H16 S8192:
+# 36 tiles left over, 3 pieces; B8 H16 S4096 D64: 44), and one the rule leaves whole (B2 H16
+# S8192 D128: 68 left over, more than half a wave).
+SHAPES = [(16, 16, 2048, 64, False), (16, 16, 2048, 64, True), (4, 16, 8192, 128, False), (4, 16, 8192, 128, True),
+          (3, 16, 8192, 128, False), (8, 16, 4096, 64, False), (2, 16, 8192, 128, False)]
+
+
+def check(out, q, k, v, causal, sms) -> dict:
+    B, H, S, D = q.shape
+    build = stage7.emulation_of(B, H, S, S, D, causal, sms)
+    c = fp8.check_on_emulation(out, *fp8.prepare(q, k, v), causal=causal, **build)
+    return {k: c[k] for k in ("passed", "worst", "rmse_ratio")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, help="write every timing, with the env, as JSON")
+    ap.add_argument("--budget-s", type=float, default=0.3, help="seconds of timing per callable (default 0.3)")
+    a = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: runs stage 7 (e4m3 wgmma, sm_90a), so it needs an H100 or H200 and none was found\n")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows, ok = [], True
+    for B, H, S, D, causal in SHAPES:
+        q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
+        q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v)
+        vt = fp8.v_for_pv(v8)
+        code = causal_mode(causal, S, S, stage7.INFO)
+        run = {"split": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code, scale=D ** -0.5),
+               "whole": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code, scale=D ** -0.5,
+                                               tail_split=False)}
+        ch = stage7.choose(B, H, S, S, D, causal, sms)
+        pieces = stage7.tail_pieces(ch["work"], -(-S // ch["tiles"][0]), min(ch["work"], sms), causal)
+        checks = {name: [check(fn(), q, k, v, causal, sms)] for name, fn in run.items()}
+        orders = []
+        for order in (("split", "whole"), ("whole", "split")):
+            fns = {name: run[name] for name in order} | {"stage 6": lambda: stage6.attention(q, k, v, causal=causal)}
+            t = time_interleaved(fns, budget_s=a.budget_s)
+            orders.append({"order": list(order), "us": {n: x.median_us for n, x in t.items()},
+                           "round_medians_us": {n: x.round_medians_us for n, x in t.items()}})
+        for name, fn in run.items():
+            checks[name].append(check(fn(), q, k, v, causal, sms))
+        passed = all(c["passed"] for cs in checks.values() for c in cs)
+        ok &= passed
+        flops = attention_flops(B, H, S, S, D, causal)
+        row = {"B": B, "H": H, "S": S, "D": D, "causal": causal, "work": ch["work"], "pieces": pieces,
+               "orders": orders, "checks": checks, "passed": passed,
+               "whole_over_split": [o["us"]["whole"] / o["us"]["split"] for o in orders],
+               "tflops_split": [flops / o["us"]["split"] / 1e6 for o in orders],
+               "tflops_whole": [flops / o["us"]["whole"] / 1e6 for o in orders],
+               "split_vs_stage6": [o["us"]["stage 6"] / o["us"]["split"] for o in orders],
+               "whole_vs_stage6": [o["us"]["stage 6"] / o["us"]["whole"] for o in orders]}
+        rows.append(row)
+        print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'} ({ch['work']} work tiles, {pieces} pieces): "
+              f"whole/split {', '.join(f'{x:.3f}' for x in row['whole_over_split'])} (both orders); "
+              f"split {', '.join(f'{x:.0f}' for x in row['tflops_split'])} TFLOPS, "
+              f"whole {', '.join(f'{x:.0f}' for x in row['tflops_whole'])}; x stage 6: split "
+              f"{', '.join(f'{x:.3f}' for x in row['split_vs_stage6'])}, whole "
+              f"{', '.join(f'{x:.3f}' for x in row['whole_vs_stage6'])}; {'pass' if passed else 'FAIL'}", flush=True)
+    if a.out:
+        a.out.write_text(json.dumps({"env": R.capture_env(), "budget_s": a.budget_s, "rows": rows}, indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
