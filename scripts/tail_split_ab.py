@@ -7,6 +7,18 @@ TAIL_SPLIT (stages/stage7.cu) splits those last tiles along their keys into piec
 hands out as SMs free up; the last piece of each combines them. Predicted: 2-3% at those two
 shapes; nothing at causal shapes (never split) or where the rule leaves the tail whole.
 
+Measured (call 2 of session 43, at 5580a3e, where stage 7 had the `tail_split` option; it was not
+kept, the change is results/logs/2026-11-26-s43call2/tail_split.patch, and this script runs only
+at that commit): no. Whole over split, same rounds: 0.979 at B4 H16 S8192 D128 full (10 pieces),
+0.990 at B16 H16 S2048 D64 full (3), 0.988 at B3 H16 S8192 D128 (3), 1.009 at B8 H16 S4096 D64
+(3); and where the split build split nothing, 0.974-0.989 (both causal shapes, B2 H16 S8192
+D128). The build with the split ran 1.1-2.6% slower even unsplit: its softmax's loop has the same
+instructions, but the score scale sits in a general register instead of a uniform one (the SASS,
+compared offline). Against that build, the split itself gained about 0.4% at S8192 D128 and 0.1-2% at
+the other shapes, far under the 3% the idle SMs predicted. Most likely (not measured) the queue,
+which hands out tiles as SMs free up, had already given the extra tiles to SMs that run a few
+percent faster than the rest, so little of the last partial wave was idle time.
+
 Each shape times stage 7's kernel on prepared e4m3 inputs (stage7.forward) as called and with
 tail_split=False in the same interleaved rounds, each round in the order split, whole, whole,
 split: the board runs at its power limit, and a callable's place in the round moved timings by
@@ -52,6 +64,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write every timing, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.4, help="seconds of timing per callable (default 0.4)")
     a = ap.parse_args()
+    if not hasattr(stage7, "tail_pieces"):
+        ap.exit(2, f"{ap.prog}: needs stage 7's tail_split option, which was not kept: run it at commit 5580a3e, "
+                   "where session 43's call 2 did\n")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: runs stage 7 (e4m3 wgmma, sm_90a), so it needs an H100 or H200 and none was found\n")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
