@@ -1,0 +1,145 @@
+"""Probe (issue 25): where each work tile of stage 7's work queue ran, and when.
+
+Splitting the queue's last partial wave along the keys (scripts/tail_split_ab.py, session 43) was
+predicted to save 2-3% at B4 H16 S8192 D128 (4,096 work tiles on 132 SMs: 31.03 per SM, so 4
+SMs would run a 32nd tile alone) and saved about 0.4%. The guess then: the queue hands out tiles
+as SMs free up, SMs do not all run at the same pace, and the faster ones take the extra tiles,
+so little of the last wave is idle time. This measures it.
+
+Stage 7's kernel as it is, compiled from its source with a few lines added in this script's
+memory only (stages/stage7.cu is not changed, so no record goes stale): consumer 0's first thread
+of each block writes, per work tile, the SM it ran on (%smid) and the global timer (ns) when
+the tile started and when its output was stored. The same launch as stage7.forward picks, with
+one more pointer. From those: work tiles per SM, each SM's mean time per tile, and how much of
+the launch's SM time was idle at its end (every SM's last store against the launch's last).
+
+    python scripts/queue_tail_probe.py --out queue_tail.json [--shape 4 16 8192 128]
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from lib import fp8, nvrtc  # noqa: E402
+from lib import results as R  # noqa: E402
+from lib.inputs import make_qkv  # noqa: E402
+from stages import stage6, stage7  # noqa: E402
+
+# The lines added to stage7.cu, each after (or replacing) a line that occurs once.
+PATCH = [
+    ("float scale_log2, int causal, int n_work, int tail_heads, int* work_queue) {",
+     "float scale_log2, int causal, int n_work, int tail_heads, int* work_queue, unsigned long long* probe) {"),
+    ("        if (w >= n_work) break;\n",
+     "        if (w >= n_work) break;\n"
+     "        unsigned long long probe_t0;\n"
+     "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(probe_t0));\n"),
+    ("        finish(t, l);\n    }\n",
+     "        finish(t, l);\n"
+     "        if (threadIdx.x == 128 * WARP_SPECIALIZED) {\n"
+     "            unsigned long long t1;\n"
+     "            unsigned smid;\n"
+     "            asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t1));\n"
+     "            asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
+     "            probe[3 * w] = smid, probe[3 * w + 1] = probe_t0, probe[3 * w + 2] = t1;\n"
+     "        }\n"
+     "    }\n"),
+]
+
+
+def probed_source() -> str:
+    src = stage7.SOURCE.read_text()
+    for old, new in PATCH:
+        if src.count(old) != 1:
+            raise SystemExit(f"queue_tail_probe.py: stage7.cu has changed: {old.strip()[:60]!r} is no longer there once")
+        src = src.replace(old, new)
+    return src
+
+
+def run(B, H, S, D, causal=False) -> dict:
+    q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
+    q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v)
+    vt = fp8.v_for_pv(v8)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ch = stage7.choose(B, H, S, S, D, causal, sms)
+    cfg = stage7.config(D, ch["tiles"], ch["schedule"])
+    defines = dict(cfg["defines"])
+    if not (cfg["persistent"] and defines["DYNAMIC_WORK"]):
+        raise SystemExit(f"queue_tail_probe.py: B{B} H{H} S{S} D{D} does not run the work queue ({ch['schedule']})")
+    compiled = nvrtc.compile_cuda(probed_source(), arch=stage7.ARCH, name="stage7_probe.cu",
+                                  defines={**nvrtc.ELEMENT_DEFINES[torch.bfloat16], "HEAD_DIM": D, **defines})
+    kernel = nvrtc.load_kernel(compiled, "attention_fp8", max_dynamic_smem=cfg["smem"])
+    bn, n_work = ch["tiles"][0], ch["work"]
+    grid = min(n_work, sms)
+    n_qb = -(-S // cfg["block_m"])
+    tail_heads = stage6.tail_heads_for(causal, True, n_work // n_qb, n_qb, sms)
+    maps = (stage7.tensor_map(q8, cfg["block_m"], D), stage7.tensor_map(k8, bn, D),
+            stage7.tensor_map(vt, D, stage7.vt_atom(bn)))
+    probe = torch.zeros(3 * n_work, dtype=torch.int64, device="cuda")
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
+    queue = stage7._queue(q.device).data_ptr()
+
+    def launch():
+        nvrtc.launch_prepared(kernel, nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]),
+                              (*maps, out.data_ptr(), qd.data_ptr(), kd.data_ptr(), vd.data_ptr(),
+                               np.int32(S), np.int32(S), np.int32(H), np.int32(1),
+                               np.float32(D ** -0.5 * math.log2(math.e)), np.int32(int(causal)), np.int32(n_work),
+                               np.int32(tail_heads), queue, probe.data_ptr()))
+    for _ in range(3):  # warm: the last of these is the one read
+        launch()
+    torch.cuda.synchronize()
+    same = torch.equal(out, stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=int(causal), scale=D ** -0.5))
+    p = probe.view(n_work, 3).cpu().tolist()
+    t0 = min(r[1] for r in p)
+    tiles = [{"w": w, "sm": r[0], "start_us": (r[1] - t0) / 1e3, "end_us": (r[2] - t0) / 1e3} for w, r in enumerate(p)]
+    per_sm = {}
+    for t in tiles:
+        per_sm.setdefault(t["sm"], []).append(t)
+    end = max(t["end_us"] for t in tiles)
+    last = {sm: max(t["end_us"] for t in ts) for sm, ts in per_sm.items()}
+    first = {sm: min(t["start_us"] for t in ts) for sm, ts in per_sm.items()}
+    pace = {sm: (last[sm] - first[sm]) / len(ts) for sm, ts in per_sm.items()}  # µs per tile, start to last store
+    counts = [len(ts) for ts in per_sm.values()]
+    idle = sum(end - x for x in last.values()) / (len(per_sm) * end)
+    return {"B": B, "H": H, "S": S, "D": D, "causal": causal, "work": n_work, "grid": grid, "sms_used": len(per_sm),
+            "same_bits_as_stage7": same, "end_us": end,
+            "tiles_per_sm": {str(c): counts.count(c) for c in sorted(set(counts))},
+            "pace_us_per_tile": {"min": min(pace.values()), "median": statistics.median(pace.values()),
+                                 "max": max(pace.values())},
+            "pace_by_tiles": {str(c): statistics.median(pace[sm] for sm, ts in per_sm.items() if len(ts) == c)
+                              for c in sorted(set(counts))},
+            "last_store_us": {"min": min(last.values()), "median": statistics.median(last.values()), "max": end},
+            "idle_share_at_end": idle, "tiles": tiles}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, help="write every tile's SM and times, with the env, as JSON")
+    ap.add_argument("--shape", nargs=4, type=int, action="append", metavar=("B", "H", "S", "D"),
+                    help="full attention at this shape (repeatable; default: issue 25's two standard shapes)")
+    a = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: runs stage 7 (e4m3 wgmma, sm_90a), so it needs an H100 or H200 and none was found\n")
+    rows = []
+    for B, H, S, D in a.shape or [(4, 16, 8192, 128), (16, 16, 2048, 64)]:
+        r = run(B, H, S, D)
+        rows.append(r)
+        pace, last = r["pace_us_per_tile"], r["last_store_us"]
+        print(f"B{B} H{H} S{S} D{D} full: {r['work']} work tiles on {r['sms_used']} SMs; tiles per SM "
+              f"{r['tiles_per_sm']}; µs per tile by SM {pace['min']:.1f} / {pace['median']:.1f} / {pace['max']:.1f} "
+              f"(min / median / max), median by tile count {r['pace_by_tiles']}; last store per SM "
+              f"{last['min']:.0f} / {last['median']:.0f} / {last['max']:.0f} µs; idle at the end "
+              f"{r['idle_share_at_end']:.2%} of the SM time; same bits as stage7.forward: {r['same_bits_as_stage7']}",
+              flush=True)
+    if a.out:
+        a.out.write_text(json.dumps({"env": R.capture_env(), "rows": rows}, indent=1))
+    return 0 if all(r["same_bits_as_stage7"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
