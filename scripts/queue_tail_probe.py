@@ -14,6 +14,13 @@ one more pointer. From those: work tiles per SM, each SM's mean time per tile, a
 the launch's SM time was idle at its end (every SM's last store against the launch's last).
 
     python scripts/queue_tail_probe.py --out queue_tail.json [--shape 4 16 8192 128]
+
+Measured (call 3 of session 43, results/logs/2026-11-26-s43call3): the guess was wrong. Every SM
+ran at the same pace within 1% (68.9-69.9 µs per tile at B4 H16 S8192 D128, 20.1-20.5 at B16 H16
+S2048 D64), the SMs with one tile more were not faster, and the end of the launch left 2.53% of
+the SM time idle at B4 H16 S8192 D128 (128 SMs' last stores at 2,138-2,150 µs, the 4 with a 32nd
+tile at 2,207), 3.02% at B16 H16 S2048 D64, 3.05% at B2 H16 S8192 D128 and 2.79% at B3. The
+split's build, which ran 1-2.6% slower everywhere, cost what the split saved.
 """
 import argparse
 import json

@@ -15,9 +15,11 @@ at that commit): no. Whole over split, same rounds: 0.979 at B4 H16 S8192 D128 f
 D128). The build with the split ran 1.1-2.6% slower even unsplit: its softmax's loop has the same
 instructions, but the score scale sits in a general register instead of a uniform one (the SASS,
 compared offline). Against that build, the split itself gained about 0.4% at S8192 D128 and 0.1-2% at
-the other shapes, far under the 3% the idle SMs predicted. Most likely (not measured) the queue,
-which hands out tiles as SMs free up, had already given the extra tiles to SMs that run a few
-percent faster than the rest, so little of the last partial wave was idle time.
+the other shapes, far under the 3% the idle SMs predicted. The idle time is real:
+scripts/queue_tail_probe.py (call 3) found every SM within 1% of the same pace per tile and
+2.5-3.1% of the SM time idle at the launch's end at these shapes. So what lost was the split
+build's own cost, not the idea: a split that leaves the main build as it is (the tail's pieces
+in a second launch, say) is still open.
 
 Each shape times stage 7's kernel on prepared e4m3 inputs (stage7.forward) as called and with
 tail_split=False in the same interleaved rounds, each round in the order split, whole, whole,

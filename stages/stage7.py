@@ -70,7 +70,9 @@ PERSISTENT_SCHEDULE = "work queue without ping-pong"
 # S8192 D128, 4 of 4,096 tiles on 132 SMs) split along the keys into pieces, the last piece of
 # each combining them. Predicted 2-3% from the idle SMs. In rounds ordered split, whole, whole,
 # split it ran 0.979-1.009x of the build without (0.979 at that shape), and 0.974-0.989x where it
-# split nothing: that build kept the score scale in a general register, not a uniform one.
+# split nothing: that build kept the score scale in a general register, not a uniform one. The
+# idle time is there (scripts/queue_tail_probe.py, -s43call3: 2.5-3.1% of the SM time at the
+# launch's end, every SM within 1% of the same pace); the split's build cost what it saved.
 # Key tiles wider than 128 (FlashAttention-3's FP8 tiles are 160 keys at D64 with three consumers,
 # 224 at D128 with two): fewer per-tile costs (barrier waits, row max and sum shuffles, the
 # rescale of O, turns) over the same products. Vᵀ's tiles then come in sub-tiles (vt_atom).
