@@ -3,8 +3,9 @@ head dim's default (stage7.TILES) and stage 6 in interleaved rounds, at the stan
 issue 25's targets (B16 H16 S2048 D64, B4 H16 S8192 D128; full and causal). Each candidate is
 checked against lib.fp8's emulation of the same arithmetic before it is timed and again after.
 Every candidate runs without ROW_SUM_MMA (the row sums from P·V, stage 7's default at D64), which
-three consumers with 160-key tiles have no registers for: this compares the widths alone, and
-fp8_waterfall.py times the row sums as a step of their own.
+three consumers with 160-key tiles have no registers for, and without TAIL_SPLIT (whose pieces
+follow the key tiles' count): this compares the widths alone, and fp8_waterfall.py times the row
+sums and the tail split as steps of their own.
 
 Why wider tiles could pay (predicted, not measured, before this script ran): a key tile's fixed
 costs — the barrier waits, the row max and sum shuffles, O's rescale, the turns of ping-pong —
@@ -59,7 +60,7 @@ def main() -> int:
 
             def kernel(tiles):
                 return lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code, scale=D ** -0.5,
-                                              out_dtype=dtype, tiles=tiles, row_sum_mma=False)
+                                              out_dtype=dtype, tiles=tiles, row_sum_mma=False, tail_split=False)
 
             def check(tiles) -> bool:
                 return fp8.check_on_emulation(kernel(tiles)(), *prepared, causal=causal, key_tile=tiles[0])["passed"]

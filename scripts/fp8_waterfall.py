@@ -30,16 +30,16 @@ SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]  # (B, H, S, D)
 def steps(D: int) -> list[tuple[str, dict]]:
     """(label, options of stage7.forward) in order: stage 6's schedule ideas on 128-key tiles,
     then stage 7's own steps, ending at its default call (no options). Every step before the row
-    sums runs without them."""
+    sums runs without them, and every step before the last without the tail split."""
     t128 = stage7.V_IN_KERNEL_TILES[D]  # the 128-key tiles stage 7 started with
-    plain = {"row_sum_mma": False}
+    plain = {"row_sum_mma": False, "tail_split": False}
     out = [(name, {"schedule": name, "tiles": t128, **plain}) for name in stage6.SCHEDULES]
     if stage7.TILES[D] != t128:
         out.append((f"+ {stage7.TILES[D][0]}-key tiles", {"schedule": "+ work queue", "tiles": stage7.TILES[D], **plain}))
+    out.append(("without ping-pong", plain))
     if stage7.ROW_SUM_MMA[D]:
-        out += [("without ping-pong", plain), ("+ row sums by P·V (default)", {})]
-    else:
-        out.append(("without ping-pong (default)", {}))
+        out.append(("+ row sums by P·V", {"tail_split": False}))
+    out.append(("+ tail split (default)", {}))
     return out
 
 

@@ -28,6 +28,9 @@
 //      then comes in sub-tiles of VT_ATOM keys, each its own copy and swizzle (see Smem).
 //   8. ROW_SUM_MMA (stages/stage7.py turns it on at D64): each row's sum of P comes out of P·V,
 //      from a row of ones under every Vᵀ sub-tile, instead of an FADD per score (see O_COLS).
+//   9. TAIL_SPLIT (with the work queue): the last work tiles, those that would run alone in a
+//      last partial wave, are split into pieces along the keys, each writing its rows in fp32,
+//      and a small kernel after this one combines them (see work_item and finish_piece).
 // Stage 6's serving paths (split-KV, packed GQA, packed sequences, per-entry key lengths), its
 // TMA-store epilogue, CARRY_PV and the timeline are not in this stage: stages/stage7.py refuses
 // those options and runs decoding shapes unsplit.
@@ -71,10 +74,14 @@
 #ifndef ROW_SUM_MMA
 #define ROW_SUM_MMA 0  // 1: each row's sum of P comes out of P·V, from a row of ones under Vᵀ (O_COLS)
 #endif
+#ifndef TAIL_SPLIT
+#define TAIL_SPLIT 0  // 1: the queue's last partial wave of work tiles split along the keys (work_item)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
 static_assert(!DYNAMIC_WORK || WARP_SPECIALIZED, "the producer warpgroup takes the work tiles from the queue");
+static_assert(!TAIL_SPLIT || DYNAMIC_WORK, "the queue hands out the tail's pieces as it frees SMs");
 static_assert(!V_IN_KERNEL || (WARP_SPECIALIZED && !DYNAMIC_WORK),
               "the producer warpgroup transposes V, all its threads walking the same fixed stride of work tiles");
 static_assert(LAZY_RESCALE <= 0, "P·2^P_OFFSET_LOG2 must stay within e4m3's 448: a kept max may not be exceeded");
@@ -131,7 +138,7 @@ struct Smem {
 #endif
     unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
     unsigned long long k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
-    int work[Q_STAGES];  // DYNAMIC_WORK: the work tile whose Q is in that buffer (n_work: none left)
+    int work[Q_STAGES];  // DYNAMIC_WORK: the work item whose Q is in that buffer (n_items: none left)
 };
 
 // Descriptor of a K-major e4m3 tile whose rows are ROW bytes, each one swizzle row (Q and K: D
@@ -262,10 +269,13 @@ __device__ __forceinline__ void transpose_v(const u8* src_tile, u8* dst_tile, in
 // heaviest query block of each head. Causal (stages/attention.cuh): query i sees keys
 // j <= i + diag, diag = 0 (top-left) or Sk − Sq (bottom-right).
 struct Work {
-    int b, h, hk, q0, n_tiles, diag;
+    int w, b, h, hk, q0, diag;
+    int kt0, n_tiles;  // its key tiles kt0 … kt0 + n_tiles − 1 (all of them, unless a piece)
+    int split;         // TAIL_SPLIT: which piece of work tile w (−1: the whole tile)
 };
 __device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, int Sq, int Sk, int causal) {
     Work t;
+    t.w = w, t.kt0 = 0, t.split = -1;
     const int bh = w / n_qb;
     const int qb = causal ? n_qb - 1 - w % n_qb : w % n_qb;
     t.b = bh / H;
@@ -276,6 +286,27 @@ __device__ __forceinline__ Work work_tile(int w, int n_qb, int H, int group, int
     const int rows_end = min(t.q0 + BLOCK_M, Sq);  // one past the block's last query
     const int n_keys = causal ? max(0, min(Sk, rows_end + t.diag)) : Sk;  // causal: none past the diagonal
     t.n_tiles = (n_keys + BLOCK_N - 1) / BLOCK_N;
+    return t;
+}
+// TAIL_SPLIT. With n_work work tiles of equal length on P persistent blocks, the queue's last
+// n_work mod P tiles run alone, one per SM, while the other SMs idle for a whole work tile (at
+// B4 H16 S8192 D128: 4 tiles of 4,096 on 132 SMs, one work tile in 32). So the queue hands out
+// items instead: work tiles 0 … tail_first − 1 whole, then each of the last R = n_work −
+// tail_first tiles in `pieces` ranges of its key tiles, every tile's first piece, then every
+// second, ... (stages/stage7.py: tail_pieces says how many). A piece's rows end in fp32
+// partial results (finish_piece), which attention_fp8_combine_tail weighs into the output after
+// this kernel. Without the split, tail_first = n_work and every item is a work tile.
+__device__ __forceinline__ int n_items(int n_work, int tail_first, int pieces) {
+    return tail_first + (n_work - tail_first) * pieces;
+}
+__device__ __forceinline__ Work work_item(int item, int n_qb, int H, int group, int Sq, int Sk, int causal,
+                                          int n_work, int tail_first, int pieces) {
+    if (!TAIL_SPLIT || item < tail_first) return work_tile(item, n_qb, H, group, Sq, Sk, causal);
+    const int tail = n_work - tail_first, i = item - tail_first, split = i / tail;
+    Work t = work_tile(tail_first + i % tail, n_qb, H, group, Sq, Sk, causal);
+    const int kt0 = split * t.n_tiles / pieces;  // pieces <= n_tiles: none is empty
+    t.n_tiles = (split + 1) * t.n_tiles / pieces - kt0;
+    t.kt0 = kt0, t.split = split;
     return t;
 }
 
@@ -440,13 +471,17 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
               const __grid_constant__ CUtensorMap vt_map, elem_t* __restrict__ out,
               const float* __restrict__ q_descale, const float* __restrict__ k_descale,
               const float* __restrict__ v_descale, int Sq, int Sk, int H, int group,
-              float scale_log2, int causal, int n_work, int tail_heads, int* work_queue) {
+              float scale_log2, int causal, int n_work, int tail_heads, int* work_queue,
+              int tail_first, int pieces, float* __restrict__ o_part, float* __restrict__ lse_part) {
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
     // work w = blockIdx.x, + gridDim.x, ...: the producer then fetches the next tile's Q and
     // K/V while the consumers still finish this one.
     const int n_qb = (Sq + BLOCK_M - 1) / BLOCK_M;
     const int Hk = H / group;
+    // What the queue hands out: n_work work tiles, the tail's in pieces (TAIL_SPLIT, work_item).
+    const int items = TAIL_SPLIT ? n_items(n_work, tail_first, pieces) : n_work;
+    auto item_work = [&](int item) { return work_item(item, n_qb, H, group, Sq, Sk, causal, n_work, tail_first, pieces); };
     extern __shared__ unsigned char smem_raw[];
     // The swizzled layouts repeat every 1024 bytes (128-byte swizzle; 512 for 64-byte): align to that.
     Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
@@ -533,25 +568,25 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             int pos = 0;  // ring position
             int count = 0;
             auto work_q = [&](int w, int count) {  // the Q of work tile w, the block's count-th
-                const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
+                const Work t = item_work(w);
                 load_q(sm, &q_map, count, t.q0, t.h, t.b, w);
             };
             // The work queue's slot-th tile, as in stage 6 (stages/work_queue.cuh). The consumers
             // read the index from the Q slot.
-            const int w0 = handed_out(blockIdx.x, n_work, n_qb, tail_heads, DYNAMIC_WORK);
-            if (w0 < n_work) work_q(w0, 0);
-            for (int w = w0, next; w < n_work; w = next, ++count) {
+            const int w0 = handed_out(blockIdx.x, items, n_qb, tail_heads, DYNAMIC_WORK);
+            if (w0 < items) work_q(w0, 0);
+            for (int w = w0, next; w < items; w = next, ++count) {
                 // The next work tile: asked for now, its answer needed only at its Q's copy.
-                next = DYNAMIC_WORK ? handed_out(atomicAdd(&work_queue[0], 1) + (int)gridDim.x, n_work, n_qb, tail_heads, DYNAMIC_WORK) : w + (int)gridDim.x;
-                const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
+                next = DYNAMIC_WORK ? handed_out(atomicAdd(&work_queue[0], 1) + (int)gridDim.x, items, n_qb, tail_heads, DYNAMIC_WORK) : w + (int)gridDim.x;
+                const Work t = item_work(w);
                 // The next work tile's Q: with two buffers right after this tile's first K and V
                 // (its buffer was freed by the tile before), a whole work tile before it is
                 // needed; with one, after this tile's copies (its S = Q·Kᵀ must finish first).
-                bool next_q = next >= n_work;
+                bool next_q = next >= items;
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {
                     const int st = pos % STAGES;
-                    load_tile(&sm.k[st][0][0], sm.k_full, sm.k_empty, &k_map, pos, j, t.hk, t.b, false);
-                    load_tile(&sm.vt[st][0][0][0], sm.v_full, sm.v_empty, &vt_map, pos, j, t.hk, t.b, true);
+                    load_tile(&sm.k[st][0][0], sm.k_full, sm.k_empty, &k_map, pos, t.kt0 + j, t.hk, t.b, false);
+                    load_tile(&sm.vt[st][0][0][0], sm.v_full, sm.v_empty, &vt_map, pos, t.kt0 + j, t.hk, t.b, true);
                     if (Q_STAGES == 2 && !next_q) work_q(next, count + 1), next_q = true;
                 }
                 if (!next_q) work_q(next, count + 1);
@@ -565,7 +600,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
                 // context, and every later call in it fails instead of running (as in stage 6).
                 const int qs = count % Q_STAGES;
                 mbar_wait(&sm.q_empty[qs], ((count / Q_STAGES) & 1) ^ 1);
-                sm.work[qs] = n_work;
+                sm.work[qs] = items;
                 mbar_arrive(&sm.q_full[qs]);
                 __threadfence();  // this block's last take from the counter before its count-out
                 if (atomicAdd(&work_queue[1], 1) == (int)gridDim.x - 1) {
@@ -619,6 +654,34 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         }
     };
 
+#if TAIL_SPLIT
+    // ---- the end of a piece of work tile t (TAIL_SPLIT): its rows' O · v_descale / l in fp32
+    // and their log2-sum-exps, each row's share of what the whole tile would have summed, for
+    // attention_fp8_combine_tail. (The combine first ran here, in the last piece to finish: that
+    // build's main loop ran 1-2.6% slower even where nothing was split, results/logs/
+    // 2026-11-26-s43call2.)
+    auto finish_piece = [&](const Work& t, float (&l)[2], const float (&m)[2], float scale_tile) {
+        const size_t piece = (size_t)(t.w - tail_first) * pieces + t.split;
+        const float vd = v_descale[t.b * Hk + t.hk];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = 64 * c + 16 * warp + lane / 4 + 8 * r;  // of the work tile's BLOCK_M
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            const float f = l[r] > 0.0f ? vd / l[r] : 0.0f;
+            float* const dst = o_part + (piece * BLOCK_M + row) * D + 2 * (lane % 4);
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n)
+                *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[4 * n + 2 * r] * f, o[4 * n + 2 * r + 1] * f);
+            // P and l carry 2^P_OFFSET_LOG2 against the base m·scale: log2 Σ 2^(s·scale) is
+            // m·scale + log2 l − P_OFFSET_LOG2.
+            if (lane % 4 == 0)
+                lse_part[piece * BLOCK_M + row] =
+                    l[r] > 0.0f ? m[r] * scale_tile + __log2f(l[r]) - float(P_OFFSET_LOG2) : NEG_INF;
+        }
+    };
+#endif
+
     int pos = 0;  // ring position, as the producer counts it
     int w = blockIdx.x, count = 0;  // the block's count-th work tile, w
     if (PINGPONG && c == CONSUMERS - 1) named_bar_arrive(TURN_BAR, 256);  // consumer 0 goes first
@@ -628,8 +691,8 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             mbar_wait(&sm.q_full[qs], (count / Q_STAGES) & 1);
             w = __shfl_sync(0xffffffffu, *reinterpret_cast<volatile int*>(&sm.work[qs]), 0);
         }
-        if (w >= n_work) break;
-        const Work t = work_tile(w, n_qb, H, group, Sq, Sk, causal);
+        if (w >= items) break;
+        const Work t = item_work(w);
         const int n_tiles = t.n_tiles;
         int qpos[2];
         bool valid[2];
@@ -674,7 +737,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         // pass_on. (Without a producer, consumer 0 refills the ring inside its loop: it keeps
         // every tile.) Bottom-right with Sq > Sk, a consumer's rows may see no key: my_tiles = 0.
         const int my_tiles = causal && WARP_SPECIALIZED
-            ? min(n_tiles, (max(0, min(Sk, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
+            ? min(n_tiles, max(0, (max(0, min(Sk, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N - t.kt0)) : n_tiles;
         auto pass_on = [&](int cur, int turns) {
             for (int i = 0; PINGPONG && i < turns; ++i) {
                 take_turn(c);
@@ -688,10 +751,11 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
             release(&sm.v_empty[cur % STAGES]);
         };
         auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
-            if ((j + 1) * BLOCK_N > Sk || (causal && (j + 1) * BLOCK_N - 1 > first_row + t.diag))
-                softmax_tile<true>(s, m, l, alpha, j * BLOCK_N, qdiag, Sk, causal, scale_tile);
+            const int kt = t.kt0 + j;  // the key tile, counted from the first key (a piece starts at kt0)
+            if ((kt + 1) * BLOCK_N > Sk || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
+                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qdiag, Sk, causal, scale_tile);
             else
-                softmax_tile<false>(s, m, l, alpha, j * BLOCK_N, qdiag, Sk, causal, scale_tile);
+                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qdiag, Sk, causal, scale_tile);
         };
 
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
@@ -798,9 +862,53 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         }
         pos += n_tiles;
         if (my_tiles == 0) zero_o();  // no P·V wrote O: zeros, as SDPA gives
+#if TAIL_SPLIT
+        if (t.split >= 0) {
+            finish_piece(t, l, m, scale_tile);
+            continue;
+        }
+#endif
         finish(t, l);
     }
     // The last consumer's final turn went to consumer 0, who takes it here: every turn barrier
     // sees as many arrivals as waits, and nothing is left pending when the block ends.
     if (PINGPONG && c == 0) take_turn(0);
 }
+
+#if TAIL_SPLIT
+// TAIL_SPLIT's combine, launched after attention_fp8 (with PDL: it waits on the GPU for that grid
+// and its writes): row i of the tail's work tile r (work tile tail_first + r) is Σ w_s·O_s / Σ w_s
+// over its pieces s, w_s = 2^(lse_s − max lse), as stage 6's split-KV combine weighs its splits.
+// Each thread takes four adjacent columns of one row; the pieces in one order: the same bits on
+// every run.
+extern "C" __global__ void __launch_bounds__(256)
+attention_fp8_combine_tail(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                           elem_t* __restrict__ out, int Sq, int Sk, int H, int group, int n_work,
+                           int tail_first, int pieces) {
+    griddep_wait();
+    const int tail = n_work - tail_first;
+    const int part = blockIdx.x * blockDim.x + threadIdx.x;
+    if (part >= tail * BLOCK_M * (D / 4)) return;
+    const int row = part / (D / 4), col = 4 * (part % (D / 4));
+    const int r = row / BLOCK_M, i = row % BLOCK_M;
+    const Work t = work_tile(tail_first + r, (Sq + BLOCK_M - 1) / BLOCK_M, H, group, Sq, Sk, 0);
+    if (t.q0 + i >= Sq) return;
+    const size_t first = (size_t)r * pieces;
+    float top = NEG_INF;
+    for (int s = 0; s < pieces; ++s) top = fmaxf(top, __ldcg(lse_part + (first + s) * BLOCK_M + i));
+    float wsum = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+    for (int s = 0; s < pieces; ++s) {
+        const float lse = __ldcg(lse_part + (first + s) * BLOCK_M + i);
+        const float4 x = __ldcg(reinterpret_cast<const float4*>(o_part + ((first + s) * BLOCK_M + i) * D + col));
+        const float w = top == NEG_INF ? 0.0f : fast_exp2(lse - top);
+        wsum += w;
+        acc[0] = fmaf(w, x.x, acc[0]), acc[1] = fmaf(w, x.y, acc[1]);
+        acc[2] = fmaf(w, x.z, acc[2]), acc[3] = fmaf(w, x.w, acc[3]);
+    }
+    const float f = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+    elem_t* const dst = out + (((size_t)t.b * H + t.h) * Sq + t.q0 + i) * D + col;
+    *reinterpret_cast<unsigned*>(dst) = pack2(acc[0] * f, acc[1] * f);
+    *reinterpret_cast<unsigned*>(dst + 2) = pack2(acc[2] * f, acc[3] * f);
+}
+#endif

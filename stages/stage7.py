@@ -65,14 +65,32 @@ FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
 # sets the pace; the queue keeps causal work tiles of different lengths balanced. (In bf16 at
 # D64 causal S8192, one block per work tile beat the queue: stage6.call_schedule.)
 PERSISTENT_SCHEDULE = "work queue without ping-pong"
-# Tried and not kept (results/logs/2026-11-26-s43call2, the change in tail_split.patch there;
-# scripts/tail_split_ab.py): the queue's last partial wave of full-attention work tiles (at B4 H16
-# S8192 D128, 4 of 4,096 tiles on 132 SMs) split along the keys into pieces, the last piece of
-# each combining them. Predicted 2-3% from the idle SMs. In rounds ordered split, whole, whole,
-# split it ran 0.979-1.009x of the build without (0.979 at that shape), and 0.974-0.989x where it
-# split nothing: that build kept the score scale in a general register, not a uniform one. The
-# idle time is there (scripts/queue_tail_probe.py, -s43call3: 2.5-3.1% of the SM time at the
-# launch's end, every SM within 1% of the same pace); the split's build cost what it saved.
+# TAIL_SPLIT (stages/stage7.cu: work_item, finish_piece), in the work queue's builds: full
+# attention's work tiles all take the same time, so the queue's last n_work mod SMs of them run
+# alone, one per SM, while every other SM idles for a whole work tile. At B4 H16 S8192 D128 that
+# is 4 tiles of 4,096 on 132 SMs: 32 work tiles' time for 31.03 tiles of work per SM, 3% of
+# the call; at B16 H16 S2048 D64, 44 of 2,816 (192-row tiles): 22 for 21.33, 3%. Those last
+# tiles are split along their keys into pieces that the queue hands out to the SMs as they
+# free up; each piece writes its rows in fp32, and a small kernel after this one combines them
+# as stage 6's split-KV combine does. Predicted: 2-3% at those two shapes, nothing at causal ones (their queue
+# hands its tail out longest first instead, tail_heads_for) or where the tiles fill whole waves.
+TAIL_SPLIT = True
+# A piece keeps at least this many key tiles: each adds its rows in fp32 (BLOCK_M × D floats)
+# for the combine to read back, which at 4 key tiles per piece is under a tenth of the piece's
+# own time.
+TAIL_PIECE_TILES = 4
+
+
+def tail_pieces(n_work: int, key_tiles: int, grid: int, causal: bool) -> int:
+    """How many pieces each work tile of the queue's last partial wave is split into along its
+    keys (TAIL_SPLIT; 1: none): as many as the SMs the partial wave leaves idle make room for,
+    each of at least TAIL_PIECE_TILES key tiles. Causal work tiles differ in length, and the
+    queue already ends on the lightest (stage6.tail_heads_for); a launch of at most one wave, or
+    of whole waves, has no partial one."""
+    left = n_work % grid
+    if causal or n_work <= grid or left == 0:
+        return 1
+    return max(1, min(grid // left, key_tiles // TAIL_PIECE_TILES))
 # Key tiles wider than 128 (FlashAttention-3's FP8 tiles are 160 keys at D64 with three consumers,
 # 224 at D128 with two): fewer per-tile costs (barrier waits, row max and sum shuffles, the
 # rescale of O, turns) over the same products. Vᵀ's tiles then come in sub-tiles (vt_atom).
@@ -200,12 +218,13 @@ INFO = StageInfo(
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int | None = None,
            lazy_rescale: int | None = None, p_offset: bool | None = None, exp2_poly: int = 0,
-           v_in_kernel: bool = False, row_sum_mma: bool | None = None) -> dict:
+           v_in_kernel: bool = False, row_sum_mma: bool | None = None, tail_split: bool | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and one of stage 6's
     schedules (stages.stage6.ALL_SCHEDULES): query rows per block, threads, dynamic shared
     memory and the kernel's defines. v_in_kernel: the producer warpgroup transposes V's tiles
     (V_IN_KERNEL) instead of reading Vᵀ from lib.fp8.v_for_pv's pass; it walks a fixed stride of
-    work tiles, so a work-queue schedule is refused. row_sum_mma: ROW_SUM_MMA (None: the default)."""
+    work tiles, so a work-queue schedule is refused. row_sum_mma: ROW_SUM_MMA (None: the default).
+    tail_split: TAIL_SPLIT in the work queue's builds (None: the default, TAIL_SPLIT)."""
     schedule = s6.default_schedule(head_dim) if schedule is None else schedule
     if schedule not in s6.ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
@@ -241,7 +260,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     offset = P_OFFSET_LOG2 if p_offset is None or p_offset else 0
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
-               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)), ("ROW_SUM_MMA", int(rs)))
+               ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)), ("ROW_SUM_MMA", int(rs)),
+               ("TAIL_SPLIT", int(bool(sw["DYNAMIC_WORK"]) and (TAIL_SPLIT if tail_split is None else bool(tail_split)))))
     return {"block_m": 64 * consumers, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
             "persistent": persistent, "smem": smem, "defines": defines}
 
@@ -310,11 +330,14 @@ def _check_arch(q) -> None:
 
 @lru_cache(maxsize=None)
 def _kernel(out_dtype, D, defines, smem):
+    """The attention kernel, and with TAIL_SPLIT its tail's combine kernel (else None)."""
     compiled = nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=out_dtype, head_dim=D, defines=dict(defines))
-    return nvrtc.load_kernel(compiled, "attention_fp8", max_dynamic_smem=smem)
+    combine = nvrtc.load_kernel(compiled, "attention_fp8_combine_tail") if dict(defines)["TAIL_SPLIT"] else None
+    return nvrtc.load_kernel(compiled, "attention_fp8", max_dynamic_smem=smem), combine
 
 
 _queues: dict = {}
+_tails: dict = {}
 
 
 def _queue(device) -> torch.Tensor:
@@ -324,6 +347,18 @@ def _queue(device) -> torch.Tensor:
     if q is None:
         q = _queues[stream] = torch.zeros(2, dtype=torch.int32, device=device)
     return q
+
+
+def _tail_parts(device, pieces: int, block_m: int, D: int) -> tuple[int, int]:
+    """TAIL_SPLIT's fp32 partial rows [pieces, block_m, D] and their log2-sum-exps, one pair per
+    stream (calls on one stream run in order), grown when a call needs more."""
+    stream = torch.cuda.current_stream(device).cuda_stream
+    have = _tails.get(stream)
+    if have is None or have[1].numel() < pieces * block_m or have[0].numel() < pieces * block_m * D:
+        rows = max(pieces * block_m, have[1].numel() if have else 0)
+        have = _tails[stream] = (torch.empty(max(rows * D, have[0].numel() if have else 0), dtype=torch.float32,
+                                             device=device), torch.empty(rows, dtype=torch.float32, device=device))
+    return have[0].data_ptr(), have[1].data_ptr()
 
 
 @lru_cache(maxsize=None)
@@ -373,7 +408,7 @@ def quantize(q, k, v, *, v_transposed: bool = True, pdl: bool | None = None):
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
               p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, seqlens_k=None,
-              tail_waves=None):
+              tail_waves=None, tail_split=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (`quantize`, lib.fp8.prepare's arithmetic: one scale
@@ -387,8 +422,9 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     `exp2_poly` (eighths of the exponentials by polynomial on the FMA pipes, stage 6's
     EXP2_POLY_EIGHTHS), `row_sum_mma` (ROW_SUM_MMA; None: the default), `pdl` (the cast and
     attention kernels launched with PDL; None: PDL) and `tail_waves` (causal work on the queue:
-    its last tail_waves·SMs tiles handed out longest first; None: stage 6's TAIL_WAVES) are for
-    measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    its last tail_waves·SMs tiles handed out longest first; None: stage 6's TAIL_WAVES) and
+    `tail_split` (TAIL_SPLIT: the queue's last partial wave split along the keys; None: the
+    default) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -417,12 +453,13 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
                    v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma, pdl=pdl,
-                   tail_waves=tail_waves)
+                   tail_waves=tail_waves, tail_split=tail_split)
 
 
 def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
-            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, tail_waves=None):
+            p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, tail_waves=None,
+            tail_split=None):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
     [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
@@ -433,24 +470,34 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     out = new_output(q8, dtype=out_dtype)
     sms = s6._sm_count(q8.device)
     ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel)
-    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel, row_sum_mma)
+    cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel, row_sum_mma,
+                 tail_split)
     n_work = ch["work"]
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
     bn = ch["tiles"][0]
     v_map = tensor_map(v_op, bn, D) if v_in_kernel else tensor_map(v_op, D, vt_atom(bn))  # V's tiles as K's, or Vᵀ's sub-tiles
     maps = (tensor_map(q8, cfg["block_m"], D), tensor_map(k8, bn, D), v_map)
-    kernel = _kernel(out_dtype, D, cfg["defines"], cfg["smem"])
+    kernel, combine = _kernel(out_dtype, D, cfg["defines"], cfg["smem"])
     grid = min(n_work, sms) if cfg["persistent"] else n_work
     queue = _queue(q8.device).data_ptr() if dict(cfg["defines"])["DYNAMIC_WORK"] else 0
     n_qb = -(-Sq // cfg["block_m"])
-    tail_heads = s6.tail_heads_for(bool(causal), bool(dict(cfg["defines"])["DYNAMIC_WORK"]), n_work // n_qb, n_qb,
+    defines = dict(cfg["defines"])
+    tail_heads = s6.tail_heads_for(bool(causal), bool(defines["DYNAMIC_WORK"]), n_work // n_qb, n_qb,
                                    sms, tail_waves)  # stage 6's rule: the queue's last waves longest first
+    pieces = tail_pieces(n_work, -(-Sk // bn), grid, bool(causal)) if defines["TAIL_SPLIT"] else 1
+    tail_first = n_work - n_work % grid if pieces > 1 else n_work
+    parts = _tail_parts(q8.device, (n_work - tail_first) * pieces, cfg["block_m"], D) if pieces > 1 else (0, 0)
     nvrtc.launch_prepared(kernel, nvrtc.launch_config((grid, 1, 1), (cfg["threads"], 1, 1), cfg["smem"],
                                                       pdl=PDL if pdl is None else pdl),
                           (*maps, out.data_ptr(), q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
                            np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
                            np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
-                           np.int32(tail_heads), queue))
+                           np.int32(tail_heads), queue, np.int32(tail_first), np.int32(pieces), *parts))
+    if pieces > 1:  # the tail's pieces weighed into its rows, after the kernel (PDL: waits on the GPU)
+        n = (n_work - tail_first) * cfg["block_m"] * (D // 4)
+        nvrtc.launch_prepared(combine, nvrtc.launch_config((-(-n // 256), 1, 1), (256, 1, 1), pdl=True),
+                              (*parts, out.data_ptr(), np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(H // Hk),
+                               np.int32(n_work), np.int32(tail_first), np.int32(pieces)))
     return out
 

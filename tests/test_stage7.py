@@ -109,6 +109,30 @@ def test_config_rules_and_refusals():
     assert big["tiles"] == s7.TILES[64] and big["schedule"] == s7.PERSISTENT_SCHEDULE
     assert s7.choose(16, 16, 2048, 2048, 64, False, 132, v_in_kernel=True)["schedule"] == "+ persistent blocks"
     assert big["work"] == 16 * 16 * math.ceil(2048 / 192)
+    # TAIL_SPLIT: in the queue's builds only, off when asked
+    assert dict(s7.config(64, None, s7.PERSISTENT_SCHEDULE)["defines"])["TAIL_SPLIT"] == int(s7.TAIL_SPLIT)
+    assert dict(s7.config(64, None, s7.PERSISTENT_SCHEDULE, tail_split=False)["defines"])["TAIL_SPLIT"] == 0
+    assert dict(s7.config(128, None, "+ persistent blocks")["defines"])["TAIL_SPLIT"] == 0
+
+
+def test_tail_pieces_rule():
+    """TAIL_SPLIT's rule (stage7.tail_pieces): the queue's last partial wave is split only for full
+    attention, into as many pieces as the idle SMs make room for, each of TAIL_PIECE_TILES key
+    tiles or more; whole waves, one wave or less, and causal work are left as they are."""
+    n = s7.TAIL_PIECE_TILES
+    # B4 H16 S8192 D128 (128-row tiles, 43 key tiles of 192): 4 tiles left over on 132 SMs
+    assert s7.tail_pieces(4096, 43, 132, False) == min(132 // 4, 43 // n)
+    # B16 H16 S2048 D64 (192-row tiles, 16 key tiles of 128): 44 left over
+    assert s7.tail_pieces(2816, 16, 132, False) == 3
+    assert s7.tail_pieces(2816, 16, 132, True) == 1     # causal: the queue's tail goes longest first
+    assert s7.tail_pieces(264, 43, 132, False) == 1     # two whole waves
+    assert s7.tail_pieces(100, 43, 132, False) == 1     # less than a wave: every tile has its SM
+    assert s7.tail_pieces(132 + 70, 43, 132, False) == 1  # more than half a wave left: no room
+    assert s7.tail_pieces(133, n - 1, 132, False) == 1  # too few key tiles for two pieces
+    assert s7.tail_pieces(133, 2 * n, 132, False) == 2
+    for work, tiles in ((133, 1000), (4096, 43), (500, 9)):
+        p = s7.tail_pieces(work, tiles, 132, False)
+        assert (work % 132) * p <= 132 and (p == 1 or tiles // p >= n)
 
 
 def test_bad_input_is_refused_offline():
@@ -400,6 +424,35 @@ def test_row_sums_by_mma(D, seed):
 @gpu
 @hopper
 @pytest.mark.parametrize("D", [64, 128])
+def test_tail_split(D, seed):
+    """TAIL_SPLIT: the queue's last partial wave of work tiles split along the keys, each piece's
+    rows in fp32, combined by a second kernel. Shapes made so that the rule splits (it is
+    asserted): more work tiles than SMs by a few, key lengths of no multiple of the tile, a last
+    query block that is partial, GQA; against the emulation, and the same bits on a second run
+    (the combine weighs the pieces in one order)."""
+    g = torch.Generator().manual_seed(seed)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    bn, _, consumers = s7.TILES[D]
+    rows = 64 * consumers
+    for B, H, group, Sq, Sk in [(1, sms + 4, 2, rows, 40 * bn + 5), (2, (sms + 6) // 2, 1, 2 * rows - 37, 12 * bn - 1),
+                                (1, sms + 2, 1, 100, 8 * bn + 1)]:
+        H -= H % group
+        q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16)
+                   for h, s in ((H, Sq), (H // group, Sk), (H // group, Sk)))
+        work = B * H * -(-Sq // rows)
+        assert s7.tail_pieces(work, -(-Sk // bn), sms, False) > 1, (work, Sk)
+        out = s7.attention(q, k, v)
+        assert torch.equal(out, s7.attention(q, k, v))
+        assert_close_to_emulation(out, q, k, v)
+        whole = s7.attention(q, k, v, tail_split=False)
+        assert_close_to_emulation(whole, q, k, v)
+        for causal in (True, "bottom_right"):  # the same build, never split
+            assert_close_to_emulation(s7.attention(q, k, v, causal=causal), q, k, v, causal=causal)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("D", [64, 128])
 def test_tail_waves_same_bits(D, seed):
     """The work queue handing its last causal tiles out longest first (stage 6's tail_heads_for)
     changes which block computes which tile, not any tile's arithmetic: the same bits as the plain
@@ -510,11 +563,16 @@ def test_small_shapes_for_the_sanitizers(D, v_in_kernel, seed):
     racecheck finishes, with a K/V ring that wraps several times (500 keys: 4 tiles of 128
     through 3 stages at D64, 3 of 192 through 2 at D128); one block per work tile (and blocks of
     one consumer), then 280 one-block work tiles under a persistent launch, so that each block
-    walks two or three; both causal alignments."""
+    walks two or three; both causal alignments. Then the work queue with its last partial wave
+    split in two along 1,400 keys (TAIL_SPLIT): 136 one-block work tiles, 4 past the H100's 132
+    SMs."""
     g = torch.Generator().manual_seed(seed)
-    for H, Sq, schedules in ((4, 200, (None, "+ intra-warpgroup overlap")), (280, 64, ("+ persistent blocks",))):
+    for H, Sq, Sk, schedules in ((4, 200, 500, (None, "+ intra-warpgroup overlap")), (280, 64, 500, ("+ persistent blocks",)),
+                                 (136, 64, 1400, (None,))):
+        if v_in_kernel and Sk > 500:
+            continue  # v_in_kernel has no work queue
         q, k, v = (torch.randn(1, h, s, D, generator=g).to("cuda", torch.bfloat16)
-                   for h, s in ((H, Sq), (H // 2, 500), (H // 2, 500)))
+                   for h, s in ((H, Sq), (H // 2, Sk), (H // 2, Sk)))
         for causal in (False, "bottom_right"):
             for schedule in schedules:
                 out = s7.attention(q, k, v, causal=causal, schedule=schedule, v_in_kernel=v_in_kernel)
