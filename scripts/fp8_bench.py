@@ -5,7 +5,8 @@ targets: ≥ 1.5× stage 6 at B4 H16 S8192 D128, ≥ 1.3× at B16 H16 S2048 D64)
 Timed apart, so each cost shows: the kernel on prepared e4m3 inputs (stage7.forward), the same
 kernel transposing V's tiles itself (V_IN_KERNEL, on e4m3 V as it is), with half the
 exponentials on the FMA pipes (exp2_poly 4: the notebook's count predicts the exponentials bound FP8),
-without the tail split (TAIL_SPLIT: the queue's last partial wave split along the keys), the quantization of bf16
+with and without the tail split (TAIL_SPLIT: the queue's last partial wave split along the keys; one of
+the two is the head dim's default), the quantization of bf16
 inputs by stage 7's kernels with V transposed in the same pass (stage7.quantize) and by PyTorch
 (lib.fp8.prepare, then lib.fp8.v_for_pv: the same bytes), V's transpose alone for inputs already
 in e4m3 (lib.fp8.v_for_pv), and the whole call (stage7.attention: quantization, kernel). The ceilings: torch._scaled_mm e4m3 and a bf16
@@ -96,6 +97,9 @@ def main() -> int:
                    "stage 7 kernel, tail not split": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code,
                                                                             scale=D ** -0.5, out_dtype=dtype,
                                                                             tail_split=False),
+                   "stage 7 kernel, tail split": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code,
+                                                                        scale=D ** -0.5, out_dtype=dtype,
+                                                                        tail_split=True),
                    "stage 7 call": lambda: stage7.attention(q, k, v, causal=causal),
                    "quantize": lambda: stage7.quantize(q, k, v),
                    "quantize in PyTorch": lambda: fp8.v_for_pv(fp8.prepare(q, k, v)[2]),

@@ -39,7 +39,9 @@ def steps(D: int) -> list[tuple[str, dict]]:
     out.append(("without ping-pong", plain))
     if stage7.ROW_SUM_MMA[D]:
         out.append(("+ row sums by P·V", {"tail_split": False}))
-    out.append(("+ tail split (default)", {}))
+    out.append(("+ tail split", {"tail_split": True}))
+    last = out[-1] if stage7.TAIL_SPLIT[D] else out[-2]  # the head dim's default call
+    out[out.index(last)] = (last[0] + " (default)", {})
     return out
 
 

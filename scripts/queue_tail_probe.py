@@ -40,10 +40,10 @@ from stages import stage6, stage7  # noqa: E402
 
 # The lines added to stage7.cu, each after (or replacing) a line that occurs once.
 PATCH = [
-    ("float scale_log2, int causal, int n_work, int tail_heads, int* work_queue) {",
-     "float scale_log2, int causal, int n_work, int tail_heads, int* work_queue, unsigned long long* probe) {"),
-    ("        if (w >= n_work) break;\n",
-     "        if (w >= n_work) break;\n"
+    ("float* __restrict__ lse_part) {",
+     "float* __restrict__ lse_part, unsigned long long* probe) {"),
+    ("        if (w >= items) break;\n",
+     "        if (w >= items) break;\n"
      "        unsigned long long probe_t0;\n"
      "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(probe_t0));\n"),
     ("        finish(t, l);\n    }\n",
@@ -74,7 +74,7 @@ def run(B, H, S, D, causal=False) -> dict:
     vt = fp8.v_for_pv(v8)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ch = stage7.choose(B, H, S, S, D, causal, sms)
-    cfg = stage7.config(D, ch["tiles"], ch["schedule"])
+    cfg = stage7.config(D, ch["tiles"], ch["schedule"], tail_split=False)  # the queue as it hands out whole tiles
     defines = dict(cfg["defines"])
     if not (cfg["persistent"] and defines["DYNAMIC_WORK"]):
         raise SystemExit(f"queue_tail_probe.py: B{B} H{H} S{S} D{D} does not run the work queue ({ch['schedule']})")
@@ -96,11 +96,12 @@ def run(B, H, S, D, causal=False) -> dict:
                               (*maps, out.data_ptr(), qd.data_ptr(), kd.data_ptr(), vd.data_ptr(),
                                np.int32(S), np.int32(S), np.int32(H), np.int32(1),
                                np.float32(D ** -0.5 * math.log2(math.e)), np.int32(int(causal)), np.int32(n_work),
-                               np.int32(tail_heads), queue, probe.data_ptr()))
+                               np.int32(tail_heads), queue, np.int32(n_work), np.int32(1), 0, 0, probe.data_ptr()))
     for _ in range(3):  # warm: the last of these is the one read
         launch()
     torch.cuda.synchronize()
-    same = torch.equal(out, stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=int(causal), scale=D ** -0.5))
+    same = torch.equal(out, stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=int(causal), scale=D ** -0.5,
+                                           tail_split=False))
     p = probe.view(n_work, 3).cpu().tolist()
     t0 = min(r[1] for r in p)
     tiles = [{"w": w, "sm": r[0], "start_us": (r[1] - t0) / 1e3, "end_us": (r[2] - t0) / 1e3} for w, r in enumerate(p)]

@@ -4,12 +4,12 @@ Full attention's work tiles all take the same time, so the work queue's last n_w
 run alone while the other SMs idle for a whole work tile: at B4 H16 S8192 D128, 4 tiles of 4,096
 on 132 SMs (32 tiles' time for 31.03 per SM), at B16 H16 S2048 D64 44 of 2,816 (22 for 21.33).
 TAIL_SPLIT (stages/stage7.cu) splits those last tiles along their keys into pieces the queue
-hands out as SMs free up; the last piece of each combines them. Predicted: 2-3% at those two
+hands out as SMs free up; a second kernel combines them. Predicted: 2-3% at those two
 shapes; nothing at causal shapes (never split) or where the rule leaves the tail whole.
 
-Measured (call 2 of session 43, at 5580a3e, where stage 7 had the `tail_split` option; it was not
-kept, the change is results/logs/2026-11-26-s43call2/tail_split.patch, and this script runs only
-at that commit): no. Whole over split, same rounds: 0.979 at B4 H16 S8192 D128 full (10 pieces),
+Measured, first version (call 2 of session 43, at 5580a3e: the last piece of each tile to finish
+combined them, inside the attention kernel; that change is results/logs/2026-11-26-s43call2/
+tail_split.patch): no. Whole over split, same rounds: 0.979 at B4 H16 S8192 D128 full (10 pieces),
 0.990 at B16 H16 S2048 D64 full (3), 0.988 at B3 H16 S8192 D128 (3), 1.009 at B8 H16 S4096 D64
 (3); and where the split build split nothing, 0.974-0.989 (both causal shapes, B2 H16 S8192
 D128). The build with the split ran 1.1-2.6% slower even unsplit: its softmax's loop has the same
@@ -18,11 +18,17 @@ compared offline). Against that build, the split itself gained about 0.4% at S81
 the other shapes, far under the 3% the idle SMs predicted. The idle time is real:
 scripts/queue_tail_probe.py (call 3) found every SM within 1% of the same pace per tile and
 2.5-3.1% of the SM time idle at the launch's end at these shapes. So what lost was the split
-build's own cost, not the idea: a split that leaves the main build as it is (the tail's pieces
-in a second launch, say) is still open.
+build's own cost, not the idea.
+
+Measured, second version (call 4, at 41ed404: the pieces combined by a second kernel,
+attention_fp8_combine_tail, launched with PDL; the attention kernel's main loop then keeps the
+score scale in a uniform register as the build without does): whole over split 1.019 at B4 H16
+S8192 D128 full (10 pieces) and at B3 (3), 1.014 causal and 1.000 at B2 H16 S8192 (nothing split);
+at D64 0.995 at B16 H16 S2048 full (3), 0.992 causal, 1.010 at B8 H16 S4096 (3). Kept at D128
+(stage7.TAIL_SPLIT).
 
 Each shape times stage 7's kernel on prepared e4m3 inputs (stage7.forward) as called and with
-tail_split=False in the same interleaved rounds, each round in the order split, whole, whole,
+tail_split=True and False in the same interleaved rounds, each round in the order split, whole, whole,
 split: the board runs at its power limit, and a callable's place in the round moved timings by
 7-9% at D128 when stage 6 (bf16) shared the rounds (call 1 of session 43, whose first version of
 this script timed the pair in both orders beside stage 6). Each variant's time is the geometric
@@ -66,9 +72,6 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write every timing, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.4, help="seconds of timing per callable (default 0.4)")
     a = ap.parse_args()
-    if not hasattr(stage7, "tail_pieces"):
-        ap.exit(2, f"{ap.prog}: needs stage 7's tail_split option, which was not kept: run it at commit 5580a3e, "
-                   "where session 43's call 2 did\n")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: runs stage 7 (e4m3 wgmma, sm_90a), so it needs an H100 or H200 and none was found\n")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -78,7 +81,8 @@ def main() -> int:
         q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v)
         vt = fp8.v_for_pv(v8)
         code = causal_mode(causal, S, S, stage7.INFO)
-        run = {"split": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code, scale=D ** -0.5),
+        run = {"split": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code, scale=D ** -0.5,
+                                               tail_split=True),
                "whole": lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code, scale=D ** -0.5,
                                                tail_split=False)}
         ch = stage7.choose(B, H, S, S, D, causal, sms)

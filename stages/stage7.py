@@ -15,9 +15,10 @@ in 16 bits. Before the kernel, timed on their own by the notebook:
   that P's A fragment is every thread's own scores.
 
 Beyond stage 6's launch: 192-key tiles at D128 (TILES; scripts/fp8_tiles.py times the widths),
-wherever work tiles outnumber the SMs the work queue without ping-pong (PERSISTENT_SCHEDULE), and
-at D64 the row sums from P·V through a row of ones under Vᵀ (ROW_SUM_MMA); scripts/fp8_waterfall.py
-times each step.
+wherever work tiles outnumber the SMs the work queue without ping-pong (PERSISTENT_SCHEDULE), at
+D128 its last partial wave of full-attention tiles split along the keys (TAIL_SPLIT, a second
+kernel combining the pieces), and at D64 the row sums from P·V through a row of ones under Vᵀ
+(ROW_SUM_MMA); scripts/fp8_waterfall.py times each step.
 
 Status (2026-11-26): checked on an H100 (tests/test_stage7.py against lib.fp8.check_on_emulation
 and the float64 reference, compute-sanitizer clean on every launch path at small shapes; first in
@@ -65,16 +66,21 @@ FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
 # sets the pace; the queue keeps causal work tiles of different lengths balanced. (In bf16 at
 # D64 causal S8192, one block per work tile beat the queue: stage6.call_schedule.)
 PERSISTENT_SCHEDULE = "work queue without ping-pong"
-# TAIL_SPLIT (stages/stage7.cu: work_item, finish_piece), in the work queue's builds: full
-# attention's work tiles all take the same time, so the queue's last n_work mod SMs of them run
-# alone, one per SM, while every other SM idles for a whole work tile. At B4 H16 S8192 D128 that
-# is 4 tiles of 4,096 on 132 SMs: 32 work tiles' time for 31.03 tiles of work per SM, 3% of
-# the call; at B16 H16 S2048 D64, 44 of 2,816 (192-row tiles): 22 for 21.33, 3%. Those last
-# tiles are split along their keys into pieces that the queue hands out to the SMs as they
-# free up; each piece writes its rows in fp32, and a small kernel after this one combines them
-# as stage 6's split-KV combine does. Predicted: 2-3% at those two shapes, nothing at causal ones (their queue
-# hands its tail out longest first instead, tail_heads_for) or where the tiles fill whole waves.
-TAIL_SPLIT = True
+# TAIL_SPLIT (stages/stage7.cu: work_item, finish_piece), per head dim, in the work queue's
+# builds: full attention's work tiles all take the same time, so the queue's last n_work mod SMs
+# of them run alone, one per SM, while every other SM idles. scripts/queue_tail_probe.py
+# measured it (results/logs/2026-11-26-s43call3): every SM within 1% of the same pace, and 2.53%
+# of the SM time idle at the launch's end at B4 H16 S8192 D128 (4 tiles of 4,096 on 132 SMs),
+# 3.02% at B16 H16 S2048 D64 (44 of 2,816). Those last tiles are split along their keys into
+# pieces that the queue hands out as SMs free up; each piece writes its rows in fp32, and a small
+# kernel after this one (attention_fp8_combine_tail, launched with PDL) combines them as stage
+# 6's split-KV combine does. Predicted 2-3% at those two shapes. Measured against the build
+# without, rounds ordered split, whole, whole, split (scripts/tail_split_ab.py, -s43call4):
+# 1.019x at B4 H16 S8192 D128 full and at B3, 1.014x causal and 1.000x at B2 H16 S8192, where
+# nothing is split; at D64 0.995x at B16 H16 S2048 full, 0.992x causal, 1.010x at B8 S4096. So
+# on at D128 only. (The first version combined in the last piece to finish, inside the attention
+# kernel: that code cost its main loop 1-2.6% everywhere, -s43call2.)
+TAIL_SPLIT = {64: False, 128: True}
 # A piece keeps at least this many key tiles: each adds its rows in fp32 (BLOCK_M × D floats)
 # for the combine to read back, which at 4 key tiles per piece is under a tenth of the piece's
 # own time.
@@ -224,7 +230,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     memory and the kernel's defines. v_in_kernel: the producer warpgroup transposes V's tiles
     (V_IN_KERNEL) instead of reading Vᵀ from lib.fp8.v_for_pv's pass; it walks a fixed stride of
     work tiles, so a work-queue schedule is refused. row_sum_mma: ROW_SUM_MMA (None: the default).
-    tail_split: TAIL_SPLIT in the work queue's builds (None: the default, TAIL_SPLIT)."""
+    tail_split: TAIL_SPLIT in the work queue's builds (None: the head dim's default, TAIL_SPLIT)."""
     schedule = s6.default_schedule(head_dim) if schedule is None else schedule
     if schedule not in s6.ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
@@ -261,7 +267,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
                ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)), ("ROW_SUM_MMA", int(rs)),
-               ("TAIL_SPLIT", int(bool(sw["DYNAMIC_WORK"]) and (TAIL_SPLIT if tail_split is None else bool(tail_split)))))
+               ("TAIL_SPLIT", int(bool(sw["DYNAMIC_WORK"]) and (TAIL_SPLIT[head_dim] if tail_split is None else bool(tail_split)))))
     return {"block_m": 64 * consumers, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
             "persistent": persistent, "smem": smem, "defines": defines}
 

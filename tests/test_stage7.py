@@ -33,6 +33,8 @@ hopper = pytest.mark.skipif(not ON_HOPPER, reason="stage 7 runs wgmma (sm_90a): 
 BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their rules pick
     (64, None, {}), (128, None, {}),
     (128, None, {"schedule": "+ work queue"}), (64, None, {"schedule": "work queue without ping-pong"}),
+    (128, None, {"schedule": "work queue without ping-pong"}),  # TAIL_SPLIT on (D128's default)
+    (64, None, {"schedule": "work queue without ping-pong", "tail_split": True}),
     (64, s7.FEW_ROWS_TILES[64], {"schedule": s6.DECODE_SCHEDULE}),
     (128, None, {"schedule": "no warp specialization"}),
     (64, None, {"v_in_kernel": True}), (128, None, {"v_in_kernel": True}),
@@ -109,9 +111,11 @@ def test_config_rules_and_refusals():
     assert big["tiles"] == s7.TILES[64] and big["schedule"] == s7.PERSISTENT_SCHEDULE
     assert s7.choose(16, 16, 2048, 2048, 64, False, 132, v_in_kernel=True)["schedule"] == "+ persistent blocks"
     assert big["work"] == 16 * 16 * math.ceil(2048 / 192)
-    # TAIL_SPLIT: in the queue's builds only, off when asked
-    assert dict(s7.config(64, None, s7.PERSISTENT_SCHEDULE)["defines"])["TAIL_SPLIT"] == int(s7.TAIL_SPLIT)
-    assert dict(s7.config(64, None, s7.PERSISTENT_SCHEDULE, tail_split=False)["defines"])["TAIL_SPLIT"] == 0
+    # TAIL_SPLIT: in the queue's builds only, by head dim unless asked
+    for D in (64, 128):
+        assert dict(s7.config(D, None, s7.PERSISTENT_SCHEDULE)["defines"])["TAIL_SPLIT"] == int(s7.TAIL_SPLIT[D])
+        assert dict(s7.config(D, None, s7.PERSISTENT_SCHEDULE, tail_split=True)["defines"])["TAIL_SPLIT"] == 1
+        assert dict(s7.config(D, None, s7.PERSISTENT_SCHEDULE, tail_split=False)["defines"])["TAIL_SPLIT"] == 0
     assert dict(s7.config(128, None, "+ persistent blocks")["defines"])["TAIL_SPLIT"] == 0
 
 
@@ -429,7 +433,7 @@ def test_tail_split(D, seed):
     rows in fp32, combined by a second kernel. Shapes made so that the rule splits (it is
     asserted): more work tiles than SMs by a few, key lengths of no multiple of the tile, a last
     query block that is partial, GQA; against the emulation, and the same bits on a second run
-    (the combine weighs the pieces in one order)."""
+    (the combine weighs the pieces in one order). At D64, where it is off by default, asked for."""
     g = torch.Generator().manual_seed(seed)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bn, _, consumers = s7.TILES[D]
@@ -441,13 +445,13 @@ def test_tail_split(D, seed):
                    for h, s in ((H, Sq), (H // group, Sk), (H // group, Sk)))
         work = B * H * -(-Sq // rows)
         assert s7.tail_pieces(work, -(-Sk // bn), sms, False) > 1, (work, Sk)
-        out = s7.attention(q, k, v)
-        assert torch.equal(out, s7.attention(q, k, v))
+        out = s7.attention(q, k, v, tail_split=True)
+        assert torch.equal(out, s7.attention(q, k, v, tail_split=True))
         assert_close_to_emulation(out, q, k, v)
         whole = s7.attention(q, k, v, tail_split=False)
         assert_close_to_emulation(whole, q, k, v)
         for causal in (True, "bottom_right"):  # the same build, never split
-            assert_close_to_emulation(s7.attention(q, k, v, causal=causal), q, k, v, causal=causal)
+            assert_close_to_emulation(s7.attention(q, k, v, causal=causal, tail_split=True), q, k, v, causal=causal)
 
 
 @gpu
@@ -564,8 +568,8 @@ def test_small_shapes_for_the_sanitizers(D, v_in_kernel, seed):
     through 3 stages at D64, 3 of 192 through 2 at D128); one block per work tile (and blocks of
     one consumer), then 280 one-block work tiles under a persistent launch, so that each block
     walks two or three; both causal alignments. Then the work queue with its last partial wave
-    split in two along 1,400 keys (TAIL_SPLIT): 136 one-block work tiles, 4 past the H100's 132
-    SMs."""
+    split in two along 1,400 keys (TAIL_SPLIT, asked for: D64 runs without it by default): 136
+    one-block work tiles, 4 past the H100's 132 SMs."""
     g = torch.Generator().manual_seed(seed)
     for H, Sq, Sk, schedules in ((4, 200, 500, (None, "+ intra-warpgroup overlap")), (280, 64, 500, ("+ persistent blocks",)),
                                  (136, 64, 1400, (None,))):
@@ -575,5 +579,6 @@ def test_small_shapes_for_the_sanitizers(D, v_in_kernel, seed):
                    for h, s in ((H, Sq), (H // 2, Sk), (H // 2, Sk)))
         for causal in (False, "bottom_right"):
             for schedule in schedules:
-                out = s7.attention(q, k, v, causal=causal, schedule=schedule, v_in_kernel=v_in_kernel)
+                split = {"tail_split": True} if Sk > 500 else {}
+                out = s7.attention(q, k, v, causal=causal, schedule=schedule, v_in_kernel=v_in_kernel, **split)
                 assert_close_to_emulation(out, q, k, v, causal=causal, schedule=schedule, v_in_kernel=v_in_kernel)
