@@ -41,7 +41,16 @@ from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from stages import stage6, stage7  # noqa: E402
 
-# The lines added to stage7.cu, each after (or replacing) a line that occurs once.
+# The lines added to stage7.cu, each after (or replacing) a line that occurs once: the probe's
+# pointer, the start of each work item (a work tile, or with --split a piece of one), and its
+# end, once its rows are stored (a piece's in fp32, for the combine kernel).
+RECORD = ("        if (threadIdx.x == 128 * WARP_SPECIALIZED) {\n"
+     "            unsigned long long t1;\n"
+     "            unsigned smid;\n"
+     "            asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t1));\n"
+     "            asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
+     "            probe[3 * w] = smid, probe[3 * w + 1] = probe_t0, probe[3 * w + 2] = t1;\n"
+     "        }\n")
 PATCH = [
     ("float* __restrict__ lse_part) {",
      "float* __restrict__ lse_part, unsigned long long* probe) {"),
@@ -50,15 +59,9 @@ PATCH = [
      "        unsigned long long probe_t0;\n"
      "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(probe_t0));\n"),
     ("        finish(t, l);\n    }\n",
-     "        finish(t, l);\n"
-     "        if (threadIdx.x == 128 * WARP_SPECIALIZED) {\n"
-     "            unsigned long long t1;\n"
-     "            unsigned smid;\n"
-     "            asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t1));\n"
-     "            asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
-     "            probe[3 * w] = smid, probe[3 * w + 1] = probe_t0, probe[3 * w + 2] = t1;\n"
-     "        }\n"
-     "    }\n"),
+     "        finish(t, l);\n" + RECORD + "    }\n"),
+    ("            finish_piece(t, l, m, scale_tile);\n",
+     "            finish_piece(t, l, m, scale_tile);\n" + RECORD.replace("        ", "            ")),
 ]
 
 
@@ -71,13 +74,13 @@ def probed_source() -> str:
     return src
 
 
-def run(B, H, S, D, causal=False) -> dict:
+def run(B, H, S, D, causal=False, split=False) -> dict:
     q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
     q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v)
     vt = fp8.v_for_pv(v8)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ch = stage7.choose(B, H, S, S, D, causal, sms)
-    cfg = stage7.config(D, ch["tiles"], ch["schedule"], tail_split=False)  # the queue as it hands out whole tiles
+    cfg = stage7.config(D, ch["tiles"], ch["schedule"], tail_split=split)  # without: the queue of whole tiles
     defines = dict(cfg["defines"])
     if not (cfg["persistent"] and defines["DYNAMIC_WORK"]):
         raise SystemExit(f"queue_tail_probe.py: B{B} H{H} S{S} D{D} does not run the work queue ({ch['schedule']})")
@@ -88,9 +91,15 @@ def run(B, H, S, D, causal=False) -> dict:
     grid = min(n_work, sms)
     n_qb = -(-S // cfg["block_m"])
     tail_heads = stage6.tail_heads_for(causal, True, n_work // n_qb, n_qb, sms)
+    pieces = stage7.tail_pieces(n_work, -(-S // bn), grid, causal) if split else 1
+    tail_first = n_work - n_work % grid if pieces > 1 else n_work
+    items = tail_first + (n_work - tail_first) * pieces
+    parts = [torch.empty((items - tail_first) * cfg["block_m"] * D + 1, dtype=torch.float32, device="cuda"),
+             torch.empty((items - tail_first) * cfg["block_m"] + 1, dtype=torch.float32, device="cuda")]
+    _, combine = stage7._kernel(torch.bfloat16, D, cfg["defines"], cfg["smem"])
     maps = (stage7.tensor_map(q8, cfg["block_m"], D), stage7.tensor_map(k8, bn, D),
             stage7.tensor_map(vt, D, stage7.vt_atom(bn)))
-    probe = torch.zeros(3 * n_work, dtype=torch.int64, device="cuda")
+    probe = torch.zeros(3 * items, dtype=torch.int64, device="cuda")
     out = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
     queue = stage7._queue(q.device).data_ptr()
 
@@ -99,15 +108,24 @@ def run(B, H, S, D, causal=False) -> dict:
                               (*maps, out.data_ptr(), qd.data_ptr(), kd.data_ptr(), vd.data_ptr(),
                                np.int32(S), np.int32(S), np.int32(H), np.int32(1),
                                np.float32(D ** -0.5 * math.log2(math.e)), np.int32(int(causal)), np.int32(n_work),
-                               np.int32(tail_heads), queue, np.int32(n_work), np.int32(1), 0, 0, probe.data_ptr()))
+                               np.int32(tail_heads), queue, np.int32(tail_first), np.int32(pieces),
+                               parts[0].data_ptr(), parts[1].data_ptr(), probe.data_ptr()))
+        if pieces > 1:
+            n = (n_work - tail_first) * cfg["block_m"] * (D // 4)
+            nvrtc.launch_prepared(combine, nvrtc.launch_config((-(-n // 256), 1, 1), (256, 1, 1), pdl=True),
+                                  (parts[0].data_ptr(), parts[1].data_ptr(), out.data_ptr(), np.int32(S), np.int32(S),
+                                   np.int32(H), np.int32(1), np.int32(n_work), np.int32(tail_first), np.int32(pieces)))
     for _ in range(3):  # warm: the last of these is the one read
         launch()
     torch.cuda.synchronize()
     same = torch.equal(out, stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=int(causal), scale=D ** -0.5,
-                                           tail_split=False))
-    p = probe.view(n_work, 3).cpu().tolist()
+                                           tail_split=split))
+    p = probe.view(items, 3).cpu().tolist()
     t0 = min(r[1] for r in p)
-    tiles = [{"w": w, "sm": r[0], "start_us": (r[1] - t0) / 1e3, "end_us": (r[2] - t0) / 1e3} for w, r in enumerate(p)]
+    tiles = [{"w": w, "sm": r[0], "start_us": (r[1] - t0) / 1e3, "end_us": (r[2] - t0) / 1e3, "piece": w >= tail_first}
+             for w, r in enumerate(p)]
+    whole_end = sorted(t["end_us"] for t in tiles if not t["piece"])
+    piece_us = [t["end_us"] - t["start_us"] for t in tiles if t["piece"]]
     per_sm = {}
     for t in tiles:
         per_sm.setdefault(t["sm"], []).append(t)
@@ -117,7 +135,8 @@ def run(B, H, S, D, causal=False) -> dict:
     pace = {sm: (last[sm] - first[sm]) / len(ts) for sm, ts in per_sm.items()}  # µs per tile, start to last store
     counts = [len(ts) for ts in per_sm.values()]
     idle = sum(end - x for x in last.values()) / (len(per_sm) * end)
-    return {"B": B, "H": H, "S": S, "D": D, "causal": causal, "work": n_work, "grid": grid, "sms_used": len(per_sm),
+    return {"B": B, "H": H, "S": S, "D": D, "causal": causal, "split": split, "pieces": pieces,
+            "work": n_work, "grid": grid, "sms_used": len(per_sm),
             "same_bits_as_stage7": same, "end_us": end,
             "tiles_per_sm": {str(c): counts.count(c) for c in sorted(set(counts))},
             "pace_us_per_tile": {"min": min(pace.values()), "median": statistics.median(pace.values()),
@@ -125,7 +144,12 @@ def run(B, H, S, D, causal=False) -> dict:
             "pace_by_tiles": {str(c): statistics.median(pace[sm] for sm, ts in per_sm.items() if len(ts) == c)
                               for c in sorted(set(counts))},
             "last_store_us": {"min": min(last.values()), "median": statistics.median(last.values()), "max": end},
-            "idle_share_at_end": idle, "tiles": tiles}
+            "idle_share_at_end": idle,
+            "whole_tiles_last_end_us": whole_end[-1],
+            "pieces_us": ({"min": min(piece_us), "median": statistics.median(piece_us), "max": max(piece_us),
+                           "first_start": min(t["start_us"] for t in tiles if t["piece"]),
+                           "last_end": max(t["end_us"] for t in tiles if t["piece"])} if piece_us else None),
+            "tiles": tiles}
 
 
 def main() -> int:
@@ -133,12 +157,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write every tile's SM and times, with the env, as JSON")
     ap.add_argument("--shape", nargs=4, type=int, action="append", metavar=("B", "H", "S", "D"),
                     help="full attention at this shape (repeatable; default: issue 25's two standard shapes)")
+    ap.add_argument("--split", action="store_true", help="the build with TAIL_SPLIT, its pieces recorded too")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: runs stage 7 (e4m3 wgmma, sm_90a), so it needs an H100 or H200 and none was found\n")
     rows = []
     for B, H, S, D in a.shape or [(4, 16, 8192, 128), (16, 16, 2048, 64)]:
-        r = run(B, H, S, D)
+        r = run(B, H, S, D, split=a.split)
         rows.append(r)
         pace, last = r["pace_us_per_tile"], r["last_store_us"]
         print(f"B{B} H{H} S{S} D{D} full: {r['work']} work tiles on {r['sms_used']} SMs; tiles per SM "
@@ -147,6 +172,11 @@ def main() -> int:
               f"{last['min']:.0f} / {last['median']:.0f} / {last['max']:.0f} µs; idle at the end "
               f"{r['idle_share_at_end']:.2%} of the SM time; same bits as stage7.forward: {r['same_bits_as_stage7']}",
               flush=True)
+        if r["pieces_us"]:
+            pc = r["pieces_us"]
+            print(f"  {r['pieces']} pieces per tail tile: each {pc['min']:.1f} / {pc['median']:.1f} / {pc['max']:.1f} µs; "
+                  f"pieces from {pc['first_start']:.0f} to {pc['last_end']:.0f} µs; last whole tile stored at "
+                  f"{r['whole_tiles_last_end_us']:.0f} µs", flush=True)
     if a.out:
         a.out.write_text(json.dumps({"env": R.capture_env(), "rows": rows}, indent=1))
     return 0 if all(r["same_bits_as_stage7"] for r in rows) else 1
