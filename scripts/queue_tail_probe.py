@@ -24,6 +24,11 @@ first split's build, which ran 1-2.6% slower everywhere, cost what the split sav
 (its combine in a kernel of its own, call 4) ran 1.019x at B4 H16 S8192 D128 and is stage 7's
 default there (stage7.TAIL_SPLIT). This probe builds the kernel without the split (tail_split
 False): it shows the queue as it hands out whole tiles. Call 5 again: 2.54% and 2.83% idle.
+With --split (call 6, results/logs/2026-11-26-s43call6): at B4 H16 S8192 D128 the 40 pieces (7.6-9.9
+µs each) are done by 2,157 µs and the kernel ends on a whole tile at 2,176 µs against 2,239
+without (idle at the end 1.12% against 2.60%); at B16 H16 S2048 D64 each SM gets one piece
+(6.7-9.7 µs) after its 21 whole tiles, which end between 425 and 434 µs, so the kernel ends at
+443 µs against 446: the combine kernel's launch takes that back, and D64 runs without the split.
 """
 import argparse
 import json
