@@ -37,6 +37,7 @@ checked against lib.fp8's emulation before and after timing. Logs only (--out): 
 recorded.
 
     python scripts/tail_split_ab.py --out tail_split.json
+    python scripts/tail_split_ab.py --head-dims 64 --pieces 6 8 --out pieces.json  # other piece counts too
 """
 import argparse
 import json
@@ -60,6 +61,19 @@ SHAPES = [(16, 16, 2048, 64, False), (16, 16, 2048, 64, True), (4, 16, 8192, 128
           (3, 16, 8192, 128, False), (8, 16, 4096, 64, False), (2, 16, 8192, 128, False)]
 
 
+def forced_pieces(n: int, call):
+    """`call` with every tail tile split into n pieces: stage7.forward looks tail_pieces up at
+    each call, so it is swapped for the call's length."""
+    def run():
+        rule = stage7.tail_pieces
+        stage7.tail_pieces = lambda *args: n
+        try:
+            return call()
+        finally:
+            stage7.tail_pieces = rule
+    return run
+
+
 def check(out, q, k, v, causal, sms) -> dict:
     B, H, S, D = q.shape
     build = stage7.emulation_of(B, H, S, S, D, causal, sms)
@@ -71,12 +85,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="write every timing, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.4, help="seconds of timing per callable (default 0.4)")
+    ap.add_argument("--head-dims", nargs="+", type=int, choices=(64, 128), default=[64, 128], help="only these shapes")
+    ap.add_argument("--pieces", nargs="+", type=int, default=[],
+                    help="also split each tail tile into this many pieces, whatever stage7.tail_pieces says (full "
+                         "attention only; at most the key tiles)")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: runs stage 7 (e4m3 wgmma, sm_90a), so it needs an H100 or H200 and none was found\n")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows, ok = [], True
     for B, H, S, D, causal in SHAPES:
+        if D not in a.head_dims or (a.pieces and causal):
+            continue
         q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
         q8, k8, v8, qd, kd, vd = fp8.prepare(q, k, v)
         vt = fp8.v_for_pv(v8)
@@ -87,9 +107,13 @@ def main() -> int:
                                                tail_split=False)}
         ch = stage7.choose(B, H, S, S, D, causal, sms)
         pieces = stage7.tail_pieces(ch["work"], -(-S // ch["tiles"][0]), min(ch["work"], sms), causal)
+        for n in a.pieces:
+            run[f"split in {n}"] = forced_pieces(n, lambda: stage7.forward(q8, k8, vt, qd, kd, vd, Sk=S, causal=code,
+                                                                            scale=D ** -0.5, tail_split=True))
         checks = {name: [check(fn(), q, k, v, causal, sms)] for name, fn in run.items()}
-        t = time_interleaved({"split 1": run["split"], "whole 1": run["whole"], "whole 2": run["whole"],
-                              "split 2": run["split"]}, budget_s=a.budget_s)
+        names = list(run)  # each variant twice in a round, in mirrored order: A, B, …, …, B, A
+        t = time_interleaved({f"{n} {i}": run[n] for i, order in ((1, names), (2, names[::-1])) for n in order},
+                             budget_s=a.budget_s)
         us = {n: (t[f"{n} 1"].median_us * t[f"{n} 2"].median_us) ** 0.5 for n in run}
         us["stage 6"] = time_interleaved({"stage 6": lambda: stage6.attention(q, k, v, causal=causal)},
                                          budget_s=a.budget_s)["stage 6"].median_us
@@ -102,13 +126,15 @@ def main() -> int:
                "places_us": {n: x.median_us for n, x in t.items()},
                "round_medians_us": {n: x.round_medians_us for n, x in t.items()}, "checks": checks, "passed": passed,
                "whole_over_split": us["whole"] / us["split"], "tflops_split": flops / us["split"] / 1e6,
-               "tflops_whole": flops / us["whole"] / 1e6, "split_vs_stage6": us["stage 6"] / us["split"]}
+               "tflops_whole": flops / us["whole"] / 1e6, "split_vs_stage6": us["stage 6"] / us["split"],
+               "whole_over": {n: us["whole"] / us[n] for n in run}}
         rows.append(row)
         places = ", ".join(f"{n} {x.median_us:,.1f}" for n, x in t.items())
         print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'} ({ch['work']} work tiles, {pieces} pieces): "
               f"whole/split {row['whole_over_split']:.3f}; split {row['tflops_split']:.0f} TFLOPS, whole "
               f"{row['tflops_whole']:.0f}; split {row['split_vs_stage6']:.3f}x stage 6 (rounds of its own); "
-              f"µs by place: {places}; {'pass' if passed else 'FAIL'}", flush=True)
+              + "".join(f"whole/{n} {x:.3f}; " for n, x in row["whole_over"].items() if n.startswith("split in"))
+              + f"µs by place: {places}; {'pass' if passed else 'FAIL'}", flush=True)
     if a.out:
         a.out.write_text(json.dumps({"env": R.capture_env(), "budget_s": a.budget_s, "rows": rows}, indent=1))
     return 0 if ok else 1
