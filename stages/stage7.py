@@ -78,8 +78,9 @@ PERSISTENT_SCHEDULE = "work queue without ping-pong"
 # without, rounds ordered split, whole, whole, split (scripts/tail_split_ab.py, -s43call4):
 # 1.019x at B4 H16 S8192 D128 full and at B3, 1.014x causal and 1.000x at B2 H16 S8192, where
 # nothing is split; at D64 0.995x at B16 H16 S2048 full, 0.992x causal, 1.010x at B8 S4096. So
-# on at D128 only. (The first version combined in the last piece to finish, inside the attention
-# kernel: that code cost its main loop 1-2.6% everywhere, -s43call2.)
+# on at D128 only; at D64 6 or 8 pieces per tail tile ran 0.995-1.000x too (-s43call7). (The first
+# version combined in the last piece to finish, inside the attention kernel: that code cost its
+# main loop 1-2.6% everywhere, -s43call2.)
 TAIL_SPLIT = {64: False, 128: True}
 # A piece keeps at least this many key tiles: each adds its rows in fp32 (BLOCK_M × D floats)
 # for the combine to read back, which at 4 key tiles per piece is under a tenth of the piece's
