@@ -560,6 +560,50 @@ def test_cuda_graph_replays(v_in_kernel, seed):
 
 @gpu
 @hopper
+def test_tail_split_in_a_graph_and_on_two_streams(seed):
+    """D128's split tail (its fp32 partial rows, one set per stream, and the combine kernel
+    launched with PDL) captured in a CUDA graph and replayed on new inputs, NaN-poisoned before
+    each replay; and two calls on two streams at once. Each output the same bits as the same
+    call made alone."""
+    g = torch.Generator().manual_seed(seed)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    bn, _, consumers = s7.TILES[128]
+    H, Sk = sms + 4, 16 * bn - 7
+    assert s7.TAIL_SPLIT[128] and s7.tail_pieces(H, -(-Sk // bn), sms, False) > 1
+    new = lambda: [torch.randn(1, h, s, 128, generator=g).to("cuda", torch.bfloat16)  # noqa: E731
+                   for h, s in ((H, 64 * consumers), (H // 2, Sk), (H // 2, Sk))]
+    q, k, v = new()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        s7.attention(q, k, v)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = s7.attention(q, k, v)
+    for _ in range(2):
+        for t, x in zip((q, k, v), new()):
+            t.copy_(x)
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, s7.attention(q, k, v))
+        assert_close_to_emulation(out, q, k, v)
+    inputs = [new(), new()]
+    alone = [s7.attention(*x) for x in inputs]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    for st, x in zip(streams, inputs):
+        st.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(st):
+            outs.append(s7.attention(*x))
+    torch.cuda.synchronize()
+    for o, a in zip(outs, alone):
+        assert torch.equal(o, a)
+
+
+@gpu
+@hopper
 @pytest.mark.parametrize("v_in_kernel", [False, True])
 @pytest.mark.parametrize("D", [64, 128])
 def test_small_shapes_for_the_sanitizers(D, v_in_kernel, seed):
