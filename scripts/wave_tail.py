@@ -75,8 +75,7 @@ def main() -> int:
     names = list(dict.fromkeys(n for n, _ in calls))
     rows = []
     for name in names:
-        order = [H for H in a.heads]
-        fns = {f"H{H} {i}": calls[(name, H)][0] for i, hs in ((1, order), (2, order[::-1])) for H in hs}
+        fns = {f"H{H} {i}": calls[(name, H)][0] for i, hs in ((1, a.heads), (2, a.heads[::-1])) for H in hs}
         t = time_interleaved(fns, budget_s=a.budget_s)
         base = None
         for H in a.heads:
