@@ -120,6 +120,9 @@
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 1  // 2 or 3: blocks of one consumer sharing an SM (decoding; see the registers below)
 #endif
+#ifndef SKIP_ROWS_PAST_END
+#define SKIP_ROWS_PAST_END 1  // 1: a consumer whose 64 rows all lie past the last query computes nothing (see my_tiles)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -907,7 +910,15 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         // pass_on. (Without a producer, consumer 0 refills the ring inside its loop: it keeps
         // every tile.) Causal work is never split, so its key tiles start at t0 = 0.
         // Bottom-right with Sq > Sk, a consumer's rows may see no key at all: my_tiles = 0.
-        const int my_tiles = causal && WARP_SPECIALIZED
+        // SKIP_ROWS_PAST_END: the last query block of a sequence whose length is not a multiple
+        // of BLOCK_M has consumers whose rows all lie past its end (at D64, 192 rows a block: S
+        // 1024 leaves two of the last block's three consumers without a row). Their products
+        // would be on zeros and never stored; instead they take my_tiles = 0, and the SM's other
+        // consumers get the tensor cores and the exp2 unit to themselves. Consumer 0 always has
+        // a row, except in a packed sequence's work tile past its end, where without a producer
+        // it must still refill the ring: with a producer only.
+        const bool past_end = SKIP_ROWS_PAST_END && WARP_SPECIALIZED && !PACK_GQA && first_row >= t.len_q;
+        const int my_tiles = past_end ? 0 : causal && WARP_SPECIALIZED
             ? min(n_tiles, (max(0, min(t.len_k, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
         auto pass_on = [&](int cur, int turns) {
             for (int i = 0; PINGPONG && i < turns; ++i) {

@@ -406,6 +406,15 @@ def q_stages_for(head_dim: int, tiles, schedule: str, Sk: int, pack_gqa: bool = 
     persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
     return 3 if persistent and not pack_gqa and Sk <= Q3_KEYS and fits(head_dim, tiles, 3) else None
 
+# SKIP_ROWS_PAST_END (stages/stage6.cu, at my_tiles): in the last query block of a sequence whose
+# length is no multiple of the block's 64·CONSUMERS rows, a consumer whose 64 rows all lie past the
+# end computes nothing, where it used to run every product on zero rows that are never stored. At
+# D64 (192 rows a block) S 512 and 2048 leave one of the last block's three consumers without a
+# row, S 1024 and 4096 two: 11% of the rows a call computed at S 512 and 1024 were padding
+# (predicted from the count: up to that much faster there, where the others then have the SM's
+# tensor cores and exp2 unit to themselves; nothing at D128's 128-row blocks).
+SKIP_ROWS_PAST_END = True
+
 INFO = StageInfo(
     number=6,
     slug="wgmma_tma",
@@ -445,7 +454,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
-           blocks_per_sm: int = 1) -> dict:
+           blocks_per_sm: int = 1, skip_past_end: bool | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -453,7 +462,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     memory and a TMA store (None: stores_by_tma's rule); combine_in_block: the build whose last
     split-KV block of a work tile may combine (None: the packed build, which has registers to
     spare; at D64 the prefill build's consumers spill with it); carry_pv: a work tile's last
-    P·V issued with the next one's first S (None: carries_pv's rule)."""
+    P·V issued with the next one's first S (None: carries_pv's rule); skip_past_end:
+    SKIP_ROWS_PAST_END (None: the module's default)."""
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -499,7 +509,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                ("LAZY_RESCALE", lazy), ("PACK_GQA", int(pack_gqa)), ("SEQS", int(seqs)), ("Q_STAGES", qs),
                ("O_TMA_STORE", int(tma)), ("CARRY_PV", int(carry)),
                ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)),
-               ("BLOCKS_PER_SM", blocks_per_sm))
+               ("BLOCKS_PER_SM", blocks_per_sm), ("SKIP_ROWS_PAST_END", int(SKIP_ROWS_PAST_END if skip_past_end is None else bool(skip_past_end))))
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -755,7 +765,8 @@ class _Address:
 
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
-               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None) -> _Plan:
+               combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
+               skip_past_end=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -795,7 +806,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
-                 combine_in_block, carry_pv, ch["blocks_per_sm"])
+                 combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -863,7 +874,7 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None, tail_waves=None):
+              blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -889,7 +900,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     last P·V issued with the next one's first S; None: carries_pv's rule) and `blocks_per_sm`
     (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `tail_waves` (causal work on
     the queue: its last tail_waves·SMs work tiles handed out longest first; 0: none; None:
-    tail_heads_for's rule) for measuring them.
+    tail_heads_for's rule) and `skip_past_end` (SKIP_ROWS_PAST_END; None: on) for measuring them.
     Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
     runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
     with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
@@ -908,7 +919,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                                         lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
                                         tma_store=tma_store, combine_in_block=combine_in_block,
                                         carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl,
-                                        tail_waves=tail_waves),
+                                        tail_waves=tail_waves, skip_past_end=skip_past_end),
                                 q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
@@ -924,7 +935,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves)
+               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -939,7 +950,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
         plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
-                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves)
+                          blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
+                          skip_past_end=skip_past_end)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

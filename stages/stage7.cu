@@ -77,6 +77,9 @@
 #ifndef TAIL_SPLIT
 #define TAIL_SPLIT 0  // 1: the queue's last partial wave of work tiles split along the keys (work_item)
 #endif
+#ifndef SKIP_ROWS_PAST_END
+#define SKIP_ROWS_PAST_END 1  // 1: a consumer whose 64 rows all lie past the last query computes nothing (as in stage 6)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -736,7 +739,10 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
         // products and only hands their buffers (and, with ping-pong, `turns` turns each) on:
         // pass_on. (Without a producer, consumer 0 refills the ring inside its loop: it keeps
         // every tile.) Bottom-right with Sq > Sk, a consumer's rows may see no key: my_tiles = 0.
-        const int my_tiles = causal && WARP_SPECIALIZED
+        // SKIP_ROWS_PAST_END (stage 6's): a consumer whose rows all lie past Sq (the last query
+        // block at S 2048 with 192 rows a block) computes nothing, my_tiles = 0.
+        const bool past_end = SKIP_ROWS_PAST_END && WARP_SPECIALIZED && first_row >= Sq;
+        const int my_tiles = past_end ? 0 : causal && WARP_SPECIALIZED
             ? min(n_tiles, max(0, (max(0, min(Sk, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N - t.kt0)) : n_tiles;
         auto pass_on = [&](int cur, int turns) {
             for (int i = 0; PINGPONG && i < turns; ++i) {

@@ -98,6 +98,9 @@ def tail_pieces(n_work: int, key_tiles: int, grid: int, causal: bool) -> int:
     if causal or n_work <= grid or left == 0:
         return 1
     return max(1, min(grid // left, key_tiles // TAIL_PIECE_TILES))
+# SKIP_ROWS_PAST_END, as stage 6's (stages/stage6.py): at D64 S 2048 the last query block's third
+# consumer (rows 2048-2111) has no row and computes nothing, 1/33 of the call's rows.
+SKIP_ROWS_PAST_END = True
 # Key tiles wider than 128 (FlashAttention-3's FP8 tiles are 160 keys at D64 with three consumers,
 # 224 at D128 with two): fewer per-tile costs (barrier waits, row max and sum shuffles, the
 # rescale of O, turns) over the same products. Vᵀ's tiles then come in sub-tiles (vt_atom).
@@ -225,13 +228,15 @@ INFO = StageInfo(
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int | None = None,
            lazy_rescale: int | None = None, p_offset: bool | None = None, exp2_poly: int = 0,
-           v_in_kernel: bool = False, row_sum_mma: bool | None = None, tail_split: bool | None = None) -> dict:
+           v_in_kernel: bool = False, row_sum_mma: bool | None = None, tail_split: bool | None = None,
+           skip_past_end: bool | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and one of stage 6's
     schedules (stages.stage6.ALL_SCHEDULES): query rows per block, threads, dynamic shared
     memory and the kernel's defines. v_in_kernel: the producer warpgroup transposes V's tiles
     (V_IN_KERNEL) instead of reading Vᵀ from lib.fp8.v_for_pv's pass; it walks a fixed stride of
     work tiles, so a work-queue schedule is refused. row_sum_mma: ROW_SUM_MMA (None: the default).
-    tail_split: TAIL_SPLIT in the work queue's builds (None: the head dim's default, TAIL_SPLIT)."""
+    tail_split: TAIL_SPLIT in the work queue's builds (None: the head dim's default, TAIL_SPLIT).
+    skip_past_end: SKIP_ROWS_PAST_END (None: the module's default)."""
     schedule = s6.default_schedule(head_dim) if schedule is None else schedule
     if schedule not in s6.ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(s6.ALL_SCHEDULES)}, got {schedule!r}")
@@ -268,7 +273,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, q_stages: int
     defines = (("BLOCK_N", bn), ("STAGES", stages), ("CONSUMERS", consumers), *sorted(sw.items()),
                ("EXP2_POLY_EIGHTHS", exp2_poly), ("LAZY_RESCALE", lazy), ("Q_STAGES", qs),
                ("P_OFFSET_LOG2", offset), ("V_IN_KERNEL", int(v_in_kernel)), ("ROW_SUM_MMA", int(rs)),
-               ("TAIL_SPLIT", int(bool(sw["DYNAMIC_WORK"]) and (TAIL_SPLIT[head_dim] if tail_split is None else bool(tail_split)))))
+               ("TAIL_SPLIT", int(bool(sw["DYNAMIC_WORK"]) and (TAIL_SPLIT[head_dim] if tail_split is None else bool(tail_split)))),
+               ("SKIP_ROWS_PAST_END", int(SKIP_ROWS_PAST_END if skip_past_end is None else bool(skip_past_end))))
     return {"block_m": 64 * consumers, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]),
             "persistent": persistent, "smem": smem, "defines": defines}
 
@@ -415,7 +421,7 @@ def quantize(q, k, v, *, v_transposed: bool = True, pdl: bool | None = None):
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
               p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, seqlens_k=None,
-              tail_waves=None, tail_split=None):
+              tail_waves=None, tail_split=None, skip_past_end=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D], computed in FP8.
     - fp16/bf16 inputs are quantized here (`quantize`, lib.fp8.prepare's arithmetic: one scale
@@ -431,7 +437,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     attention kernels launched with PDL; None: PDL) and `tail_waves` (causal work on the queue:
     its last tail_waves·SMs tiles handed out longest first; None: stage 6's TAIL_WAVES) and
     `tail_split` (TAIL_SPLIT: the queue's last partial wave split along the keys; None: the
-    default) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
+    default) and `skip_past_end` (SKIP_ROWS_PAST_END; None: on) are for measuring the alternatives. Not supported: seqlens_k (NotImplementedError), inputs that require grad
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
@@ -460,13 +466,13 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     return forward(q8, k8, v_op, qd, kd, vd, Sk=Sk, causal=causal, scale=scale, out_dtype=out_dtype,
                    tiles=tiles, schedule=schedule, q_stages=q_stages, lazy_rescale=lazy_rescale, p_offset=p_offset,
                    v_in_kernel=v_in_kernel, exp2_poly=exp2_poly, row_sum_mma=row_sum_mma, pdl=pdl,
-                   tail_waves=tail_waves, tail_split=tail_split)
+                   tail_waves=tail_waves, tail_split=tail_split, skip_past_end=skip_past_end)
 
 
 def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: int, scale: float,
             out_dtype=torch.bfloat16, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
             p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, tail_waves=None,
-            tail_split=None):
+            tail_split=None, skip_past_end=None):
     """The kernel alone, on inputs already prepared (what attention() does after quantizing and
     transposing V; the benchmark times it apart from those passes): q8 [B, H, Sq, D] and k8
     [B, H_kv, Sk, D] e4m3, v_op = lib.fp8.v_for_pv(v8) (or, v_in_kernel, v8 itself), the
@@ -478,7 +484,7 @@ def forward(q8, k8, v_op, q_descale, k_descale, v_descale, *, Sk: int, causal: i
     sms = s6._sm_count(q8.device)
     ch = choose(B, H, Sq, Sk, D, bool(causal), sms, tiles=tiles, schedule=schedule, v_in_kernel=v_in_kernel)
     cfg = config(D, ch["tiles"], ch["schedule"], q_stages, lazy_rescale, p_offset, exp2_poly, v_in_kernel, row_sum_mma,
-                 tail_split)
+                 tail_split, skip_past_end)
     n_work = ch["work"]
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 7: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")

@@ -402,6 +402,30 @@ def test_tail_waves_same_bits(seed):
             assert check.passed, (D, B, H, Sq, Sk, causal, check.summary())
 
 
+
+@on_hopper
+@pytest.mark.parametrize("schedule", [n for n, sw in s6.ALL_SCHEDULES.items() if sw["WARP_SPECIALIZED"]])
+def test_rows_past_end_same_bits(schedule, seed):
+    """SKIP_ROWS_PAST_END: a consumer whose 64 rows all lie past the last query computes nothing.
+    Every other row's arithmetic is its own consumer's, so the output is the build without's bit
+    for bit: lengths that leave one or two of a block's three consumers without a row (1024 and
+    100 at 192 rows a block) and one of two (50), full and causal in both alignments (bottom-right
+    with Sq < Sk and Sq > Sk), GQA, with several work tiles per block where the launch is
+    persistent; against the reference too. The output starts NaN-poisoned."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for D, tiles, B, H, Hk, Sq, Sk in ((64, (128, 2, 3), 2, 70, 35, 1024, 1024), (64, (128, 2, 3), 3, sms, sms, 100, 333),
+                                      (128, (128, 2, 2), 2, sms + 3, 1, 50, 300), (64, (128, 2, 3), 2, 40, 8, 515, 200)):
+        if not s6.fits(D, tiles) or (s6.ALL_SCHEDULES[schedule]["PINGPONG"] and tiles[2] < 2):
+            continue
+        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
+        for causal in (False, True, "bottom_right"):
+            with poisoned_outputs():
+                runs = [s6.attention(q, k, v, causal=causal, schedule=schedule, tiles=tiles, skip_past_end=skip)
+                        for skip in (True, False)]
+            assert torch.equal(runs[0], runs[1]), (schedule, D, B, H, Sq, Sk, causal)
+            c = check_output(runs[0], q, k, v, causal=causal)
+            assert c.passed, (schedule, D, B, H, Sq, Sk, causal, c.summary())
+
 def test_tail_heads_rule():
     """tail_heads_for: the heads of the last waves·SMs work tiles, at most every head; none for
     full attention, launches without the queue, or one query block per head."""

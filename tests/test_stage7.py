@@ -454,6 +454,26 @@ def test_tail_split(D, seed):
             assert_close_to_emulation(s7.attention(q, k, v, causal=causal, tail_split=True), q, k, v, causal=causal)
 
 
+
+@gpu
+@hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_rows_past_end_same_bits(D, seed):
+    """SKIP_ROWS_PAST_END (stage 6's): a consumer whose rows all lie past Sq computes nothing, and
+    every row the call returns has the same bits as the build without: at D64 lengths that leave
+    one or two of the last block's three consumers without a row (2048, 1024), at D128 one of
+    two (700); the work queue with its tail split (D128) and without, one block per work tile,
+    causal both ways, GQA; against the emulation too."""
+    g = torch.Generator().manual_seed(seed)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = {64: [(2, 40, 8, 2048, 2048), (1, 16, 16, 1024, 999)], 128: [(1, sms + 4, sms + 4, 700, 5 * 192 + 7), (2, 8, 2, 700, 700)]}
+    for B, H, Hk, Sq, Sk in shapes[D]:
+        q, k, v = (torch.randn(B, h, s, D, generator=g).to("cuda", torch.bfloat16) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+        for causal in (False, True, "bottom_right"):
+            runs = [s7.attention(q, k, v, causal=causal, skip_past_end=skip) for skip in (True, False)]
+            assert torch.equal(runs[0], runs[1]), (B, H, Sq, Sk, causal)
+            assert_close_to_emulation(runs[0], q, k, v, causal=causal)
+
 @gpu
 @hopper
 @pytest.mark.parametrize("D", [64, 128])
