@@ -48,6 +48,13 @@ _spec.loader.exec_module(shape_map)
 # each variant twice a round, mirrored: skip, without, without, skip
 ORDER = [("skip 1", None), ("without 1", {"skip_past_end": False}), ("without 2", {"skip_past_end": False}),
          ("skip 2", None)]
+# --parts queue: stage 6's full attention at D64 as called (persistent blocks: a fixed stride of
+# work tiles, which hands each SM the same query block every time when the query blocks per head
+# divide 132, so the blocks whose last query block got lighter only wait longer at the end) against
+# the work queue, which hands the next tile to whichever block is free. Same names as ORDER's, so
+# that pair() reads both: "skip" the call as it is, "without" the queue.
+ORDER_QUEUE = [("skip 1", None), ("without 1", {"schedule": "+ work queue"}), ("without 2", {"schedule": "+ work queue"}),
+               ("skip 2", None)]
 # stage 7: (B, H, S, D, causal)
 FP8_SHAPES = [(16, 16, 2048, 64, False), (16, 16, 2048, 64, True), (8, 16, 4096, 64, False), (32, 16, 1024, 64, False),
               (32, 16, 1024, 64, True), (4, 16, 8192, 128, False)]
@@ -63,13 +70,15 @@ def pair(us: dict) -> tuple[float, float]:
     return (us["skip 1"] * us["skip 2"]) ** 0.5, (us["without 1"] * us["without 2"]) ** 0.5
 
 
-def stage6_rows(record, out, env) -> tuple[list, bool]:
+def stage6_rows(record, out, env, order=ORDER, queue=False) -> tuple[list, bool]:
+    """The recorded map's prefill rows (bf16), each round in `order`; queue: only D64's full rows,
+    as called (persistent blocks, fixed stride) against the work queue (ORDER_QUEUE)."""
     todo = [r for r in record["shape_map"]["rows"] if r["part"] == "prefill" and r["dtype"] == "bfloat16"
-            and (r["D"] == 64 or r["Sq"] in (512, 8192))]
+            and ((r["D"] == 64 and not r["causal"]) if queue else (r["D"] == 64 or r["Sq"] in (512, 8192)))]
     got, ok = [], True
     for i, r in enumerate(todo):
         row = {k: r[k] for k in ("part", "B", "H", "Hkv", "Sq", "Sk", "D", "dtype", "causal")}
-        these = shape_map.measure_variants(row, [({"variant": n}, o) for n, o in ORDER])
+        these = shape_map.measure_variants(row, [({"variant": n}, o) for n, o in order])
         us = {t["variant"]: t["us"] for t in these}
         skip, without = pair(us)
         ok &= all(t["passed"] for t in these)
@@ -134,7 +143,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="write every row, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.4, help="seconds of timing per callable (stage 7)")
-    ap.add_argument("--parts", nargs="+", choices=("stage6", "stage7"), default=["stage6", "stage7"])
+    ap.add_argument("--parts", nargs="+", choices=("stage6", "stage7", "queue"), default=["stage6", "stage7"],
+                    help="queue: stage 6's full D64 rows as called against the work queue (without/skip is then "
+                         "the queue's time over the call's)")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stages 6 and 7 (sm_90a), so it needs an H100 or H200 and none was found\n")
@@ -143,6 +154,9 @@ def main() -> int:
     if "stage6" in a.parts:
         got, good = stage6_rows(R.load(R.results_path(env["gpu"])), a.out, env)
         rows, ok = rows + got, ok and good
+    if "queue" in a.parts:
+        got, good = stage6_rows(R.load(R.results_path(env["gpu"])), a.out, env, ORDER_QUEUE, queue=True)
+        rows, ok = rows + [dict(r, part="queue") for r in got], ok and good
     if "stage7" in a.parts:
         got, good = stage7_rows(a.budget_s, a.out, env, rows)
         rows, ok = rows + got, ok and good

@@ -155,6 +155,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/queue_tail_probe.py"], "needs an H100 or H200 and none was found"),
     (["scripts/wave_tail.py"], "needs an H100 or H200 and none was found"),
     (["scripts/rows_past_end_ab.py"], "needs an H100 or H200 and none was found"),
+    (["scripts/place_probe.py"], "needs an H100 or H200 and none was found"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
     before = _tree_digest(ROOT / "results")
