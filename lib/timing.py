@@ -58,10 +58,11 @@ def _timed_runs(fn, runs: int, flush: bool, spin_cycles: int = 0) -> list[float]
     return [s.elapsed_time(e) * 1e3 for s, e in events]
 
 
-def _prepare(fn, *, warmup, min_runs, max_runs, budget_s, flush, hold) -> tuple[int, int]:
-    """Warm fn() up, and say how many runs fit in budget_s (from one probe run) and how long
+def _prepare(fn, *, warmup, min_runs, max_runs, budget_s, flush, hold) -> tuple[int, int, float]:
+    """Warm fn() up, and say how many runs fit in budget_s (from one probe run), how long
     the GPU should spin before each (hold: 3x the host time of the fastest warm-up call, at
-    least 50 µs, in cycles at 2 GHz; a slower clock spins longer, which is as good)."""
+    least 50 µs, in cycles at 2 GHz; a slower clock spins longer, which is as good) and the
+    probe run's seconds."""
     host_s = []
     for _ in range(max(warmup, 1 if hold else 0)):
         t0 = time.perf_counter()
@@ -70,7 +71,7 @@ def _prepare(fn, *, warmup, min_runs, max_runs, budget_s, flush, hold) -> tuple[
     torch.cuda.synchronize()
     spin = int(2e9 * max(50e-6, 3 * min(host_s))) if hold else 0
     probe_s = _timed_runs(fn, 1, flush, spin)[0] / 1e6
-    return int(min(max_runs, max(min_runs, budget_s / max(probe_s, 1e-6)))), spin
+    return int(min(max_runs, max(min_runs, budget_s / max(probe_s, 1e-6)))), spin, probe_s
 
 
 def _timing(us: list[float], runs: int) -> Timing:
@@ -87,9 +88,21 @@ def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=Tru
     counted. hold: the GPU spins before each run until the host has queued it (_timed_runs);
     hold=False times as before 2026-11-23's fix, host launch gaps included."""
     require_gpu("timing")
-    runs, spin = _prepare(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
+    runs, spin, _ = _prepare(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
                           budget_s=budget_s, flush=flush, hold=hold)
     return _timing(_timed_runs(fn, runs, flush, spin), runs)
+
+
+# The H100 runs long shapes at its power limit, and its clocks follow the power drawn over the
+# last stretch of time: a batch of runs that follows a callable drawing less power (SDPA's FLASH
+# backend at long shapes, twice as slow) starts at higher clocks. Measured (scripts/
+# place_probe.py, results/logs/2026-11-26-s44call2): at B2 H32 S8192 D128 bf16, SDPA default over
+# stage 6 was 1.12-1.19x in the three orders of a round where stage 6 came right after FLASH and
+# 0.99-1.03x in the three where SDPA did; at B8 H16 S2048 D64 and B16 H32 S1024 D128 every order
+# agreed within 0.4%. Until session 44 every record timed stage 6 right after FLASH. So each batch
+# now starts after SETTLE_MS of the callable's own untimed runs.
+SETTLE_MS = 0.0
+SETTLE_MAX_RUNS = 30
 
 
 @dataclass
@@ -102,18 +115,33 @@ class InterleavedTiming(Timing):
         return max(self.round_medians_us) / min(self.round_medians_us)
 
 
+def settle_runs(probe_s: float, settle_ms: float) -> int:
+    """Untimed runs before each batch of time_interleaved: about settle_ms of the call's own
+    work, at most SETTLE_MAX_RUNS (a short call draws too little power to matter, and would
+    only add host time)."""
+    if settle_ms <= 0:
+        return 0
+    return int(min(SETTLE_MAX_RUNS, max(1, -(-settle_ms / 1e3 // max(probe_s, 1e-6)))))
+
+
 def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
-                     budget_s=1.0, flush=True, hold=True) -> dict:
+                     budget_s=1.0, flush=True, hold=True, settle_ms=None) -> dict:
     """time_cuda for several callables ({name: fn}; None values are left out) whose runs are
     split into `rounds` rounds taken in turn: round 1 of every fn, then round 2, ... A slow
     spell of the GPU (a clock dip, a busy neighbour) that lasts part of the measurement then
     lands in a few rounds of every fn instead of in all the runs of one, and the median over
-    all runs of a fn stays put. Each fn gets the runs time_cuda would give it."""
+    all runs of a fn stays put. Each fn gets the runs time_cuda would give it.
+
+    Each batch of runs starts after settle_ms (None: SETTLE_MS) of the same fn's untimed runs
+    (settle_runs), so that it is timed at the clocks its own power draw allows, not at those the
+    fn before it in the round left behind (see SETTLE_MS)."""
     require_gpu("timing")
     fns = {name: fn for name, fn in fns.items() if fn is not None}
     plan = {name: _prepare(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
                            budget_s=budget_s, flush=flush, hold=hold) for name, fn in fns.items()}
-    runs = {name: n for name, (n, _) in plan.items()}
+    runs = {name: n for name, (n, _, _) in plan.items()}
+    settle = {name: settle_runs(probe_s, SETTLE_MS if settle_ms is None else settle_ms)
+              for name, (_, _, probe_s) in plan.items()}
     samples = {name: [] for name in fns}
     medians = {name: [] for name in fns}
     for r in range(rounds):
@@ -121,6 +149,8 @@ def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
             # an even share of the runs, the remainder in the first rounds
             n = runs[name] // rounds + (1 if r < runs[name] % rounds else 0)
             if n:
+                if settle[name]:
+                    _timed_runs(fn, settle[name], flush, plan[name][1])  # untimed: see SETTLE_MS
                 us = _timed_runs(fn, n, flush, plan[name][1])
                 samples[name] += us
                 medians[name].append(statistics.median(us))

@@ -9,11 +9,13 @@ three at B2 H32 S8192 D128 (stage 6 against itself, scripts/rows_past_end_ab.py)
 time stage 6 first, then SDPA default, then FLASH.
 
 This times stage 6 and SDPA default (and FLASH) at a few shapes in each order of the three, the
-same inputs, and prints SDPA default over stage 6 for each order. Predicted: at D128 S8192 the
+same inputs, and prints SDPA default over stage 6 for each order; with --settle-ms, each batch of
+runs after that many milliseconds of the callable's own untimed runs (lib.timing.SETTLE_MS). Predicted: at D128 S8192 the
 ratio with stage 6 first (after FLASH's batch) exceeds the others by a few percent; at short
 shapes (below the power limit) every order agrees. Logs only (--out).
 
     python scripts/place_probe.py --out place.json
+    python scripts/place_probe.py --settle-ms 0 50 150 --shapes 2 --out settle.json
 """
 import argparse
 import itertools
@@ -27,6 +29,7 @@ import torch  # noqa: E402
 import stages.stage6 as s6  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
+from lib import timing as lib_timing  # noqa: E402
 from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 
 SHAPES = [(2, 32, 8192, 128, False), (2, 32, 8192, 128, True), (8, 16, 2048, 64, False), (16, 32, 1024, 128, False)]
@@ -36,20 +39,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="write every timing, with the env, as JSON")
     ap.add_argument("--budget-s", type=float, default=0.3, help="seconds of timing per callable (default 0.3)")
+    ap.add_argument("--settle-ms", nargs="+", type=float, default=[None],
+                    help="untimed milliseconds before each batch (default: lib.timing.SETTLE_MS)")
+    ap.add_argument("--shapes", type=int, default=len(SHAPES), help="only the first N shapes")
     a = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
     rows = []
-    for B, H, S, D, causal in SHAPES:
+    for (B, H, S, D, causal), settle in itertools.product(SHAPES[:a.shapes], a.settle_ms):
         q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
         fns = {"stage 6": lambda: s6.attention(q, k, v, causal=causal), "sdpa": sdpa_call(q, k, v, causal=causal),
                "flash": sdpa_call(q, k, v, causal=causal, backend="flash")}
         for order in itertools.permutations(fns):
-            t = time_interleaved({n: fns[n] for n in order}, budget_s=a.budget_s)
+            t = time_interleaved({n: fns[n] for n in order}, budget_s=a.budget_s, settle_ms=settle)
             us = {n: x.median_us for n, x in t.items()}
             rows.append({"B": B, "H": H, "S": S, "D": D, "causal": causal, "order": list(order), "us": us,
+                         "settle_ms": lib_timing.SETTLE_MS if settle is None else settle,
                          "sdpa_over_stage6": us["sdpa"] / us["stage 6"]})
-            print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'} order {', '.join(order)}: "
+            print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'} settle {rows[-1]['settle_ms']:g} ms, "
+                  f"order {', '.join(order)}: "
                   f"SDPA/stage 6 {us['sdpa'] / us['stage 6']:.3f} (stage 6 {us['stage 6']:.1f} µs, SDPA "
                   f"{us['sdpa']:.1f}, FLASH {us['flash']:.1f})", flush=True)
         if a.out:
