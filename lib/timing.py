@@ -100,8 +100,11 @@ def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=Tru
 # stage 6 was 1.12-1.19x in the three orders of a round where stage 6 came right after FLASH and
 # 0.99-1.03x in the three where SDPA did; at B8 H16 S2048 D64 and B16 H32 S1024 D128 every order
 # agreed within 0.4%. Until session 44 every record timed stage 6 right after FLASH. So each batch
-# now starts after SETTLE_MS of the callable's own untimed runs.
-SETTLE_MS = 0.0
+# now starts after SETTLE_MS of the callable's own untimed runs: with 50 or 150 ms the orders no
+# longer sorted by who follows FLASH (results/logs/2026-11-26-s44call3: 1.02-1.11x full and
+# 1.04-1.14x causal in the six orders with 50 ms, 0.99-1.17x and 1.00-1.13x with 150 ms), though
+# at that shape separate runs of the same order still differ by up to 5% (stage 6) and 10% (SDPA).
+SETTLE_MS = 50.0
 SETTLE_MAX_RUNS = 30
 
 
@@ -134,7 +137,8 @@ def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
 
     Each batch of runs starts after settle_ms (None: SETTLE_MS) of the same fn's untimed runs
     (settle_runs), so that it is timed at the clocks its own power draw allows, not at those the
-    fn before it in the round left behind (see SETTLE_MS)."""
+    fn before it in the round left behind (see SETTLE_MS); and round r starts at the r-th fn,
+    so that no fn always comes after the same neighbour."""
     require_gpu("timing")
     fns = {name: fn for name, fn in fns.items() if fn is not None}
     plan = {name: _prepare(fn, warmup=warmup, min_runs=min_runs, max_runs=max_runs,
@@ -144,8 +148,11 @@ def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
               for name, (_, _, probe_s) in plan.items()}
     samples = {name: [] for name in fns}
     medians = {name: [] for name in fns}
+    names = list(fns)
     for r in range(rounds):
-        for name, fn in fns.items():
+        # each round starts one callable further on, so that none always follows the same one
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[name]
             # an even share of the runs, the remainder in the first rounds
             n = runs[name] // rounds + (1 if r < runs[name] % rounds else 0)
             if n:
