@@ -10,7 +10,7 @@ time stage 6 first, then SDPA default, then FLASH.
 
 Measured (calls 2 and 3 of session 44, results/logs/2026-11-26-s44call2 and -call3, before the
 rounds rotated): yes. Without a settle, SDPA default over stage 6 at B2 H32 S8192 D128 was
-1.12-1.26x full and 1.14-1.19x causal in the three orders where stage 6 follows FLASH (across
+1.12-1.26x full and 1.12-1.19x causal in the three orders where stage 6 follows FLASH (across
 rounds), 0.91-1.05x where SDPA does; at B8 H16 S2048 D64 and B16 H32 S1024 D128 all six orders
 agreed within 0.4%. With 50 ms of settle, 1.02-1.11x full and 1.04-1.14x causal in no order's
 favour; 150 ms, 0.99-1.17x and 1.00-1.13x: the bias went, the run-to-run spread at that shape
