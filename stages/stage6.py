@@ -412,7 +412,14 @@ def q_stages_for(head_dim: int, tiles, schedule: str, Sk: int, pack_gqa: bool = 
 # D64 (192 rows a block) S 512 and 2048 leave one of the last block's three consumers without a
 # row, S 1024 and 4096 two: 11% of the rows a call computed at S 512 and 1024 were padding
 # (predicted from the count: up to that much faster there, where the others then have the SM's
-# tensor cores and exp2 unit to themselves; nothing at D128's 128-row blocks).
+# tensor cores and exp2 unit to themselves; nothing at D128's 128-row blocks). Measured against the
+# build without, same rounds (scripts/rows_past_end_ab.py, results/logs/2026-11-26-s44call1):
+# 1.024-1.035x at D64 causal S 2048-4096 (the work queue, or one block per work tile, hands the
+# time saved to other work), but level at full attention: its persistent blocks walk a fixed
+# stride of 132 work tiles, and with 3, 6 or 11 query blocks a head every SM gets the same query
+# block each time, so the lighter last blocks fall on the same SMs, which then wait. The work
+# queue took the saving there, 1.010-1.029x of as called at D64 full S 512-1024 (-s44call2); the
+# launch rule (call_schedule) does not take it yet.
 SKIP_ROWS_PAST_END = True
 
 INFO = StageInfo(
