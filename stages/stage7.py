@@ -53,7 +53,10 @@ ARCH = s6.ARCH  # wgmma (e4m3 too) and setmaxnreg exist only in the arch-specifi
 # the time, so a copy has less time to land.
 # Then at D128 wider key tiles: (192, 2, 2) ran 1.19x (128, 3, 2) at B4 H16 S8192 full and 1.22x
 # causal, level with 224 keys, in the same rounds (scripts/fp8_tiles.py, results/logs/
-# 2026-11-26-s38call1); at D64 160 keys ran 1.02x full and 0.98x causal: 128 stays.
+# 2026-11-26-s38call1); at D64 160 keys ran 1.02x full and 0.98x causal: 128 stays. Timed again
+# with lib.timing's settled batches (-s44call8): (128, 3, 2) 0.997x of (192, 2, 2) full and 0.94x
+# causal, so 192 keys still win causal, and at full attention most of the 1.19x was the entries'
+# places in the round (see lib.timing.SETTLE_MS).
 TILES = {64: (128, 3, 3), 128: (192, 2, 2)}
 V_IN_KERNEL_TILES = {64: (128, 3, 3), 128: (128, 3, 2)}  # the producer's transpose writes 128-key tiles
 FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
