@@ -255,11 +255,46 @@ def test_interleaved_timing_keeps_a_slow_spell_out_of_the_median():
         return a @ a
 
     t = time_interleaved({"spell": spell, "plain": lambda: a @ a, "none": None}, rounds=5,
-                         min_runs=5 * per_round, max_runs=5 * per_round, flush=False)
+                         min_runs=5 * per_round, max_runs=5 * per_round, flush=False,
+                         settle_ms=0)  # no untimed runs between the rounds: the count above holds
     assert set(t) == {"spell", "plain"}
     assert t["spell"].runs == 5 * per_round and len(t["spell"].round_medians_us) == 5
     assert t["spell"].round_medians_us[2] > 3 * steady and t["spell"].spread > 3
     assert t["spell"].median_us < 1.25 * steady and t["plain"].median_us < 1.25 * steady
+
+
+def test_settle_runs_rule():
+    """Untimed runs before each batch: about settle_ms of the call's own work, at least one,
+    at most SETTLE_MAX_RUNS; none when settle_ms is 0."""
+    from lib.timing import SETTLE_MAX_RUNS, settle_runs
+    assert settle_runs(3.3e-3, 50) == 16  # 16 runs of 3.3 ms: 52.8 ms
+    assert settle_runs(0.2, 50) == 1 and settle_runs(3.3e-3, 0) == 0
+    assert settle_runs(10e-6, 50) == SETTLE_MAX_RUNS
+
+
+@gpu
+def test_interleaved_timing_settles_and_rotates():
+    """With settle_ms, every batch follows that callable's own untimed runs (the calls counted:
+    warm-up, probe, then per round the settle runs and the timed ones); each round starts one
+    callable further on (the order of first calls per round)."""
+    from lib.timing import settle_runs, time_interleaved
+    order, calls = [], {"a": 0, "b": 0}
+
+    def fn(name):
+        def call():
+            calls[name] += 1
+            order.append(name)
+            return torch.cuda._sleep(20_000)
+        return call
+
+    t = time_interleaved({"a": fn("a"), "b": fn("b")}, rounds=4, warmup=2, min_runs=8, max_runs=8,
+                         flush=False, settle_ms=100.0)
+    assert t["a"].runs == t["b"].runs == 8
+    # the probe run's time sets the settle count: 100 ms of ~10 µs runs is past the cap
+    settle = settle_runs(1e-5, 100.0)
+    assert calls["a"] == calls["b"] == 2 + 1 + 4 * (settle + 2), calls
+    firsts = [order[2 * 3 + r * 2 * (settle + 2)] for r in range(4)]
+    assert firsts == ["a", "b", "a", "b"], firsts
 
 
 @gpu
