@@ -3,6 +3,7 @@ flushed before every timed run, median of many runs. Also SDPA's backends timed 
 and the machine's own ceilings (copy bandwidth, matmul rate) that the roofline uses."""
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -124,7 +125,7 @@ def settle_runs(probe_s: float, settle_ms: float) -> int:
     only add host time)."""
     if settle_ms <= 0:
         return 0
-    return int(min(SETTLE_MAX_RUNS, max(1, -(-settle_ms / 1e3 // max(probe_s, 1e-6)))))
+    return min(SETTLE_MAX_RUNS, max(1, math.ceil(settle_ms / 1e3 / max(probe_s, 1e-6))))
 
 
 def time_interleaved(fns: dict, *, rounds=5, warmup=2, min_runs=5, max_runs=100,
