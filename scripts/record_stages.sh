@@ -8,8 +8,9 @@ set -u
 budget=$1; shift
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 # Seconds one stage's record took on the H100 (fp16 and bf16, standard shapes and sweep, with
-# --max-call-s 10), from results/logs/2026-11-24-f2e1606-call2 and earlier bench logs, plus slack.
-declare -A USUAL=([0]=380 [1]=160 [2]=110 [3]=120 [4]=120 [5]=120 [6]=130)
+# --max-call-s 10) with session 44's settled timing, plus slack: stage 0 452 s, stage 2 past 114 s
+# (results/logs/2026-11-26-s45call1).
+declare -A USUAL=([0]=460 [1]=170 [2]=150 [3]=150 [4]=150 [5]=150 [6]=150)
 deadline=$(( $(date +%s) + budget ))
 for s in "$@"; do
   left=$(( deadline - $(date +%s) ))
