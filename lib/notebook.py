@@ -5,6 +5,8 @@ notebook_stage34 (stage 3 and 4 evidence and counts), notebook_ideas (stage 5 an
 idea), notebook_journey (every stage side by side), notebook_fp8 (stage 7) and notebook_backward (stage 8).
 
     python -m lib.notebook --execute notebooks/X.ipynb   # execute in place, outputs kept
+    python -m lib.notebook --stale            # the notebooks executed against older rows
+    python -m lib.notebook --execute-stale    # execute those (GPU), after a re-record
 """
 from __future__ import annotations
 
@@ -23,6 +25,20 @@ from lib.sass import innermost_loops  # noqa: F401
 if __name__ == "__main__":
     import argparse
     import sys
-    ap = argparse.ArgumentParser(description="Execute notebooks in place, keeping outputs.")
-    ap.add_argument("--execute", nargs="+", required=True, metavar="NOTEBOOK")
-    sys.exit(execute(ap.parse_args().execute))
+    ap = argparse.ArgumentParser(description="Execute notebooks in place, keeping outputs; or list "
+                                 "(--stale) or execute (--execute-stale) the ones whose banner names "
+                                 "other rows than the results file holds.")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--execute", nargs="+", metavar="NOTEBOOK")
+    what.add_argument("--stale", action="store_true", help="print them, one path a line (reasons on stderr)")
+    what.add_argument("--execute-stale", action="store_true")
+    args = ap.parse_args()
+    if args.execute:
+        sys.exit(execute(args.execute))
+    stale = stale_notebooks()
+    for p, why in stale.items():
+        print(f"{p.relative_to(ROOT)}: " + "; ".join(why), file=sys.stderr)
+        if args.stale:
+            print(p.relative_to(ROOT))
+    if args.execute_stale:
+        sys.exit(execute(list(stale)) if stale else 0)

@@ -22,3 +22,7 @@ for s in "$@"; do
     --stages "$s" > "$OUT/bench-stage$s.log" 2>&1
   echo "stage $s rc=$? $(( $(date +%s) - t0 )) s"
 done
+# The notebooks that read the re-recorded rows now show older ones: CI fails until they are
+# executed against the new record (python3 -m lib.notebook --execute-stale, on the GPU).
+echo "notebooks to execute again (python3 -m lib.notebook --execute-stale):"
+python3 -m lib.notebook --stale 2> /dev/null | sed 's/^/  /'

@@ -15,7 +15,6 @@
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import nbformat
 import pytest
 
 import stages
-from lib import results as R
+from lib.notebook_common import banner_commits, cell_outputs, notebook_stage, stale_notebooks, stale_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -39,21 +38,6 @@ def _text(nb) -> str:
     return "\n".join(c.source for c in nb.cells)
 
 
-def _outputs(cell) -> str:
-    parts = []
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream":
-            parts.append(o.get("text", ""))
-        for v in (o.get("data") or {}).values():
-            parts.append(v if isinstance(v, str) else json.dumps(v))
-    return "\n".join(parts)
-
-
-def _stage_of(path: Path) -> int | None:
-    name = path.stem
-    return int(name[5]) if name.startswith("stage") and name[5].isdigit() else None
-
-
 def _sources(n: int) -> str:
     return "\n".join((ROOT / p).read_text() for p in stages.get(n).INFO.sources)
 
@@ -61,52 +45,48 @@ def _sources(n: int) -> str:
 # --------------------------------------------------------------------------------------------
 # provenance
 
-def _banner_commits(text: str) -> dict[int, str]:
-    """{stage: commit} from a banner's provenance ("stage 0 at commit c896d87, …; stages 1–5 at
-    commit ab5e7dc, …"; lib.results.provenance), or {None: commit} for a single-commit file."""
-    found = {}
-    for group, commit in re.findall(r"stages? ([\d–, ]+?) at commit ([0-9a-f]{7,})", text):
-        for part in group.split(","):
-            lo, _, hi = part.strip().partition("–")
-            for n in range(int(lo), int(hi or lo) + 1):
-                found[n] = commit
-    if not found:
-        m = re.search(r"commit ([0-9a-f]{7,})", text)
-        if m:
-            found[None] = m.group(1)
-    return found
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_banner_names_the_results_commit(path):
     """Needs the notebooks executed against the current rows of the stages they read (GPU run):
-    fails in between, by design, naming the commits the notebook was executed with."""
-    data = R.load()
-    assert data is not None, "no results file"
-    nb = _nb(path)
-    banner = next((c for c in nb.cells if c.cell_type == "code" and "show_banner" in c.source), None)
-    assert banner is not None, f"{path.name}: no show_banner() cell"
-    out = _outputs(banner)
-    assert out, f"{path.name}: the banner cell has no committed output (execute the notebook)"
-    shown = _banner_commits(out)
-    n = _stage_of(path)
-    for k, st in sorted(data["stages"].items(), key=lambda kv: int(kv[0])):
-        if n is not None and int(k) > n:
-            continue
-        now = st.get("commit", data["env"]["commit"])[:10]
-        was = shown.get(int(k), shown.get(None))
-        assert was is not None and (now.startswith(was) or was.startswith(now)), (
-            f"{path.name} was executed against other rows of stage {k} than results/ holds now "
-            f"(commit {now}; the banner says {was}); re-execute it on the GPU: "
-            f"python -m lib.notebook --execute {path}\nbanner: {out[:400]}")
+    fails in between, by design, naming the commits the notebook was executed with
+    (`python -m lib.notebook --execute-stale` executes exactly those)."""
+    why = stale_rows(path)
+    assert not why, (f"{path.name} was executed against other rows than results/ holds now: "
+                     + "; ".join(why) + f"; re-execute it on the GPU: python -m lib.notebook --execute {path}")
+
+
+def _notebook_with_banner(path, banner_text: str | None):
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("from lib.notebook import show_banner\nshow_banner()")
+    if banner_text is not None:
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": banner_text})]
+    nb.cells = [nbformat.v4.new_markdown_cell("# a stage"), cell]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_stale_rows_names_each_stage_whose_rows_moved(tmp_path):
+    data = {"env": {"commit": "aaaaaaa"},
+            "stages": {"0": {"commit": "1111111"}, "1": {"commit": "2222222"}, "2": {"commit": "3333333"}}}
+    text = "Recorded on X, stage 0 at commit 1111111, d; stages 1–2 at commit 2222222, d; file f."
+    # stage 1's notebook reads stages 0 and 1 only: stage 2's newer rows do not make it stale
+    assert stale_rows(_notebook_with_banner(tmp_path / "stage1_x.ipynb", text), data) == []
+    why = stale_rows(_notebook_with_banner(tmp_path / "stage2_x.ipynb", text), data)
+    assert len(why) == 1 and "stage 2" in why[0] and "3333333" in why[0] and "2222222" in why[0]
+    # a notebook of no stage reads every stage
+    assert len(stale_rows(_notebook_with_banner(tmp_path / "journey.ipynb", text), data)) == 1
+    assert stale_rows(_notebook_with_banner(tmp_path / "stage0_x.ipynb", None), data) == [
+        "the banner cell has no committed output"]
+    found = stale_notebooks([tmp_path / "stage1_x.ipynb", tmp_path / "stage2_x.ipynb"], data)
+    assert list(found) == [tmp_path / "stage2_x.ipynb"]
 
 
 def test_banner_commits_are_read_from_the_provenance():
     text = ("stage 0 at commit c896d87, 2026-11-23 13:55 UTC; stages 1–3, 5 at commit ab5e7dc, "
             "2026-11-23 13:28 UTC; stage 6 at commit 3a7c64f, …")
-    assert _banner_commits(text) == {0: "c896d87", 1: "ab5e7dc", 2: "ab5e7dc", 3: "ab5e7dc",
+    assert banner_commits(text) == {0: "c896d87", 1: "ab5e7dc", 2: "ab5e7dc", 3: "ab5e7dc",
                                      5: "ab5e7dc", 6: "3a7c64f"}
-    assert _banner_commits("Recorded on X, commit 4506624, 2026-11-20 10:00 UTC") == {None: "4506624"}
+    assert banner_commits("Recorded on X, commit 4506624, 2026-11-20 10:00 UTC") == {None: "4506624"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,7 +115,7 @@ STALE_PHRASES = ["FlashAttention-3's rule", "FlashAttention-3 rule", "FlashAtten
 @pytest.mark.parametrize("stem", sorted(NAMED))
 def test_named_constructs_exist_in_the_stage_sources(stem):
     path = ROOT / "notebooks" / f"{stem}.ipynb"
-    text, n = _text(_nb(path)), _stage_of(path)
+    text, n = _text(_nb(path)), notebook_stage(path)
     src = _sources(n)
     for name in NAMED[stem]:
         assert name in text, f"{stem} no longer names {name!r}: update NAMED in this test"
@@ -143,13 +123,13 @@ def test_named_constructs_exist_in_the_stage_sources(stem):
         assert probe in src, f"{stem} names {name!r}, which stage {n}'s sources no longer contain"
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if _stage_of(p) is not None],
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if notebook_stage(p) is not None],
                          ids=lambda p: p.stem)
 def test_no_stale_construct(path):
-    text, src = _text(_nb(path)), _sources(_stage_of(path))
+    text, src = _text(_nb(path)), _sources(notebook_stage(path))
     for name in STALE:
         assert name not in text or name in src, \
-            f"{path.name} names {name!r}, which stage {_stage_of(path)}'s sources do not contain"
+            f"{path.name} names {name!r}, which stage {notebook_stage(path)}'s sources do not contain"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -174,7 +154,7 @@ def test_every_stage_after_0_states_its_prediction():
 
 def test_every_stage_notebook_opens_with_its_summary():
     for path in NOTEBOOKS:
-        n = _stage_of(path)
+        n = notebook_stage(path)
         if n in stages.NUMBERS:  # the forward stages (stage 8's opens with its own outline)
             assert f"stage_summary({n}," in _text(_nb(path)), f"{path.name}: no stage_summary"
 
@@ -263,7 +243,7 @@ PROSE_MEDIAN = re.compile(r"median[^.\n]{0,60}?(\d+\.\d+)\s*[×x]", re.I)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_quoted_predictions_and_medians_are_printed(path):
     nb = _nb(path)
-    outputs = "\n".join(_outputs(c) for c in nb.cells if c.cell_type == "code")
+    outputs = "\n".join(cell_outputs(c) for c in nb.cells if c.cell_type == "code")
     prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     missing = [m.group(0) for m in PROSE_PREDICTION.finditer(prose)
                if not re.search(re.escape(m.group(1)) + r"\s*(?:–|-|to)\s*" + re.escape(m.group(2)), outputs)]
@@ -276,7 +256,7 @@ def test_stage6_prediction_is_the_notebooks_count():
     ceiling the notebook printed is the range its section 9 prints, at D64."""
     import stages.stage6 as s6
     nb = _nb(ROOT / "notebooks" / "stage6_wgmma_tma.ipynb")
-    outputs = "\n".join(_outputs(c) for c in nb.cells if c.cell_type == "code")
+    outputs = "\n".join(cell_outputs(c) for c in nb.cells if c.cell_type == "code")
     ceiling = float(re.search(r"matmul ceiling (\d+) TFLOPS", outputs).group(1))
     lo, hi = s6.INFO.prediction["of_matmul_ceiling"]
     printed = re.search(r"D64: predicted (\d+)–(\d+) TFLOPS", outputs)
