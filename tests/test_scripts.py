@@ -242,3 +242,18 @@ def test_fp8_loop_probe_compiles_offline():
     use = compiled.resource_usage()["fp8_loop_probe"]
     assert use["spill_stores"] == 0 and use["spill_loads"] == 0, use
     assert not re.search(r"C75\d\d", compiled.log), compiled.log
+
+
+def test_fp8_consumers_offline_edits_the_kernel_it_claims_to():
+    """scripts/fp8_consumers_offline.py rewrites three lines of stages/stage7.cu in memory (the
+    consumer limit and the setmaxnreg split): each must still be there, and the rewritten source
+    must hold the split asked for (a stale line would make it compile the unchanged kernel)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fp8_consumers_offline", ROOT / "scripts/fp8_consumers_offline.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    src = script.source_with_regs(24, 120)
+    assert "constexpr int PRODUCER_REGS = 24;" in src and "constexpr int CONSUMER_REGS = 120;" in src
+    assert script.LIMIT not in src
+    with pytest.raises(AssertionError):
+        script.source_with_regs(40, 128)  # 128·40 + 512·128 registers: more than an SM has
