@@ -1,8 +1,8 @@
 """Stage 7 at D64 with four consumer warpgroups instead of three, compiled offline (no GPU): does
 it fit the register file? Prints ptxas's registers, spills and wgmma warnings for each build.
 
-Why ask: at D64 three consumers ran 1.23-1.30x two (scripts/fp8_tiles.py, the record's
-`fp8_tiles`), and the profile of the default build has 0.85 warps eligible per scheduler, so a
+Why ask: at D64 three consumers ran 1.30x two with the same 128-key tiles, and 1.15-1.21x the
+two-consumer builds of 160 and 192 keys (scripts/fp8_tiles.py, the record's `fp8_tiles`), and the profile of the default build has 0.85 warps eligible per scheduler, so a
 fourth warp per scheduler is the obvious next step toward issue 25's 1.3x. The register file
 decides first: 65,536 registers for 640 threads, the producer's 128 keeping 24 (or 40 with the
 work queue), leaves 120 (112) per consumer thread after setmaxnreg, against the 160 three
