@@ -1,8 +1,9 @@
 """Helpers the notebooks share, under one name (`from lib.notebook import ...`), in topic modules:
-notebook_common (the banner, sources and diffs, checks, recorded rows and targets, ncu reports,
-executing notebooks), notebook_sass (the stage 0-2 readings of SASS and profiles),
-notebook_stage34 (stage 3 and 4 evidence and counts), notebook_ideas (stage 5 and 6 idea by
-idea), notebook_journey (every stage side by side), notebook_fp8 (stage 7) and notebook_backward (stage 8).
+notebook_common (the banner, sources and diffs, checks, recorded rows and targets, ncu reports),
+notebook_run (executing notebooks, and which ones are stale), notebook_sass (the stage 0-2
+readings of SASS and profiles), notebook_stage34 (stage 3 and 4 evidence and counts),
+notebook_ideas (stage 5 and 6 idea by idea), notebook_journey (every stage side by side),
+notebook_fp8 (stage 7) and notebook_backward (stage 8).
 
     python -m lib.notebook --execute notebooks/X.ipynb   # execute in place, outputs kept
     python -m lib.notebook --stale            # the notebooks executed against older rows
@@ -16,6 +17,7 @@ from lib.notebook_common import ROOT, _md  # noqa: F401  (names the notebooks' c
 from lib.notebook_fp8 import *  # noqa: F401,F403
 from lib.notebook_ideas import *  # noqa: F401,F403
 from lib.notebook_journey import *  # noqa: F401,F403
+from lib.notebook_run import *  # noqa: F401,F403
 from lib.notebook_sass import *  # noqa: F401,F403
 from lib.notebook_stage34 import *  # noqa: F401,F403
 from lib.reference import compulsory_intensity, stage1_intensity  # noqa: F401

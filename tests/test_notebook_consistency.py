@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 import stages
-from lib.notebook_common import banner_commits, cell_outputs, notebook_stage, stale_notebooks, stale_rows
+from lib.notebook_run import banner_commits, cell_outputs, notebook_stage, stale_notebooks, stale_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

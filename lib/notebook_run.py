@@ -1,0 +1,104 @@
+"""Executing notebooks in place, and knowing which ones need it: a committed notebook shows the
+recorded rows it was executed against, named in its banner (lib.notebook_common.show_banner), so
+a re-record of any stage it reads leaves it stale until it runs again on the GPU."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lib import results as R
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def banner_commits(text: str) -> dict:
+    """{stage: commit} from a banner's provenance ("stage 0 at commit c896d87, …; stages 1–5 at
+    commit ab5e7dc, …"; lib.results.provenance), or {None: commit} for a single-commit file."""
+    found = {}
+    for group, commit in re.findall(r"stages? ([\d–, ]+?) at commit ([0-9a-f]{7,})", text):
+        for part in group.split(","):
+            lo, _, hi = part.strip().partition("–")
+            for n in range(int(lo), int(hi or lo) + 1):
+                found[n] = commit
+    if not found:
+        m = re.search(r"commit ([0-9a-f]{7,})", text)
+        if m:
+            found[None] = m.group(1)
+    return found
+
+
+def cell_outputs(cell) -> str:
+    """A code cell's committed outputs as text: streams and every rich representation."""
+    import json
+    parts = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            parts.append(o.get("text", ""))
+        for v in (o.get("data") or {}).values():
+            parts.append(v if isinstance(v, str) else json.dumps(v))
+    return "\n".join(parts)
+
+
+def notebook_stage(path) -> int | None:
+    """N for notebooks/stageN_*.ipynb, None for the others (introduction, journey)."""
+    name = Path(path).stem
+    return int(name[5]) if name.startswith("stage") and name[5:6].isdigit() else None
+
+
+def stale_rows(path, data: dict | None = None) -> list[str]:
+    """Why a committed notebook no longer matches the results file, one line per stage: its banner
+    (the first cell that calls show_banner) names, for a stage it reads, another commit than the
+    stage's rows carry now. A stage N notebook reads stages 0 to N, the others every stage. Empty:
+    executed against today's rows. A re-record of any stage a notebook reads makes it stale until
+    it is executed again on the GPU (tests/test_notebook_consistency.py holds CI to this)."""
+    import nbformat
+    data = R.load() if data is None else data
+    if not data:
+        return ["no results file"]
+    nb = nbformat.read(path, as_version=4)
+    banner_cell = next((c for c in nb.cells if c.cell_type == "code" and "show_banner" in c.source), None)
+    if banner_cell is None:
+        return ["no show_banner() cell"]
+    out = cell_outputs(banner_cell)
+    if not out:
+        return ["the banner cell has no committed output"]
+    shown, n = banner_commits(out), notebook_stage(path)
+    why = []
+    for k, st in sorted(data["stages"].items(), key=lambda kv: int(kv[0])):
+        if n is not None and int(k) > n:
+            continue
+        now = st.get("commit", data["env"]["commit"])[:10]
+        was = shown.get(int(k), shown.get(None))
+        if was is None or not (now.startswith(was) or was.startswith(now)):
+            why.append(f"stage {k}: the rows are commit {now}'s, the banner says {was}")
+    return why
+
+
+def stale_notebooks(paths=None, data: dict | None = None) -> dict:
+    """{path: stale_rows} for the notebooks (default: every one in notebooks/) that need executing
+    again against the results file."""
+    data = R.load() if data is None else data
+    paths = sorted((ROOT / "notebooks").glob("*.ipynb")) if paths is None else [Path(p) for p in paths]
+    return {p: why for p in paths if (why := stale_rows(p, data))}
+
+
+def execute(paths, timeout=1200) -> int:
+    """Execute notebooks in place (outputs kept), as on the GPU before committing them."""
+    import time
+
+    import nbformat
+    from nbclient import NotebookClient
+    failed = 0
+    for p in map(Path, paths):
+        t0 = time.time()
+        nb = nbformat.read(p, as_version=4)
+        try:
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(p.parent)}}).execute()
+            status = "ok"
+        except Exception as e:  # keep going: write what ran, report the failure
+            failed += 1
+            status = f"FAILED: {type(e).__name__}: {str(e)[-2000:]}"
+        nbformat.write(nb, p)
+        print(f"{p}: {status} ({time.time() - t0:.0f} s)", flush=True)
+    return 1 if failed else 0
