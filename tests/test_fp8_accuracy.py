@@ -35,13 +35,20 @@ def test_attention_rounded_is_fp8_attentions_arithmetic(seed):
         assert torch.equal(got, fp8.fp8_attention(q, k, v, **kw)), (kw, seed)
 
 
-def test_truncate_sums_cuts_toward_zero_within_its_grid(seed):
-    g = torch.Generator().manual_seed(seed)
+@pytest.mark.parametrize("fixed_seed", [None, 1586826228])
+def test_truncate_sums_cuts_toward_zero_within_its_grid(seed, fixed_seed):
+    """Toward zero up to float32's own rounding: the model computes in float32, where x / step
+    can round onto an integer the exact quotient falls just short of, and that grid point, times
+    step, to the float above |x|. Seed 1586826228 has such an element (CI, session 45: -13.445655
+    cut to -13.445656, one unit in the last place further from zero), so no result may lie more
+    than one float32 step beyond |x|."""
+    g = torch.Generator().manual_seed(seed if fixed_seed is None else fixed_seed)
     x = torch.randn(3, 50, 40, generator=g) * torch.rand(3, 50, 1, generator=g) * 100
     for bits in (8, 11):
         t = fp8.truncate_sums(x, bits)
         step = x.abs().amax(-1, keepdim=True) * 2.0 ** -bits
-        assert ((x - t).abs() < step).all() and (t.abs() <= x.abs()).all()
+        one_ulp_out = torch.nextafter(x.abs(), torch.full_like(x, math.inf))
+        assert ((x - t).abs() < step).all() and (t.abs() <= one_ulp_out).all(), (seed, fixed_seed)
         assert torch.allclose(t / step, (t / step).round(), atol=1e-3)   # on the grid
     assert fp8.truncate_sums(torch.zeros(2, 5), 11).eq(0).all()       # an all-zero row stays 0
 
