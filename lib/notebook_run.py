@@ -3,6 +3,7 @@ recorded rows it was executed against, named in its banner (lib.notebook_common.
 a re-record of any stage it reads leaves it stale until it runs again on the GPU."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -29,7 +30,6 @@ def banner_commits(text: str) -> dict:
 
 def cell_outputs(cell) -> str:
     """A code cell's committed outputs as text: streams and every rich representation."""
-    import json
     parts = []
     for o in cell.get("outputs", []):
         if o.get("output_type") == "stream":
