@@ -38,7 +38,8 @@ def source_with_regs(producer_regs: int, consumer_regs: int, consumers: int = 4)
     for line in (LIMIT, PRODUCER, CONSUMER):
         if line not in src:
             raise SystemExit(f"stages/stage7.cu changed: no line {line!r}; update this script")
-    assert 128 * producer_regs + 128 * consumers * consumer_regs <= 65536, "more registers than the SM has"
+    if 128 * producer_regs + 128 * consumers * consumer_regs > 65536:
+        raise ValueError(f"{producer_regs}/{consumer_regs} registers for {consumers} consumers: more than an SM has")
     return (src.replace(LIMIT, "static_assert(!PINGPONG || CONSUMERS <= 3, \"named barriers\");")
             .replace(PRODUCER, f"constexpr int PRODUCER_REGS = {producer_regs};")
             .replace(CONSUMER, f"constexpr int CONSUMER_REGS = {consumer_regs};"))
