@@ -198,9 +198,13 @@ _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9
 
 
 def function_text(sass: str, kernel: str) -> str:
-    """The part of a cuobjdump SASS listing that holds the kernel whose name contains
-    `kernel` (a module may hold several)."""
-    body = next((p for p in sass.split("Function : ")[1:] if kernel in p.split("\n", 1)[0]), None)
+    """The part of a cuobjdump SASS listing that holds the kernel named `kernel`, or else the
+    first whose name contains it (a module may hold several: "rate_f16" must not find
+    "rate_f16x2" when both are there)."""
+    parts = sass.split("Function : ")[1:]
+    names = [p.split("\n", 1)[0].strip() for p in parts]
+    body = next((p for p, n in zip(parts, names) if n == kernel), None)
+    body = body or next((p for p, n in zip(parts, names) if kernel in n), None)
     if body is None:
         raise ValueError(f"no function named like {kernel!r} in the listing")
     return body

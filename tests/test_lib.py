@@ -812,3 +812,18 @@ def test_ncu_source_page_reading(tmp_path):
     assert ncu.load(plain).keys() == kernels.keys()
     with pytest.raises(ValueError, match="kernels named like"):
         ncu.kernel(kernels, "no such kernel")
+
+
+def test_function_text_prefers_the_exact_kernel_name():
+    """lib.sass.function_text: a kernel whose name is the start of another's (rate_f16 and
+    rate_f16x2 in one module) is found by its own name, whichever the listing has first; a
+    part of a name still finds the first kernel holding it (mangled C++ names)."""
+    from lib.sass import function_text
+    for order in ((0, 1), (1, 0)):
+        parts = [("rate_f16x2", "MUFU.EX2.F16 R1, R2.H1"), ("rate_f16", "MUFU.EX2.F16 R3, R4")]
+        listing = "header\n" + "".join(f"Function : {parts[i][0]}\n{parts[i][1]}\n" for i in order)
+        assert "R3, R4" in function_text(listing, "rate_f16")
+        assert "R2.H1" in function_text(listing, "rate_f16x2")
+        assert function_text(listing, "f16x").startswith("rate_f16x2")
+    with pytest.raises(ValueError):
+        function_text("Function : a\nNOP\n", "b")

@@ -257,3 +257,18 @@ def test_fp8_consumers_offline_edits_the_kernel_it_claims_to():
     assert script.LIMIT not in src
     with pytest.raises(ValueError, match="more than an SM has"):
         script.source_with_regs(40, 128)  # 128·40 + 512·128 registers: more than an SM has
+
+
+def test_mufu_half_rates_times_the_instructions_it_names():
+    """scripts/mufu_half_rates.py: each form's loop holds the MUFU opcode of that form (a form
+    the compiler dropped, or a kernel found under another's name, fails), and the float32 form
+    takes one MUFU.EX2 per exponential, as lib.microbench's own kernel does."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mufu_half_rates", ROOT / "scripts/mufu_half_rates.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    per = script.mufu_per_exponential()
+    assert set(per) == {name for name, _, _ in script.FORMS}
+    assert per["f32"] == (1.0, {"MUFU.EX2": script.CHAINS})
+    assert set(per["f16x2"][1]) == {"MUFU.EX2.F16"} and set(per["bf16x2"][1]) == {"MUFU.EX2.BF16"}
+    assert set(per["f16x1"][1]) == {"MUFU.EX2.F16"} and per["f16x1"][0] == 1.0
