@@ -272,3 +272,17 @@ def test_mufu_half_rates_times_the_instructions_it_names():
     assert per["f32"] == (1.0, {"MUFU.EX2": script.CHAINS})
     assert set(per["f16x2"][1]) == {"MUFU.EX2.F16"} and set(per["bf16x2"][1]) == {"MUFU.EX2.BF16"}
     assert set(per["f16x1"][1]) == {"MUFU.EX2.F16"} and per["f16x1"][0] == 1.0
+
+
+def test_mufu_half_rates_counts_each_sm_from_its_first_start_to_its_last_end():
+    """per_sm_clock: blocks of one SM that ran in turns share its span (two blocks of 100
+    exponentials over 0-200 clocks: 1 per clock), blocks side by side too; median over SMs."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mufu_half_rates", ROOT / "scripts/mufu_half_rates.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    in_turns = [(0, 0, 100), (0, 100, 200)]
+    side_by_side = [(1, 5, 105), (1, 5, 105)]
+    assert script.per_sm_clock(in_turns, 100) == 1.0
+    assert script.per_sm_clock(side_by_side, 100) == 2.0
+    assert script.per_sm_clock(in_turns + side_by_side + [(2, 0, 50)], 100) == 2.0
