@@ -286,3 +286,19 @@ def test_mufu_half_rates_counts_each_sm_from_its_first_start_to_its_last_end():
     assert script.per_sm_clock(in_turns, 100) == 1.0
     assert script.per_sm_clock(side_by_side, 100) == 2.0
     assert script.per_sm_clock(in_turns + side_by_side + [(2, 0, 50)], 100) == 2.0
+
+
+def test_fp8_exp_turns_ab_edits_the_kernel_it_claims_to():
+    """scripts/fp8_exp_turns_ab.py edits stages/stage7.cu in memory: every edit must still find
+    its line once (else the script stops), and the edited source must take the turn in
+    softmax_tile and give it in to_operand, with softmax_begin/end no longer taking it."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fp8_exp_turns_ab", ROOT / "scripts/fp8_exp_turns_ab.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    src = script.exp_turns_source()
+    assert src.count("turn_zero()") == 3 and "if (0) take_turn(c);" in src and "if (0) give_turn(c);" in src
+    tile = src[src.index("void softmax_tile("):src.index("void rescale(")]
+    assert "named_bar_sync(TURN_BAR + c" in tile and tile.index("named_bar_sync") < tile.index("fast_exp2(x)")
+    operand = src[src.index("void to_operand("):src.index("void take_turn(")]
+    assert "named_bar_arrive(TURN_BAR + (c + 1) % CONSUMERS" in operand
