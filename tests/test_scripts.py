@@ -302,3 +302,18 @@ def test_fp8_exp_turns_ab_edits_the_kernel_it_claims_to():
     assert "named_bar_sync(TURN_BAR + c" in tile and tile.index("named_bar_sync") < tile.index("fast_exp2(x)")
     operand = src[src.index("void to_operand("):src.index("void take_turn(")]
     assert "named_bar_arrive(TURN_BAR + (c + 1) % CONSUMERS" in operand
+
+
+def test_fp8_four_consumers_ab_edits_the_kernel_it_claims_to():
+    """scripts/fp8_four_consumers_ab.py: its four edits of stages/stage7.cu still find their
+    lines, four consumers get a setmaxnreg split within the 96 registers 640 threads start with,
+    and three-consumer builds keep theirs."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fp8_four_consumers_ab", ROOT / "scripts/fp8_four_consumers_ab.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    src = script.four_consumer_source()
+    assert script.LIMIT not in src and "BLOCK_N == 64 ||" in src
+    assert "PRODUCER_REGS = CONSUMERS == 4 ? 32 :" in src and "CONSUMER_REGS = CONSUMERS == 4 ? 112 :" in src
+    assert 128 * 32 + 4 * 128 * 112 <= (65536 // 640) // 8 * 8 * 640
+    assert "CONSUMERS == 3 ? 32" in src and "CONSUMERS == 3 ? 160" in src
