@@ -34,9 +34,23 @@ if __name__ == "__main__":
     what.add_argument("--execute", nargs="+", metavar="NOTEBOOK")
     what.add_argument("--stale", action="store_true", help="print them, one path a line (reasons on stderr)")
     what.add_argument("--execute-stale", action="store_true")
+    what.add_argument("--prose-since", metavar="REV",
+                      help="after executing notebooks: list the numbers their prose cites that their "
+                           "outputs at git revision REV held and now do not (every notebook that changed)")
     args = ap.parse_args()
     if args.execute:
         sys.exit(execute(args.execute))
+    if args.prose_since:
+        import json
+        import subprocess
+        for p in sorted((ROOT / "notebooks").glob("*.ipynb")):
+            rel = p.relative_to(ROOT)
+            old = subprocess.run(["git", "show", f"{args.prose_since}:{rel}"], cwd=ROOT, capture_output=True, text=True)
+            if old.returncode:
+                continue
+            for i, n, words in prose_to_check(json.loads(old.stdout), json.loads(p.read_text())):
+                print(f"{rel} cell {i}: {n}: …{words}…")
+        sys.exit(0)
     stale = stale_notebooks()
     for p, why in stale.items():
         print(f"{p.relative_to(ROOT)}: " + "; ".join(why), file=sys.stderr)

@@ -33,9 +33,10 @@ def cell_outputs(cell) -> str:
     parts = []
     for o in cell.get("outputs", []):
         if o.get("output_type") == "stream":
-            parts.append(o.get("text", ""))
+            parts.append("".join(o.get("text", "")))  # a list of lines in raw JSON, one str in nbformat's
         for v in (o.get("data") or {}).values():
-            parts.append(v if isinstance(v, str) else json.dumps(v))
+            parts.append("".join(v) if isinstance(v, list) and all(isinstance(x, str) for x in v)
+                         else v if isinstance(v, str) else json.dumps(v))
     return "\n".join(parts)
 
 
@@ -80,6 +81,33 @@ def stale_notebooks(paths=None, data: dict | None = None) -> dict:
     data = R.load() if data is None else data
     paths = sorted((ROOT / "notebooks").glob("*.ipynb")) if paths is None else [Path(p) for p in paths]
     return {p: why for p in paths if (why := stale_rows(p, data))}
+
+
+def output_text(nb: dict) -> str:
+    """Every code cell's committed outputs of a notebook (as JSON), as one text."""
+    return "\n".join(cell_outputs(c) for c in nb["cells"] if c.get("cell_type") == "code")
+
+
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def prose_to_check(before: dict, after: dict) -> list[tuple[int, str, str]]:
+    """After a notebook ran again: the numbers its markdown cites that its outputs held before and
+    hold no longer, [(cell index, number, the words around it)] — prose that may describe the old
+    outputs. Numbers of fewer than three digits are left out (too common to tell), so an empty
+    list is no proof that the prose is current; it only finds what moved. `before` and `after`
+    are the notebook's JSON (nbformat 4) before and after its execution."""
+    old, new = output_text(before), output_text(after)
+    found = []
+    for i, cell in enumerate(after["cells"]):
+        if cell.get("cell_type") != "markdown":
+            continue
+        text = "".join(cell["source"])
+        for m in _NUMBER.finditer(text):
+            n = m.group(0)
+            if sum(ch.isdigit() for ch in n) >= 3 and n in old and n not in new:
+                found.append((i, n, " ".join(text[max(0, m.start() - 60):m.end() + 30].split())))
+    return found
 
 
 def execute(paths, timeout=1200) -> int:

@@ -26,3 +26,5 @@ done
 # executed against the new record (python3 -m lib.notebook --execute-stale, on the GPU).
 echo "notebooks to execute again (python3 -m lib.notebook --execute-stale):"
 python3 -m lib.notebook --stale 2> /dev/null | sed 's/^/  /'
+# Their prose is not executed: once they ran, `--prose-since` lists the numbers it cites that moved.
+echo "once executed, read again what python3 -m lib.notebook --prose-since $(git rev-parse --short HEAD 2> /dev/null || echo HEAD) lists"

@@ -292,3 +292,29 @@ def test_shown_sources_have_their_markers(path):
                 calls += 1
     if "show_source" in _text(_nb(path)):
         assert calls, f"{path.name}: no show_source call was read"
+
+
+def test_prose_to_check_finds_the_numbers_whose_outputs_moved():
+    """lib.notebook_run.prose_to_check: a number the prose cites that the outputs held before a
+    run and not after is listed (with commas, decimals, in a list-of-lines JSON or as one
+    string); one the outputs still hold, one they never held (history) and a two-digit one are
+    not."""
+    import json
+
+    import nbformat
+    from lib.notebook_run import prose_to_check
+
+    def notebook(prose, out):
+        nb = nbformat.v4.new_notebook()
+        code = nbformat.v4.new_code_cell("show()")
+        code.outputs = [nbformat.v4.new_output("stream", name="stdout", text=out)]
+        nb.cells = [nbformat.v4.new_markdown_cell(prose), code]
+        return json.loads(nbformat.writes(nb))
+
+    prose = "Stage 2 takes 5,254 µs (1.91×), 81.3 µs at the latency shape; 3,001 GB/s; 12 µs; in 2024 it took 9,999."
+    before = notebook(prose, "| 2 | 5,254 | 1.91× | 81.3 | 3,001 | 12 |")
+    after = notebook(prose, "| 2 | 5,205 | 1.91× | 82.0 | 3,001 | 11 |")
+    found = prose_to_check(before, after)
+    assert [(i, n) for i, n, _ in found] == [(0, "5,254"), (0, "81.3")]
+    assert "Stage 2 takes 5,254" in found[0][2]
+    assert prose_to_check(after, after) == []
