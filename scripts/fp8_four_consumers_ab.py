@@ -19,6 +19,7 @@ stage7.CHOICES for this process. Each variant is checked against lib.fp8's emula
     python scripts/fp8_four_consumers_ab.py [--budget-s 0.5] [--out ab.json]
 """
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -32,11 +33,13 @@ from lib.reference import attention_flops  # noqa: E402
 from lib.timing import time_interleaved  # noqa: E402
 from stages import stage6, stage7  # noqa: E402
 
-LIMIT = 'static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers\' own");'
+# The lines of stages/stage7.cu that limit the consumers and split the registers: the ones
+# scripts/fp8_consumers_offline.py edits too.
+_spec = importlib.util.spec_from_file_location("fp8_consumers_offline", Path(__file__).with_name("fp8_consumers_offline.py"))
+_offline = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_offline)
+LIMIT, PRODUCER, CONSUMER = _offline.LIMIT, _offline.PRODUCER, _offline.CONSUMER
 KEYS = "static_assert(BLOCK_N == 128 || BLOCK_N == 160 || BLOCK_N == 192 || BLOCK_N == 224,"
-PRODUCER = "constexpr int PRODUCER_REGS = V_IN_KERNEL ? 64 : CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;"
-CONSUMER = ("constexpr int CONSUMER_REGS = V_IN_KERNEL ? (CONSUMERS == 3 ? 144 : 216) : CONSUMERS == 3 ? 160 "
-            ": DYNAMIC_WORK ? 232 : 240;")
 # (name, tiles, ROW_SUM_MMA)
 VARIANTS = [("4 x 64 keys, 4 stages", (64, 4, 4), False),
             ("4 x 64 keys, 6 stages", (64, 6, 4), False),

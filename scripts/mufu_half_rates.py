@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from lib import nvrtc  # noqa: E402
 
 THREADS, BLOCKS_PER_SM, CHAINS = 128, 8, 16
-# (name, PTX form, exponentials per instruction, register kind)
+# (name, PTX form, exponentials per instruction)
 FORMS = [("f32", "ex2.approx.ftz.f32", 1), ("f16x1", "ex2.approx.f16", 1),
          ("f16x2", "ex2.approx.f16x2", 2), ("bf16x2", "ex2.approx.ftz.bf16x2", 2)]
 
@@ -123,8 +123,8 @@ def per_sm_clock(blocks, exps_per_block) -> float:
 
 
 def measure(repeats: int = 5, iters: int = 4096) -> dict:
-    """{form: {'per_sm_clock': exponentials per SM per clock (median over repeats of the blocks'
-    median), 'Gops': exponentials per second from CUDA events}}."""
+    """{form: {'per_sm_clock': exponentials per SM per clock (median over repeats of the SMs'
+    median, per_sm_clock), 'Gops': exponentials per second from CUDA events}}."""
     from lib.timing import time_cuda
     compiled = compile_for(nvrtc.gpu_arch())
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -146,7 +146,7 @@ def measure(repeats: int = 5, iters: int = 4096) -> dict:
         per_clock, gops = [], []
         for _ in range(repeats):
             t = time_cuda(call, flush=False, min_runs=5, max_runs=20, budget_s=0.1)
-            call(); torch.cuda.synchronize()
+            call(); torch.cuda.synchronize()  # one more run, whose clocks are read
             per_clock.append(per_sm_clock(clocks.cpu().tolist(), THREADS * exps_per_thread))
             gops.append(grid * THREADS * exps_per_thread / (t.median_us * 1e-6) / 1e9)
         results[name] = {"per_sm_clock": statistics.median(per_clock), "Gops": statistics.median(gops)}
