@@ -14,6 +14,7 @@ import io
 import math
 import os
 import re
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -55,7 +56,13 @@ def include_dirs() -> tuple[str, ...]:
     if not any((Path(d) / "mma.h").exists() for d in dirs):
         raise RuntimeError("CUDA headers (mma.h) not found: install the nvidia-cuda-runtime "
                            "and nvidia-cuda-crt wheels (pip install -e .) or set CUDA_HOME")
-    return tuple(dirs) + tuple(str(d) for d in HEADER_DIRS)
+    return tuple(dirs)
+
+
+def include_path() -> list[str]:
+    """NVRTC's include path: CUDA's and CCCL's headers, then the stages' own (HEADER_DIRS,
+    read at call time)."""
+    return list(include_dirs()) + [str(d) for d in HEADER_DIRS]
 
 
 def cache_dir() -> Path:
@@ -86,26 +93,56 @@ class Compiled:
         return parse_ptxas_log(self.log)
 
 
-def _headers_digest(source: str) -> str:
-    """Hash the local headers the source includes, so editing one recompiles."""
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def local_headers(source: str, dirs=None) -> list[Path]:
+    """Every local header the source reaches through `#include "..."`, followed recursively
+    (a header's includes are looked up beside it first, then in `dirs`, as NVRTC does), in the
+    order first reached. Headers NVRTC finds elsewhere (CUDA's own, `<...>`) are not local."""
+    dirs = tuple(HEADER_DIRS if dirs is None else dirs)
+    found: list[Path] = []
+    todo = [(source, None)]
+    while todo:
+        text, here = todo.pop(0)
+        for name in _INCLUDE.findall(text):
+            for d in ((here,) if here else ()) + dirs:
+                p = (Path(d) / name).resolve()
+                if p.is_file():
+                    if p not in found:
+                        found.append(p)
+                        todo.append((p.read_text(), p.parent))
+                    break
+    return found
+
+
+def headers_digest(source: str, dirs=None) -> str:
+    """sha256 over every local header the source reaches (local_headers): editing any of
+    them, however deeply it is included, changes the cache key and so recompiles."""
     h = hashlib.sha256()
-    for name in sorted(set(re.findall(r'#include\s+"([^"]+)"', source))):
-        for d in HEADER_DIRS:
-            p = d / name
-            if p.exists():
-                h.update(name.encode() + p.read_bytes())
+    for p in local_headers(source, dirs):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def cache_key(source: str, *, arch: str, defines: dict | None = None,
+              options: tuple[str, ...] = (), dirs=None) -> str:
+    """The cubin cache's key. It covers: the source text; every local header it reaches,
+    recursively (headers_digest); the defines; the ptxas options; the arch; NVRTC's version.
+    It does not cover CUDA's own headers (they change with NVRTC's version, which it covers)."""
+    defines = dict(sorted((defines or {}).items()))
+    return hashlib.sha256(repr((source, headers_digest(source, dirs), defines, tuple(options),
+                                arch, nvrtc_version())).encode()).hexdigest()[:24]
 
 
 def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="kernel.cu",
                  options: tuple[str, ...] = ()) -> Compiled:
     """Compile CUDA C++ to a cubin for `arch` ('sm_80', 'sm_90a', ...), with an on-disk cache
-    keyed by source, local headers, defines, options, arch and NVRTC version."""
+    (cache_key says what the key covers: nested local headers included)."""
     from cuda.core import Program, ProgramOptions
 
     defines = dict(sorted((defines or {}).items()))
-    key = hashlib.sha256(repr((source, _headers_digest(source), defines, options, arch,
-                               nvrtc_version())).encode()).hexdigest()[:24]
+    key = cache_key(source, arch=arch, defines=defines, options=tuple(options))
     cubin_path = cache_dir() / f"{key}.cubin"
     log_path = cubin_path.with_suffix(".log")
     if cubin_path.exists() and log_path.exists():
@@ -115,7 +152,7 @@ def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="k
         if "Compiling entry function" in cached_log:
             return Compiled(cubin_path.read_bytes(), cached_log, arch, key, cubin_path)
     opts = ProgramOptions(
-        name=name, arch=arch, std="c++17", include_path=list(include_dirs()),
+        name=name, arch=arch, std="c++17", include_path=include_path(),
         define_macro=[(k, str(v)) for k, v in defines.items()] or None,
         ptxas_options=["-v", *options], lineinfo=True)
     for _ in range(2):
@@ -170,11 +207,22 @@ def parse_ptxas_log(log: str) -> dict:
 # --------------------------------------------------------------------------------------------
 # running (GPU only)
 
-@lru_cache(maxsize=None)
+_thread = threading.local()  # per thread: the cuda.core Device whose context is bound there
+
+
 def _device():
-    from cuda.core import Device
-    dev = Device(torch.cuda.current_device())
-    dev.set_current()  # the primary context, the one torch uses
+    """The current torch device as cuda.core's Device, with its primary context (the one torch
+    uses) bound on the calling thread. A context is current per thread, and the driver API
+    calls below need one: PyTorch's autograd engine runs backward on a thread of its own, where
+    nothing may have bound a context yet (CUDA_ERROR_INVALID_CONTEXT at the first launch). So
+    every thread binds it once, here, before its first load or launch; after that the check is
+    one attribute read."""
+    dev = getattr(_thread, "device", None)
+    if dev is None:
+        from cuda.core import Device
+        dev = Device(torch.cuda.current_device())  # cuda.core's Device is one per thread
+        dev.set_current()
+        _thread.device = dev
     return dev
 
 
@@ -250,6 +298,7 @@ def launch_prepared(kernel, config, params) -> None:
     """Launch with arguments already in kernel form: Python ints for pointers and 64-bit
     integers, numpy scalars for everything else."""
     from cuda.core import launch as cc_launch
+    _device()  # this thread's context bound (autograd's backward thread may have none)
     cc_launch(current_stream(), config, kernel, *params)
 
 

@@ -546,3 +546,65 @@ def test_gradient_of_another_dtype_is_refused(monkeypatch):
     with pytest.raises(TypeError, match="out"):
         stage8.attention_backward(q, k, v, out.half(), torch.zeros_like(q), lse)
 
+
+
+# Run in a fresh process (a context bound by an earlier test would hide the bug). Each step does
+# its launches on a thread that has never bound a CUDA context: autograd's own backward thread,
+# and a plain new Python thread; issue 48 reproduced CUDA_ERROR_INVALID_CONTEXT both ways.
+_FRESH_THREAD_SCRIPT = r'''
+import sys, threading
+import torch
+from lib.inputs import make_qkv
+from lib.reference import check_gradients
+from stages import stage2, stage3, stage4, stage5, stage6, stage8
+seed, hopper = int(sys.argv[1]), sys.argv[2] == "1"
+fwd = stage6 if hopper else stage5
+q, k, v = make_qkv(2, 4, 70, 64, Sk=90, Hkv=2, dtype=torch.bfloat16, seed=seed)
+dout = torch.randn_like(q)
+
+def check(grads, label):
+    for name, c in check_gradients(grads, q, k, v, dout, causal=False).items():
+        assert c.passed, f"{label} {name} seed {seed}: {c.summary()}"
+
+# (a) a direct backward call on this thread, then a backward through autograd (its own thread)
+lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
+out = stage5.attention(q, k, v, lse=lse)
+check(stage8.attention_backward(q, k, v, out, dout, lse), "a direct call")
+leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+fwd.attention(*leaves).backward(dout)
+check([t.grad for t in leaves], f"autograd after a direct call ({fwd.__name__})")
+# (b) forward calls of stages 2-4, then torch.autograd.grad through stage 5
+for s in (stage2, stage3, stage4):
+    s.attention(q, k, v)
+leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+check(torch.autograd.grad(stage5.attention(*leaves), leaves, dout), "autograd.grad (stage5)")
+# (c) forward and backward on a new Python thread
+box = {}
+def step():
+    try:
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        fwd.attention(*leaves).backward(dout)
+        box["grads"] = [t.grad for t in leaves]
+    except BaseException as e:
+        box["error"] = e
+t = threading.Thread(target=step)
+t.start(); t.join()
+if "error" in box:
+    raise box["error"]
+check(box["grads"], "a new thread")
+print("fresh-thread backward ok")
+'''
+
+
+@gpu
+def test_backward_on_a_thread_without_a_context(seed):
+    """Issue 48's crash: launches on a thread where no CUDA context is bound yet (autograd's
+    backward thread, a new Python thread) bind the device's primary context first."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", _FRESH_THREAD_SCRIPT, str(seed), "1" if HOPPER else "0"],
+                       cwd=root, capture_output=True, text=True, timeout=600,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0 and "fresh-thread backward ok" in r.stdout, r.stdout[-3000:] + r.stderr[-5000:]
