@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One GPU call of a work session on a bare device machine: wheels first, then what the call needs.
+#   bash scripts/gpu_call.sh STEP...     (steps: probe52 tests52 crash cache backward stage6 notebooks)
+# Logs under $OUT (default ./gpu-out). Every step runs even when one fails; the exit code says.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+for w in .whl .whlnb; do
+  if ls "$w"/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w"/*.whl || exit 1
+  fi
+done
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 FA_CACHE_DIR=/tmp/fa-cache
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+echo "commit ${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
+rc=0
+step() { local name=$1; shift; echo "== $name: $*"; local t0=$(date +%s)
+  "$@" > "$OUT/$name.log" 2>&1; local r=$?; tail -n 40 "$OUT/$name.log"
+  echo "== $name rc=$r $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1; }
+par=(); python3 -c "import xdist" 2>/dev/null && par=(-n 8)
+for s in "$@"; do case $s in
+  probe52) step probe52 python3 experiments/gqa_one_key_backward/probe.py ;;
+  crash) step crash python3 -m pytest -p no:cacheprovider -q tests/test_backward.py -k thread ;;
+  cache) step cache python3 -m pytest -p no:cacheprovider -q tests/test_kernel_cache.py ;;
+  backward) step backward python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py ;;
+  stage6) step stage6 python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6.py ;;
+  all) step all python3 -m pytest -p no:cacheprovider -q "${par[@]}" ;;
+  *) echo "unknown step $s"; rc=2 ;;
+esac; done
+exit $rc
