@@ -290,6 +290,28 @@ def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None) -> dict:
     return out
 
 
+def fa3_gradient_rule(grads, q, k, v, dout, *, causal=False, scale=None) -> dict:
+    """FlashAttention-3's own precision rule for gradients (hopper/test_flash_attn.py), beside
+    this curriculum's float64 rule (check_gradients): a gradient's max error against a float32
+    reference on the same inputs, rounded once to the inputs' dtype, must be at most twice the
+    error of the same math done in that dtype (K/V repeated over the group, products and the
+    group's sum in 16 bits) plus twice the reference's rounding at its magnitude
+    ((ref + 0.3 − 0.3 − ref).abs().max()). Returns {"dq"|"dk"|"dv": (error, allowance)}."""
+    def autograd(dtype):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        with torch.enable_grad():
+            out = reference_attention(*leaves, causal=causal, scale=scale, dtype=dtype)
+            return torch.autograd.grad(out.to(q.dtype), leaves, dout)
+    ref, low = autograd(torch.float32), autograd(q.dtype)
+    out = {}
+    for name, got, r, lo in zip(("dq", "dk", "dv"), grads, ref, low):
+        r32 = r.float()
+        atol = 2 * float((r32 + 0.3 - 0.3 - r32).abs().max()) if r.numel() else 0.0
+        err = float((got.float() - r32).abs().max()) if r.numel() else 0.0
+        out[name] = (err, 2 * float((lo.float() - r32).abs().max()) + atol if r.numel() else 0.0)
+    return out
+
+
 def attention_lse(q, k, *, causal=False, scale=None, dtype=torch.float64):
     """Each query row's log-sum-exp of its scaled, masked scores (natural log; −inf for a row
     that sees no key): what a forward keeps for the backward (FlashAttention's softmax_lse)."""

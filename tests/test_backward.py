@@ -608,3 +608,37 @@ def test_backward_on_a_thread_without_a_context(seed):
                        cwd=root, capture_output=True, text=True, timeout=600,
                        env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert r.returncode == 0 and "fresh-thread backward ok" in r.stdout, r.stdout[-3000:] + r.stderr[-5000:]
+
+
+# FlashAttention-3's own backward cases (hopper/test_flash_attn.py): batch 9, 6 query heads as MHA,
+# GQA 3:1 and MQA, inputs made as [B, S, H, D] and passed as views, causal bottom-right or not,
+# judged by its rule (lib.reference.fa3_gradient_rule) beside this curriculum's float64 rule. Issue
+# 52 reported dV failing FA3's rule at Sq 239, Sk 1 with grouped heads; measured on the H200
+# (experiments/gqa_one_key_backward/) stage 8's dV there is the once-rounded sum (error 0), and it
+# is the 16-bit baseline that is off by 4 units in the last place.
+FA3_SEQLENS = [(239, 1), (1, 239), (113, 203), (3, 799)]
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("heads", [(6, 6), (6, 2), (6, 1)], ids=["mha", "gqa3", "mqa"])
+@pytest.mark.parametrize("causal", [False, "bottom_right"])
+def test_flashattention3s_backward_cases(D, dtype, heads, causal, seed):
+    from lib.reference import fa3_gradient_rule
+    mod = stage6 if HOPPER else stage5
+    H, Hk = heads
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    for Sq, Sk in FA3_SEQLENS:
+        q, k, v = (torch.randn(9, S, h, D, generator=gen).to("cuda", dtype).requires_grad_()
+                   for S, h in ((Sq, H), (Sk, Hk), (Sk, Hk)))
+        out = mod.attention(*(t.transpose(1, 2) for t in (q, k, v)), causal=causal).transpose(1, 2)
+        g = torch.randn(out.shape, generator=gen).to("cuda", dtype)
+        grads = torch.autograd.grad(out, (q, k, v), g)
+        views = [t.detach().transpose(1, 2) for t in (q, k, v)]
+        dout, grads = g.transpose(1, 2), [t.transpose(1, 2) for t in grads]
+        label = f"Sq {Sq} Sk {Sk} H {H}/{Hk} D {D} {dtype} causal={causal} seed {seed}"
+        for name, (err, allow) in fa3_gradient_rule(grads, *views, dout, causal=causal).items():
+            assert err <= allow, f"{label}: {name} error {err:.4g} > FA3's allowance {allow:.4g}"
+        for name, c in check_gradients(grads, *views, dout, causal=causal).items():
+            assert c.passed, f"{label}: {name} {c.summary()}"

@@ -37,10 +37,40 @@ def grads(fn, q, k, v, dout):
 
 
 def ulp(dtype, mag):
-    return 2.0 ** (math.floor(math.log2(mag)) - torch.finfo(dtype).nmant)
+    return 2.0 ** math.floor(math.log2(mag)) * torch.finfo(dtype).eps
+
+
+def fa3_layout():
+    """FlashAttention-3's test_flash_attn_output as issue 52 ran it: q, k, v made as [B, S, H, D]
+    leaves and passed as [B, H, S, D] views, the output's gradient drawn in [B, S, H, D]."""
+    print(f"{'FA3 layout':44s} {'seed':>4s} {'dV err':>8s} {'pt err':>8s} {'allow':>8s} {'dK err':>8s} {'allow':>8s}")
+    for D in (64, 128):
+        for dtype in (torch.bfloat16, torch.float16):
+            for H, Hk in ((6, 2), (6, 1), (6, 6)):
+                for seed in range(4):
+                    torch.manual_seed(seed)
+                    B, Sq, Sk = 9, 239, 1
+                    q, k, v = (torch.randn(B, S, h, D, device="cuda", dtype=dtype).requires_grad_()
+                               for S, h in ((Sq, H), (Sk, Hk), (Sk, Hk)))
+                    out = stage6.attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+                    g = torch.randn_like(out)
+                    got = torch.autograd.grad(out, (q, k, v), g)
+                    tr = lambda f: (lambda a, b, c: f(a.transpose(1, 2), b.transpose(1, 2), c.transpose(1, 2)).transpose(1, 2))  # noqa: E731
+                    ref = torch.autograd.grad(tr(lambda *a: ref_attention(*a, dtype, True).to(dtype))(q, k, v), (q, k, v), g)
+                    pt = torch.autograd.grad(tr(lambda *a: ref_attention(*a, dtype, False))(q, k, v), (q, k, v), g)
+                    row = []
+                    for i in (2, 1):
+                        err = float((got[i].float() - ref[i].float()).abs().max())
+                        pterr = float((pt[i].float() - ref[i].float()).abs().max())
+                        atol = 2 * float((ref[i] + 0.3 - 0.3 - ref[i]).abs().max())
+                        row += [err, pterr, 2 * pterr + atol]
+                    flag = " FAIL" if row[0] > row[2] or row[3] > row[5] else ""
+                    print(f"{'D%d %s H%d/%d Sq%d Sk%d' % (D, str(dtype)[6:], H, Hk, Sq, Sk):44s} {seed:4d} "
+                          f"{row[0]:8.4f} {row[1]:8.4f} {row[2]:8.4f} {row[3]:8.4f} {row[5]:8.4f}{flag}")
 
 
 def main():
+    fa3_layout()
     torch.manual_seed(0)
     print(f"{'case':44s} {'build':22s} {'dV err':>8s} {'allow':>8s} {'ulps':>5s} {'dK err':>8s} {'allow':>8s}")
     for D in (64, 128):
