@@ -8,6 +8,7 @@ notebook_fp8 (stage 7) and notebook_backward (stage 8).
     python -m lib.notebook --execute notebooks/X.ipynb   # execute in place, outputs kept
     python -m lib.notebook --stale            # the notebooks executed against older rows
     python -m lib.notebook --execute-stale    # execute those (GPU), after a re-record
+    python -m lib.notebook --render-prose X   # render its prose cells from the record (no GPU)
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ if __name__ == "__main__":
                                  "other rows than the results file holds.")
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--execute", nargs="+", metavar="NOTEBOOK")
+    what.add_argument("--render-prose", nargs="+", metavar="NOTEBOOK",
+                      help="render the prose cells (lib.prose) from the record and store them; no GPU needed")
     what.add_argument("--stale", action="store_true", help="print them, one path a line (reasons on stderr)")
     what.add_argument("--execute-stale", action="store_true")
     what.add_argument("--prose-since", metavar="REV",
@@ -40,6 +43,8 @@ if __name__ == "__main__":
     args = ap.parse_args()
     if args.execute:
         sys.exit(execute(args.execute))
+    if args.render_prose:
+        sys.exit(render_prose(args.render_prose))
     if args.prose_since:
         import json
         import subprocess

@@ -130,3 +130,77 @@ def execute(paths, timeout=1200) -> int:
         nbformat.write(nb, p)
         print(f"{p}: {status} ({time.time() - t0:.0f} s)", flush=True)
     return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------------------------
+# prose cells (lib.prose): rendered from the record alone, without a kernel or a GPU
+
+def is_prose_cell(cell) -> bool:
+    from lib.prose import PROSE_MARK
+    src = "".join(cell.get("source", ""))
+    return cell.get("cell_type") == "code" and src.split("\n", 1)[0].strip() == PROSE_MARK
+
+
+def _markdown_output(text: str) -> dict:
+    # what IPython's display(Markdown(text)) stores, so that nbval's comparison sees the same
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"text/markdown": text, "text/plain": "<IPython.core.display.Markdown object>"}}
+
+
+def render_prose_cells(nb: dict, path: Path) -> list[tuple[int, list[dict]]]:
+    """[(cell index, outputs)] of every prose cell of notebook `nb`, executed in order in one
+    namespace (each may use what earlier prose cells defined), as lib.prose.say renders them."""
+    import os
+
+    from lib import prose
+    ns: dict = {"__name__": "__prose__"}
+    rendered = []
+    cwd = os.getcwd()
+    os.chdir(Path(path).parent)  # where the notebook's own cells run
+    try:
+        for i, cell in enumerate(nb["cells"]):
+            if not is_prose_cell(cell):
+                continue
+            prose._sink = sink = []
+            try:
+                exec(compile("".join(cell["source"]), f"{Path(path).name} cell {i}", "exec"), ns)
+            except Exception as e:
+                raise RuntimeError(f"{path} cell {i}: a prose cell failed ({type(e).__name__}: {e}); "
+                                   "it may use only what earlier prose cells define") from e
+            finally:
+                prose._sink = None
+            rendered.append((i, [_markdown_output(t) for t in sink]))
+    finally:
+        os.chdir(cwd)
+    return rendered
+
+
+def stored_markdown(cell) -> list[str]:
+    return ["".join(o["data"]["text/markdown"]) if isinstance(o["data"]["text/markdown"], list)
+            else o["data"]["text/markdown"]
+            for o in cell.get("outputs", []) if "text/markdown" in (o.get("data") or {})]
+
+
+def stale_prose(path) -> list[str]:
+    """The prose cells of a notebook whose stored rendering is not what the record gives now."""
+    nb = json.loads(Path(path).read_text())
+    out = []
+    for i, outputs in render_prose_cells(nb, path):
+        want = [o["data"]["text/markdown"] for o in outputs]
+        if stored_markdown(nb["cells"][i]) != want:
+            out.append(f"{Path(path).name} cell {i}")
+    return out
+
+
+def render_prose(paths) -> int:
+    """Render every prose cell of each notebook from the record and store its outputs in place
+    (the other cells and their outputs untouched): after a re-record, or after editing prose."""
+    for p in map(Path, paths):
+        nb = json.loads(p.read_text())
+        rendered = render_prose_cells(nb, p)
+        for i, outputs in rendered:
+            nb["cells"][i]["outputs"] = outputs
+        import nbformat
+        nbformat.write(nbformat.from_dict(nb), p)
+        print(f"{p}: {len(rendered)} prose cells rendered")
+    return 0
