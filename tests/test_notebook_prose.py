@@ -1,8 +1,9 @@
 """Notebooks that teach and cannot go stale (issue 47), checked without a kernel:
 - prose cells (lib.prose) store what the record renders now (nbval checks the same in a kernel);
 - markdown cells type no measured figure (µs, TFLOPS, GHz, GB/s, %, a decimal ratio ×) except in
-  a sentence that names its source (a paper, a datasheet, a PR, a published table) or one the
-  notebook's metadata "prose_allow" lists;
+  a sentence that names its source (a paper, a datasheet, a PR, a published table, or the log of
+  a one-off experiment: results/logs/… or experiments/…) or one the notebook's metadata
+  "prose_allow" lists;
 - short: no markdown (or rendered prose) cell over 500 words, no notebook over 6,000;
 - a record is named by commit, date and GPU, never by a work session or a GPU call;
 - a notebook opens with what the reader will learn and closes with 3-6 takeaways."""
@@ -21,7 +22,7 @@ MAX_CELL_WORDS, MAX_NOTEBOOK_WORDS = 500, 6000
 FIGURE = re.compile(r"(?<![\w.])(?:\d[\d,]*(?:\.\d+)?\s*(?:µs|us\b|ms\b|TFLOPS|TFLOP/s|GHz|MHz|GB/s|TB/s|%)"
                     r"|\d+\.\d+\s*[×x](?![\w\d]))")
 SOURCED = re.compile(r"paper|datasheet|PR #|whitepaper|published|PTX ISA|vendor|Fig\. ?\d|"
-                     r"arXiv|blog|README of|spec sheet", re.I)
+                     r"arXiv|blog|README of|spec sheet|results/logs/|experiments/", re.I)
 SESSION = re.compile(r"\bsessions? \d+|\bs\d+call\d+|\bGPU call \d+|\bcall \d+ of", re.I)
 
 
@@ -50,9 +51,10 @@ def _sentences(md: str):
 def typed_figures(md: str, allow=()) -> list[str]:
     """The measured-looking figures a markdown text types outside a sentence naming a source."""
     found = []
-    for s in _sentences(_strip_code(md)):
-        if SOURCED.search(s):
+    for raw in _sentences(md):
+        if SOURCED.search(raw):
             continue
+        s = _strip_code(raw)
         for m in FIGURE.finditer(s):
             if not any(a in s for a in allow):
                 found.append(f"{m.group(0)!r} in …{' '.join(s[max(0, m.start() - 80):m.end() + 40].split())}…")
@@ -117,4 +119,5 @@ def test_typed_figure_rule_can_fail():
         "'1.08×' in …Stage 6 runs at 612 TFLOPS, 1.08× SDPA.…"]
     assert typed_figures("The FA3 paper (Fig. 5) gives 661 TFLOPS.") == []
     assert typed_figures("A 128×64 tile, `3.2 µs` in code, $2^8$.") == []
+    assert typed_figures("| turns | 0.69× | `results/logs/2026-11-27-x/` |") == []
     assert SESSION.search("as session 36 measured") and SESSION.search("log s46call3")
