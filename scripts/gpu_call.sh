@@ -20,6 +20,8 @@ step() { local name=$1; shift; echo "== $name: $*"; local t0=$(date +%s)
 par=(); python3 -c "import xdist" 2>/dev/null && par=(-n 8)
 for s in "$@"; do case $s in
   probe52) step probe52 python3 experiments/gqa_one_key_backward/probe.py ;;
+  host48) step host48 python3 experiments/train_step_host/probe.py --profile ;;
+  fa3cases) step fa3cases python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py -k "flashattention3 or thread" ;;
   crash) step crash python3 -m pytest -p no:cacheprovider -q tests/test_backward.py -k thread ;;
   cache) step cache python3 -m pytest -p no:cacheprovider -q tests/test_kernel_cache.py ;;
   backward) step backward python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py ;;
