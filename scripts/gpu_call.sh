@@ -25,6 +25,7 @@ for s in "$@"; do case $s in
   crash) step crash python3 -m pytest -p no:cacheprovider -q tests/test_backward.py -k thread ;;
   cache) step cache python3 -m pytest -p no:cacheprovider -q tests/test_kernel_cache.py ;;
   backward) step backward python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py ;;
+  suite) step suite python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py tests/test_stage6.py tests/test_stages.py tests/test_kernel_cache.py tests/test_lib.py tests/test_causal_varlen.py ;;
   stage6) step stage6 python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6.py ;;
   all) step all python3 -m pytest -p no:cacheprovider -q "${par[@]}" ;;
   *) echo "unknown step $s"; rc=2 ;;
