@@ -308,8 +308,11 @@ def fa3_gradient_rule(grads, q, k, v, dout, *, causal=False, scale=None) -> dict
         if not r.numel():
             out[name] = (0.0, 0.0)
             continue
-        # the rounding term in the gradient's dtype, as FA3 computes it (0.3 is not exact there)
-        atol = 2 * float((r + 0.3 - 0.3 - r).abs().max())
+        # FA3's rounding term, (ref + 0.3 − 0.3 − ref) in the gradient's dtype, each step in
+        # float32 and rounded, as CUDA's elementwise kernels do (CPU ones round 0.3 first)
+        dt, t = r.dtype, r.float()
+        step = (lambda a: a.to(dt).float())  # noqa: E731
+        atol = 2 * float(step(step(step(t + 0.3) - 0.3) - t).abs().max())
         err = float((got.float() - r.float()).abs().max())
         out[name] = (err, 2 * float((lo.float() - r.float()).abs().max()) + atol)
     return out
