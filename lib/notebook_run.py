@@ -200,6 +200,8 @@ def render_prose(paths) -> int:
         rendered = render_prose_cells(nb, p)
         for i, outputs in rendered:
             nb["cells"][i]["outputs"] = outputs
+            # nbval skips the comparison of a cell stored without an execution count
+            nb["cells"][i]["execution_count"] = nb["cells"][i].get("execution_count") or 1
         import nbformat
         nbformat.write(nbformat.from_dict(nb), p)
         print(f"{p}: {len(rendered)} prose cells rendered")
