@@ -7,6 +7,15 @@ from lib.notebook_common import _md, recorded_runs
 from lib.reference import compulsory_intensity, stage1_intensity
 from lib.results import sdpa_spread
 
+# what `from lib.notebook_journey import *` (lib.notebook) re-exports: the tables and rows the
+# journey's code cells use; the prose look-ups below are imported from this module by name
+__all__ = ["R", "STAGE_MECHANISMS", "compulsory_intensity", "journey_facts", "journey_host_rows",
+           "journey_panels", "journey_predictions", "journey_reading_table", "journey_stages",
+           "journey_sweep", "prediction_verdict", "recorded_label", "recorded_runs", "rows_at_shape",
+           "sdpa_spread", "show_journey_host_table", "show_journey_prediction_table",
+           "show_journey_roofline_table", "show_journey_speed_table", "stage1_intensity",
+           "stage_colors"]
+
 
 # --------------------------------------------------------------------------------------------
 # the journey notebook: every stage side by side, read from the recorded results file
@@ -339,3 +348,172 @@ def journey_reading_table(data: dict) -> str:
         mech = STAGE_MECHANISMS[n] + (extra if n == 6 else "")
         lines.append(f"| {n} | {stages.get(n).INFO.title} | {step(n, 64)} | {step(n, 128)} | {mech} |")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Look-ups for the journey's prose cells (lib.prose): each sentence that quotes a measured figure
+# reads it here from the record, so a re-record rewrites the sentence.
+
+def _rec() -> dict:
+    from lib.prose import record
+    return record()
+
+
+def shape_of(shape: str) -> tuple:
+    """(B, H, S, D) of a named standard shape ('latency', 'throughput', 'long')."""
+    return next(s[1:] for s in R.STANDARD_SHAPES if s[0] == shape)
+
+
+def std_rows(shape: str, causal: bool = False) -> dict:
+    """{stage: row}: the record's fp16 rows at a named standard shape and mask."""
+    B, H, S, D = shape_of(shape)
+    return {r["stage"]: r for r in R.standard_runs(_rec())
+            if not r.get("skipped") and r["dtype"] == "float16"
+            and (r["B"], r["H"], r.get("Hkv", r["H"]), r["Sq"], r["Sk"], r["D"], r["causal"])
+            == (B, H, H, S, S, D, causal)}
+
+
+def row(stage: int, shape: str, causal: bool = False) -> dict:
+    return std_rows(shape, causal)[stage]
+
+
+def sdpa_median(shape: str, causal: bool = False, field: str = "sdpa_us") -> float:
+    """SDPA's time at a shape as the speed table takes it: the median of the rows' own timings."""
+    return sdpa_spread(std_rows(shape, causal).values(), field)[0]
+
+
+def vs_sdpa(stage: int, shape: str, causal: bool = False, field: str = "sdpa_us") -> float:
+    """The speed table's '× SDPA': SDPA's median time at the shape ÷ the stage's time."""
+    return sdpa_median(shape, causal, field) / row(stage, shape, causal)["us"]
+
+
+def vs_own_sdpa(stage: int, shape: str, causal: bool = False, field: str = "sdpa_us") -> float:
+    """The stage's speed against the SDPA timing of its own run (the row's own SDPA time)."""
+    r = row(stage, shape, causal)
+    return r[field] / r["us"]
+
+
+def both_masks(f, *args, **kw) -> list:
+    """[f(*args, causal=False), f(*args, causal=True)]: a figure over both masks, for span()."""
+    return [f(*args, causal=c, **kw) for c in (False, True)]
+
+
+def dur(t_us: float) -> str:
+    """A time in the unit that reads best: '560 µs', '3.47 ms', '630 ms', '5.2 s'."""
+    from lib.prose import _num
+    if t_us >= 1e6:
+        return _num(t_us / 1e6, 1) + " s"
+    if t_us >= 1e3:
+        return _num(t_us / 1e3) + " ms"
+    return _num(t_us) + " µs"
+
+
+def stage_step(stage: int, shape: str, causal: bool = False, since: int | None = None) -> float:
+    """The previous stage's time (or stage `since`'s) ÷ this stage's, at one shape."""
+    rows = std_rows(shape, causal)
+    return rows[stage - 1 if since is None else since]["us"] / rows[stage]["us"]
+
+
+def sdpa_strays() -> list[str]:
+    """The speed table's † rows: where a row's own SDPA timing is more than R.SDPA_OUTLIER off
+    the median at its shape, as 'stage N, shape mask (backend)'."""
+    out = []
+    for name, *_ in R.STANDARD_SHAPES:
+        for causal in (False, True):
+            rows = std_rows(name, causal)
+            for field, backend in (("sdpa_us", "default"), ("sdpa_flash_us", "flash")):
+                med = sdpa_spread(rows.values(), field)[0]
+                out += [f"stage {n} at the {name} shape, {'causal' if causal else 'full'} ({backend})"
+                        for n, r in sorted(rows.items()) if abs(r[field] / med - 1) > R.SDPA_OUTLIER]
+    return out
+
+
+def launch_gap(call: str = "SDPA default", shape: str = "latency", causal: bool = False) -> dict:
+    """One row of the record's launch-gap comparison (scripts/launch_gap.py): a call timed
+    the old way (start event, then launch: 'old_us') and with the GPU held ('held_us')."""
+    return next(r for r in _rec()["launch_gap"]["rows"]
+                if (r["call"], r["shape"], r["causal"]) == (call, shape, causal))
+
+
+def unheld_gap(shapes=("throughput", "long")) -> float:
+    """The largest |old ÷ held − 1| of the launch-gap comparison at `shapes`: how far the two
+    ways of timing part where the GPU work outlasts the launch."""
+    return max(abs(r["old_us"] / r["held_us"] - 1) for r in _rec()["launch_gap"]["rows"]
+               if r["shape"] in shapes)
+
+
+# Per-clock peaks of one H100 SM (NVIDIA's H100 whitepaper and the CUDA C++ Programming Guide's
+# throughput table): dense fp16/bf16 tensor-core FLOPs, and MUFU.EX2 results.
+SM_FLOPS_PER_CLOCK, SM_EX2_PER_CLOCK = 4096, 16
+
+
+def ceiling_clocks() -> dict:
+    """The record's ceilings read as clocks: the clock at which the measured matmul rate is the
+    tensor cores' per-clock peak, the clock at which the measured MUFU.EX2 rate is 16 per SM per
+    clock, and the exponential unit's cap on attention at D 64 (one 2^x per 4·D FLOPs)."""
+    c, sms = _rec()["ceilings"], _rec()["env"]["sm_count"]
+    return {"matmul": c["matmul_TFLOPS"], "matmul_min": c["matmul_TFLOPS_min"],
+            "matmul_max": c["matmul_TFLOPS_max"], "ex2_Gops": c["mufu_ex2_Gops"],
+            "matmul_GHz": c["matmul_TFLOPS"] * 1e3 / (SM_FLOPS_PER_CLOCK * sms),
+            "ex2_GHz": c["mufu_ex2_Gops"] / (SM_EX2_PER_CLOCK * sms),
+            "ex2_cap_d64": c["mufu_ex2_Gops"] * 4 * 64 / 1e3}
+
+
+def sdpa_tflops_median(shape: str, causal: bool = False) -> float:
+    """The black line of the share-of-the-ceiling figure: the median of the rows' SDPA TFLOPS."""
+    sd = sorted(r["sdpa_tflops"] for r in std_rows(shape, causal).values() if r.get("sdpa_tflops"))
+    return sd[len(sd) // 2]
+
+
+def anchor_ratio(shape: str, who: str = "fa4_sm90") -> float:
+    """results/anchors/h100_fa4_sm90.json (another run, same GPU model): `who` ÷ SDPA default
+    in TFLOPS at a standard shape, full mask, fp16."""
+    import json
+    B, H, S, D = shape_of(shape)
+    rows = json.loads((R.RESULTS_DIR / "anchors" / "h100_fa4_sm90.json").read_text())["rows"]
+    t = next(a["tflops"] for a in rows if (a["B"], a["H"], a["Sq"], a["D"], a["causal"], a["dtype"])
+             == (B, H, S, D, False, "float16"))
+    return t[who] / t["sdpa_default"]
+
+
+def widest_rounds(shape: str, causal: bool = False) -> tuple:
+    """(variant, fastest round µs, slowest round µs) of the schedule record's variant whose
+    rounds spread the most at a shape (the purple bars of the share-of-the-ceiling figure)."""
+    B, H, S, D = shape_of(shape)
+    rows = [r for r in _rec()["stage6"]["rows"] if r["kind"] == "schedule"
+            and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)]
+    r = max(rows, key=lambda r: max(r["us_rounds"]) / min(r["us_rounds"]))
+    return r["variant"], min(r["us_rounds"]), max(r["us_rounds"])
+
+
+def fp8_row(shape: str, causal: bool = False) -> dict:
+    """The FP8 benchmark's row (scripts/fp8_bench.py) at a standard shape."""
+    B, H, S, D = shape_of(shape)
+    return next(r for r in _rec()["fp8_bench"]["rows"]
+                if (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal))
+
+
+def fp8_vs_stage6(shape: str, causal: bool = False) -> float:
+    us = fp8_row(shape, causal)["us"]
+    return us["stage 6"] / us["stage 7 kernel"]
+
+
+def backward_ratios(D: int, field: str = "sdpa_flash_us") -> list[float]:
+    """Stage 8's speed against one SDPA backward (FLASH: FlashAttention-2's; default: cuDNN's)
+    over the record's dtypes and masks at head dim D."""
+    return [r[field] / r["us"] for r in _rec()["backward"]["rows"] if r["D"] == D and r.get(field)]
+
+
+def generate_ratios() -> list[float]:
+    """generate()'s time per token, each stage's ÷ SDPA's in the same rounds, over every row."""
+    return [r["ms_per_token"] / r["sdpa_ms_per_token"] for r in _rec()["generate"]["rows"]]
+
+
+def entry(key: str) -> dict:
+    """The env of one part of the record (its commit, date, GPU), for lib.prose.record_name."""
+    return _rec()[key]["env"]
+
+
+def time_us(stage: int, shape: str, causal: bool = False) -> float:
+    """A stage's recorded time at a named standard shape (fp16), µs."""
+    return row(stage, shape, causal)["us"]
