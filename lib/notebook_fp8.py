@@ -328,3 +328,104 @@ def draw_vt_subtiles(head_dim: int = 128, widths=(128, 192, 224)):
                  "of P·V reads", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# -- the figures the notebook's prose cites (issue 47): read from the record, so that a prose cell
+# (lib.prose) renders each sentence anew after a re-record ------------------------------------
+
+ISSUE_TARGET = 1.5  # issue 25's target for stage 7: 1.5× stage 6 at D 128 (a goal, not a measurement)
+
+
+def _entry(key: str) -> dict:
+    from lib.prose import record
+    return record()[key]
+
+
+def count(tiles: dict, exp_poly_share: float = 0.0) -> dict:
+    """§2's count at the clock at which the record's bf16 matmul ceiling is the tensor cores' peak
+    (as the notebook's code cell computes it): {"clock_hz", "bf16_ceiling", "top": {D: TFLOPS},
+    "low": {D: TFLOPS}}, `tiles` being stages.stage7.TILES."""
+    env, ceil = _entry("env"), _entry("ceilings")["matmul_TFLOPS"]
+    clock = ceil * 1e12 / (env["sm_count"] * FLOP_PER_CLOCK["bf16"])
+    pred = prediction(tiles, clock, sms=env["sm_count"], exp_poly_share=exp_poly_share)
+    return {"clock_hz": clock, "bf16_ceiling": ceil,
+            "top": {D: p["tflops"][1] for D, p in pred.items()},
+            "low": {D: p["tflops"][0] for D, p in pred.items()}}
+
+
+def bench_env() -> dict:
+    """The FP8 benchmark's env (its GPU, commit, date), for lib.prose.record_name."""
+    return _entry("fp8_bench")["env"]
+
+
+def bench(S: int, D: int, causal: bool) -> dict:
+    """One shape of the FP8 benchmark (scripts/fp8_bench.py --record), as ratios the prose cites:
+    the kernel's µs and TFLOPS, × stage 6 and × SDPA's default (their time over the kernel's),
+    its share of the e4m3 GEMM measured beside it, and each other entry's time over the kernel's
+    (or over the whole call's, for the quantization)."""
+    rec = _entry("fp8_bench")
+    r = next(r for r in rec["rows"] if (r["S"], r["D"], bool(r["causal"])) == (S, D, causal))
+    u, k = r["us"], r["us"]["stage 7 kernel"]
+    return {"us": k, "tflops": r["tflops_kernel"], "vs6": u["stage 6"] / k, "vs_sdpa": u["SDPA default"] / k,
+            "of_gemm": r["tflops_kernel"] / rec["ceilings_tflops"]["e4m3 GEMM"],
+            "split_entry": u["stage 7 kernel, tail split"] / k, "v_in_kernel": u["stage 7 kernel, V in kernel"] / k,
+            "poly": u["stage 7 kernel, exp2 poly 4/8"] / k, "call": u["stage 7 call"],
+            "call_vs6": u["stage 6"] / u["stage 7 call"], "quantize": u["quantize"],
+            "quantize_share": u["quantize"] / u["stage 7 call"],
+            "torch_vs_ours": u["quantize in PyTorch"] / u["quantize"], "v_transpose": u["V transpose"]}
+
+
+def bench_ceilings() -> dict:
+    """The GEMM ceilings measured in the FP8 benchmark's process: {"e4m3 GEMM", "bf16 GEMM"} TFLOPS."""
+    return _entry("fp8_bench")["ceilings_tflops"]
+
+
+def step(D: int, causal: bool, name: str) -> float:
+    """The TFLOPS of the FP8 waterfall's step whose name starts with `name` (its panel: the shape
+    with head dim D and mask `causal`)."""
+    p = next(p for p in _entry("fp8_waterfall")["panels"] if (p["D"], bool(p["causal"])) == (D, causal))
+    return next(r["tflops"] for r in p["rows"] if r["variant"].startswith(name))
+
+
+def best_stage6_step(D: int, causal: bool) -> float:
+    """The fastest of the waterfall's steps that stage 6 also takes (before stage 7's own)."""
+    p = next(p for p in _entry("fp8_waterfall")["panels"] if (p["D"], bool(p["causal"])) == (D, causal))
+    ours = ("+ 192-key tiles", "without ping-pong", "+ row sums", "+ tail split")
+    return max(r["tflops"] for r in p["rows"] if not r["variant"].startswith(ours))
+
+
+def waterfall_env() -> dict:
+    return _entry("fp8_waterfall")["env"]
+
+
+def tile(D: int, causal: bool, tiles: tuple) -> dict:
+    """One row of the key-tile comparison (scripts/fp8_tiles.py --record): `vs_default` is its
+    speed over the default tiles' in the same rounds."""
+    return next(r for r in _entry("fp8_tiles")["rows"]
+                if (r["D"], bool(r["causal"]), tuple(r["tiles"])) == (D, causal, tuple(tiles)))
+
+
+def tiles_env() -> dict:
+    return _entry("fp8_tiles")["env"]
+
+
+def accuracy(inputs: str, config: str, D: int) -> dict:
+    """One row of the emulated accuracy record (scripts/fp8_accuracy.py --record)."""
+    return next(r for r in _entry("fp8_accuracy_emulated")["rows"]
+                if (r["inputs"], r["config"], r["D"]) == (inputs, config, D))
+
+
+def paper_rmse(config: str) -> float:
+    """FlashAttention-3's Table 3 figure the accuracy record keeps beside its rows."""
+    return _entry("fp8_accuracy_emulated")["paper_table3"][config]["rmse"]
+
+
+def accuracy_env() -> dict:
+    """The emulated accuracy record's env (device, commit, date)."""
+    return _entry("fp8_accuracy_emulated")["env"]
+
+
+def steps(*values: float) -> str:
+    """TFLOPS of successive steps, the unit written once: '437 → 507 TFLOPS'."""
+    from lib.prose import tflops
+    return " → ".join(f"{v:,.0f}" for v in values[:-1]) + " → " + tflops(values[-1])

@@ -23,7 +23,8 @@ FIGURE = re.compile(r"(?<![\w.])(?:\d[\d,]*(?:\.\d+)?\s*(?:µs|us\b|ms\b|TFLOPS|
                     r"|\d+\.\d+\s*[×x](?![\w\d]))")
 SOURCED = re.compile(r"paper|datasheet|PR #|whitepaper|published|PTX ISA|vendor|Fig\. ?\d|"
                      r"arXiv|blog|README of|spec sheet|results/logs/|experiments/", re.I)
-SESSION = re.compile(r"\bsessions? \d+|\bs\d+call\d+|\bGPU call \d+|\bcall \d+ of", re.I)
+# (a log folder's name, results/logs/2026-11-27-s46call4, is a path, not prose: allowed)
+SESSION = re.compile(r"\bsessions? \d+|(?<![-/\w])s\d+call\d+|\bGPU call \d+|\bcall \d+ of", re.I)
 
 
 def _nb(path):
@@ -121,3 +122,4 @@ def test_typed_figure_rule_can_fail():
     assert typed_figures("A 128×64 tile, `3.2 µs` in code, $2^8$.") == []
     assert typed_figures("| turns | 0.69× | `results/logs/2026-11-27-x/` |") == []
     assert SESSION.search("as session 36 measured") and SESSION.search("log s46call3")
+    assert not SESSION.search("results/logs/2026-11-27-s46call4/device.log")
