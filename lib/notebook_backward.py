@@ -279,3 +279,104 @@ def show_backward_profile(shape: str = "backward-d64") -> dict | None:
         "ncu runs each kernel alone with its caches flushed: compare shares, not microseconds.\n\n"
         + "\n".join(lines))
     return rep
+
+
+# -- look-ups for the notebook's prose cells (lib.prose): every figure its sentences cite comes
+# from the record's "backward" and "training" entries through these --------------------------
+
+# the variants' labels (scripts/backward_bench.py's wgmma_label) that the prose compares
+WG1_PASS, WG1_RED = "WGMMA 1 warpgroup, dQ pass", "WGMMA 1 warpgroup, dQ by red"
+NO_OVERLAP_D128 = "WGMMA without overlap"
+D64_WITH_OVERLAP = "WGMMA 1 warpgroup, dQ by bulk reduction, TMA loads"
+D64_BUILD_AGAIN = "WGMMA 1 warpgroup, dQ by bulk reduction, TMA loads, without overlap"
+D128_BUILD_AGAIN = "WGMMA 2 warpgroups, dQ by bulk reduction, TMA loads"
+D64_TWO_WG = "WGMMA 2 warpgroups, dQ by bulk reduction, TMA loads"
+D64_TURNS = D64_TWO_WG + ", dQ in turns"
+D64_THREE_BLOCKS = D64_BUILD_AGAIN + ", 3 blocks per SM"
+DQ_EARLY_LABEL = "WGMMA, dQ issued before dV and dK are done"
+
+
+def _backward() -> dict:
+    from lib.prose import record
+    return record()["backward"]
+
+
+def bwd_entry() -> dict:
+    """The backward entry's env (its commit and date), for lib.prose.record_name."""
+    return _backward()["env"]
+
+
+def bwd_rows(D=None, causal=None, dtype=None, timed_builds=False) -> list:
+    """The backward record's rows, filtered; timed_builds: only rows with the variants timed."""
+    return [r for r in _backward()["rows"]
+            if (D is None or r["D"] == D) and (causal is None or r["causal"] == causal)
+            and (dtype is None or r.get("dtype") == dtype) and (not timed_builds or r.get("variants"))]
+
+
+def bwd_t(r: dict, label: str | None = None) -> float:
+    """µs of the stage's build (label None) or of one variant of a row."""
+    return r["us"] if label is None else r["variants"][label]["us"]
+
+
+def bwd_speed(slow: str | None, fast: str | None, D=None, causal=None) -> list:
+    """For each row with variants timed: the time of build `slow` over that of `fast` (None: the
+    stage's build), i.e. the speed of `fast` as a multiple of `slow`'s."""
+    return [bwd_t(r, slow) / bwd_t(r, fast) for r in bwd_rows(D, causal, timed_builds=True)
+            if (slow is None or slow in r["variants"]) and (fast is None or fast in r["variants"])]
+
+
+def bwd_vs_sdpa(backend: str = "flash", D=None) -> list:
+    """Stage 8's speed as a multiple of SDPA's backward (backend 'flash' or 'default'), every dtype."""
+    return [r[f"sdpa_{backend}_us"] / r["us"] for r in bwd_rows(D)]
+
+
+def bwd_mma_best(r: dict, kind: str) -> float:
+    """µs of the fastest mma.sync build of a row with dQ by `kind` ('dQ pass' or 'dQ atomics')."""
+    return min(v["us"] for label, v in r["variants"].items() if label.startswith("mma.sync") and label.endswith(kind))
+
+
+def bwd_mma_pass_gain() -> list:
+    return [bwd_mma_best(r, "dQ atomics") / bwd_mma_best(r, "dQ pass") for r in bwd_rows(timed_builds=True)]
+
+
+def bwd_first_wgmma_gain() -> list:
+    return [bwd_mma_best(r, "dQ pass") / bwd_t(r, WG1_PASS) for r in bwd_rows(timed_builds=True)]
+
+
+def bwd_every_round_faster(r: dict, fast: str, slow: str | None = None) -> bool:
+    """Whether every round's median of build `fast` beat every round's median of `slow`."""
+    rounds = lambda label: r["round_medians_us"] if label is None else r["variants"][label]["round_medians_us"]
+    return max(rounds(fast)) < min(rounds(slow))
+
+
+def bwd_training() -> dict:
+    from lib.prose import record
+    return record()["training"]
+
+
+def bwd_loss_gap(label: str, to: str = "sdpa") -> float:
+    """The largest gap at any step between a training curve and SDPA default's."""
+    L = bwd_training()["losses"]
+    return max(abs(a - b) for a, b in zip(L[to], L[label]))
+
+
+def bwd_seeds_above(label: str) -> tuple[int, int]:
+    """(seeds whose mean loss over the steps was above SDPA default's for `label`, seeds)."""
+    seeds = bwd_training()["seeds"]
+    return sum(v[label]["mean"] > v["sdpa"]["mean"] for v in seeds.values()), len(seeds)
+
+
+def bwd_seed_mean_gap(label: str) -> float:
+    """The largest difference, over the seeds, between `label`'s mean loss and SDPA default's."""
+    return max(abs(v[label]["mean"] - v["sdpa"]["mean"]) for v in bwd_training()["seeds"].values())
+
+
+def bwd_profile(kernel: str, column: str, shape: str = "backward-d64") -> float:
+    """One figure of the recorded Nsight Compute report (show_backward_profile's table): the
+    kernel whose name is `kernel` or starts with it ('attention_backward', 'cudnn'), one of
+    PROFILE_COLUMNS; percentages as fractions."""
+    from lib.notebook_common import ncu_report
+    rep = ncu_report(8, shape, metrics=PROFILE_COLUMNS)
+    k = next(k for k in rep["kernels"] if k["name"] == kernel or (kernel == "cudnn" and k["name"].startswith("cudnn")))
+    value, unit = k["metrics"][column]
+    return value / 100 if unit == "%" else value
