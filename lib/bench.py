@@ -323,6 +323,7 @@ def main_gpu(a, mods, t0) -> int:
         if any(r.get("suite") == "sweep" for r in data["runs"]):
             plot_sweep(data, R.RESULTS_DIR / f"{slug}-sweep.png")
         R.update_readme(R.readme_block(data, str(plot.relative_to(R.ROOT))))
+        R.update_readme(R.docs_block(data, str(plot.relative_to(R.ROOT))), R.DOCS_RESULTS)
         where = (f"recorded {len(runs)} rows in {path.relative_to(R.ROOT)}, plots and the "
                  "README table regenerated")
     stages_timed = sorted({r["stage"] for r in timed})

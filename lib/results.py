@@ -581,8 +581,20 @@ def results_block(data: dict, runs: list[dict] | None = None,
     return "\n".join(parts)
 
 
+DOCS_RESULTS = ROOT / "docs" / "results.md"  # every dtype's rows, between the same markers
+
+
 def readme_block(data: dict, plot_rel: str | None) -> str:
-    return results_block(data, plot_rel=plot_rel)
+    """The README's block: float16's rows and notes (every dtype's: docs_block)."""
+    fp16 = [r for r in standard_runs(data) if r.get("dtype", "float16") == "float16"]
+    return (results_block(data, fp16, plot_rel) + "\n\nEvery dtype's rows (bfloat16 too), with "
+            "their notes and host times: [docs/results.md](docs/results.md).")
+
+
+def docs_block(data: dict, plot_rel: str | None) -> str:
+    """docs/results.md's block: every standard row of the record; `plot_rel` from the repository
+    root, as the README's."""
+    return results_block(data, plot_rel=plot_rel and f"../{plot_rel}")
 
 
 def update_readme(block: str, readme: Path = README) -> None:

@@ -210,6 +210,10 @@ def test_recorded_table_matches_the_readme():
     plot = next(ln for ln in block.splitlines() if ln.startswith("![")).split("](")[1][:-1]
     assert block == results.readme_block(data, plot), \
         "README table out of date: regenerate it with lib.results (python -m lib.bench --record)"
+    docs = results.DOCS_RESULTS.read_text()
+    full = docs.split(results.TABLE_BEGIN, 1)[1].split(results.TABLE_END, 1)[0].strip()
+    assert full == results.docs_block(data, plot), "docs/results.md out of date (lib.bench --record)"
+    assert "bfloat16" not in block or "bfloat16" in full
     header = next(ln for ln in block.splitlines() if ln.startswith("| stage"))
     assert "% of matmul peak" in header and "vs SDPA default" in header
     printed = results.results_block(data, results.standard_runs(data)[:2])

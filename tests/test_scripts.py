@@ -317,3 +317,23 @@ def test_fp8_four_consumers_ab_edits_the_kernel_it_claims_to():
     assert "PRODUCER_REGS = CONSUMERS == 4 ? 32 :" in src and "CONSUMER_REGS = CONSUMERS == 4 ? 112 :" in src
     assert 128 * 32 + 4 * 128 * 112 <= (65536 // 640) // 8 * 8 * 640
     assert "CONSUMERS == 3 ? 32" in src and "CONSUMERS == 3 ? 160" in src
+
+
+def test_readme_is_short_and_relative_links_resolve():
+    """README.md stays a front page: at most 15,000 characters, its generated results block
+    (float16's rows; every dtype's in docs/results.md) included. Every relative link in
+    README.md and docs/*.md (markdown links and images) points to a file or folder that exists."""
+    import re
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme) <= 15_000, f"README.md has {len(readme)} characters (limit 15,000)"
+    link = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+    broken = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # not links in code blocks
+        for target in link.findall(text):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+                continue  # a URL, mailto: or an anchor in the same page
+            path = target.split("#", 1)[0]
+            if not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, "relative links to missing files:\n" + "\n".join(broken)
