@@ -1,0 +1,206 @@
+"""Stage 6's notebook prose: small look-ups into the record (lib.prose.record) that its prose
+cells render sentences from — the stage's benchmark rows, its schedule record ("stage6"), the
+shape map, the ceilings, the anchor run and the recorded Nsight Compute profile. Each returns
+numbers, never text, so that a sentence reads the same after a re-record with new figures."""
+from __future__ import annotations
+
+import json
+import statistics
+
+from lib import results as R
+from lib.notebook_common import ROOT, ncu_report, recorded_row, sdpa_median_of
+from lib.prose import record
+
+SHAPE_OF_D = {64: "throughput", 128: "long"}
+STD = {64: (16, 16, 2048), 128: (4, 16, 8192)}  # B, H, S of each head dim's standard shape
+
+
+# -- the benchmark rows ("runs") ---------------------------------------------------------------
+
+def row(shape: str, causal: bool = False, dtype: str = "float16", stage: int = 6) -> dict:
+    """A recorded benchmark row at a standard shape ("latency", "throughput", "long")."""
+    r = recorded_row(stage, shape, causal, dtype)
+    if r is None:
+        raise LookupError(f"no recorded row of stage {stage} at {shape} {dtype} causal={causal}")
+    return r
+
+
+def vs_own(r: dict) -> float:
+    """SDPA default's time in the row's own run ÷ the stage's."""
+    return r["sdpa_us"] / r["us"]
+
+
+def vs_median(r: dict) -> float:
+    """SDPA default's median time over every stage's rows at that shape ÷ the stage's."""
+    return sdpa_median_of(r) / r["us"]
+
+
+def vs_flash(r: dict) -> float:
+    return r["sdpa_flash_us"] / r["us"]
+
+
+def over_stage5(shape: str, causal: bool) -> float:
+    return row(shape, causal, stage=5)["us"] / row(shape, causal)["us"]
+
+
+def standard_rows(dtype: str = "float16"):
+    """The four (shape, causal) rows of the throughput and long shapes."""
+    return [row(s, c, dtype) for s in ("throughput", "long") for c in (False, True)]
+
+
+# -- the schedule record ("stage6": scripts/stage6_schedules.py) --------------------------------
+
+def stage6_rows() -> list[dict]:
+    return record()["stage6"]["rows"]
+
+
+def sched(D: int, causal: bool, variant: str, kind: str = "schedule") -> dict:
+    """The fp16 row of `variant` at head dim D's standard shape."""
+    B, H, S = STD[D]
+    for r in stage6_rows():
+        if (r["kind"], r["variant"], r["B"], r["H"], r["S"], r["D"], r["causal"]) == \
+                (kind, variant, B, H, S, D, causal) and r.get("dtype", "float16") == "float16":
+            return r
+    raise LookupError(f"no stage6 row {kind}: {variant} at D{D} causal={causal}")
+
+
+def step(D: int, causal: bool, variant: str) -> float:
+    """A waterfall step against the step before it: the previous step's time ÷ this one's."""
+    rows = [r for r in stage6_rows() if r["kind"] == "schedule" and r.get("dtype", "float16") == "float16"
+            and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (*STD[D], D, causal)]
+    i = next(i for i, r in enumerate(rows) if r["variant"] == variant)
+    return rows[i - 1]["us"] / rows[i]["us"]
+
+
+def steps(variant: str) -> list[float]:
+    """`step` at the four standard shapes: D64 full, D64 causal, D128 full, D128 causal."""
+    return [step(D, c, variant) for D in (64, 128) for c in (False, True)]
+
+
+def against(D: int, causal: bool, variant: str, kind: str, reference: str = "+ intra-warpgroup overlap") -> float:
+    """The reference schedule's time ÷ a variant's (below 1: the variant is slower)."""
+    return sched(D, causal, reference)["us"] / sched(D, causal, variant, kind)["us"]
+
+
+def exp2_poly_ratios() -> list[float]:
+    """Every exp2_poly fraction above 0 against the fraction 0, at all four shapes."""
+    out = []
+    for D in (64, 128):
+        for c in (False, True):
+            rows = [r for r in stage6_rows() if r["kind"] == "exp2_poly" and r["D"] == D and r["causal"] == c
+                    and r.get("dtype", "float16") == "float16"]
+            none = next(r for r in rows if r["variant"].startswith("0/"))
+            out += [none["us"] / r["us"] for r in rows if not r["variant"].startswith("0/")]
+    return out
+
+
+def repeat_spread() -> list[float]:
+    """Per standard shape, slowest ÷ fastest of the rows that timed the default build again
+    (lib.notebook_ideas.stage6_default_repeats, as fractions)."""
+    import stages.stage6 as s6
+    out = []
+    for D in (64, 128):
+        for c in (False, True):
+            lazy = s6.LAZY_RESCALE[D]
+            labels = {("schedule", s6.default_schedule(D)), ("tiles", str(s6.TILES[D])),
+                      ("exp2_poly", f"{s6.EXP2_POLY[D]}/8 of exp2 by polynomial"),
+                      ("rescale", {-1: "O rescaled every tile", 0: "O rescaled when a max grew"}.get(
+                          lazy, f"O rescaled past 2^{lazy} growth"))}
+            us = [r["us"] for r in stage6_rows() if (r["kind"], r["variant"]) in labels
+                  and r.get("dtype", "float16") == "float16"
+                  and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (*STD[D], D, c)]
+            out.append(max(us) / min(us) - 1)
+    return out
+
+
+def timeline():
+    return record()["stage6"]["timeline"]
+
+
+# -- ceilings, anchor run, profile -------------------------------------------------------------
+
+def implied_clock_ghz() -> float:
+    """The clock at which the recorded matmul rate is the tensor cores' peak (section 2)."""
+    from lib.plots_stage6 import TENSOR_FLOP_PER_CLOCK
+    return record()["ceilings"]["matmul_TFLOPS"] * 1e12 / (record()["env"]["sm_count"] * TENSOR_FLOP_PER_CLOCK) / 1e9
+
+
+def mufu_clock_ghz() -> float:
+    """The clock implied by the recorded MUFU.EX2 rate at 16 per SM per clock."""
+    return record()["ceilings"]["mufu_ex2_Gops"] / (record()["env"]["sm_count"] * 16)
+
+
+def copy_us(nbytes: float) -> float:
+    """The time to move `nbytes` at the recorded copy ceiling."""
+    return nbytes / (record()["ceilings"]["copy_GBps"] * 1e9) * 1e6
+
+
+def anchor() -> dict:
+    return json.loads((ROOT / "results/anchors/h100_fa4_sm90.json").read_text())
+
+
+def anchor_row(B, H, S, D, causal=False, dtype="float16") -> dict:
+    return next(r for r in anchor()["rows"] if (r["B"], r["H"], r["Sq"], r["D"], r["causal"], r["dtype"])
+                == (B, H, S, D, causal, dtype))
+
+
+def anchor_vs_sdpa(B, H, S, D, causal=False, dtype="float16") -> float:
+    t = anchor_row(B, H, S, D, causal, dtype)["tflops"]
+    return t["fa4_sm90"] / t["sdpa_default"]
+
+
+def profile() -> dict:
+    """The recorded Nsight Compute profile of stage 6 at the throughput shape: its commit, the SM
+    clock, the warps active per SM and the cycles between one warp's instructions."""
+    rep = ncu_report(6)
+    m = rep["kernels"][0]["metrics"]
+    warps = m["Achieved Occupancy"][0] / 100 * 64  # 64 warps per SM at full occupancy
+    cpi = m["Warp Cycles Per Issued Instruction"][0]
+    commit = rep["header"].split("commit ")[1].split(",")[0]
+    return {"commit": commit, "ghz": m["SM Frequency"][0], "warps": warps, "cpi": cpi,
+            "issue": warps / 4 / cpi}
+
+
+# -- the shape map ------------------------------------------------------------------------------
+
+def smap() -> dict:
+    return record()["shape_map"]
+
+
+def waterfall(B, H, Hkv, Sq, Sk, D) -> dict:
+    """{variant: row} of the shape map's decoding waterfall at one shape."""
+    return {r["variant"]: r for r in smap()["rows"] if r["part"] == "waterfall"
+            and (r["B"], r["H"], r["Hkv"], r["Sq"], r["Sk"], r["D"]) == (B, H, Hkv, Sq, Sk, D)}
+
+
+def grid(part: str, Sq: int | None = None, dtype: str = "bfloat16") -> list[dict]:
+    return [r for r in smap()["rows"] if r["part"] == part and r["dtype"] == dtype
+            and r.get("vs_sdpa") and (Sq is None or r["Sq"] == Sq)]
+
+
+def grid_stats(part: str, Sq: int | None = None) -> dict:
+    """The ratio to SDPA default over a grid: lo, hi, median, rows, rows at or above 0.995, rows
+    below 1, and the lowest row."""
+    rows = grid(part, Sq)
+    xs = [r["vs_sdpa"] for r in rows]
+    low = min(rows, key=lambda r: r["vs_sdpa"])
+    return {"lo": min(xs), "hi": max(xs), "median": statistics.median(xs), "n": len(xs),
+            "at": sum(x >= 0.995 for x in xs), "below": sum(x < 1.0 for x in xs), "low": low,
+            "low_name": f"B{low['B']} H{low['H']}/{low['Hkv']} Sk{low['Sk']} D{low['D']}",
+            "flash_lo": min(r["vs_flash"] for r in rows)}
+
+
+def latency_rows(dtype: str = "float16") -> list[dict]:
+    return [row("latency", c, dtype) for c in (False, True)]
+
+
+def commit_of_runs(stage: int = 6) -> str:
+    """The commit that recorded a stage's benchmark rows."""
+    data = record()
+    return data["stages"].get(str(stage), {}).get("commit", data["env"]["commit"])
+
+
+def runs_entry(stage: int = 6) -> dict:
+    """The part of the record with a stage's rows' commit and date (for lib.prose.record_name)."""
+    return record()["stages"].get(str(stage), record()["env"])
+
