@@ -433,3 +433,168 @@ def show_stage4_hypotheses(head_dims=(64, 128)) -> tuple[dict | None, dict | Non
         print(f"   warps stalled on the short scoreboard (shared-memory results) {pair('stall short_scoreboard', '.2f')} "
               f"% of the time; on the long scoreboard (global loads) {pair('stall long_scoreboard', '.2f')} %")
     return f3, f4
+
+
+# -- record look-ups for the stage 3, 4 and 5 notebooks' prose cells (issue 47, lib.prose) --------
+
+def rec_row(stage: int, shape: str = "throughput", causal: bool = False, dtype: str = "float16") -> dict:
+    """The recorded row of `stage` at a named standard shape; KeyError when it is not recorded."""
+    from lib.notebook_common import recorded_row
+    r = recorded_row(stage, shape, causal, dtype)
+    if r is None:  # a prose cell must fail loudly
+        raise KeyError(f"no recorded row of stage {stage} at {shape} ({dtype}, causal {causal})")
+    return r
+
+
+def rec_speedup(old: int, new: int, shape: str = "throughput", causal: bool = False) -> float:
+    """Stage `old`'s recorded time ÷ stage `new`'s at one shape (fp16)."""
+    return rec_row(old, shape, causal)["us"] / rec_row(new, shape, causal)["us"]
+
+
+def rec_vs_sdpa(stage: int, shape: str, causal: bool = False, field: str = "sdpa_us") -> float:
+    """SDPA's recorded time (the median over every stage's rows of the shape, as the tables) ÷ the
+    stage's, fp16; `field` "sdpa_flash_us": FLASH_ATTENTION."""
+    from lib.notebook_common import sdpa_median_of
+    r = rec_row(stage, shape, causal)
+    return sdpa_median_of(r, field) / r["us"]
+
+
+def _rec(entry: str | None = None, stage: int | None = None) -> str:
+    from lib.prose import record, record_name
+    return record_name(record()["stages"][str(stage)] if stage is not None else record()[entry]["env"])
+
+
+def rec_stage_name(stage: int) -> str:
+    """'the H100 record (commit 2f55a4f, 2026-11-26)': the record of one stage's rows."""
+    return _rec(stage=stage)
+
+
+def launch_gap_name() -> str:  # the record of scripts/launch_gap.py's timings
+    return _rec("launch_gap")
+
+
+def tiles_name() -> str:  # the record of the tile sweep
+    return _rec("tiles")
+
+
+def launch_gap_held(call: str, causal: bool = False, shape: str = "latency") -> float:
+    """µs of `call` ("SDPA default", "SDPA flash", "stage 3", …) timed with the GPU held, in the
+    record's launch_gap entry (scripts/launch_gap.py)."""
+    from lib.prose import record
+    return next(r["held_us"] for r in record()["launch_gap"]["rows"]
+                if (r["call"], r["causal"], r["shape"]) == (call, causal, shape))
+
+
+def launch_gap_agreement(shapes=("throughput", "long")) -> float:
+    """The largest relative difference between the two ways of timing (GPU held or not) at `shapes`."""
+    from lib.prose import record
+    return max(abs(r["old_us"] / r["held_us"] - 1) for r in record()["launch_gap"]["rows"]
+               if r["shape"] in shapes)
+
+
+def _tile_rows(stage: int, D: int, causal: bool) -> list:
+    from lib.prose import record
+    return [r for r in record()["tiles"]["rows"] if (r["stage"], r["D"], r["causal"]) == (stage, D, causal)]
+
+
+def rec_tile_us(stage: int, D: int, causal: bool, variant: str | None = None) -> float:
+    """A recorded tile sweep time (µs): `variant` as the sweep names it, the chosen one by default."""
+    return next(r["us"] for r in _tile_rows(stage, D, causal)
+                if (r["variant"] == variant if variant else r["default"]))
+
+
+def loads_in_flight_spread(D: int, causal: bool = False) -> float:
+    """Slowest ÷ fastest − 1 of the recorded stage 4 choices differing only in loads in flight."""
+    import stages.stage4 as s4
+    bq, bk, _ = s4.TILES[D]
+    ts = [r["us"] for r in _tile_rows(4, D, causal) if r["variant"].startswith(f"({bq}, {bk},")]
+    return max(ts) / min(ts) - 1
+
+
+def tiles5_interleaved() -> dict:
+    """Stage 5's tile choices timed in interleaved rounds (scripts/tile_sweep.py --interleaved; a
+    log, not recorded): {'env', 'us': {(variant, D, causal): µs}, 'rounds': {…: round medians}}."""
+    import json
+    data = json.loads(sorted(ROOT.glob("results/logs/*/device/tiles5_interleaved.json"))[-1].read_text())
+    key = lambda r: (r["variant"], r["D"], r["causal"])  # noqa: E731
+    return {"env": data["env"], "us": {key(r): r["us"] for r in data["rows"]},
+            "rounds": {key(r): r["round_medians_us"] for r in data["rows"]}}
+
+
+# Values for the prose cells (each a dict for lib.prose.say), so that a cell binds no name but its
+# own import: prose cells run in the notebook's namespace too, beside its ordinary code cells.
+
+def prose_latency(stage: int) -> dict:
+    """The latency-shape sentence (B1 H8 S512 D64): launch_gap's held µs (sd, sf, st: full–causal;
+    sd0, sf0, st0: full), held SDPA ÷ stage (hd, hf full; hdc, hfc causal), every held time (every),
+    the record's SDPA ÷ stage (d, f; dc, fc), its host and GPU µs per call (host, gpu, faster), the
+    speed-up over the stage before (prev), the agreement at the other shapes, the records' names."""
+    from lib.prose import pct, span, us, x
+    call, row = f"stage {stage}", rec_row(stage, "latency")
+    held = {(c, m): launch_gap_held(c, m) for c in ("SDPA default", "SDPA flash", call) for m in (False, True)
+            if c != call or stage in (3, 5, 6)}
+    both = lambda c: span([held[c, False], held[c, True]], us)  # noqa: E731
+    out = {"lg": launch_gap_name(), "rec": rec_stage_name(stage), "sd": both("SDPA default"),
+           "sf": both("SDPA flash"), "sd0": us(held["SDPA default", False]),
+           "sf0": us(held["SDPA flash", False]), "every": span(held.values(), us),
+           "d": x(rec_vs_sdpa(stage, "latency")), "f": x(rec_vs_sdpa(stage, "latency", field="sdpa_flash_us")),
+           "dc": x(rec_vs_sdpa(stage, "latency", True)),
+           "fc": x(rec_vs_sdpa(stage, "latency", True, "sdpa_flash_us")),
+           "host": us(row["host_us"]), "gpu": us(row["host_gpu_us"]),
+           "faster": "faster than" if row["host_us"] < row["host_gpu_us"] else "no faster than",
+           "prev": span([rec_speedup(stage - 1, stage, "latency", m) for m in (False, True)]),
+           "agree": pct(launch_gap_agreement(), 1)}
+    if (call, False) in held:
+        out.update(st=both(call), st0=us(held[call, False]),
+                   **{k: x(held[c, m] / held[call, m]) for k, c, m in
+                      (("hd", "SDPA default", False), ("hf", "SDPA flash", False),
+                       ("hdc", "SDPA default", True), ("hfc", "SDPA flash", True))})
+    return out
+
+
+def prose_bf16(stage: int = 3) -> dict:
+    """bf16 ÷ fp16 recorded time at D 64 (a) and D 128 (b), and whether that is 'within a few percent'."""
+    from lib.prose import x
+    r = [rec_row(stage, s, dtype="bfloat16")["us"] / rec_row(stage, s)["us"] for s in ("throughput", "long")]
+    return {"a": x(r[0]), "b": x(r[1]), "rec": rec_stage_name(stage),
+            "verdict": "within a few percent, as predicted" if max(r) < 1.05
+            else "so the prediction does not hold everywhere"}
+
+
+def prose_stage4_tiles() -> dict:
+    """The old stage 4 defaults against the chosen ones in the recorded sweep (a, b at D 64 full and
+    causal; c, d at D 128), and the spread of the loads in flight (p)."""
+    from lib.prose import pct, x
+    old = {64: "(64, 64, 16)", 128: "(64, 32, 32)"}
+    r = [x(rec_tile_us(4, D, c, old[D]) / rec_tile_us(4, D, c)) for D in (64, 128) for c in (False, True)]
+    return {"rec": tiles_name(), "a": r[0], "b": r[1], "c": r[2], "d": r[3],
+            "p": pct(max(loads_in_flight_spread(D, c) for D in (64, 128) for c in (False, True)), 1)}
+
+
+def prose_stage4_gain() -> dict:
+    """Stage 3 → 4 at D 64 (s) against stage4.INFO.prediction (lo, hi; w: below, inside or above),
+    and at D 128 with either mask (s128)."""
+    import stages.stage4 as s4
+    from lib.prose import span, x
+    s = rec_speedup(3, 4)
+    lo, hi = s4.INFO.prediction["speedup"]
+    w = "below" if round(s, 2) < lo else "above" if round(s, 2) > hi else "inside"
+    return {"s": x(s), "lo": x(lo), "hi": x(hi), "w": w, "rec": rec_stage_name(4),
+            "s128": span([rec_speedup(3, 4, "long", c) for c in (False, True)])}
+
+
+def prose_stage5_tiles() -> dict:
+    """Stage 5's chosen tiles against (128, 128, 2, 32) at D 64 and (128, 32, 2, 32) at D 128: in the
+    recorded sweep (a, b; c, d: full, causal) and in the interleaved log (e, f; g, h), as 'x% more/less
+    time'; the sweep's and the benchmark's time at D 128 causal; the log's D 128 full µs and rounds."""
+    from lib.prose import pct, us
+    log, C = tiles5_interleaved(), "(128, 64, 2, 32)"
+    other = {64: "(128, 128, 2, 32)", 128: "(128, 32, 2, 32)"}
+    than = lambda a, b: f"{pct(abs(a / b - 1), 1)} {'more' if a > b else 'less'} time"  # noqa: E731
+    sw = [than(rec_tile_us(5, D, c), rec_tile_us(5, D, c, other[D])) for D in (64, 128) for c in (False, True)]
+    il = [than(log["us"][C, D, c], log["us"][other[D], D, c]) for D in (128, 64) for c in (False, True)]
+    moved = max(max(r) / min(r) - 1 for r in (log["rounds"][v, 128, False] for v in (C, other[128])))
+    return dict(zip("abcdefgh", sw + il), W=other[64], O=other[128], sw=tiles_name(),
+                t1=us(rec_tile_us(5, 128, True)), t2=us(rec_row(5, "long", True)["us"]),
+                rec=rec_stage_name(5), lc=log["env"]["commit"][:7], ld=log["env"]["date"][:10],
+                u1=us(log["us"][other[128], 128, False]), u2=us(log["us"][C, 128, False]), mv=pct(moved))
