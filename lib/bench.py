@@ -36,6 +36,9 @@ BOTTOM_RIGHT_CHECK_SHAPES = [(2, 4, 2, 5, 130, 64), (1, 2, 2, 70, 33, 64)]
 VARLEN_CHECK = ([5, 0, 70, 3, 1], [40, 0, 70, 0, 200], 4, 2, 64)
 HOST_TIMED_SHAPES = ("latency",)  # host time per call matters for small calls
 HOST_CALLS = 300
+# Seconds of timed runs per callable (the stage, SDPA's two backends) and row: a record takes
+# its time; a plain run (the README's first command) aims at a minute for the whole table.
+RECORD_BUDGET_S, RUN_BUDGET_S = 1.0, 0.4
 DTYPES = ("float16", "bfloat16")
 
 
@@ -44,9 +47,11 @@ def log(msg: str) -> None:
 
 
 def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted_s=None,
-            host_calls=0):
+            host_calls=0, budget_s=1.0):
     """One row of the table: check, time the stage and both SDPA backends, check again.
-    With host_calls, also the host time per call of the stage and of SDPA's default."""
+    With host_calls, also the host time per call of the stage and of SDPA's default.
+    budget_s: the timed runs' budget per callable (lib.timing.time_interleaved); below 1 s (a
+    plain run, not a record) the host timing also stops after about half a second of calls."""
     from lib.inputs import DTYPE_NAMES, make_qkv
     from lib.reference import attention_flops, check_attention
     from lib.timing import sdpa_call, time_host, time_interleaved
@@ -66,7 +71,8 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
         return row
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, dtype=dtype)
     slow = predicted_s is not None and predicted_s > 0.2
-    kw = dict(warmup=1, min_runs=3, budget_s=max(3 * (predicted_s or 0), 1.0)) if slow else {}
+    kw = (dict(warmup=1, min_runs=3, budget_s=max(3 * (predicted_s or 0), budget_s)) if slow
+          else dict(budget_s=budget_s))
     call = lambda: mod.attention(q, k, v, causal=causal)  # noqa: E731
     sd = sdpa_call(q, k, v, causal=causal)
     sf = sdpa_call(q, k, v, causal=causal, backend="flash")
@@ -75,6 +81,8 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     times = time_interleaved({"stage": call, "sdpa": sd, "flash": sf}, **kw)
     t, ts, tf = times["stage"], times.get("sdpa"), times.get("flash")
     if host_calls:
+        if budget_s < 1.0:  # a stage of milliseconds a call needs no 300 calls to show it
+            host_calls = max(10, min(host_calls, int(0.5e6 / t.median_us)))
         h = time_host(call, calls=host_calls)
         hs = time_host(sd, calls=host_calls) if sd else None
         row.update(host_us=h.host_us, host_gpu_us=h.gpu_us, host_calls=host_calls,
@@ -131,7 +139,7 @@ def progress_line(row) -> str:
             f"{'pass' if row['passed'] else 'FAIL'}")
 
 
-def run_gpu(mods, shapes, sweep, dtypes, max_call_s, sweep_max_call_s):
+def run_gpu(mods, shapes, sweep, dtypes, max_call_s, sweep_max_call_s, budget_s=1.0):
     """Rows of every stage at every planned shape and dtype (names, e.g. ["float16"]); stages
     this GPU cannot run, and dtypes a stage has no kernel for, are named in the second list."""
     import torch
@@ -162,7 +170,8 @@ def run_gpu(mods, shapes, sweep, dtypes, max_call_s, sweep_max_call_s):
             row = measure(mod, B, H, S, S, D, getattr(torch, dtype), causal, suite=suite,
                           max_call_s=max_call_s if suite == "standard" else sweep_max_call_s,
                           predicted_s=predicted,
-                          host_calls=HOST_CALLS if name in HOST_TIMED_SHAPES else 0)
+                          host_calls=HOST_CALLS if name in HOST_TIMED_SHAPES else 0,
+                          budget_s=budget_s)
             if not row.get("skipped"):  # the best, as small shapes underfill the GPU
                 rate[dtype] = max(rate.get(dtype, 0.0), row["tflops"] * 1e12)
             log(progress_line(row) + ("" if row.get("skipped") else f" ({time.time() - t0:.1f} s)"))
@@ -286,7 +295,8 @@ def main_gpu(a, mods, t0) -> int:
     from lib import results as R
     max_call_s = math.inf if a.all else a.max_call_s
     sweep_max_call_s = math.inf if a.all else a.sweep_max_call_s
-    runs, not_run = run_gpu(mods, a.shapes, a.sweep, a.dtype, max_call_s, sweep_max_call_s)
+    budget_s = a.timing_budget_s or (RECORD_BUDGET_S if a.record else RUN_BUDGET_S)
+    runs, not_run = run_gpu(mods, a.shapes, a.sweep, a.dtype, max_call_s, sweep_max_call_s, budget_s)
     std = R.fp16_first([r for r in runs if r["suite"] == "standard"])
     # % of matmul peak needs the GPU's matmul rate: the one recorded for this GPU model, if any
     recorded = R.results_path(torch.cuda.get_device_name(0))
@@ -362,6 +372,9 @@ def parser() -> argparse.ArgumentParser:
                          "(the skip and its reason go in the table)")
     ap.add_argument("--sweep-max-call-s", type=float, default=1.5,
                     help="GPU: the same limit for the sweep's shapes")
+    ap.add_argument("--timing-budget-s", type=float, default=None, metavar="S",
+                    help=f"GPU: seconds of timed runs per callable and row (default {RUN_BUDGET_S:g}; "
+                         f"{RECORD_BUDGET_S:g} with --record, whose rows the README and notebooks show)")
     ap.add_argument("--check", action="store_true",
                     help="correctness only, at a small and odd shapes (for compute-sanitizer)")
     ap.add_argument("--record", action="store_true",

@@ -273,8 +273,11 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: gpu_name)
     real_measure = bench.measure
 
+    budgets = set()
+
     def fake_measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s,
-                     predicted_s=None, host_calls=0):
+                     predicted_s=None, host_calls=0, budget_s=1.0):
+        budgets.add(budget_s)
         if predicted_s is not None and predicted_s > max_call_s:
             return real_measure(mod, B, H, Sq, Sk, D, dtype, causal, suite=suite,
                                 max_call_s=max_call_s, predicted_s=predicted_s)
@@ -292,6 +295,7 @@ def fake_gpu(monkeypatch):
 
     monkeypatch.setattr(bench, "measure", fake_measure)
     monkeypatch.setattr(results, "save", lambda *a, **k: pytest.fail("recorded"))
+    return budgets
 
 
 def test_gpu_path_progress_skips_and_summary(fake_gpu, capsys):
@@ -306,6 +310,7 @@ def test_gpu_path_progress_skips_and_summary(fake_gpu, capsys):
     summary = cap.out.strip().splitlines()[-1]
     assert summary.startswith("summary (GPU mode): 6 rows timed, stages 0, 5; 2 skipped; "
                               "checks 6 passed, 0 failed; printed only"), summary
+    assert fake_gpu == {bench.RUN_BUDGET_S}  # a plain run times lightly; a record (below) fully
 
 
 def test_gpu_path_all_skips_nothing_and_failed_check_records_nothing(fake_gpu, capsys):
@@ -316,3 +321,4 @@ def test_gpu_path_all_skips_nothing_and_failed_check_records_nothing(fake_gpu, c
     # --record adds the sweep: 6 standard and 24 sweep rows per stage; stage 1 fails them all
     assert "60 rows timed, stages 0, 1; 0 skipped; checks 30 passed, 30 failed" in summary, summary
     assert "NOT recorded: 30 row(s) failed the correctness check" in summary
+    assert fake_gpu == {bench.RECORD_BUDGET_S}
