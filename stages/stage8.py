@@ -35,7 +35,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from lib import nvrtc
-from lib.inputs import StageInfo, causal_from_mask, causal_mode, validate
+from lib.inputs import StageInfo, causal_from_mask, causal_mode, validate_cached
 
 SOURCE = Path(__file__).with_suffix(".cu")
 WGMMA_SOURCE = Path(__file__).with_name("stage8_wgmma.cu")  # the Hopper build (WGMMA 1, sm_90a)
@@ -143,7 +143,12 @@ def dq_smem_bytes(head_dim: int) -> int:
 
 def wgmma_here() -> bool:
     """Whether this machine runs the WGMMA build: a GPU of compute capability 9.0 (sm_90a)."""
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+    return torch.cuda.is_available() and _capability(torch.cuda.current_device()) == (9, 0)
+
+
+@lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:  # asked once per device, not on every call
+    return torch.cuda.get_device_capability(index)
 
 
 @lru_cache(maxsize=None)
@@ -268,8 +273,7 @@ def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None)
     first). dq_zero, a contiguous float32 [B, H, sq_pad, D], is zeroed in the same pass."""
     B, H, Sq, D = out.shape
     out, dout = (t if _aligned(t) else t.contiguous() for t in (out, dout))
-    delta = torch.empty((B, H, sq_pad), dtype=torch.float32, device=out.device)
-    lse2 = torch.empty((B, H, sq_pad), dtype=torch.float32, device=out.device)
+    delta, lse2 = torch.empty((2, B, H, sq_pad), dtype=torch.float32, device=out.device)
     rows = B * H * sq_pad
     blocks = -(-rows * (D // 8) // 256)  # D/8 threads per row
     nvrtc.check_grid_x("stage 8 (preprocess)", blocks)
@@ -279,6 +283,26 @@ def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None)
                            np.int32(sq_pad), np.int32(H), np.int64(rows),
                            *nvrtc.layout_args(out), *nvrtc.layout_args(dout)))
     return delta, lse2
+
+
+_maps: dict = {}
+
+
+def _tensor_map(role: str, t: torch.Tensor):
+    """The copy engine's map of q or dout (boxes of DQ_ROWS rows), encoded once per role and
+    layout and afterwards only pointed at this call's tensor: encoding costs host time on
+    every training step, replacing the address almost none (stage 6's plans do the same). The
+    launch copies the map's bytes, so the next call may retarget it."""
+    from stages.stage6 import _Address, tensor_map
+    key = (role, t.shape, t.stride(), t.dtype, t.device)
+    m = _maps.get(key)
+    if m is None:
+        if len(_maps) > 256:
+            _maps.clear()
+        m = _maps[key] = tensor_map(t, DQ_ROWS)
+    else:
+        m.replace_address(_Address(t))
+    return m
 
 
 def _aligned(t: torch.Tensor, align: int = 16) -> bool:
@@ -304,7 +328,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
 
 
 def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None, **switches):
-    scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
+    scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
     mode = causal_mode(causal, Sq, Sk, INFO)
@@ -336,8 +360,7 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
     dq = (torch.empty((B, H, sq_pad, D), dtype=torch.float32, device=q.device) if atomics and cfg["wgmma"]
           else torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomics
           else torch.empty(q.shape, dtype=q.dtype, device=q.device))
-    dk = torch.empty(k.shape, dtype=q.dtype, device=q.device)
-    dv = torch.empty(v.shape, dtype=q.dtype, device=q.device)
+    dk, dv = torch.empty((2, *k.shape), dtype=q.dtype, device=q.device)  # one allocation
     if not _aligned(dout):  # autograd may hand a broadcast or strided gradient
         dout = dout.contiguous()
     bn = cfg["block_n"]
@@ -351,8 +374,7 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
     inputs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2.data_ptr(), delta.data_ptr())
     maps = ()
     if cfg.get("tma_loads"):  # the copy engine's descriptions of q and dout: boxes of 64 rows
-        from stages.stage6 import tensor_map
-        maps = (tensor_map(q, DQ_ROWS), tensor_map(dout, DQ_ROWS))
+        maps = (_tensor_map("q", q), _tensor_map("dout", dout))
     nvrtc.launch_prepared(kerns["attention_backward"],
                           nvrtc.launch_config((n_blocks, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]),
                           (*maps, *inputs, dq.data_ptr() if atomics else 0, dk.data_ptr(), dv.data_ptr(),

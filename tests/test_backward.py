@@ -508,7 +508,7 @@ def test_launch_arguments_match_kernel_signature(monkeypatch):
     from lib import inputs, nvrtc
     from test_stages import _arg_size, _param_sizes
     launches = []
-    monkeypatch.setattr(stage8, "validate", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(stage8, "validate_cached", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
     monkeypatch.setattr(nvrtc, "stage_kernels", lambda source, names, *a, **kw: {k: k for k in names})
     monkeypatch.setattr(nvrtc, "launch_prepared", lambda kernel, config, params: launches.append((config, params)))
     for cached in (stage8._kernels, stage8._preprocess_kernel):  # no fake kernel left for later tests
@@ -538,7 +538,7 @@ def test_gradient_of_another_dtype_is_refused(monkeypatch):
     """A dout in another dtype than q would be read as q's element type by the kernels (garbage,
     silently): refused with a TypeError naming it, before anything runs."""
     from lib import inputs
-    monkeypatch.setattr(stage8, "validate", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(stage8, "validate_cached", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
     q, k, v = make_qkv(1, 2, 10, 64, dtype=torch.bfloat16, device="cpu")
     out, lse = torch.zeros_like(q), torch.zeros(1, 2, 10)
     with pytest.raises(TypeError, match="dout"):
