@@ -9,6 +9,7 @@ notebook_fp8 (stage 7) and notebook_backward (stage 8).
     python -m lib.notebook --stale            # the notebooks executed against older rows
     python -m lib.notebook --execute-stale    # execute those (GPU), after a re-record
     python -m lib.notebook --render-prose X   # render its prose cells from the record (no GPU)
+    python -m lib.notebook --execute-cells X 12 14   # only these cells, e.g. source excerpts (no GPU)
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ if __name__ == "__main__":
     what.add_argument("--execute", nargs="+", metavar="NOTEBOOK")
     what.add_argument("--render-prose", nargs="+", metavar="NOTEBOOK",
                       help="render the prose cells (lib.prose) from the record and store them; no GPU needed")
+    what.add_argument("--execute-cells", nargs="+", metavar=("NOTEBOOK", "INDEX"),
+                      help="execute only these code cells (by index) in a fresh kernel and store their "
+                           "outputs: for cells that need no GPU (a source excerpt, a table from the record)")
     what.add_argument("--stale", action="store_true", help="print them, one path a line (reasons on stderr)")
     what.add_argument("--execute-stale", action="store_true")
     what.add_argument("--prose-since", metavar="REV",
@@ -43,6 +47,8 @@ if __name__ == "__main__":
     args = ap.parse_args()
     if args.execute:
         sys.exit(execute(args.execute))
+    if args.execute_cells:
+        sys.exit(execute_cells(args.execute_cells[0], [int(i) for i in args.execute_cells[1:]]))
     if args.render_prose:
         sys.exit(render_prose(args.render_prose))
     if args.prose_since:

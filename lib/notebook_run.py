@@ -206,3 +206,28 @@ def render_prose(paths) -> int:
         nbformat.write(nbformat.from_dict(nb), p)
         print(f"{p}: {len(rendered)} prose cells rendered")
     return 0
+
+
+def execute_cells(path, indices, timeout=600) -> int:
+    """Execute only the code cells `indices` of a notebook, in order, in one fresh kernel, and
+    store their outputs in place (every other cell untouched). For cells whose output does not
+    depend on a GPU — a source excerpt, a diff, a table or plot drawn from the record — after
+    their code or the files they read changed. Each cell must import what it uses. A cell that
+    runs a kernel would store this machine's outputs: run those with --execute on the GPU."""
+    import nbformat
+    from nbclient import NotebookClient
+    p = Path(path)
+    nb = nbformat.read(p, as_version=4)
+    for i in indices:
+        if nb.cells[i].cell_type != "code":
+            raise ValueError(f"{p} cell {i} is not a code cell")
+    part = nbformat.v4.new_notebook(metadata=nb.metadata)
+    part.cells = [nbformat.from_dict(json.loads(json.dumps(nb.cells[i]))) for i in indices]
+    NotebookClient(part, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(p.parent)}}).execute()
+    for i, cell in zip(indices, part.cells):
+        nb.cells[i].outputs = cell.outputs
+        nb.cells[i].execution_count = nb.cells[i].execution_count or cell.execution_count
+    nbformat.write(nb, p)
+    print(f"{p}: cells {', '.join(map(str, indices))} executed")
+    return 0
