@@ -30,6 +30,7 @@ for s in "$@"; do case $s in
              python3 -c "import pstats,sys; p=pstats.Stats(sys.argv[1]); p.sort_stats('cumulative').print_stats(45); p.sort_stats('tottime').print_stats(25)" "$OUT/bench.prof" > "$OUT/benchprof.txt" ;;
   bench) step bench-cold bash -c "time python3 -m lib.bench"; step bench-warm bash -c "time python3 -m lib.bench" ;;
   stages) step stages python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stages.py tests/test_stage6.py tests/test_causal_varlen.py ;;
+  overlap) step overlap python3 experiments/backward_overlap_d128/probe.py ;;
   stage6) step stage6 python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6.py ;;
   all) step all python3 -m pytest -p no:cacheprovider -q "${par[@]}" ;;
   *) echo "unknown step $s"; rc=2 ;;
