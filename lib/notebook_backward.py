@@ -366,9 +366,28 @@ def bwd_seeds_above(label: str) -> tuple[int, int]:
     return sum(v[label]["mean"] > v["sdpa"]["mean"] for v in seeds.values()), len(seeds)
 
 
-def bwd_seed_mean_gap(label: str) -> float:
-    """The largest difference, over the seeds, between `label`'s mean loss and SDPA default's."""
-    return max(abs(v[label]["mean"] - v["sdpa"]["mean"]) for v in bwd_training()["seeds"].values())
+def bwd_seed_mean_gap(label: str, to: str = "sdpa") -> float:
+    """The largest difference, over the seeds, between `label`'s mean loss and `to`'s (default:
+    SDPA default's; "sdpa FLASH": SDPA's FLASH backend's)."""
+    return max(abs(v[label]["mean"] - v[to]["mean"]) for v in bwd_training()["seeds"].values())
+
+
+def bwd_mma_executed() -> list[dict]:
+    """Per full row with variants timed (the D 64 and D 128 standard shapes): the tensor-core rate
+    of what the fastest mma.sync dQ-pass build executes (its seven products, 3.5 times the
+    forward's FLOPs, over its time), that rate over the record's mma.sync ceiling, and stage 5's
+    bf16 forward at the same shape from its own rows of the record (None if not recorded): the
+    figures the notebook's code cell prints under the variants table."""
+    from lib.notebook_common import recorded_row
+    from lib.prose import record
+    ceiling = record()["ceilings"]["hmma_TFLOPS"]
+    out = []
+    for r in bwd_rows(causal=False, timed_builds=True):
+        executed = 3.5 * attention_flops(r["B"], r["H"], r["S"], r["S"], r["D"], False) / bwd_mma_best(r, "dQ pass") / 1e6
+        fwd = recorded_row(5, "throughput" if r["D"] == 64 else "long", False, dtype="bfloat16")
+        out.append({"D": r["D"], "tflops": executed, "of_ceiling": executed / ceiling, "ceiling": ceiling,
+                    "forward_tflops": fwd["tflops"] if fwd else None})
+    return out
 
 
 def bwd_profile(kernel: str, column: str, shape: str = "backward-d64") -> float:

@@ -333,7 +333,7 @@ def draw_vt_subtiles(head_dim: int = 128, widths=(128, 192, 224)):
 # -- the figures the notebook's prose cites (issue 47): read from the record, so that a prose cell
 # (lib.prose) renders each sentence anew after a re-record ------------------------------------
 
-ISSUE_TARGET = 1.5  # issue 25's target for stage 7: 1.5× stage 6 at D 128 (a goal, not a measurement)
+TARGET_VS_STAGE6 = 1.5  # the goal stage 7 was built to: 1.5× stage 6's speed at D 128 (a goal, not a measurement)
 
 
 def _entry(key: str) -> dict:
@@ -387,6 +387,12 @@ def step(D: int, causal: bool, name: str) -> float:
     return next(r["tflops"] for r in p["rows"] if r["variant"].startswith(name))
 
 
+def waterfall_stage6(D: int, causal: bool) -> float:
+    """Stage 6's TFLOPS timed in the same rounds as the FP8 waterfall's panel (head dim D, mask `causal`)."""
+    p = next(p for p in _entry("fp8_waterfall")["panels"] if (p["D"], bool(p["causal"])) == (D, causal))
+    return p["stage 6"]["tflops"]
+
+
 def best_stage6_step(D: int, causal: bool) -> float:
     """The fastest of the waterfall's steps that stage 6 also takes (before stage 7's own)."""
     p = next(p for p in _entry("fp8_waterfall")["panels"] if (p["D"], bool(p["causal"])) == (D, causal))
@@ -403,6 +409,11 @@ def tile(D: int, causal: bool, tiles: tuple) -> dict:
     speed over the default tiles' in the same rounds."""
     return next(r for r in _entry("fp8_tiles")["rows"]
                 if (r["D"], bool(r["causal"]), tuple(r["tiles"])) == (D, causal, tuple(tiles)))
+
+
+def default_tile(D: int, causal: bool) -> dict:
+    """The key-tile comparison's row of the default tiles (the record's own default_tiles)."""
+    return tile(D, causal, tuple(_entry("fp8_tiles")["default_tiles"][str(D)]))
 
 
 def tiles_env() -> dict:
