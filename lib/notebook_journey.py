@@ -517,3 +517,24 @@ def entry(key: str) -> dict:
 def time_us(stage: int, shape: str, causal: bool = False) -> float:
     """A stage's recorded time at a named standard shape (fp16), µs."""
     return row(stage, shape, causal)["us"]
+
+
+def stages_record_name(numbers=None) -> str:
+    """How prose names the record's benchmark rows of several stages, each group of stages with
+    the commit that recorded it: 'the H100 record (stage 0 at commit f1ddaac; stages 1, 5 at
+    dd242e6; stage 6 at 9bd1b67; 2026-11-26)'. `numbers`: the stages (default: every one)."""
+    from lib.prose import gpu_short
+    data = _rec()
+    env, st = data["env"], data.get("stages", {})
+    numbers = sorted(int(n) for n in st) if numbers is None else sorted(numbers)
+    groups, dates = {}, set()
+    for n in numbers:
+        e = st.get(str(n), env)
+        groups.setdefault(str(e.get("commit", env["commit"]))[:7], []).append(n)
+        dates.add(str(e.get("date", env["date"]))[:10])
+    parts = []
+    for i, (commit, ns) in enumerate(sorted(groups.items(), key=lambda kv: min(kv[1]))):
+        text = R._number_ranges(ns)
+        parts.append(f"{text} at {'commit ' if i == 0 else ''}{commit}")
+    when = " to ".join(sorted({min(dates), max(dates)}))
+    return f"the {gpu_short(env['gpu'])} record ({'; '.join(parts)}; {when})"

@@ -30,9 +30,10 @@ def vs_own(r: dict) -> float:
     return r["sdpa_us"] / r["us"]
 
 
-def vs_median(r: dict) -> float:
-    """SDPA default's median time over every stage's rows at that shape ÷ the stage's."""
-    return sdpa_median_of(r) / r["us"]
+def vs_median(r: dict, field: str = "sdpa_us") -> float:
+    """SDPA's median time over every stage's rows at that shape ÷ the stage's (`field`: sdpa_us
+    for the default backend, sdpa_flash_us for FLASH)."""
+    return sdpa_median_of(r, field) / r["us"]
 
 
 def vs_flash(r: dict) -> float:
@@ -94,23 +95,54 @@ def exp2_poly_ratios() -> list[float]:
     return out
 
 
+def default_repeats(D: int, causal: bool) -> list[float]:
+    """The times (µs) of the rows that timed the default build at head dim D's standard shape:
+    its schedule row and the tiles, exp2_poly and rescale rows of the defaults
+    (lib.notebook_ideas.stage6_default_repeats)."""
+    import stages.stage6 as s6
+    lazy = s6.LAZY_RESCALE[D]
+    labels = {("schedule", s6.default_schedule(D)), ("tiles", str(s6.TILES[D])),
+              ("exp2_poly", f"{s6.EXP2_POLY[D]}/8 of exp2 by polynomial"),
+              ("rescale", {-1: "O rescaled every tile", 0: "O rescaled when a max grew"}.get(
+                  lazy, f"O rescaled past 2^{lazy} growth"))}
+    return [r["us"] for r in stage6_rows() if (r["kind"], r["variant"]) in labels
+            and r.get("dtype", "float16") == "float16"
+            and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (*STD[D], D, causal)]
+
+
 def repeat_spread() -> list[float]:
     """Per standard shape, slowest ÷ fastest of the rows that timed the default build again
-    (lib.notebook_ideas.stage6_default_repeats, as fractions)."""
-    import stages.stage6 as s6
+    (as fractions)."""
     out = []
     for D in (64, 128):
         for c in (False, True):
-            lazy = s6.LAZY_RESCALE[D]
-            labels = {("schedule", s6.default_schedule(D)), ("tiles", str(s6.TILES[D])),
-                      ("exp2_poly", f"{s6.EXP2_POLY[D]}/8 of exp2 by polynomial"),
-                      ("rescale", {-1: "O rescaled every tile", 0: "O rescaled when a max grew"}.get(
-                          lazy, f"O rescaled past 2^{lazy} growth"))}
-            us = [r["us"] for r in stage6_rows() if (r["kind"], r["variant"]) in labels
-                  and r.get("dtype", "float16") == "float16"
-                  and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (*STD[D], D, c)]
+            us = default_repeats(D, c)
             out.append(max(us) / min(us) - 1)
     return out
+
+
+def fastest_schedule(D: int, causal: bool) -> dict:
+    """The fastest fp16 schedule or variant row (not tiles, exp2_poly, rescale) at head dim D's
+    standard shape."""
+    return min((r for r in stage6_rows() if r["kind"] in ("schedule", "variant")
+                and r.get("dtype", "float16") == "float16"
+                and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (*STD[D], D, causal)),
+               key=lambda r: r["us"])
+
+
+def schedule_us(D: int, causal: bool, name: str) -> float:
+    """The fp16 time (µs) of a schedule or variant, by name, at head dim D's standard shape."""
+    import stages.stage6 as s6
+    return sched(D, causal, name, "variant" if name in s6.VARIANTS else "schedule")["us"]
+
+
+def call_schedule_at(D: int, causal: bool) -> str:
+    """The schedule stage6.call_schedule gives a call at head dim D's standard shape (fp16,
+    the record's SM count)."""
+    import stages.stage6 as s6
+    B, H, S = STD[D]
+    work = B * H * -(-S // (64 * s6.TILES[D][2]))
+    return s6.call_schedule(D, causal, S, work, record()["env"]["sm_count"])
 
 
 def timeline():
