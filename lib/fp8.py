@@ -94,7 +94,7 @@ def attention_on_dequantized(qd, kd, vd, *, causal=False, scale=None, p_offset: 
     dequantized values (as many heads in K and V as in Q), the exponentials against the row max,
     P cast to e4m3 (times P_OFFSET first with p_offset), O = P·V over the row sum of the
     unrounded P. Shared by fp8_attention and the probes that check a kernel on its own e4m3
-    inputs (scripts/fp8_loop_probe.py)."""
+    inputs (experiments/fp8_loop_probe/fp8_loop_probe.py)."""
     return attention_rounded(qd, kd, vd, round_p=lambda p: round_p_e4m3(p, p_offset), causal=causal, scale=scale)
 
 
@@ -326,8 +326,8 @@ def round_p_e4m3(p: torch.Tensor, p_offset: bool = True) -> torch.Tensor:
 def truncate_sums(x: torch.Tensor, bits: int) -> torch.Tensor:
     """x with each row cut toward zero onto a grid of 2^-bits of that row's largest |value|: a
     model of Hopper's FP8 wgmma, whose sums keep fewer mantissa bits than float32
-    (scripts/fp8_tile_probe.py measured errors of 2^-11.4 to 2^-13 of the tile's largest value;
-    bits 11 is a little coarser than the worst of them)."""
+    (experiments/fp8_tile_probe/fp8_tile_probe.py measured errors of 2^-11.4 to 2^-13 of the tile's
+    largest value; bits 11 is a little coarser than the worst of them)."""
     step = x.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) * 2.0 ** -bits
     return torch.trunc(x / step) * step
 
@@ -420,7 +420,7 @@ def fp8_error_rule(out, ref, bf16_out, fp8_out) -> dict:
     Why FP8 needs its own rule: the stages' rule (lib.reference) allows twice SDPA's error in the
     same 16-bit dtype, and FP8 cannot meet it — e4m3 keeps 3 mantissa bits, so each rounding of
     V and of P is up to 2^-4 of the value against bf16's 2^-8, and on top of that Hopper's FP8
-    wgmma keeps fewer mantissa bits than fp32 in its sums (scripts/fp8_tile_probe.py: errors of
+    wgmma keeps fewer mantissa bits than fp32 in its sums (experiments/fp8_tile_probe/fp8_tile_probe.py: errors of
     2^-11.4 to 2^-13 of the largest value where fp32 sums would be near 2^-20). The RMSE part
     says how much worse than bf16 FP8 may be over the whole output: the emulation's ratio is
     14.3 on N(0,1) inputs, 8-16 on FlashAttention-3's outlier inputs (at most 16.3 over seeds

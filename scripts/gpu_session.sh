@@ -96,7 +96,7 @@ step_splits() {  # where split-KV's time goes at the decode rows below SDPA (an 
 step_fp8() {  # stage 7 step by step: the loop's arithmetic alone, then the kernel's tests, then its speed
   # No -x: a first GPU run should show which builds fail (D 64's 64-byte swizzle, V_IN_KERNEL, ...);
   # a time limit in case a kernel waits forever on a barrier.
-  run fp8probe timeout 300 python3 scripts/fp8_loop_probe.py
+  run fp8probe timeout 300 python3 experiments/fp8_loop_probe/fp8_loop_probe.py
   run fp8tests timeout 600 python3 -m pytest -q tests/test_stage7.py
   run fp8bench timeout 600 python3 scripts/fp8_bench.py --out "$OUT/logs/fp8_bench.json"
   local tool  # small shapes (racecheck is slow): both producers (Vᵀ by the pass, and transposed in the kernel), persistent blocks, rings that wrap

@@ -5,7 +5,7 @@ The H100 runs long shapes at its power limit, and its clocks follow the power of
 milliseconds: a batch that follows a callable drawing less power (SDPA's FLASH backend, twice as
 slow at long shapes) may start at higher clocks. Session 43 saw stage 7's time move 7-9% with its
 place beside stage 6; session 44's call 1 saw the first place of a round ~5% faster than the other
-three at B2 H32 S8192 D128 (stage 6 against itself, scripts/rows_past_end_ab.py). The recorded rows
+three at B2 H32 S8192 D128 (stage 6 against itself, experiments/rows_past_end/rows_past_end_ab.py). The recorded rows
 time stage 6 first, then SDPA default, then FLASH.
 
 Measured (calls 2 and 3 of session 44, results/logs/2026-11-26-s44call2 and -call3, before the

@@ -417,10 +417,11 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
 
 
 def run_variant_shapes(todo, variants_of, budget_s=0.3, out=None, env=None) -> int:
-    """The A/B experiments' loop (decode_launch_ab.py, prefill_blocks_ab.py): each row of `todo`
-    with its variants (`variants_of(row)`: [(fields, opts)], the first the call as it is; none:
-    the row is skipped) measured by measure_variants, a line per row, every row so far written
-    to `out` as JSON after each. Returns 1 if any variant failed the error rule, else 0."""
+    """The A/B experiments' loop (experiments/decode_launch/decode_launch_ab.py,
+    experiments/prefill_blocks/prefill_blocks_ab.py): each row of `todo` with its variants
+    (`variants_of(row)`: [(fields, opts)], the first the call as it is; none: the row is skipped)
+    measured by measure_variants, a line per row, every row so far written to `out` as JSON after
+    each. Returns 1 if any variant failed the error rule, else 0."""
     got, t0 = [], time.time()
     for i, row in enumerate(todo):
         variants = variants_of(row)

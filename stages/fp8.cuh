@@ -1,5 +1,5 @@
-// FP8 (e4m3) pieces for Hopper, shared by issue 25's probes (scripts/fp8_tile_probe.cu,
-// scripts/fp8_loop_probe.cu) and, later, stage 7: the 128-byte swizzle of one e4m3 row of 128,
+// FP8 (e4m3) pieces for Hopper, shared by issue 25's probes (experiments/fp8_tile_probe/fp8_tile_probe.cu,
+// experiments/fp8_loop_probe/fp8_loop_probe.cu) and, later, stage 7: the 128-byte swizzle of one e4m3 row of 128,
 // wgmma m64nNk32 e4m3 with both operands in shared memory (ss) or A from registers (rs), for
 // N = 64 (32 accumulators per thread) and N = 128 (64), rs also for N = 72 and 136 (P·V with a
 // column of ones), ss also for the wider key tiles of N = 160, 192 and 224, and the float → e4m3

@@ -413,7 +413,7 @@ def q_stages_for(head_dim: int, tiles, schedule: str, Sk: int, pack_gqa: bool = 
 # row, S 1024 and 4096 two: 11% of the rows a call computed at S 512 and 1024 were padding
 # (predicted from the count: up to that much faster there, where the others then have the SM's
 # tensor cores and exp2 unit to themselves; nothing at D128's 128-row blocks). Measured against the
-# build without, same rounds (scripts/rows_past_end_ab.py, results/logs/2026-11-26-s44call1):
+# build without, same rounds (experiments/rows_past_end/rows_past_end_ab.py, results/logs/2026-11-26-s44call1):
 # 1.024-1.035x at D64 causal S 2048-4096 (the work queue, or one block per work tile, hands the
 # time saved to other work), but level at full attention: its persistent blocks walk a fixed
 # stride of 132 work tiles, and with 3, 6 or 11 query blocks a head every SM gets the same query
@@ -568,7 +568,7 @@ def packed_queries(q: torch.Tensor, group: int) -> torch.Tensor:
 # Tried and not kept: the maps' L2 promotion (how much the L2 fetches from memory for each copy
 # request; cuda.core's default, kept here, fetches what is asked; CUTLASS encodes its maps with 128
 # bytes). Predicted to help the streaming decoding rows, measured against none in the same rounds
-# at the recorded map's 120 rows (results/logs/2026-11-26-s42call1, scripts/l2_promotion_ab.py):
+# at the recorded map's 120 rows (results/logs/2026-11-26-s42call1, experiments/l2_promotion/l2_promotion_ab.py):
 # decoding 0.978-1.021x (median 1.00x at Sq 1 and Sq 4, 128 and 256 bytes alike), prompts of
 # S <= 2048 level, and S >= 4096 slower, 0.93-1.00x with 128 bytes (median 0.98x) and 0.89-1.00x
 # with 256 (B1 H32 S16384 D128: 7,759 µs against 6,909), as if the promoted lines pushed K and V

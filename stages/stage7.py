@@ -103,7 +103,7 @@ def tail_pieces(n_work: int, key_tiles: int, grid: int, causal: bool) -> int:
     return max(1, min(grid // left, key_tiles // TAIL_PIECE_TILES))
 # SKIP_ROWS_PAST_END, as stage 6's (stages/stage6.py): at D64 S 2048 the last query block's third
 # consumer (rows 2048-2111) has no row and computes nothing, 1/33 of the call's rows. Measured
-# against the build without, same rounds (scripts/rows_past_end_ab.py, results/logs/2026-11-26-
+# against the build without, same rounds (experiments/rows_past_end/rows_past_end_ab.py, results/logs/2026-11-26-
 # s44call1): 1.015x at B16 H16 S2048 D64, 1.034x causal; at B32 H16 S1024 (two of three consumers
 # idle) 1.034x full and 1.094x causal; the work queue hands the time saved to other work tiles.
 SKIP_ROWS_PAST_END = True

@@ -142,19 +142,19 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/shape_map.py", "--parts", "splits", "--record"], "its rows go to --out, not into the record"),
     (["scripts/backward_bench.py", "--record"], "needs a CUDA GPU and none was found"),
     (["scripts/train_curve.py", "--record"], "trains on a CUDA GPU and none was found"),
-    (["scripts/fp8_tile_probe.py"], "needs an H100 or H200 and none was found"),
-    (["scripts/fp8_loop_probe.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/fp8_tile_probe/fp8_tile_probe.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/fp8_loop_probe/fp8_loop_probe.py"], "needs an H100 or H200 and none was found"),
     (["scripts/fp8_bench.py"], "needs an H100 or H200 and none was found"),
     (["scripts/fp8_tiles.py", "--record"], "needs an H100 or H200 and none was found"),
     (["scripts/fp8_waterfall.py", "--record"], "needs an H100 or H200 and none was found"),
     (["scripts/stage6_ab.py"], "stage 6 runs on sm_90 GPUs (H100/H200) only"),
-    (["scripts/profile_pair.py", "1", "1", "1", "64", "64", "64"], "needs an H100 or H200"),
-    (["scripts/carveout_ab.py"], "needs an H100 or H200 and none was found"),
-    (["scripts/l2_promotion_ab.py"], "run it at commit 3525efe"),
+    (["experiments/profile_pair/profile_pair.py", "1", "1", "1", "64", "64", "64"], "needs an H100 or H200"),
+    (["experiments/carveout/carveout_ab.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/l2_promotion/l2_promotion_ab.py"], "run it at commit 3525efe"),
     (["scripts/tail_split_ab.py"], "needs an H100 or H200 and none was found"),
     (["scripts/queue_tail_probe.py"], "needs an H100 or H200 and none was found"),
     (["scripts/wave_tail.py"], "needs an H100 or H200 and none was found"),
-    (["scripts/rows_past_end_ab.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/rows_past_end/rows_past_end_ab.py"], "needs an H100 or H200 and none was found"),
     (["scripts/place_probe.py"], "needs an H100 or H200 and none was found"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
@@ -222,7 +222,7 @@ def test_shape_map_records_partial_rows_then_the_map(tmp_path, monkeypatch):
 def test_fp8_tile_probe_compiles_offline():
     """issue 25's probe (one FP8 tile, both products) builds for sm_90a without a GPU and spills nothing."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("fp8_tile_probe", ROOT / "scripts/fp8_tile_probe.py")
+    spec = importlib.util.spec_from_file_location("fp8_tile_probe", ROOT / "experiments/fp8_tile_probe/fp8_tile_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     use = probe.compile_probe("sm_90a").resource_usage()["fp8_tile_probe"]
@@ -235,7 +235,7 @@ def test_fp8_loop_probe_compiles_offline():
     no spills, and ptxas neither serializes its wgmma nor injects waits."""
     import importlib.util
     import re
-    spec = importlib.util.spec_from_file_location("fp8_loop_probe", ROOT / "scripts/fp8_loop_probe.py")
+    spec = importlib.util.spec_from_file_location("fp8_loop_probe", ROOT / "experiments/fp8_loop_probe/fp8_loop_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     compiled = probe.compile_probe("sm_90a")
@@ -337,3 +337,30 @@ def test_readme_is_short_and_relative_links_resolve():
             if not (page.parent / path).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert not broken, "relative links to missing files:\n" + "\n".join(broken)
+
+
+MAX_SCRIPTS = 30  # issue 49's goal is 15: one-off probes go to experiments/, a folder per question
+
+
+def test_scripts_folder_stays_small_and_moved_paths_resolve():
+    """A step towards issue 49's goal of at most 15 files in scripts/: it holds at most 30 (one-off
+    probes live in experiments/<question>/, each with a README). And every path `scripts/<name>` or
+    `experiments/<...>` that README.md, docs/*.md, experiments/README.md, lib/*.py or tests/*.py
+    mentions exists (relative to the repository root; a leading ../ is dropped), so that a moved
+    script leaves no stale mention behind. Templates (`<folder>`, `{name}`, `*`) are skipped."""
+    import re
+    files = sorted(p.name for p in (ROOT / "scripts").iterdir() if p.is_file() and not p.name.startswith("."))
+    assert len(files) <= MAX_SCRIPTS, (f"scripts/ holds {len(files)} files (at most {MAX_SCRIPTS}; the goal is 15): "
+                                       "move one-off probes to experiments/<question>/")
+    mention = re.compile(r"(?<![\w./-])(?:\.\./)*((?:scripts|experiments)/[\w./-]*)([*<{]?)")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "experiments" / "README.md",
+             *sorted((ROOT / "lib").glob("*.py")), *sorted((ROOT / "tests").glob("*.py"))]
+    missing = []
+    for page in pages:
+        for path, template in mention.findall(page.read_text()):
+            path = path.rstrip(".,-")
+            if template:
+                continue  # a template such as experiments/<folder>/ or scripts/{name}
+            if not (ROOT / path).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert not missing, "mentioned paths that do not exist:\n" + "\n".join(sorted(set(missing)))

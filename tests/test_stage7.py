@@ -4,7 +4,7 @@ lib.fp8.v_for_pv), and on an H100/H200 against lib.fp8's emulation of the same a
 same e4m3 inputs and against the float64 reference.
 
 The rules a GPU run is held to: max |kernel − emulation| ≤ 2^-7 of max |emulation| (the loop
-probe's, scripts/fp8_loop_probe.py: the emulation rounds P against each row's final max, the
+probe's, experiments/fp8_loop_probe/fp8_loop_probe.py: the emulation rounds P against each row's final max, the
 kernel against its running max, and Hopper's FP8 wgmma keeps fewer mantissa bits in its sums
 than float32 — 2^-11.4 to 2^-13 of the largest value, the tile probe found); the kernel's RMSE
 against float64 within 1.5× the emulation's plus the output's own 16-bit rounding; and the FP8

@@ -20,7 +20,7 @@ what runs before each timed call:
           before its attention) and then the flush.
 Logs only (--out): nothing is recorded.
 
-    python scripts/carveout_ab.py --out carveout.json
+    python experiments/carveout/carveout_ab.py --out carveout.json
 """
 import argparse
 import json
@@ -28,7 +28,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from lib import results as R  # noqa: E402

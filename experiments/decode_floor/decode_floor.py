@@ -22,14 +22,14 @@ first, yes (3.73-3.89 µs for every launch shape); the second, no: without the f
 gained alike (B8 H8/1 Sk1024 D64: 0.911x of SDPA either way), so the gap is in the blocks' work.
 Logs only (--out).
 
-    python scripts/decode_floor.py --out floor.json
+    python experiments/decode_floor/decode_floor.py --out floor.json
 """
 import argparse
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 import stages.stage6 as s6  # noqa: E402

@@ -71,7 +71,7 @@ against the chosen launch's variants, with SDPA default and FLASH in the same in
 rounds; every variant checked against the float64 reference before and after timing. Logs only
 (--out): nothing is recorded.
 
-    python scripts/decode_launch_ab.py --launch blocks --out decode_launch.json
+    python experiments/decode_launch/decode_launch_ab.py --launch blocks --out decode_launch.json
 """
 import argparse
 import importlib.util
@@ -79,7 +79,7 @@ import inspect
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 

@@ -1,5 +1,5 @@
 // FP8 attention's loop on Hopper (issue 25's second step, after fp8_tile_probe.cu's one tile;
-// scripts/fp8_loop_probe.py runs it against lib.fp8's emulation and the float64 reference).
+// experiments/fp8_loop_probe/fp8_loop_probe.py runs it against lib.fp8's emulation and the float64 reference).
 // The simplest whole forward with both FP8 products, before any of stage 6's machinery:
 //   - one warpgroup per block, 64 query rows of one (batch, head), head dim 128 (one e4m3 row is
 //     one 128-byte row of the 128-byte swizzle); key tiles of 128;

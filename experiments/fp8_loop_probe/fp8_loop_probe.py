@@ -1,4 +1,4 @@
-"""Issue 25's second step on the GPU: the whole FP8 forward loop (scripts/fp8_loop_probe.cu: one
+"""Issue 25's second step on the GPU: the whole FP8 forward loop (experiments/fp8_loop_probe/fp8_loop_probe.cu: one
 warpgroup per 64 query rows, head dim 128, both products in e4m3, the online softmax in float32,
 P packed in-thread against Vᵀ in key_order), checked against:
 
@@ -9,14 +9,14 @@ P packed in-thread against Vᵀ in key_order), checked against:
 Inputs: bf16 N(0, 1), or FlashAttention-3's outlier inputs (--outliers), quantized by
 lib.fp8.prepare (one scale per batch entry and K/V head); odd lengths and GQA by default.
 
-    python scripts/fp8_loop_probe.py     # needs an sm_90 GPU (H100/H200)
+    python experiments/fp8_loop_probe/fp8_loop_probe.py     # needs an sm_90 GPU (H100/H200)
 """
 import argparse
 import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

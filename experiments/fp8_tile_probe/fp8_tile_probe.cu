@@ -1,4 +1,4 @@
-// One FP8 tile on Hopper, checked piece by piece (issue 25's first step; scripts/fp8_tile_probe.py
+// One FP8 tile on Hopper, checked piece by piece (issue 25's first step; experiments/fp8_tile_probe/fp8_tile_probe.py
 // runs it against torch). One warpgroup, one block:
 //   1. S = A·Bᵀ, 64 × 64 over K = 128, wgmma m64n64k32 e4m3 with both operands in shared memory
 //      (K-major, 128-byte rows, 128-byte swizzle: one e4m3 row of 128 is one 128-byte row);

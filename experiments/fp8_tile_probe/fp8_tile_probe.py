@@ -1,5 +1,5 @@
 """Issue 25's first step on the GPU: one FP8 (e4m3) tile of attention's two products on Hopper,
-checked against torch piece by piece (scripts/fp8_tile_probe.cu says what each piece is):
+checked against torch piece by piece (experiments/fp8_tile_probe/fp8_tile_probe.cu says what each piece is):
 
   1. S = A·Bᵀ with wgmma from shared memory, against torch in float32;
   2. the same with A from registers in lib.fp8's fragment layout: the same bits as 1;
@@ -7,13 +7,13 @@ checked against torch piece by piece (scripts/fp8_tile_probe.cu says what each p
      keys of each k-step in lib.fp8.key_order(), against torch's e4m3 cast of the kernel's S
      times V in float32.
 
-    python scripts/fp8_tile_probe.py     # needs an sm_90 GPU (H100/H200)
+    python experiments/fp8_tile_probe/fp8_tile_probe.py     # needs an sm_90 GPU (H100/H200)
 """
 import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

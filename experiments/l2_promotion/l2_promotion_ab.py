@@ -23,14 +23,14 @@ called against the same call with l2_promotion 128 and 256, with SDPA default an
 same interleaved rounds; every variant checked against the float64 reference before and after
 timing. Logs only (--out): nothing is recorded.
 
-    python scripts/l2_promotion_ab.py --out l2_promotion.json [--parts decode1 decode4 prefill]
+    python experiments/l2_promotion/l2_promotion_ab.py --out l2_promotion.json [--parts decode1 decode4 prefill]
 """
 import argparse
 import importlib.util
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 

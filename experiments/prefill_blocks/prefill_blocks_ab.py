@@ -24,14 +24,14 @@ against blocks of one consumer with two or three per SM (BLOCKS_PER_SM), SDPA de
 in the same interleaved rounds; each variant checked against the float64 reference before and
 after timing. Logs only (--out): nothing is recorded.
 
-    python scripts/prefill_blocks_ab.py --out prefill_blocks.json
+    python experiments/prefill_blocks/prefill_blocks_ab.py --out prefill_blocks.json
 """
 import argparse
 import importlib.util
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 

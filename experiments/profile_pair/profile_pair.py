@@ -2,7 +2,7 @@
 profiler to set side by side: every kernel between the two warm-ups' end and the profiler's stop.
 
     ncu --profile-from-start off --clock-control none --set full \\
-        python scripts/profile_pair.py 32 16 16 512 512 64 --causal
+        python experiments/profile_pair/profile_pair.py 32 16 16 512 512 64 --causal
 
 Stage 7 runs on inputs already quantized and transposed (stage7.forward), so only its attention
 kernel is profiled; SDPA gets the same inputs in 16 bits.
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from lib.inputs import causal_mode, make_qkv  # noqa: E402

@@ -30,7 +30,7 @@ call 1), SDPA default and FLASH in the same rounds; each variant checked against
 reference before and after. Stage 7: issue 25's shapes and two more D64 lengths, the kernel on
 prepared e4m3 inputs, the same order, checked against lib.fp8's emulation. Logs only (--out).
 
-    python scripts/rows_past_end_ab.py --out rows_past_end.json [--parts stage6 stage7]
+    python experiments/rows_past_end/rows_past_end_ab.py --out rows_past_end.json [--parts stage6 stage7]
 """
 import argparse
 import importlib.util
@@ -38,7 +38,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 

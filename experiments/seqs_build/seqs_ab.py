@@ -4,12 +4,12 @@ offsets and key lengths (SEQS=1, what attention_varlen and seqlens_k run; here s
 every entry all its keys, so both compute the same attention). Interleaved rounds, L2 flushed,
 with SDPA's default backend in the same rounds. Prints one line per shape.
 
-    python scripts/seqs_ab.py
+    python experiments/seqs_build/seqs_ab.py
 """
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
