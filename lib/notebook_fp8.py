@@ -70,8 +70,11 @@ def prediction(tiles: dict, clock_hz: float, sms: int = 132, exp_poly_share: flo
     key tile and consumer warpgroup, the products' tensor-core cycles at the e4m3 rate, and the
     softmax's 64·BLOCK_N exponentials at 16 MUFU.EX2 per SM and clock (×2 for the rest of the
     softmax; a share `exp_poly_share` of the exponentials moved to the FMA pipes costs MUFU
-    nothing). High: every softmax hidden under the other consumers' products (or the softmax
-    itself the bound); low: nothing overlapped. TFLOPS at `clock_hz`."""
+    nothing). An SM has one exponential unit for all its consumers, so per key tile it needs
+    consumers × one warpgroup's exponential cycles. High: the longest of the three things that
+    cannot overlap with themselves (all consumers' products on the tensor cores, one consumer's
+    products and softmax in a row, all consumers' exponentials on the one unit); low: nothing
+    overlapped. `bound` names the terms that set the high end. TFLOPS at `clock_hz`."""
     out = {}
     for D, (bn, _, cons) in tiles.items():
         flop = 2 * (64 * bn * D * 2)
@@ -79,22 +82,27 @@ def prediction(tiles: dict, clock_hz: float, sms: int = 132, exp_poly_share: flo
         gemm16 = flop / FLOP_PER_CLOCK["bf16"]
         exps = 64 * bn / MUFU_EX2_PER_CLOCK * (1 - exp_poly_share)
         soft = 2 * exps
-        hi, lo = max(cons * gemm, gemm + soft), cons * (gemm + soft)
+        terms = {"tensor cores": cons * gemm, "one consumer's products + softmax": gemm + soft,
+                 "shared MUFU": cons * exps}
+        hi, lo = max(terms.values()), cons * (gemm + soft)
         work = cons * flop * sms * clock_hz / 1e12
         out[D] = {"BLOCK_N": bn, "consumers": cons, "gemm_cycles": gemm, "gemm16_cycles": gemm16,
-                  "exp_cycles": exps, "period_lo": lo, "period_hi": hi,
+                  "exp_cycles": exps, "mufu_cycles": cons * exps, "period_lo": lo, "period_hi": hi,
+                  "bound": [k for k, v in terms.items() if math.isclose(v, hi)],
                   "tflops": (work / lo, work / hi)}
     return out
 
 
 def prediction_table(pred: dict, fp8_ceiling: float) -> None:
-    rows = ["| D | BLOCK_N | consumers | products, cycles / tile / warpgroup (bf16 → e4m3) | exp cycles / tile / warpgroup | "
-            "cycles per key tile, all consumers | predicted TFLOPS | of the e4m3 GEMM ceiling |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| D | BLOCK_N | consumers | products, cycles / tile / warpgroup (bf16 → e4m3) | "
+            "exp cycles / tile: one warpgroup → all consumers (one MUFU per SM) | "
+            "cycles per key tile, all consumers | set by | predicted TFLOPS | of the e4m3 GEMM ceiling |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for D, p in pred.items():
         lo, hi = p["tflops"]
         rows.append(f"| {D} | {p['BLOCK_N']} | {p['consumers']} | {p['gemm16_cycles']:,.0f} → {p['gemm_cycles']:,.0f} | "
-                    f"{p['exp_cycles']:,.0f} | {p['period_lo']:,.0f} (serial) – {p['period_hi']:,.0f} | "
+                    f"{p['exp_cycles']:,.0f} → {p['mufu_cycles']:,.0f} | "
+                    f"{p['period_lo']:,.0f} (serial) – {p['period_hi']:,.0f} | {', '.join(p['bound'])} | "
                     f"{lo:.0f}–{hi:.0f} | {lo / fp8_ceiling:.0%}–{hi / fp8_ceiling:.0%} |")
     _md("\n".join(rows))
 

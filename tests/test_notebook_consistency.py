@@ -156,7 +156,11 @@ def test_every_stage_notebook_opens_with_its_summary():
     for path in NOTEBOOKS:
         n = notebook_stage(path)
         if n in stages.NUMBERS:  # the forward stages (stage 8's opens with its own outline)
-            assert f"stage_summary({n}," in _text(_nb(path)), f"{path.name}: no stage_summary"
+            own = Path(stages.get(n).INFO.notebook).name
+            if path.name == own:
+                assert f"stage_summary({n}," in _text(_nb(path)), f"{path.name}: no stage_summary"
+            else:  # a stage's second notebook (stage6b_decoding) continues its first and links it
+                assert f"]({own})" in _text(_nb(path)), f"{path.name}: no link to {own}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,6 +267,32 @@ def test_stage6_prediction_is_the_notebooks_count():
     assert printed, "section 9 prints the D64 prediction"
     assert abs(int(printed.group(1)) - lo * ceiling) <= 1.5 and abs(int(printed.group(2)) - hi * ceiling) <= 1.5, \
         (printed.group(0), lo * ceiling, hi * ceiling)
+
+
+def test_stage7_count_shares_the_exponential_unit():
+    """Stage 7's count (notebook section 2, lib.notebook_fp8.prediction): the SM's consumers share
+    one exponential unit, so per key tile it does every consumer's exponentials, and no period is
+    shorter. At D 64 one warpgroup's exponentials take as many cycles as its bf16 products, so FP8's
+    top there is at most the bf16 tensor-core roof, and with stage 7's tiles it is that roof. The
+    notebook's stored table prints the count."""
+    import stages.stage7 as s7
+    from lib.notebook_fp8 import FLOP_PER_CLOCK, MUFU_EX2_PER_CLOCK, count, prediction
+    clock, sms = 1.5e9, 132
+    pred = prediction(s7.TILES, clock, sms=sms)
+    for D, p in pred.items():
+        bn, _, cons = s7.TILES[D]
+        assert p["mufu_cycles"] == pytest.approx(cons * 64 * bn / MUFU_EX2_PER_CLOCK)
+        assert p["period_hi"] == pytest.approx(max(cons * p["gemm_cycles"], p["gemm_cycles"] + 2 * p["exp_cycles"],
+                                                   p["mufu_cycles"]))
+    roof16 = sms * FLOP_PER_CLOCK["bf16"] * clock / 1e12
+    p64 = pred[64]
+    assert p64["exp_cycles"] == pytest.approx(p64["gemm16_cycles"])
+    assert p64["tflops"][1] == pytest.approx(roof16) and p64["bound"] == ["shared MUFU"]
+    c = count(s7.TILES)
+    nb = _nb(ROOT / "notebooks" / "stage7_fp8.ipynb")
+    table = "\n".join(cell_outputs(cell) for cell in nb.cells if cell.get("id") == "09089d85")
+    for D in s7.TILES:
+        assert f"| {c['low'][D]:.0f}–{c['top'][D]:.0f} |" in table, (D, c["low"][D], c["top"][D])
 
 
 _SHOWN = re.compile(r"\bshow_(source|part_diff)\((.*)\)")
