@@ -10,7 +10,8 @@ from lib.results import sdpa_spread
 # what `from lib.notebook_journey import *` (lib.notebook) re-exports: the tables and rows the
 # journey's code cells use; the prose look-ups below are imported from this module by name
 __all__ = ["R", "STAGE_MECHANISMS", "compulsory_intensity", "journey_facts", "journey_host_rows",
-           "journey_panels", "journey_predictions", "journey_reading_table", "journey_stages",
+           "journey_panels", "journey_predictions", "journey_reading_table", "journey_stage_table",
+           "journey_stages",
            "journey_sweep", "prediction_verdict", "recorded_label", "recorded_runs", "rows_at_shape",
            "sdpa_spread", "show_journey_host_table", "show_journey_prediction_table",
            "show_journey_roofline_table", "show_journey_speed_table", "stage1_intensity",
@@ -27,6 +28,35 @@ def journey_stages(data: dict | None) -> tuple[list[int], dict]:
     import stages
     mods = {m.INFO.number: m for m in stages.all_stages()}
     return sorted(set(mods) | {r["stage"] for r in (data or {}).get("runs", [])}), mods
+
+
+# the stages past the 16-bit forward (stages.BEYOND), and the record entry that holds each one's rows
+BEYOND_ENTRIES = {7: "fp8_bench", 8: "backward"}
+
+
+def journey_stage_table(data: dict | None) -> str:
+    """Section 1's table, stage 0 to stage 8: title, what it adds, notebook, and the commit of its
+    rows: the forward stages' benchmark rows, for stages 7 and 8 their record entry (BEYOND_ENTRIES)."""
+    from pathlib import Path
+
+    import stages
+    numbers, mods = journey_stages(data)
+    lines = ["| stage | title | adds | notebook | recorded |", "|---|---|---|---|---|"]
+    for n in numbers + [n for n in BEYOND_ENTRIES if n not in numbers]:
+        key = BEYOND_ENTRIES.get(n)
+        rec = ((data or {}).get(key) or {}).get("env") if key else (data or {}).get("stages", {}).get(str(n))
+        recorded = (f"commit {str(rec.get('commit', '?'))[:10]}, {rec.get('date', '?')}"
+                    + (f" (`{key}`)" if key else "")) if rec else "not recorded yet"
+        mod = mods.get(n) or (stages.get(n) if n in stages.BEYOND else None)
+        if mod is None:
+            lines.append(f"| {n} | {(rec or {}).get('title', f'stage {n}')} | (not registered in this "
+                         f"checkout) | — | {recorded} |")
+            continue
+        i, nb = mod.INFO, Path(mod.INFO.notebook).name
+        exists = (Path(__file__).resolve().parent.parent / i.notebook).exists()
+        link = f"[{nb}]({nb})" if exists else f"{nb} (not written yet)"
+        lines.append(f"| {n} | {i.title} | {i.adds} | {link} | {recorded} |")
+    return "\n".join(lines)
 
 
 def stage_colors(numbers) -> dict:
@@ -311,6 +341,10 @@ STAGE_MECHANISMS = {
     6: "wgmma and TMA, a producer warpgroup, ping-pong turns and the softmax overlapped with the "
        "products: the schedule waterfall in interleaved rounds (§6), the tensor cores' share of the "
        "period from the timeline stamps (§7)",
+    7: "both products in e4m3 at twice the 16-bit tensor rate, bound by the exponentials it does not "
+       "speed up: the count in its §2, timing against stage 6 in §8, what did not help in §9",
+    8: "dK and dV held per key block, dQ summed by the copy engine's bulk reductions, loads by TMA: "
+       "the count in its §2, timing against SDPA's backward in §5, training in §6",
 }
 
 
@@ -344,9 +378,26 @@ def journey_reading_table(data: dict) -> str:
             extra = f" ({on['share']:.0%} with the overlap, {off['share']:.0%} without, at D {tl['D']})"
     lines = ["| stage | the idea | step at D 64 (B16 H16 S2048) | step at D 128 (B4 H16 S8192) | mechanism, and where its evidence is |",
              "|---|---|---|---|---|"]
-    for n in sorted(STAGE_MECHANISMS):
+    for n in sorted(n for n in STAGE_MECHANISMS if n <= 6):   # 7 and 8 below, from their own entries
         mech = STAGE_MECHANISMS[n] + (extra if n == 6 else "")
         lines.append(f"| {n} | {stages.get(n).INFO.title} | {step(n, 64)} | {step(n, 128)} | {mech} |")
+    shapes = {64: (16, 16, 2048, 64), 128: (4, 16, 8192, 128)}
+    fp8 = {(r["B"], r["H"], r["S"], r["D"]): r for r in (data.get("fp8_bench") or {}).get("rows", [])
+           if not r["causal"]}
+    bwd = {(r["B"], r["H"], r["S"], r["D"]): r for r in (data.get("backward") or {}).get("rows", [])
+           if not r["causal"] and r["dtype"] == "float16"}
+
+    def step7(D):   # stage 6's time ÷ the FP8 kernel's, timed in the same rounds: the same step as above
+        r = fp8.get(shapes[D])
+        return f"{r['us']['stage 6'] / r['us']['stage 7 kernel']:.2f}× (e4m3 ÷ bf16 stage 6, same rounds)" if r else "—"
+
+    def step8(D):   # no backward before it: its own rate, and against FlashAttention-2's backward
+        r = bwd.get(shapes[D])
+        return (f"— (a backward: {r['tflops']:.0f} TFLOPS at 2.5 × the forward's FLOPs, "
+                f"{r['sdpa_flash_us'] / r['us']:.2f}× FlashAttention-2's backward)") if r else "—"
+    for n, rows_n, step_n in ((7, fp8, step7), (8, bwd, step8)):
+        if rows_n:
+            lines.append(f"| {n} | {stages.get(n).INFO.title} | {step_n(64)} | {step_n(128)} | {STAGE_MECHANISMS[n]} |")
     return "\n".join(lines)
 
 
@@ -502,6 +553,13 @@ def backward_ratios(D: int, field: str = "sdpa_flash_us") -> list[float]:
     """Stage 8's speed against one SDPA backward (FLASH: FlashAttention-2's; default: cuDNN's)
     over the record's dtypes and masks at head dim D."""
     return [r[field] / r["us"] for r in _rec()["backward"]["rows"] if r["D"] == D and r.get(field)]
+
+
+def backward_row(shape: str, causal: bool = False, dtype: str = "float16") -> dict:
+    """Stage 8's row of the backward record (scripts/backward_bench.py) at a standard shape."""
+    B, H, S, D = shape_of(shape)
+    return next(r for r in _rec()["backward"]["rows"]
+                if (r["B"], r["H"], r["S"], r["D"], r["causal"], r["dtype"]) == (B, H, S, D, causal, dtype))
 
 
 def generate_ratios() -> list[float]:

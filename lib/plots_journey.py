@@ -181,7 +181,7 @@ def plot_journey_speedups(panels, numbers, colors: dict, label: str):
                 top = max(top, x)
         ax.set_ylim(0.5, top * 8)  # room for the labels and the legend
         ax.set_xlim(-0.6, len(numbers) - 0.4)
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
         ax.grid(axis="y", alpha=0.3, which="both")
     for row in axes:
         row[0].set_ylabel(f"speed-up over stage {numbers[0]} (log)")
@@ -308,3 +308,65 @@ def plot_journey_host(shape, host: dict, label: str):
     fig.suptitle(f"Host time per call against GPU time per call — {label}", fontsize=10)
     fig.tight_layout()
     plt.show()
+
+
+# ============================================================================================
+# The journey's closing figure: the whole way, stage 0 to stage 8, as a share of the ceiling
+
+BEYOND_STYLE = {7: ("tab:orange", "//"), 8: ("tab:green", "\\\\")}
+
+
+def plot_journey_whole_way(data: dict, B: int, H: int, S: int, D: int, causal: bool = False,
+                           anchors: dict | None = None, ax=None):
+    """Every stage at one standard shape as a share of the measured bf16 matmul ceiling (log
+    scale): stages 0-6 (blue, fp16 forward, the benchmark's rows), stage 6 idea by idea (purple,
+    its schedule record), then the two stages past the 16-bit forward, hatched because they
+    measure something else — stage 7's FP8 kernel (the record's fp8_bench entry: bf16 in and
+    out, the forward's FLOPs on e4m3 tensor cores, whose own GEMM roof that run measured is drawn
+    dotted) and stage 8's backward (the backward entry, fp16: TFLOPS at 2.5 × the forward's
+    FLOPs). Lines: SDPA's default backend (the median of the rows' own timings at the shape) and
+    `anchors` ({label: TFLOPS}, another run on the same GPU model)."""
+    from lib.results import standard_runs
+    peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
+    rows = {r["stage"]: r for r in standard_runs(data) if not r.get("skipped") and r["dtype"] == "float16"
+            and (r["B"], r["H"], r["Sq"], r["D"], r["causal"]) == (B, H, S, D, causal)}
+    bars = [(f"stage {n}", rows[n]["tflops"], "tab:blue", None) for n in sorted(rows)]
+    bars += [(f"6: {r['variant']}", r["tflops"], "tab:purple", None)
+             for r in (data.get("stage6") or {}).get("rows", []) if r["kind"] == "schedule"
+             and r.get("dtype", "float16") == "float16"
+             and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)]
+    fp8 = data.get("fp8_bench") or {}
+    r7 = next((r for r in fp8.get("rows", [])
+               if (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)), None)
+    if r7:
+        bars.append(("7: FP8 forward (e4m3, bf16 in/out)", r7["tflops_kernel"], *BEYOND_STYLE[7]))
+    r8 = next((r for r in (data.get("backward") or {}).get("rows", []) if r["dtype"] == "float16"
+               and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)), None)
+    if r8:
+        bars.append(("8: backward (TFLOPS at 2.5 × fwd FLOPs)", r8["tflops"], *BEYOND_STYLE[8]))
+    ax = ax or plt.subplots(figsize=(11, 3.8))[1]
+    scale = 100 / peak if peak else 1.0
+    ys = [b[1] for b in bars]
+    for i, (_, y, color, hatch) in enumerate(bars):
+        ax.bar(i, y * scale, color=color, hatch=hatch, edgecolor="k" if hatch else None, lw=0.4)
+        ax.text(i, y * scale, f"{y:.0f}" if y >= 100 else f"{y:.3g}", ha="center", va="bottom", fontsize=6)
+    sd = sorted(r["sdpa_tflops"] for r in rows.values() if r.get("sdpa_tflops"))
+    if sd:
+        ax.axhline(sd[len(sd) // 2] * scale, color="k", lw=1,
+                   label=f"SDPA default, this record\n({sd[len(sd) // 2]:.0f} TFLOPS)")
+    for i, (label, v) in enumerate((anchors or {}).items()):
+        ax.axhline(v * scale, color=f"C{i + 3}", ls="--", lw=1, label=f"{label}\n({v:.0f} TFLOPS)")
+    e4m3 = (fp8.get("ceilings_tflops") or {}).get("e4m3 GEMM") if r7 else None
+    if e4m3:
+        ax.axhline(e4m3 * scale, color=BEYOND_STYLE[7][0], ls=":", lw=1.2,
+                   label=f"e4m3 matmul roof, stage 7's\n(its benchmark's run, {e4m3:.0f} TFLOPS)")
+    top = max(ys + [e4m3 or 0]) * scale
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=min(ys) * scale / 2, top=max(100 if peak else 0, top) * 1.6)
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], rotation=25, ha="right", fontsize=7)
+    ax.set_ylabel("% of the bf16 matmul ceiling" if peak else "TFLOPS")
+    ax.set_title(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}: stages 0-6 (fp16 forward), stage 6 idea "
+                 f"by idea; hatched, other quantities: stage 7 (FP8) and 8 (backward)"
+                 + (f"; ceiling {peak:.0f} TFLOPS" if peak else ""), fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
+    return ax
