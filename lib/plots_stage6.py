@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from lib.results import standard_runs
-
 
 # --------------------------------------------------------------------------------------------
 # stage 6 (Hopper): pictures of the design and of its measurements
@@ -113,44 +111,6 @@ def plot_timeline(stamps: list, consumers: int, tiles: int = 8, title: str = "",
               labels=["waiting for S = Q·Kᵀ", "softmax", "P·V done", "K copy issued"],
               fontsize=7, ncol=4, loc="upper right")
     ax.set_title(title, fontsize=9)
-    return ax
-
-
-def plot_journey_waterfall(data: dict, B: int, H: int, S: int, D: int, causal: bool = False,
-                           anchors: dict | None = None, ax=None):
-    """Every stage's recorded TFLOPS at one standard shape as a share of the measured matmul
-    ceiling (log scale: stage 0 and stage 6 are three orders apart), then stage 6's schedule
-    steps from its own record; SDPA's default backend (the run's median at the shape) and
-    `anchors` ({label: TFLOPS}, from another run on the same GPU model) as lines."""
-    import math
-    peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
-    rows = {r["stage"]: r for r in standard_runs(data) if not r.get("skipped") and r["dtype"] == "float16"
-            and (r["B"], r["H"], r["Sq"], r["D"], r["causal"]) == (B, H, S, D, causal)}
-    names = [f"stage {n}" for n in sorted(rows)]
-    ys = [rows[n]["tflops"] for n in sorted(rows)]
-    steps = [r for r in (data.get("stage6") or {}).get("rows", []) if r["kind"] == "schedule"
-             and r.get("dtype", "float16") == "float16"
-             and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)]
-    names += [f"6: {r['variant']}" for r in steps]
-    ys += [r["tflops"] for r in steps]
-    ax = ax or plt.subplots(figsize=(10, 3.6))[1]
-    scale = 100 / peak if peak else 1.0
-    colors = ["tab:blue"] * len(rows) + ["tab:purple"] * len(steps)
-    bars = ax.bar(range(len(ys)), [y * scale for y in ys], color=colors)
-    for b, y in zip(bars, ys):
-        ax.text(b.get_x() + b.get_width() / 2, y * scale, f"{y:.3g}", ha="center", va="bottom", fontsize=6)
-    sd = sorted(r["sdpa_tflops"] for r in rows.values() if r.get("sdpa_tflops"))
-    if sd:
-        ax.axhline(sd[len(sd) // 2] * scale, color="k", lw=1, label=f"SDPA default, this run ({sd[len(sd) // 2]:.0f} TFLOPS)")
-    for i, (label, v) in enumerate((anchors or {}).items()):
-        ax.axhline(v * scale, color=f"C{i + 3}", ls="--", lw=1, label=f"{label} ({v:.0f} TFLOPS)")
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=min(ys) * scale / 2, top=100 * (1.3 if peak else math.inf) if peak else None)
-    ax.set_xticks(range(len(names)), names, rotation=25, ha="right", fontsize=7)
-    ax.set_ylabel("% of the matmul ceiling" if peak else "TFLOPS")
-    ax.set_title(f"B{B} H{H} S{S} D{D} fp16 {'causal' if causal else 'full'}: every stage, then stage 6 idea by idea"
-                 + (f" (ceiling {peak:.0f} TFLOPS)" if peak else ""), fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
     return ax
 
 
