@@ -157,14 +157,22 @@ def results_path(gpu_name: str) -> Path:
     return RESULTS_DIR / f"{gpu_slug(gpu_name)}.json"
 
 
+CURRENT = RESULTS_DIR / "CURRENT"  # names the record the committed notebooks were executed against
+
+
 def load(path: str | Path | None = None) -> dict | None:
-    """The recorded results: `path`, else this GPU's file, else the newest in results/."""
+    """The recorded results: `path`, else this GPU's file, else the file results/CURRENT names
+    (the record the committed notebooks and README show: a machine without a GPU renders their
+    prose from it), else the newest in results/. Where several GPUs' records lie side by side,
+    CURRENT keeps a CPU machine's choice from depending on the files' modification times."""
     if path is None:
         import torch  # here, not at the top: `python -m lib.bench --help` should not wait for it
 
         candidates = []
         if torch.cuda.is_available():
             candidates.append(results_path(torch.cuda.get_device_name(0)))
+        if CURRENT.exists():
+            candidates.append(RESULTS_DIR / CURRENT.read_text().strip())
         candidates += sorted(RESULTS_DIR.glob("*.json"), key=lambda p: p.stat().st_mtime,
                              reverse=True)
         path = next((p for p in candidates if p.exists()), None)

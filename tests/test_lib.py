@@ -827,3 +827,21 @@ def test_function_text_prefers_the_exact_kernel_name():
         assert function_text(listing, "f16x").startswith("rate_f16x2")
     with pytest.raises(ValueError):
         function_text("Function : a\nNOP\n", "b")
+
+
+@cpu_only
+def test_without_a_gpu_the_record_is_the_one_current_names(tmp_path, monkeypatch):
+    """With several GPUs' records in results/, a machine without a GPU reads the one
+    results/CURRENT names, whatever the files' modification times."""
+    import os
+    import time
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(results, "CURRENT", tmp_path / "CURRENT")
+    for i, name in enumerate(("gpu-a.json", "gpu-b.json")):
+        (tmp_path / name).write_text(json.dumps({"env": {"gpu": name}, "stages": {}, "runs": []}))
+        os.utime(tmp_path / name, (time.time() + i, time.time() + i))
+    assert results.load()["env"]["gpu"] == "gpu-b.json"  # no CURRENT: the newest
+    (tmp_path / "CURRENT").write_text("gpu-a.json\n")
+    assert results.load()["env"]["gpu"] == "gpu-a.json"
+    assert (results.ROOT / "results" / "CURRENT").read_text().strip() in {
+        p.name for p in (results.ROOT / "results").glob("*.json")}  # the repository's names a record
