@@ -592,6 +592,27 @@ t.start(); t.join()
 if "error" in box:
     raise box["error"]
 check(box["grads"], "a new thread")
+# (d) the mechanism itself: a thread whose context was unbound (cuCtxSetCurrent(NULL)) launches
+# stage 8's whole backward before anything else could bind one; the runtime calls torch makes
+# (allocations, its own kernels) bind the primary context implicitly, which is why (a)-(c) can
+# pass without the fix on some machines
+from cuda.bindings import driver
+lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
+out = stage5.attention(q, k, v, lse=lse)
+torch.cuda.synchronize()
+def bare():
+    try:
+        (err,) = driver.cuCtxSetCurrent(driver.CUcontext(0))
+        assert err == driver.CUresult.CUDA_SUCCESS, err
+        box["bare"] = stage8.attention_backward(q, k, v, out, dout, lse)
+        torch.cuda.synchronize()
+    except BaseException as e:
+        box["error"] = e
+t = threading.Thread(target=bare)
+t.start(); t.join()
+if "error" in box:
+    raise box["error"]
+check(box["bare"], "a thread without a context")
 print("fresh-thread backward ok")
 '''
 
