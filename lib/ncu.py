@@ -26,7 +26,7 @@ def run_for_profiler(calls, warmups: int = 3) -> None:
     """Run each of `calls` `warmups` times (compile, plan, let the libraries pick their kernels),
     then once more each between torch.cuda.profiler.start() and stop(): what a profiler started
     with `--profile-from-start off` records
-    (experiments/profile_pair/profile_pair.py, scripts/profile_backward.py)."""
+    (experiments/profile_pair/profile_pair.py, experiments/profile_backward/profile_backward.py)."""
     import torch
     for _ in range(warmups):
         for f in calls:

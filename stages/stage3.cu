@@ -48,9 +48,10 @@ union Tiles {
 };
 
 // At D 128, ask for 6 blocks per SM: that leaves 168 registers a thread, what the kernel needs
-// (NVRTC 13.5 picks 168 by itself). Left to itself, NVRTC 13.0 (the H100 machine's) gives the
-// D 128 build 209, so only 4 blocks fit: a third slower (stage 3 as 4506624 built it, 168
-// registers, next to ab5e7dc's, scripts/then_and_now.py). At D 64 the registers fit 8 blocks anyway.
+// (NVRTC 13.5 picks 168 by itself). Left to itself, NVRTC 13.0 (the H100 machine's) gives the D 128
+// build 209, so only 4 blocks fit: a third slower (stage 3 as 4506624 built it, 168 registers, next
+// to ab5e7dc's, experiments/kernel_or_run/then_and_now.py). At D 64 the registers fit 8 blocks
+// anyway.
 #if HEAD_DIM == 128
 #define MIN_BLOCKS_PER_SM , 6
 #else

@@ -69,21 +69,21 @@ FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
 # sets the pace; the queue keeps causal work tiles of different lengths balanced. (In bf16 at
 # D64 causal S8192, one block per work tile beat the queue: stage6.call_schedule.)
 PERSISTENT_SCHEDULE = "work queue without ping-pong"
-# TAIL_SPLIT (stages/stage7.cu: work_item, finish_piece), per head dim, in the work queue's
-# builds: full attention's work tiles all take the same time, so the queue's last n_work mod SMs
-# of them run alone, one per SM, while every other SM idles. scripts/queue_tail_probe.py
-# measured it (results/logs/2026-11-26-s43call3): every SM within 1% of the same pace, and 2.53%
-# of the SM time idle at the launch's end at B4 H16 S8192 D128 (4 tiles of 4,096 on 132 SMs),
-# 3.02% at B16 H16 S2048 D64 (44 of 2,816). Those last tiles are split along their keys into
-# pieces that the queue hands out as SMs free up; each piece writes its rows in fp32, and a small
-# kernel after this one (attention_fp8_combine_tail, launched with PDL) combines them as stage
-# 6's split-KV combine does. Predicted 2-3% at those two shapes. Measured against the build
-# without, rounds ordered split, whole, whole, split (scripts/tail_split_ab.py, -s43call4):
-# 1.019x at B4 H16 S8192 D128 full and at B3, 1.014x causal and 1.000x at B2 H16 S8192, where
-# nothing is split; at D64 0.995x at B16 H16 S2048 full, 0.992x causal, 1.010x at B8 S4096. So
-# on at D128 only; at D64 6 or 8 pieces per tail tile ran 0.995-1.000x too (-s43call7). (The first
-# version combined in the last piece to finish, inside the attention kernel: that code cost its
-# main loop 1-2.6% everywhere, -s43call2.)
+# TAIL_SPLIT (stages/stage7.cu: work_item, finish_piece), per head dim, in the work queue's builds:
+# full attention's work tiles all take the same time, so the queue's last n_work mod SMs of them run
+# alone, one per SM, while every other SM idles. experiments/tail_split/queue_tail_probe.py measured
+# it (results/logs/2026-11-26-s43call3): every SM within 1% of the same pace, and 2.53% of the SM
+# time idle at the launch's end at B4 H16 S8192 D128 (4 tiles of 4,096 on 132 SMs), 3.02% at B16 H16
+# S2048 D64 (44 of 2,816). Those last tiles are split along their keys into pieces that the queue
+# hands out as SMs free up; each piece writes its rows in fp32, and a small kernel after this one
+# (attention_fp8_combine_tail, launched with PDL) combines them as stage 6's split-KV combine does.
+# Predicted 2-3% at those two shapes. Measured against the build without, rounds ordered split,
+# whole, whole, split (experiments/tail_split/tail_split_ab.py, -s43call4): 1.019x at B4 H16 S8192
+# D128 full and at B3, 1.014x causal and 1.000x at B2 H16 S8192, where nothing is split; at D64
+# 0.995x at B16 H16 S2048 full, 0.992x causal, 1.010x at B8 S4096. So on at D128 only; at D64 6 or 8
+# pieces per tail tile ran 0.995-1.000x too (-s43call7). (The first version combined in the last
+# piece to finish, inside the attention kernel: that code cost its main loop 1-2.6% everywhere,
+# -s43call2.)
 TAIL_SPLIT = {64: False, 128: True}
 # A piece keeps at least this many key tiles: each adds its rows in fp32 (BLOCK_M × D floats)
 # for the combine to read back, which at 4 key tiles per piece is under a tenth of the piece's

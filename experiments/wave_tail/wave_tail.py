@@ -15,7 +15,7 @@ cost. Each kernel's heads are timed in the same interleaved rounds (each H once,
 rounds again in reverse order; the geometric mean of the two), checked against the reference
 (SDPA in bf16, for stage 6) or the emulation (stage 7) first. Logs only (--out): nothing is recorded.
 
-    python scripts/wave_tail.py --out wave_tail.json [--heads 31 32 33 34 35]
+    python experiments/wave_tail/wave_tail.py --out wave_tail.json [--heads 31 32 33 34 35]
 """
 import argparse
 import json
@@ -23,7 +23,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 

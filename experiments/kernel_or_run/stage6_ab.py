@@ -12,10 +12,10 @@ make is reported); today's launcher runs both, its argument list cut to the olde
 parameter count (parameters added since come last). Both outputs are checked against the float64
 reference first.
 
-    python scripts/stage6_ab.py                    # against edf711c
-    python scripts/stage6_ab.py --against 9e84965 --rounds 7
-    python scripts/stage6_ab.py --against d1832bb --older-file stage6-d1832bb.cu
-    python scripts/stage6_ab.py --against 4bb5e7c --older-file stage6-4bb5e7c.cu --decode
+    python experiments/kernel_or_run/stage6_ab.py                    # against edf711c
+    python experiments/kernel_or_run/stage6_ab.py --against 9e84965 --rounds 7
+    python experiments/kernel_or_run/stage6_ab.py --against d1832bb --older-file stage6-d1832bb.cu
+    python experiments/kernel_or_run/stage6_ab.py --against 4bb5e7c --older-file stage6-4bb5e7c.cu --decode
 """
 import argparse
 import subprocess
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 import stages.stage6 as s6  # noqa: E402
@@ -31,7 +31,7 @@ from lib.inputs import make_qkv, new_output  # noqa: E402
 from lib.reference import check_output  # noqa: E402
 from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # (B, H, H_kv, Sq, Sk, D, causal): the standard shapes, the short prefill rows the map finds
 # weakest, and two decoding rows (one query against a cache: split-KV and packed GQA)
 SHAPES = [(1, 8, 8, 512, 512, 64, False), (16, 16, 16, 2048, 2048, 64, False), (16, 16, 16, 2048, 2048, 64, True),

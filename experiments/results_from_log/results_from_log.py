@@ -6,7 +6,7 @@ that is derived rather than printed says so in a field next to it. Entries the l
 cover (the ceilings, the tile sweep of stages 4 and 5) are kept from the previous file with
 their own provenance.
 
-    python scripts/results_from_log.py results/logs/2026-11-23-c896d87 --commit c896d87 \\
+    python experiments/results_from_log/results_from_log.py results/logs/2026-11-23-c896d87 --commit c896d87 \\
         [--timeline results/logs/2026-11-23-c896d87/stage6_timeline.json]
 """
 import argparse
@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import stages  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.bench import STANDARD_SHAPES  # noqa: E402
@@ -136,7 +136,7 @@ def main() -> int:
            "date": f"{date.group(4)}-{months.index(date.group(1)) + 1:02d}-{int(date.group(2)):02d} "
                    f"{date.group(3)} UTC",
            "recorded_from": f"the printed logs of scripts/gpu_session.sh ({a.logs.as_posix()}), rebuilt by "
-                            "scripts/results_from_log.py: the JSON the session wrote was lost before it "
+                            "experiments/results_from_log/results_from_log.py: the JSON the session wrote was lost before it "
                             "was fetched. Not printed by the run, carried from the previous record of the "
                             "same GPU model and image: nvrtc, cuda_core, python, sm_count, memory_GiB, l2_MiB."}
     if old.get("env", {}).get("gpu") == env["gpu"]:

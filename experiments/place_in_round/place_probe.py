@@ -23,8 +23,8 @@ runs after that many milliseconds of the callable's own untimed runs (lib.timing
 ratio with stage 6 first (after FLASH's batch) exceeds the others by a few percent; at short
 shapes (below the power limit) every order agrees. Logs only (--out).
 
-    python scripts/place_probe.py --out place.json
-    python scripts/place_probe.py --settle-ms 0 50 150 --shapes 2 --out settle.json
+    python experiments/place_in_round/place_probe.py --out place.json
+    python experiments/place_in_round/place_probe.py --settle-ms 0 50 150 --shapes 2 --out settle.json
 """
 import argparse
 import itertools
@@ -32,7 +32,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 import stages.stage6 as s6  # noqa: E402

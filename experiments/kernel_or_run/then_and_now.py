@@ -1,8 +1,8 @@
 """One stage at one shape, as an earlier commit built it and as it is now, timed side by side on
 this GPU: settles whether a recorded slowdown belongs to the kernel or to the run that recorded it.
 
-    python scripts/then_and_now.py 4506624 3 long              # stage 3 at B4 H16 S8192 D128
-    python scripts/then_and_now.py 4506624 3 long --rounds 3 --dtype bfloat16
+    python experiments/kernel_or_run/then_and_now.py 4506624 3 long              # stage 3 at B4 H16 S8192 D128
+    python experiments/kernel_or_run/then_and_now.py 4506624 3 long --rounds 3 --dtype bfloat16
 
 The earlier tree is `git archive COMMIT` (or --tree DIR, a copy made elsewhere). Each round times
 the earlier build, then the current one, each in a fresh process that imports only that tree's
@@ -21,7 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from lib.bench import STANDARD_SHAPES  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402

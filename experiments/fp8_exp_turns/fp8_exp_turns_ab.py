@@ -1,7 +1,7 @@
 """Stage 7's consumers taking turns at the exponential unit: does it feed MUFU better at D 64?
 
 Why ask: at D 64 the FP8 kernel is bound by its exponentials (16 per SM per clock,
-scripts/mufu_half_rates.py), yet the unit is busy only about two thirds of the time (the
+experiments/mufu_half_rates/mufu_half_rates.py), yet the unit is busy only about two thirds of the time (the
 notebook's section 9) while 36% of the stall samples wait on it. That is the signature of
 consumers in step: the three warpgroups of a block wait on the same K/V tiles, reach their
 exponentials together, share the unit for a while, then all go to their row maxima, casts and
@@ -21,14 +21,14 @@ inputs in interleaved rounds, with stage 6 (bf16) beside them for issue 25's rat
                   is cast (stages/stage7.cu edited in memory; the file is untouched)
 Each variant's output must equal the default's bit for bit (the turns change no arithmetic).
 
-    python scripts/fp8_exp_turns_ab.py [--budget-s 0.5] [--out ab.json]
+    python experiments/fp8_exp_turns/fp8_exp_turns_ab.py [--budget-s 0.5] [--out ab.json]
 """
 import argparse
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from lib import fp8, nvrtc  # noqa: E402

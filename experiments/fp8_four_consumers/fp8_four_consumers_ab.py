@@ -3,7 +3,7 @@ a fourth warp per scheduler to feed the exponential unit, bought with smaller ti
 
 Why: at D 64 the kernel is bound by its exponentials and the unit is about two thirds busy with
 0.85 warps eligible per scheduler (the notebook's section 9), so one more warp per scheduler is
-the obvious step. With 128-key tiles it has no registers (scripts/fp8_consumers_offline.py: 120
+the obvious step. With 128-key tiles it has no registers (experiments/fp8_four_consumers/fp8_consumers_offline.py: 120
 a thread for four consumers, 137-144 needed). A 64-key tile halves S (32 registers) and P (8):
 offline, four consumers with 112 registers each (the producer keeps 32, as with three) compile
 with no spill and no serialized wgmma, with or without ROW_SUM_MMA. The price: twice the tiles
@@ -16,7 +16,7 @@ and the setmaxnreg split in memory (stages/stage7.cu is untouched) and adds the 
 stage7.CHOICES for this process. Each variant is checked against lib.fp8's emulation (its own
 64-key tiles) at the timed shapes and at odd ones before it is timed.
 
-    python scripts/fp8_four_consumers_ab.py [--budget-s 0.5] [--out ab.json]
+    python experiments/fp8_four_consumers/fp8_four_consumers_ab.py [--budget-s 0.5] [--out ab.json]
 """
 import argparse
 import importlib.util
@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from lib import fp8, nvrtc  # noqa: E402
@@ -34,7 +34,7 @@ from lib.timing import time_interleaved  # noqa: E402
 from stages import stage6, stage7  # noqa: E402
 
 # The lines of stages/stage7.cu that limit the consumers and split the registers: the ones
-# scripts/fp8_consumers_offline.py edits too.
+# experiments/fp8_four_consumers/fp8_consumers_offline.py edits too.
 _spec = importlib.util.spec_from_file_location("fp8_consumers_offline", Path(__file__).with_name("fp8_consumers_offline.py"))
 _offline = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_offline)

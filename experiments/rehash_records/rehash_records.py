@@ -19,7 +19,7 @@ was and listed. Then, for every hash, whether it matched the working tree's sour
 its old form) and after (under today's): a record fresh before must be fresh after. A file already
 in today's form is refused. Run from the repository root:
 
-    python scripts/rehash_records.py [results/<gpu>.json]      # prints what it did, writes the file
+    python experiments/rehash_records/rehash_records.py [results/<gpu>.json]      # prints what it did, writes the file
 """
 import functools
 import hashlib
@@ -29,7 +29,7 @@ import sys
 from unittest import mock
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import stages  # noqa: E402
 from lib import results as R  # noqa: E402
 
@@ -107,6 +107,9 @@ def rehash(stored: str, n: int | None, commit: str | None, form) -> tuple[str, s
 
 
 def main() -> int:
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else None
     data = R.load(path)
     path = Path(data.pop("_path"))

@@ -12,15 +12,15 @@ SMs × BLOCKS_PER_SM blocks of THREADS, and the exponentials per SM per clock co
 own clock64() (from its first block's start to its last block's end), so the GPU's clock (power
 limit, boost) drops out.
 
-    python scripts/mufu_half_rates.py --offline   # MUFU instructions per exponential (CPU)
-    python scripts/mufu_half_rates.py             # and the measured rates (GPU)
+    python experiments/mufu_half_rates/mufu_half_rates.py --offline   # MUFU instructions per exponential (CPU)
+    python experiments/mufu_half_rates/mufu_half_rates.py             # and the measured rates (GPU)
 """
 import argparse
 import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

@@ -16,7 +16,7 @@ D128). The build with the split ran 1.1-2.6% slower even unsplit: its softmax's 
 instructions, but the score scale sits in a general register instead of a uniform one (the SASS,
 compared offline). Against that build, the split itself gained about 0.4% at S8192 D128 and 0.1-2% at
 the other shapes, far under the 3% the idle SMs predicted. The idle time is real:
-scripts/queue_tail_probe.py (call 3) found every SM within 1% of the same pace per tile and
+experiments/tail_split/queue_tail_probe.py (call 3) found every SM within 1% of the same pace per tile and
 2.5-3.1% of the SM time idle at the launch's end at these shapes. So what lost was the split
 build's own cost, not the idea.
 
@@ -36,15 +36,15 @@ mean of its two places' medians. Stage 6 is timed in rounds of its own, after. B
 checked against lib.fp8's emulation before and after timing. Logs only (--out): nothing is
 recorded.
 
-    python scripts/tail_split_ab.py --out tail_split.json
-    python scripts/tail_split_ab.py --head-dims 64 --pieces 6 8 --out pieces.json  # other piece counts too
+    python experiments/tail_split/tail_split_ab.py --out tail_split.json
+    python experiments/tail_split/tail_split_ab.py --head-dims 64 --pieces 6 8 --out pieces.json  # other piece counts too
 """
 import argparse
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from lib import fp8  # noqa: E402

@@ -15,12 +15,12 @@ The kernel allows at most three consumers (named barriers); this script lifts th
 sets the register split in the source it compiles (the file in stages/ is untouched), with the
 D64 default's other switches (stage7.config).
 
-    python scripts/fp8_consumers_offline.py
+    python experiments/fp8_four_consumers/fp8_consumers_offline.py
 """
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from lib import nvrtc  # noqa: E402

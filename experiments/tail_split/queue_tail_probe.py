@@ -1,6 +1,6 @@
 """Probe (issue 25): where each work tile of stage 7's work queue ran, and when.
 
-Splitting the queue's last partial wave along the keys (scripts/tail_split_ab.py, session 43) was
+Splitting the queue's last partial wave along the keys (experiments/tail_split/tail_split_ab.py, session 43) was
 predicted to save 2-3% at B4 H16 S8192 D128 (4,096 work tiles on 132 SMs: 31.03 per SM, so 4
 SMs would run a 32nd tile alone) and saved about 0.4%. The guess then: the queue hands out tiles
 as SMs free up, SMs do not all run at the same pace, and the faster ones take the extra tiles,
@@ -13,7 +13,7 @@ the tile started and when its output was stored. The same launch as stage7.forwa
 one more pointer. From those: work tiles per SM, each SM's mean time per tile, and how much of
 the launch's SM time was idle at its end (every SM's last store against the launch's last).
 
-    python scripts/queue_tail_probe.py --out queue_tail.json [--shape 4 16 8192 128]
+    python experiments/tail_split/queue_tail_probe.py --out queue_tail.json [--shape 4 16 8192 128]
 
 Measured (call 3 of session 43, results/logs/2026-11-26-s43call3): the guess was wrong. Every SM
 ran at the same pace within 1% (68.9-69.9 µs per tile at B4 H16 S8192 D128, 20.1-20.5 at B16 H16
@@ -37,7 +37,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

@@ -3,13 +3,13 @@ a profiler: every kernel between the warm-ups' end and the profiler's stop. The 
 switches are arguments, so each build can be profiled on its own.
 
     ncu --profile-from-start off --clock-control none --set full \\
-        python scripts/profile_backward.py 2 16 4096 128 --warpgroups 2 --dq-atomics 1
+        python experiments/profile_backward/profile_backward.py 2 16 4096 128 --warpgroups 2 --dq-atomics 1
 """
 import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from lib.inputs import make_qkv  # noqa: E402
