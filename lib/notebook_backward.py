@@ -255,7 +255,8 @@ def draw_backward_step():
     """One step of the Hopper build's dK/dV kernel (stages/stage8_wgmma.cu with its switches on),
     as data flow: which tiles come from where, in three columns (global memory, the block's
     shared memory, one warpgroup's registers). Q, dO, lse and δ arrive by the copy engine (TMA
-    and bulk copies, counted on an mbarrier); K and V stay in shared memory for the whole loop;
+    and bulk copies, counted on an mbarrier); K and V, copied in once per block by every thread
+    (cp.async, copy_tile), stay in shared memory for the whole loop;
     Sᵀ, dPᵀ, Pᵀ and dSᵀ live in registers, as do dK and dV; dQ's partial tiles go through shared
     memory to a bulk reduction into a float32 dQ, which the postprocess puts back in rows."""
     import matplotlib.pyplot as plt
@@ -311,16 +312,16 @@ def draw_backward_step():
     s_dq = box("shared", 3.0, "dQ partial tiles  [64 × 64] float32,\n2 buffers (one step's may be in flight)")
     # registers
     r_s = box("reg", 8.0, "Sᵀ = K·Qᵀ,  dPᵀ = V·dOᵀ\n(wgmma, 64 keys × 64 queries each)")
-    r_p = box("reg", 6.8, "Pᵀ = exp2(Sᵀ·scale·log₂e − lse·log₂e)\ndSᵀ = Pᵀ ∘ (dPᵀ − δ)")
+    r_p = box("reg", 6.8, "Pᵀ = exp2(Sᵀ·scale·log₂e − lse·log₂e)\ndSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale")
     r_acc = box("reg", 5.4, "dV += Pᵀ·dO,   dK += dSᵀ·Q\n(kept the whole loop; Pᵀ and dSᵀ are\n"
                 "the register A operand, dO and Q\nread from shared memory, MN-major)", h=1.2)
     r_dq = box("reg", 3.0, "dQ part = dS·K\n(wgmma, 64 queries\n× 64 columns of D)", h=1.0, w=2.7)
 
-    load, operand, store, red = "#c0392b", "#555555", "#1f618d", "#7d3c98"
+    load, copy, operand, store, red = "#c0392b", "#d68910", "#555555", "#1f618d", "#7d3c98"
     arrow(right(g_q), left(s_q), "TMA (tensor maps),\nthread 0,\n2 steps ahead", color=load)
     arrow(right(g_l), left(s_l), "bulk copies,\nsame mbarrier", color=load)
     arrow(top(g_pre), bottom(g_l), color="#777777")
-    arrow(right(g_k), left(s_k), "once per block", color=load)
+    arrow(right(g_k), left(s_k), "cp.async, every thread,\nonce per block", color=copy)
     arrow(right(s_q), left(r_s), "wgmma operands\n(descriptors)", color=operand)
     arrow(right(s_k, 0.2), left(r_s, -0.2), "K, V", color=operand, rad=0.3, tx=0.35, ty=-0.6)
     arrow(right(s_l), left(r_p), color=operand)
@@ -334,9 +335,10 @@ def draw_backward_step():
     arrow(bottom(g_dq), top(g_post), color="#777777")
     arrow((r_acc[1] - 0.45, r_acc[2] - r_acc[3] / 2), right(g_kv), color=store, style="angle,angleA=-90,angleB=0,rad=0")
     ax.text(8.5, 0.8, "after the loop: dK, dV stored", ha="center", va="bottom", fontsize=7.3, color=store)
-    for i, (c, t) in enumerate(((load, "copy engine: loads"), (operand, "wgmma reads from shared memory"),
+    for i, (c, t) in enumerate(((load, "copy engine: loads"), (copy, "threads' cp.async copies"),
+                                (operand, "wgmma reads from shared memory"),
                                 (store, "stores from registers"), (red, "copy engine: bulk reduction"))):
-        ax.text(4.85, 2.0 - 0.28 * i, "⟶ " + t, color=c, fontsize=7.5, va="center")
+        ax.text(4.85, 2.1 - 0.26 * i, "⟶ " + t, color=c, fontsize=7.5, va="center")
     fig.suptitle("One step of the dK/dV kernel, Hopper build at D 128 (two warpgroups): 64 queries against "
                  "the block's 128 keys", fontsize=11)
     fig.tight_layout()

@@ -9,6 +9,7 @@ import torch
 from lib import fp8
 from lib import results as R
 from lib.notebook_common import _md
+from lib.plots_journey import STAGE_COLORS
 from lib.plots_stage6 import TENSOR_FLOP_PER_CLOCK
 
 # Dense tensor-core FLOP per SM per clock on the H100 (SXM): fp16/bf16 (stage 6's count), e4m3 twice that.
@@ -95,13 +96,13 @@ def prediction(tiles: dict, clock_hz: float, sms: int = 132, exp_poly_share: flo
 
 def prediction_table(pred: dict, fp8_ceiling: float) -> None:
     rows = ["| D | BLOCK_N | consumers | products, cycles / tile / warpgroup (bf16 → e4m3) | "
-            "exp cycles / tile: one warpgroup → all consumers (one MUFU per SM) | "
+            "exp cycles / tile: one warpgroup × consumers = all (one MUFU per SM) | "
             "cycles per key tile, all consumers | set by | predicted TFLOPS | of the e4m3 GEMM ceiling |",
             "|---|---|---|---|---|---|---|---|---|"]
     for D, p in pred.items():
         lo, hi = p["tflops"]
         rows.append(f"| {D} | {p['BLOCK_N']} | {p['consumers']} | {p['gemm16_cycles']:,.0f} → {p['gemm_cycles']:,.0f} | "
-                    f"{p['exp_cycles']:,.0f} → {p['mufu_cycles']:,.0f} | "
+                    f"{p['exp_cycles']:,.0f} × {p['consumers']} = {p['mufu_cycles']:,.0f} | "
                     f"{p['period_lo']:,.0f} (serial) – {p['period_hi']:,.0f} | {', '.join(p['bound'])} | "
                     f"{lo:.0f}–{hi:.0f} | {lo / fp8_ceiling:.0%}–{hi / fp8_ceiling:.0%} |")
     _md("\n".join(rows))
@@ -238,11 +239,13 @@ def show_fp8_bench(rec: dict, stage7) -> None:
     labels = [f"S{r['S']} D{r['D']}\n{'causal' if r['causal'] else 'full'}" for r in rows]
     flops = [r["tflops_kernel"] * r["us"]["stage 7 kernel"] for r in rows]  # TFLOPS · µs: the same for every callable
     series = {"stage 7 (e4m3)": "stage 7 kernel", "stage 6 (bf16)": "stage 6", "SDPA default": "SDPA default"}
+    colors = {"stage 7 (e4m3)": STAGE_COLORS[7], "stage 6 (bf16)": STAGE_COLORS["stages 0-6"],
+              "SDPA default": "dimgray"}  # the journey's colours (lib.plots_journey.STAGE_COLORS)
     fig, ax = plt.subplots(figsize=(9, 3.6))
     width = 0.8 / len(series)
     for i, (name, key) in enumerate(series.items()):
         ax.bar([x + i * width for x in range(len(rows))], [f / r["us"][key] for f, r in zip(flops, rows)],
-               width, label=name)
+               width, label=name, color=colors[name])
     for name, style in (("e4m3 GEMM", "--"), ("bf16 GEMM", ":")):
         ax.axhline(ceil[name], color="gray", linestyle=style, linewidth=1)
         ax.text(len(rows) - 0.5, ceil[name], f" {name} {ceil[name]:,.0f}", va="bottom", ha="right", fontsize=8)

@@ -314,6 +314,9 @@ def plot_journey_host(shape, host: dict, label: str):
 # The journey's closing figure: the whole way, stage 0 to stage 8, as a share of the ceiling
 
 BEYOND_STYLE = {7: ("tab:orange", "//"), 8: ("tab:green", "\\\\")}
+STAGE_COLORS = {"stages 0-6": "tab:blue", "stage 6 ideas": "tab:purple", 7: BEYOND_STYLE[7][0],
+                8: BEYOND_STYLE[8][0], "SDPA": "k"}  # one colour per stage in every chart that sets them side by side
+ANCHOR_COLORS = ("tab:red", "tab:brown", "tab:olive")
 
 
 def plot_journey_whole_way(data: dict, B: int, H: int, S: int, D: int, causal: bool = False,
@@ -325,13 +328,14 @@ def plot_journey_whole_way(data: dict, B: int, H: int, S: int, D: int, causal: b
     out, the forward's FLOPs on e4m3 tensor cores, whose own GEMM roof that run measured is drawn
     dotted) and stage 8's backward (the backward entry, fp16: TFLOPS at 2.5 × the forward's
     FLOPs). Lines: SDPA's default backend (the median of the rows' own timings at the shape) and
-    `anchors` ({label: TFLOPS}, another run on the same GPU model)."""
+    `anchors` ({label: TFLOPS}, another run on the same GPU model), dashed: an SDPA anchor in SDPA's
+    black, others in colours no bar has."""
     from lib.results import standard_runs
     peak = (data.get("ceilings") or {}).get("matmul_TFLOPS")
     rows = {r["stage"]: r for r in standard_runs(data) if not r.get("skipped") and r["dtype"] == "float16"
             and (r["B"], r["H"], r["Sq"], r["D"], r["causal"]) == (B, H, S, D, causal)}
-    bars = [(f"stage {n}", rows[n]["tflops"], "tab:blue", None) for n in sorted(rows)]
-    bars += [(f"6: {r['variant']}", r["tflops"], "tab:purple", None)
+    bars = [(f"stage {n}", rows[n]["tflops"], STAGE_COLORS["stages 0-6"], None) for n in sorted(rows)]
+    bars += [(f"6: {r['variant']}", r["tflops"], STAGE_COLORS["stage 6 ideas"], None)
              for r in (data.get("stage6") or {}).get("rows", []) if r["kind"] == "schedule"
              and r.get("dtype", "float16") == "float16"
              and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)]
@@ -352,10 +356,12 @@ def plot_journey_whole_way(data: dict, B: int, H: int, S: int, D: int, causal: b
         ax.text(i, y * scale, f"{y:.0f}" if y >= 100 else f"{y:.3g}", ha="center", va="bottom", fontsize=6)
     sd = sorted(r["sdpa_tflops"] for r in rows.values() if r.get("sdpa_tflops"))
     if sd:
-        ax.axhline(sd[len(sd) // 2] * scale, color="k", lw=1,
+        ax.axhline(sd[len(sd) // 2] * scale, color=STAGE_COLORS["SDPA"], lw=1,
                    label=f"SDPA default, this record\n({sd[len(sd) // 2]:.0f} TFLOPS)")
-    for i, (label, v) in enumerate((anchors or {}).items()):
-        ax.axhline(v * scale, color=f"C{i + 3}", ls="--", lw=1, label=f"{label}\n({v:.0f} TFLOPS)")
+    others = iter(ANCHOR_COLORS)  # no bar's colour: an SDPA anchor dashed in SDPA's black
+    for label, v in (anchors or {}).items():
+        ax.axhline(v * scale, color="k" if label.startswith("SDPA") else next(others), ls="--", lw=1,
+                   label=f"{label}\n({v:.0f} TFLOPS)")
     e4m3 = (fp8.get("ceilings_tflops") or {}).get("e4m3 GEMM") if r7 else None
     if e4m3:
         ax.axhline(e4m3 * scale, color=BEYOND_STYLE[7][0], ls=":", lw=1.2,

@@ -48,7 +48,9 @@ __device__ __forceinline__ unsigned short to_e4m3x2(float a, float b) {
     return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
 }
 
-// Slab s's amax over blocks `per_slab` blocks (block b of them), 8 elements per thread.
+// Slab s's amax, shared out among `per_slab` blocks (this is block b of them), 8 elements per
+// thread and step; each warp's max, then the block's through shared memory (warp_max), then one
+// atomicMax per block.
 __device__ __forceinline__ void amax_slab(const elem_t* x, unsigned* amax, long long slab_elems, long long s,
                                           long long b, long long per_slab) {
     const elem_t* base = x + s * slab_elems;

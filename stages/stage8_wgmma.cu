@@ -304,7 +304,6 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #endif
         const int buf = it % 2, m0 = m0_of(it);
 
-        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: 64 keys × 64 queries each.
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), a commit group each.
         float s[32], dp[32];
         wgmma_fence();
