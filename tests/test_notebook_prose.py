@@ -123,3 +123,12 @@ def test_typed_figure_rule_can_fail():
     assert typed_figures("| turns | 0.69× | `results/logs/2026-11-27-x/` |") == []
     assert SESSION.search("as session 36 measured") and SESSION.search("log s46call3")
     assert not SESSION.search("results/logs/2026-11-27-s46call4/device.log")
+
+
+def test_docs_name_records_by_commit_not_by_session():
+    docs = [ROOT / "README.md", ROOT / "experiments" / "README.md",
+            *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "experiments").glob("*/README.md"))]
+    found = [f"{p.relative_to(ROOT)}:{t.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+             for p in docs if p.exists() for t in [p.read_text()]
+             for m in SESSION.finditer(t.replace("\n", " "))]  # a name broken across lines too
+    assert not found, "name a record by commit, date and GPU:\n" + "\n".join(found)
