@@ -411,8 +411,9 @@ def _rec() -> dict:
 
 
 def shape_of(shape: str) -> tuple:
-    """(B, H, S, D) of a named standard shape ('latency', 'throughput', 'long')."""
-    return next(s[1:] for s in R.STANDARD_SHAPES if s[0] == shape)
+    """(B, H, S, D) of a named standard shape (lib.prose.shape_dims)."""
+    from lib.prose import shape_dims
+    return shape_dims(shape)
 
 
 def std_rows(shape: str, causal: bool = False) -> dict:
@@ -439,9 +440,9 @@ def vs_sdpa(stage: int, shape: str, causal: bool = False, field: str = "sdpa_us"
 
 
 def vs_own_sdpa(stage: int, shape: str, causal: bool = False, field: str = "sdpa_us") -> float:
-    """The stage's speed against the SDPA timing of its own run (the row's own SDPA time)."""
-    r = row(stage, shape, causal)
-    return r[field] / r["us"]
+    """The stage's speed against the SDPA timing of its own run (lib.prose.vs_own_sdpa)."""
+    from lib.prose import vs_own_sdpa
+    return vs_own_sdpa(row(stage, shape, causal), field)
 
 
 def both_masks(f, *args, **kw) -> list:

@@ -438,12 +438,9 @@ def show_stage4_hypotheses(head_dims=(64, 128)) -> tuple[dict | None, dict | Non
 # -- record look-ups for the stage 3, 4 and 5 notebooks' prose cells (issue 47, lib.prose) --------
 
 def rec_row(stage: int, shape: str = "throughput", causal: bool = False, dtype: str = "float16") -> dict:
-    """The recorded row of `stage` at a named standard shape; KeyError when it is not recorded."""
-    from lib.notebook_common import recorded_row
-    r = recorded_row(stage, shape, causal, dtype)
-    if r is None:  # a prose cell must fail loudly
-        raise KeyError(f"no recorded row of stage {stage} at {shape} ({dtype}, causal {causal})")
-    return r
+    """The recorded row of `stage` at a named standard shape (lib.prose.row)."""
+    from lib.prose import row
+    return row(stage, shape, causal, dtype)
 
 
 def rec_speedup(old: int, new: int, shape: str = "throughput", causal: bool = False) -> float:
@@ -452,11 +449,9 @@ def rec_speedup(old: int, new: int, shape: str = "throughput", causal: bool = Fa
 
 
 def rec_vs_sdpa(stage: int, shape: str, causal: bool = False, field: str = "sdpa_us") -> float:
-    """SDPA's recorded time (the median over every stage's rows of the shape, as the tables) ÷ the
-    stage's, fp16; `field` "sdpa_flash_us": FLASH_ATTENTION."""
-    from lib.notebook_common import sdpa_median_of
-    r = rec_row(stage, shape, causal)
-    return sdpa_median_of(r, field) / r["us"]
+    """SDPA's recorded median time at the shape ÷ the stage's, fp16 (lib.prose.vs_sdpa)."""
+    from lib.prose import vs_sdpa
+    return vs_sdpa(rec_row(stage, shape, causal), field)
 
 
 def _rec(entry: str | None = None, stage: int | None = None) -> str:
@@ -486,10 +481,9 @@ def launch_gap_held(call: str, causal: bool = False, shape: str = "latency") -> 
 
 
 def launch_gap_agreement(shapes=("throughput", "long")) -> float:
-    """The largest relative difference between the two ways of timing (GPU held or not) at `shapes`."""
-    from lib.prose import record
-    return max(abs(r["old_us"] / r["held_us"] - 1) for r in record()["launch_gap"]["rows"]
-               if r["shape"] in shapes)
+    """The largest relative difference between the two ways of timing (lib.prose)."""
+    from lib.prose import launch_gap_agreement
+    return launch_gap_agreement(shapes)
 
 
 def _tile_rows(stage: int, D: int, causal: bool) -> list:

@@ -117,3 +117,40 @@ def record_name(entry: dict | None = None) -> str:
     commit = str(entry.get("commit", env.get("commit", "?")))[:7]
     date = str(entry.get("date", env.get("date", "?")))[:10]
     return f"the {gpu_short(entry.get('gpu') or env['gpu'])} record (commit {commit}, {date})"
+
+
+# -- the benchmark rows every notebook cites (one set of look-ups for all of them) --------------
+
+def shape_dims(name: str) -> tuple[int, int, int, int]:
+    """(B, H, S, D) of a named standard shape ("latency", "throughput", "long")."""
+    return next(s[1:] for s in R.STANDARD_SHAPES if s[0] == name)
+
+
+def row(stage: int, shape: str = "throughput", causal: bool = False, dtype: str = "float16") -> dict:
+    """The recorded benchmark row of `stage` at a named standard shape; a prose cell must fail
+    loudly (LookupError) rather than render a sentence without its figure."""
+    from lib.notebook_common import recorded_row
+    r = recorded_row(stage, shape, causal, dtype)
+    if r is None:
+        raise LookupError(f"no recorded row of stage {stage} at {shape} ({dtype}, causal={causal})")
+    return r
+
+
+def vs_sdpa(r: dict, field: str = "sdpa_us") -> float:
+    """A row's speed against SDPA as the recorded tables give it: SDPA's median time at the row's
+    shape over every stage's row (each timed SDPA again) ÷ the row's time; `field`
+    "sdpa_flash_us" for the FLASH_ATTENTION backend."""
+    from lib.notebook_common import sdpa_median_of
+    return sdpa_median_of(r, field) / r["us"]
+
+
+def vs_own_sdpa(r: dict, field: str = "sdpa_us") -> float:
+    """A row's speed against the SDPA timing of its own run (the row's own SDPA time)."""
+    return r[field] / r["us"]
+
+
+def launch_gap_agreement(shapes=("throughput", "long")) -> float:
+    """The largest relative difference between the launch-gap record's two timings (the GPU held
+    or not: scripts/launch_gap.py) over every call at `shapes`."""
+    return max(abs(r["old_us"] / r["held_us"] - 1) for r in record()["launch_gap"]["rows"]
+               if r["shape"] in shapes)

@@ -3,23 +3,18 @@ each returns the figures one sentence cites, read from the results file (lib.pro
 that the sentence is rendered again after a re-record instead of going stale."""
 from __future__ import annotations
 
-from lib.notebook_common import recorded_row, sdpa_median_of, sdpa_median_us
+from lib import prose as P
+from lib.notebook_common import sdpa_median_us
 from lib.prose import record
 from lib.reference import attention_flops, attention_min_bytes
-from lib.results import STANDARD_SHAPES
 
 
-def shape(name: str) -> tuple[int, int, int, int]:
-    """(B, H, S, D) of a standard shape ("latency", "throughput", "long")."""
-    return next(s[1:] for s in STANDARD_SHAPES if s[0] == name)
+shape = P.shape_dims
 
 
 def row(stage: int, name: str = "latency", causal: bool = False) -> dict:
-    """The recorded fp16 row of `stage` at a standard shape; KeyError when there is none."""
-    r = recorded_row(stage, name, causal)
-    if r is None:
-        raise KeyError(f"no recorded row of stage {stage} at the {name} shape (causal={causal})")
-    return r
+    """The recorded fp16 row of `stage` at a standard shape (lib.prose.row)."""
+    return P.row(stage, name, causal)
 
 
 def stage_entry(stage: int) -> dict:
@@ -35,8 +30,8 @@ def sdpa_us(name: str = "latency", causal: bool = False, backend: str = "default
 
 
 def vs_sdpa(r: dict, backend: str = "default") -> float:
-    """A row's speed against SDPA as the recorded tables give it: SDPA's median time ÷ the row's."""
-    return sdpa_median_of(r, "sdpa_us" if backend == "default" else "sdpa_flash_us") / r["us"]
+    """A row's speed against SDPA as the recorded tables give it (lib.prose.vs_sdpa)."""
+    return P.vs_sdpa(r, "sdpa_us" if backend == "default" else "sdpa_flash_us")
 
 
 def floor_us(name: str, causal: bool = False) -> float:
@@ -61,8 +56,4 @@ def launch_gap_times(call: str, name: str = "latency", field: str = "held_us") -
     return [r[field] for r in record()["launch_gap"]["rows"] if r["call"] == call and r["shape"] == name]
 
 
-def launch_gap_agreement(names=("throughput", "long")) -> float:
-    """The largest relative difference between the old timing (launch gap included) and the held
-    one over every call of the experiment at those shapes."""
-    return max(abs(r["old_us"] / r["held_us"] - 1) for r in record()["launch_gap"]["rows"]
-               if r["shape"] in names)
+launch_gap_agreement = P.launch_gap_agreement

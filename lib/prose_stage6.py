@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import statistics
 
-from lib import results as R
-from lib.notebook_common import ROOT, ncu_report, recorded_row, sdpa_median_of
+from lib import prose as P
+from lib.notebook_common import ROOT, ncu_report
 from lib.prose import record
 
 SHAPE_OF_D = {64: "throughput", 128: "long"}
@@ -18,22 +18,12 @@ STD = {64: (16, 16, 2048), 128: (4, 16, 8192)}  # B, H, S of each head dim's sta
 # -- the benchmark rows ("runs") ---------------------------------------------------------------
 
 def row(shape: str, causal: bool = False, dtype: str = "float16", stage: int = 6) -> dict:
-    """A recorded benchmark row at a standard shape ("latency", "throughput", "long")."""
-    r = recorded_row(stage, shape, causal, dtype)
-    if r is None:
-        raise LookupError(f"no recorded row of stage {stage} at {shape} {dtype} causal={causal}")
-    return r
+    """A recorded benchmark row at a standard shape (lib.prose.row)."""
+    return P.row(stage, shape, causal, dtype)
 
 
-def vs_own(r: dict) -> float:
-    """SDPA default's time in the row's own run ÷ the stage's."""
-    return r["sdpa_us"] / r["us"]
-
-
-def vs_median(r: dict, field: str = "sdpa_us") -> float:
-    """SDPA's median time over every stage's rows at that shape ÷ the stage's (`field`: sdpa_us
-    for the default backend, sdpa_flash_us for FLASH)."""
-    return sdpa_median_of(r, field) / r["us"]
+vs_own = P.vs_own_sdpa      # SDPA default's time in the row's own run ÷ the stage's
+vs_median = P.vs_sdpa       # SDPA's median time over every stage's rows at that shape ÷ the stage's
 
 
 def vs_flash(r: dict) -> float:
