@@ -29,6 +29,7 @@ import math
 import time
 import weakref
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -44,6 +45,15 @@ def require_transformers():
     return transformers
 
 
+def trainable(stage):
+    """stage.attention, or for a forward stage that has a backward (stages 5 and 6, with stage
+    8's) the composition stages.autograd makes of the two, so that a model trains through it."""
+    from stages import autograd
+    if autograd.FORWARDS.get(stage.INFO.number) is stage:
+        return partial(autograd.attention, forward=stage.INFO.number)
+    return stage.attention
+
+
 def attention_function(stage):
     """A transformers attention function that runs `stage` (a stage module: attention() and INFO).
 
@@ -51,6 +61,7 @@ def attention_function(stage):
     **kwargs) and expects (output [B, S, H, D], attention weights or None)."""
     info = stage.INFO
     takes_seqlens = "seqlens_k" in inspect.signature(stage.attention).parameters
+    attend = trainable(stage)
 
     def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         if dropout:
@@ -69,7 +80,7 @@ def attention_function(stage):
             is_causal = kwargs.get("is_causal")
             is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
             # As SDPA's adapter: one query (decoding) sees every key, causal or not.
-            out = stage.attention(query, key, value, causal=bool(is_causal) and Sq > 1, scale=scaling)
+            out = attend(query, key, value, causal=bool(is_causal) and Sq > 1, scale=scaling)
             return out.transpose(1, 2).contiguous(), None
         layout = mask_layout(attention_mask, Sq, Sk)
         return run_layout(stage, layout, query, key, value, scaling, takes_seqlens), None
@@ -188,17 +199,18 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
     otherwise the real rows are packed into sequences (unpad), run by the stage's
     attention_varlen and put back (pad), as transformers' own FlashAttention-2 path does."""
     info = stage.INFO
+    attend = trainable(stage)
     B, H, Sq, D = q.shape
     causal = "bottom_right" if layout.causal else False
     if layout.unpadded and len(set(layout.k_end)) == 1:
         end = layout.k_end[0]
         if end < k.shape[2]:
             k, v = k[:, :, :end], v[:, :, :end]
-        out = stage.attention(q, k, v, causal=causal, scale=scale)
+        out = attend(q, k, v, causal=causal, scale=scale)
         return out.transpose(1, 2).contiguous()
     if layout.unpadded and takes_seqlens:
         lens = torch.tensor(layout.k_end, dtype=torch.int32, device=q.device)
-        out = stage.attention(q, k, v, causal=causal, scale=scale, seqlens_k=lens)
+        out = attend(q, k, v, causal=causal, scale=scale, seqlens_k=lens)
         return out.transpose(1, 2).contiguous()
     if not info.varlen:
         from lib.inputs import stages_with

@@ -38,6 +38,25 @@ class NoBackwardError(RuntimeError):
     out (a RuntimeError, as autograd's own errors are)."""
 
 
+def sdpa_causal(q, k, causal, is_causal=None, enable_gqa=True):
+    """SDPA's own keywords, so that a call ported from F.scaled_dot_product_attention runs as
+    it is: `is_causal` is SDPA's name for causal=True (give one of the two), and
+    enable_gqa=False refuses K/V with fewer heads than Q, as SDPA does (every stage takes
+    GQA, so True changes nothing). Returns the causal setting to use."""
+    if is_causal is None and enable_gqa:
+        return causal  # the common call: nothing to map
+    if is_causal is not None:
+        if causal is not False and bool(causal) != bool(is_causal):
+            raise ValueError(f"causal={causal!r} and is_causal={is_causal!r} disagree: give one of them")
+        causal = bool(is_causal) if causal is False else causal
+    if not enable_gqa and getattr(q, "dim", lambda: 0)() == 4 and getattr(k, "dim", lambda: 0)() == 4 \
+            and q.shape[1] != k.shape[1]:
+        raise ValueError(f"q has {q.shape[1]} heads and k {k.shape[1]}: with enable_gqa=False they must "
+                         "match, as in F.scaled_dot_product_attention (every stage takes GQA: pass "
+                         "enable_gqa=True)")
+    return causal
+
+
 def refuse_grad(info: "StageInfo", q, k, v) -> None:
     """Raise NoBackwardError when grad mode is on and q, k or v requires grad. Cheap (three
     attribute reads): the launchers call it on every call, cached plans included."""
@@ -45,7 +64,14 @@ def refuse_grad(info: "StageInfo", q, k, v) -> None:
                                     or getattr(v, "requires_grad", False)):
         names = [n for n, t in (("q", q), ("k", k), ("v", v)) if getattr(t, "requires_grad", False)]
         # A stage whose forward saves the log-sum-exp has a backward for [B, H, S, D] inputs
-        # (stage 8's); only its packed-sequence calls get here.
+        # (stage 8's), composed with it outside the stage (stages/autograd.py).
+        packed = getattr(q, "dim", lambda: 4)() == 3
+        if info.saves_lse and not packed:
+            raise NoBackwardError(
+                f"stage {info.number}'s attention is the forward alone, and {', '.join(names)} "
+                f"require{'s' if len(names) == 1 else ''} grad. To train, call "
+                f"stages.autograd.attention(q, k, v, forward={info.number}, ...): this forward with "
+                "stage 8's backward. For inference, call it under torch.no_grad().")
         what = (f"stage {info.number}'s attention_varlen (packed sequences) has no backward pass"
                 if info.saves_lse else f"stage {info.number} has no backward pass")
         raise NoBackwardError(
@@ -53,8 +79,9 @@ def refuse_grad(info: "StageInfo", q, k, v) -> None:
             f"require{'s' if len(names) == 1 else ''} grad: its output would have no grad_fn, and "
             "a loss's gradient would silently leave attention out. For inference, call it under "
             "torch.no_grad() or torch.inference_mode() (or pass tensors that do not require "
-            "grad, e.g. .detach()); to train, use a stage with a backward (stages 5, 6 and 8, "
-            "[B, H, S, D] inputs) or torch.nn.functional.scaled_dot_product_attention.")
+            "grad, e.g. .detach()); to train, use stages.autograd.attention (stages 5 and 6's "
+            "forward with stage 8's backward, [B, H, S, D] inputs) or "
+            "torch.nn.functional.scaled_dot_product_attention.")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """The stages in order. `import stages.stageN` gives stage N's module; every module has
-`attention(q, k, v, *, causal=False, scale=None)` and `INFO` (a lib.inputs.StageInfo)."""
+`attention(q, k, v, *, causal=False, scale=None, attn_mask=None)` (SDPA's `is_causal` and
+`enable_gqa` taken too) and `INFO` (a lib.inputs.StageInfo). A stage's attention() is its
+forward alone; `stages.autograd.attention(q, k, v, forward=5 or 6)` adds stage 8's backward."""
 from __future__ import annotations
 
 import importlib

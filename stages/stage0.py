@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from lib import simulator
-from lib.inputs import StageInfo, causal_from_mask, causal_mode, new_output, trivial_output, validate
+from lib.inputs import StageInfo, causal_from_mask, causal_mode, new_output, sdpa_causal, trivial_output, validate
 
 cuda = simulator.numba_cuda()
 float32 = np.float32
@@ -94,11 +94,12 @@ def attention_rows(q, k, v, out, scale, causal, group):
         out[bh, i, c] = acc[c] / row_sum
 
 
-def attention(q, k, v, *, causal=False, scale=None, attn_mask=None):
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv; output
     a new contiguous tensor in q's dtype. attn_mask=causal_upper_left(Sq, Sk) is causal=True;
     the bottom-right alignment (causal_lower_right) with Sq != Sk is refused (stages 2–6)."""
+    causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
     causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from lib import nvrtc
-from lib.inputs import StageInfo, causal_from_mask, causal_mode, new_output, trivial_output, validate
+from lib.inputs import StageInfo, causal_from_mask, causal_mode, new_output, sdpa_causal, trivial_output, validate
 
 SOURCE = Path(__file__).with_suffix(".cu")
 KERNELS = ("attention_scores", "attention_softmax", "attention_pv")
@@ -55,12 +55,13 @@ def workspace_bytes(B, H, Sq, Sk, dtype=torch.float16) -> int:
     return B * H * padded(Sq) * padded(Sk) * (4 + itemsize)
 
 
-def attention(q, k, v, *, causal=False, scale=None, attn_mask=None):
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
     place with their strides; output a new contiguous tensor in q's dtype.
     attn_mask=causal_upper_left(Sq, Sk) is causal=True; the bottom-right alignment
     (causal_lower_right) with Sq != Sk is refused (stages 2–6)."""
+    causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
     causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     scale = validate(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from lib import nvrtc
-from lib.inputs import StageInfo, causal_from_mask
+from lib.inputs import StageInfo, causal_from_mask, sdpa_causal
 
 SOURCE = Path(__file__).with_suffix(".cu")
 BLOCK_Q, THREADS = 32, 64  # as in the .cu file
@@ -50,13 +50,14 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, packed: bool
                                 defines=dict(nvrtc.PACKED_ROWS if packed else ()))}
 
 
-def attention(q, k, v, *, causal=False, scale=None, attn_mask=None):
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
     place with their strides; output a new contiguous tensor in q's dtype.
     `causal` may also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be
     SDPA's causal bias, causal_upper_left(Sq, Sk) or causal_lower_right(Sq, Sk)
     (lib.inputs.causal_mode)."""
+    causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
     causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     return nvrtc.launch_fused(INFO, SOURCE, q, k, v, causal=causal, scale=scale,
                               block_q=BLOCK_Q, threads=THREADS)

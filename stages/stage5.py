@@ -20,13 +20,13 @@ lengths through `attention_varlen` (FlashAttention's flash_attn_varlen_func: q, 
 """
 from __future__ import annotations
 
-from functools import lru_cache, partial
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 
 from lib import nvrtc
-from lib.inputs import StageInfo, causal_from_mask, validate_varlen
+from lib.inputs import StageInfo, causal_from_mask, sdpa_causal, validate_varlen
 
 SOURCE = Path(__file__).with_suffix(".cu")
 # (BLOCK_Q, BLOCK_K, STAGES, WARP_Q) per head dim: the fastest of CHOICES on the H100 at
@@ -182,7 +182,7 @@ def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None,
                                 defines=dict(cfg["defines"] + (nvrtc.PACKED_ROWS if packed else ())))}
 
 
-def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, tiles=None, swizzle=True,
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True, tiles=None, swizzle=True,
               ideas=None, lse=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D] with H a multiple of H_kv, read in
@@ -194,15 +194,11 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, tiles=None, 
     SDPA's causal bias, causal_upper_left(Sq, Sk) or causal_lower_right(Sq, Sk)
     (lib.inputs.causal_mode). Packed sequences of
     different lengths: attention_varlen.
-    Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
-    runs stage 8's backward (stages/stage8.py); `lse`, a float32 [B, H, Sq] tensor, receives
-    the rows' log-sum-exp that backward needs."""
+    Gradients: this is the forward alone (an input that requires grad is refused);
+    stages.autograd.attention(q, k, v, forward=5) adds stage 8's backward. `lse`, a float32
+    [B, H, Sq] tensor, receives the rows' log-sum-exp that backward starts from."""
+    causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
     causal = causal_from_mask(causal, attn_mask, q, k, INFO)
-    if lse is None and torch.is_grad_enabled() and any(
-            getattr(t, "requires_grad", False) for t in (q, k, v)):
-        from stages import stage8  # the stage that has the backward
-        return stage8.with_grad(partial(attention, tiles=tiles, swizzle=swizzle, ideas=ideas),
-                                q, k, v, causal=causal, scale=scale)
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None

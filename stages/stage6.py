@@ -30,22 +30,24 @@ flash_attn_varlen_func, the same kernel with each work tile starting its copies 
 sequence's offset); and decoding against caches of different lengths per batch entry with
 attention(..., seqlens_k=...) (FlashAttention's seqused_k).
 
-Training (issue 23): the kernel also writes each row's log-sum-exp when asked (`lse=`), and
-attention() on inputs that require grad returns an output whose grad_fn runs stage 8's backward
-from it (stages/stage8.py; not with seqlens_k).
+Training: the kernel also writes each row's log-sum-exp when asked (`lse=`), which stage 8's
+backward starts from; `stages.autograd.attention(q, k, v, forward=6)` composes the two for
+autograd. This file is the forward alone.
 """
 from __future__ import annotations
 
 import math
-from functools import lru_cache, partial
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from lib import nvrtc
-from lib.inputs import (NO_MASK, GPUTooOldError, NoBackwardError, StageInfo, causal_from_mask, causal_mode,
-                        new_output, refuse_grad, trivial_output, validate_cached, validate_varlen)
+from lib.tma import Address, tensor_map
+from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
+                        new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
+                        validate_varlen)
 
 SOURCE = Path(__file__).with_suffix(".cu")
 ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
@@ -434,7 +436,7 @@ INFO = StageInfo(
     min_cc=(9, 0),
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
-    sources=("stages/stage6.py", "stages/stage6.cu", "stages/hopper.cuh", "stages/pdl.cuh", "stages/work_queue.cuh",
+    sources=("stages/stage6.py", "lib/tma.py", "stages/stage6.cu", "stages/hopper.cuh", "stages/pdl.cuh", "stages/work_queue.cuh",
              "stages/attention.cuh"),
     gqa=True,
     causal_alignments=("top_left", "bottom_right"),
@@ -563,33 +565,6 @@ def packed_queries(q: torch.Tensor, group: int) -> torch.Tensor:
     B, H, Sq, D = q.shape
     sb, sh, ss, sd = q.stride()
     return q.as_strided((B, H // group, group, Sq, D), (sb, group * sh, sh, ss, sd))
-
-
-# Tried and not kept: the maps' L2 promotion (how much the L2 fetches from memory for each copy
-# request; cuda.core's default, kept here, fetches what is asked; CUTLASS encodes its maps with 128
-# bytes). Predicted to help the streaming decoding rows, measured against none in the same rounds
-# at the recorded map's 120 rows (results/logs/2026-11-26-s42call1, experiments/l2_promotion/l2_promotion_ab.py):
-# decoding 0.978-1.021x (median 1.00x at Sq 1 and Sq 4, 128 and 256 bytes alike), prompts of
-# S <= 2048 level, and S >= 4096 slower, 0.93-1.00x with 128 bytes (median 0.98x) and 0.89-1.00x
-# with 256 (B1 H32 S16384 D128: 7,759 µs against 6,909), as if the promoted lines pushed K and V
-# tiles still to be reread out of the L2 (not profiled).
-def tensor_map(t: torch.Tensor, rows: int | tuple):
-    """The copy engine's description of a [B, H, S, D] tensor with its real strides: boxes of
-    `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled. `rows`
-    may be a tuple for the box's leading dimensions: (group, Sq) for packed_queries' 5-D view.
-    Encoding costs host time: attention() makes a tensor's map once per layout (its plan) and
-    afterwards only replaces the address. Each call here returns a new map of its own."""
-    from cuda.core.utils import StridedMemoryView
-    from cuda.core._tensor_map import TensorMapSwizzle
-    # The copy engine moves bits: a 16-bit integer view of fp16/bf16 has the same layout.
-    # It also wants every stride a multiple of 16 bytes, even where a dimension has size 1
-    # and its stride is never used: give those one that is.
-    strides = [st if n > 1 else 8 * (t.numel() + 1) for n, st in zip(t.shape, t.stride())]
-    strides[-1] = 1
-    t = t.as_strided(t.shape, strides)
-    view = StridedMemoryView.from_dlpack(t.view(torch.uint16), stream_ptr=-1)
-    box = (1,) * (t.dim() - 1 - len(rows)) + tuple(rows) if isinstance(rows, tuple) else (1, 1, rows)
-    return view.as_tensor_map((*box, 64), swizzle=TensorMapSwizzle.SWIZZLE_128B)
 
 
 _arch_ok: set = set()
@@ -759,17 +734,6 @@ class _Plan:
 _plans: dict = {}
 
 
-class _Address:
-    """The one thing TensorMapDescriptor.replace_address reads from a tensor: its address (as
-    __cuda_array_interface__, far cheaper to build than a DLPack capsule)."""
-
-    __slots__ = ("__cuda_array_interface__",)
-
-    def __init__(self, t):
-        self.__cuda_array_interface__ = {"shape": (t.numel(),), "typestr": "<u2", "version": 3,
-                                         "data": (t.data_ptr(), False), "strides": None}
-
-
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
                combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
@@ -878,7 +842,7 @@ def _queue(plan: _Plan, device) -> int:
     return queue.data_ptr()
 
 
-def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=None, tiles=None,
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True, seqlens_k=None, tiles=None,
               schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None, splits=None,
               pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
               blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None):
@@ -908,26 +872,14 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, seqlens_k=No
     (2 or 3 blocks of one consumer per SM, decoding; None: 1) and `tail_waves` (causal work on
     the queue: its last tail_waves·SMs work tiles handed out longest first; 0: none; None:
     tail_heads_for's rule) and `skip_past_end` (SKIP_ROWS_PAST_END; None: on) for measuring them.
-    Gradients: when grad mode is on and q, k or v requires grad, the output has a grad_fn that
-    runs stage 8's backward (stages/stage8.py), from the log-sum-exp this forward saves (not
-    with seqlens_k: refused); `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
+    Gradients: this is the forward alone (an input that requires grad is refused:
+    lib.inputs.refuse_grad); stages.autograd.attention(q, k, v, forward=6) adds stage 8's
+    backward, from the log-sum-exp this forward writes: `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
     receives the rows' log-sum-exp (natural log, −∞ for a row that sees no key; the keys are
     then never split)."""
+    causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
-    if lse is None and torch.is_grad_enabled() and any(
-            getattr(t, "requires_grad", False) for t in (q, k, v)):
-        if seqlens_k is not None:
-            raise NoBackwardError("stage 6 with seqlens_k (per-entry key lengths) has no backward pass: "
-                                  "stage 8 takes every key of each entry. Call it under torch.no_grad() "
-                                  "for inference, or without seqlens_k to train.")
-        from stages import stage8  # the stage that has the backward
-        return stage8.with_grad(partial(attention, tiles=tiles, schedule=schedule, exp2_poly=exp2_poly,
-                                        lazy_rescale=lazy_rescale, pack_gqa=pack_gqa, q_stages=q_stages,
-                                        tma_store=tma_store, combine_in_block=combine_in_block,
-                                        carry_pv=carry_pv, blocks_per_sm=blocks_per_sm, pdl=pdl,
-                                        tail_waves=tail_waves, skip_past_end=skip_past_end),
-                                q, k, v, causal=causal, scale=scale)
     if lse is not None:
         if not (isinstance(lse, torch.Tensor) and isinstance(q, torch.Tensor) and q.dim() == 4
                 and lse.dtype == torch.float32 and lse.is_contiguous() and lse.device == q.device
@@ -1043,7 +995,7 @@ def _retarget(plan: _Plan, i: int, t) -> None:
     plan.ptrs[i] = t.data_ptr()
     if plan.maps[i] is not None:
         try:
-            plan.maps[i].replace_address(_Address(t))
+            plan.maps[i].replace_address(Address(t))
             return
         except Exception:  # a cuda.core without replace_address, or one that reads more: encode
             pass

@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 from lib import fp8, nvrtc
-from lib.inputs import GPUTooOldError, StageInfo, causal_from_mask, causal_mode, new_output, refuse_grad, validate
+from lib.inputs import (GPUTooOldError, StageInfo, causal_from_mask, causal_mode, new_output, refuse_grad,
+                        sdpa_causal, validate)
 from stages import stage6 as s6
 
 SOURCE = Path(__file__).with_suffix(".cu")
@@ -424,7 +425,8 @@ def quantize(q, k, v, *, v_transposed: bool = True, pdl: bool | None = None):
     return q8, k8, v8, descale[0], descale[1], descale[2]
 
 
-def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=None, k_descale=None,
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True,
+              q_descale=None, k_descale=None,
               v_descale=None, tiles=None, schedule=None, q_stages=None, lazy_rescale=None,
               p_offset=None, v_in_kernel=False, exp2_poly=0, row_sum_mma=None, pdl=None, seqlens_k=None,
               tail_waves=None, tail_split=None, skip_past_end=None):
@@ -447,6 +449,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, q_descale=No
     (NoBackwardError)."""
     if seqlens_k is not None:
         raise NotImplementedError("stage 7 has no per-entry key lengths (seqlens_k): stage 6 has them")
+    causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     refuse_grad(INFO, q, k, v)

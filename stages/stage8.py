@@ -17,9 +17,10 @@ own), the default on an H100. On an H100 the stage's build (WGMMA_BUILD) sums dQ
 kernel with the copy engine's bulk reductions and loads Q and dO by TMA, with two warpgroups
 per block at D 128. The notebook measures each switch against the others.
 
-Autograd: `attention(q, k, v, causal=..., scale=...)` is stage 5's forward, saving the
-log-sum-exp, whose output has a grad_fn that runs this backward; stage 5's own `attention`
-takes the same path when an input requires grad (`with_grad`). GQA sums dK and dV over each
+Autograd: `with_grad(forward, q, k, v, ...)` runs a forward that saves the log-sum-exp so
+that its output's grad_fn runs this backward. This stage's `attention` is stage 5's forward
+taken that way; stages/autograd.py does the same for stage 6's (forward=6), so that the
+forward stages need not know about this one. GQA sums dK and dV over each
 group of query heads; causal works in both alignments; any length. With dQ summed by atomics
 (the WGMMA build's default) the order of the additions changes from run to run, so dQ's last
 bits may too; `dq_atomics=0` gives the dQ pass, whose dQ is the same bits for the same inputs.
@@ -35,7 +36,9 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from lib import nvrtc
-from lib.inputs import StageInfo, causal_from_mask, causal_mode, validate_cached
+from lib.tma import Address, tensor_map
+from stages import stage5  # the forward this stage's attention() takes gradients through
+from lib.inputs import StageInfo, causal_from_mask, causal_mode, sdpa_causal, validate_cached
 
 SOURCE = Path(__file__).with_suffix(".cu")
 WGMMA_SOURCE = Path(__file__).with_name("stage8_wgmma.cu")  # the Hopper build (WGMMA 1, sm_90a)
@@ -116,7 +119,7 @@ INFO = StageInfo(
     min_cc=(8, 0),
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
-    sources=("stages/stage8.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/stage8_preprocess.cu",
+    sources=("stages/stage8.py", "lib/tma.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/stage8_preprocess.cu",
              "stages/stage8_postprocess.cu",
              "stages/mma.cuh",
              "stages/hopper.cuh", "stages/attention.cuh"),
@@ -293,7 +296,6 @@ def _tensor_map(role: str, t: torch.Tensor):
     layout and afterwards only pointed at this call's tensor: encoding costs host time on
     every training step, replacing the address almost none (stage 6's plans do the same). The
     launch copies the map's bytes, so the next call may retarget it."""
-    from stages.stage6 import _Address, tensor_map
     key = (role, t.shape, t.stride(), t.dtype, t.device)
     m = _maps.get(key)
     if m is None:
@@ -301,7 +303,7 @@ def _tensor_map(role: str, t: torch.Tensor):
             _maps.clear()
         m = _maps[key] = tensor_map(t, DQ_ROWS)
     else:
-        m.replace_address(_Address(t))
+        m.replace_address(Address(t))
     return m
 
 
@@ -434,9 +436,11 @@ def with_grad(forward, q, k, v, *, causal, scale):
     return _Attention.apply(q, k, v, forward, causal, scale)
 
 
-def attention(q, k, v, *, causal=False, scale=None, attn_mask=None):
+def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-    enable_gqa=True): stage 5's forward, and when an input requires grad an output whose
-    grad_fn runs this stage's backward."""
-    from stages import stage5
-    return stage5.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)
+    enable_gqa=True), SDPA's own keywords taken too: stage 5's forward, and when grad mode is on
+    and an input requires grad, an output whose grad_fn runs this stage's backward."""
+    causal = causal_from_mask(sdpa_causal(q, k, causal, is_causal, enable_gqa), attn_mask, q, k, INFO)
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
+        return with_grad(stage5.attention, q, k, v, causal=causal, scale=scale)
+    return stage5.attention(q, k, v, causal=causal, scale=scale)

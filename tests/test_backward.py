@@ -2,6 +2,7 @@
 float64 autograd of the reference, by the error rule (lib.reference.check_gradients), on fresh
 random inputs at odd sizes, GQA, both causal alignments and strided views."""
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ import torch
 from conftest import cpu_only, gpu
 from lib.inputs import make_qkv
 from lib.reference import attention_lse, check_gradients
-from stages import stage5, stage6, stage8
+from stages import autograd, stage5, stage6, stage8
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -415,11 +416,12 @@ def test_autograd_through_the_stages(entry, seed):
     backward through the gradients raises instead of returning something wrong."""
     if entry == "stage6" and not HOPPER:
         pytest.skip("stage 6 needs an sm_90 GPU (H100/H200)")
-    mod = {"stage5": stage5, "stage6": stage6, "stage8": stage8}[entry]
+    attend = {"stage5": partial(autograd.attention, forward=5), "stage6": partial(autograd.attention, forward=6),
+              "stage8": stage8.attention}[entry]
     for causal in (False, True):
         q, k, v = make_qkv(2, 8, 75, 128, Sk=75, Hkv=2, dtype=torch.bfloat16, seed=seed)
         leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        out = mod.attention(*leaves, causal=causal)
+        out = attend(*leaves, is_causal=causal)  # SDPA's keyword, as a port from SDPA writes it
         assert out.grad_fn is not None
         dout = torch.randn_like(out)
         out.backward(dout)
@@ -427,9 +429,9 @@ def test_autograd_through_the_stages(entry, seed):
         for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
             assert c.passed, f"{entry} {name} causal={causal} seed {seed}: {c.summary()}"
         with torch.no_grad():
-            assert mod.attention(*leaves, causal=causal).grad_fn is None
+            assert attend(*leaves, causal=causal).grad_fn is None
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    out = mod.attention(*leaves)
+    out = attend(*leaves)
     (g,) = torch.autograd.grad(out.sum(), leaves[0], create_graph=True)
     with pytest.raises(RuntimeError):
         g.sum().backward()
@@ -441,7 +443,7 @@ def test_only_some_inputs_require_grad(seed):
     atomics, so it is the same bits as a direct call of the backward, and it passes the rule."""
     q, k, v = make_qkv(1, 4, 50, 64, dtype=torch.float16, seed=seed)
     kq = k.clone().requires_grad_(True)
-    out = stage5.attention(q, kq, v, causal=True)
+    out = autograd.attention(q, kq, v, forward=5, causal=True)
     dout = torch.randn_like(out)
     out.backward(dout)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
@@ -480,7 +482,9 @@ def test_stage6_what_has_no_backward_is_refused():
     q, k, v = make_qkv(2, 4, 20, 64, dtype=torch.float16)
     used = torch.tensor([5, 20], dtype=torch.int32, device="cuda")
     with pytest.raises(NoBackwardError, match="seqlens_k"):
-        stage6.attention(q.clone().requires_grad_(True), k, v, seqlens_k=used)
+        autograd.attention(q.clone().requires_grad_(True), k, v, forward=6, seqlens_k=used)
+    with pytest.raises(NoBackwardError, match="stages.autograd.attention"):  # the forward alone
+        stage6.attention(q.clone().requires_grad_(True), k, v)
     for bad in (torch.empty(2, 4, 20, device="cuda", dtype=torch.float64), torch.empty(2, 4, 19, device="cuda"),
                 torch.empty(2, 4, 40, device="cuda")[..., ::2]):
         with pytest.raises(ValueError, match="lse"):
@@ -556,9 +560,9 @@ import sys, threading
 import torch
 from lib.inputs import make_qkv
 from lib.reference import check_gradients
-from stages import stage2, stage3, stage4, stage5, stage6, stage8
+from stages import autograd, stage2, stage3, stage4, stage5, stage8
 seed, hopper = int(sys.argv[1]), sys.argv[2] == "1"
-fwd = stage6 if hopper else stage5
+fwd = 6 if hopper else 5
 q, k, v = make_qkv(2, 4, 70, 64, Sk=90, Hkv=2, dtype=torch.bfloat16, seed=seed)
 dout = torch.randn_like(q)
 
@@ -571,19 +575,19 @@ lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
 out = stage5.attention(q, k, v, lse=lse)
 check(stage8.attention_backward(q, k, v, out, dout, lse), "a direct call")
 leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-fwd.attention(*leaves).backward(dout)
-check([t.grad for t in leaves], f"autograd after a direct call ({fwd.__name__})")
+autograd.attention(*leaves, forward=fwd).backward(dout)
+check([t.grad for t in leaves], f"autograd after a direct call (stage {fwd})")
 # (b) forward calls of stages 2-4, then torch.autograd.grad through stage 5
 for s in (stage2, stage3, stage4):
     s.attention(q, k, v)
 leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-check(torch.autograd.grad(stage5.attention(*leaves), leaves, dout), "autograd.grad (stage5)")
+check(torch.autograd.grad(autograd.attention(*leaves, forward=5), leaves, dout), "autograd.grad (stage5)")
 # (c) forward and backward on a new Python thread
 box = {}
 def step():
     try:
         leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        fwd.attention(*leaves).backward(dout)
+        autograd.attention(*leaves, forward=fwd).backward(dout)
         box["grads"] = [t.grad for t in leaves]
     except BaseException as e:
         box["error"] = e

@@ -7,7 +7,7 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parent.parent / "lib"
 # bottom to top: kernel plumbing, measurement, presentation, the main job
 LAYERS = [
-    {"__init__", "simulator", "inputs", "nvrtc", "reference", "fp8"},
+    {"__init__", "simulator", "inputs", "nvrtc", "tma", "reference", "fp8"},
     {"timing", "microbench", "sass", "results", "ncu"},
     {"plots_common", "plots_stage6", "plots_journey", "plots_early", "plots", "shape_map", "hf",
      "notebook_common", "notebook_sass", "notebook_stage34", "notebook_ideas", "notebook_journey",
@@ -71,3 +71,39 @@ def test_presentation_is_split():
     long = {p.name: n for pattern in ("notebook*.py", "plots*.py") for p in LIB.glob(pattern)
             if (n := len(p.read_text().splitlines())) > 600}
     assert not long, long
+
+
+STAGES = LIB.parent / "stages"
+
+
+def stage_imports() -> dict[str, set[str]]:
+    """Module name -> the stages/ modules it imports (every import, lazy ones too)."""
+    out = {}
+    for path in sorted(STAGES.glob("*.py")):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "stages":
+                deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("stages."):
+                deps.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                deps.update(a.name.split(".")[1] for a in node.names if a.name.startswith("stages."))
+        out[path.stem] = deps - {path.stem}
+    return out
+
+
+def test_stages_import_only_stages_below_them():
+    """A stage reads top to bottom without the ones above it (issue 49, item 2): stage N imports
+    stage M only for M < N (stage 7 takes stage 6's planning, stage 8 its forward from stage 5),
+    training is composed in stages/autograd.py, which no stage imports."""
+    up = []
+    for m, deps in stage_imports().items():
+        for d in deps:
+            if m.startswith("stage") and d.startswith("stage"):
+                if int(d[5]) >= int(m[5]) and d[:6] != m[:6]:
+                    up.append(f"stages/{m}.py imports stages/{d}.py")
+            elif d == "autograd":
+                up.append(f"stages/{m}.py imports stages/autograd.py (training is composed above the stages)")
+    assert not up, up
+    assert stage_imports()["autograd"] >= {"stage5", "stage6", "stage8"}
+

@@ -587,9 +587,10 @@ def test_validate_cached(monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------
-# autograd: no stage has a backward yet, so an input that requires grad (grad mode on) is
-# refused, never answered with an output that has no grad_fn (a gradient that silently leaves
-# attention out); under no_grad / inference_mode, or with detached inputs, the call runs.
+# autograd: a stage's attention() is its forward alone, so an input that requires grad (grad
+# mode on) is refused, never answered with an output that has no grad_fn (a gradient that
+# silently leaves attention out); stages 5 and 6 say where the backward is (stages.autograd);
+# under no_grad / inference_mode, or with detached inputs, the call runs.
 
 GRAD_INPUTS = ["q", "k", "v", "qkv"]
 
@@ -608,10 +609,11 @@ def test_requires_grad_is_refused(n, which):
     """Checked by validate() itself, so on any machine (the GPU-only stages without a GPU too)."""
     mod = MODULES[n]
     q, k, v = _grad_inputs(mod, which, device="cpu")
-    # A stage with a backward (stage 5: its forward saves the log-sum-exp) gets here only
-    # from its packed-sequence entry, which has none; its attention() goes through autograd.
-    what = rf"stage {n}'s attention_varlen \(packed sequences\)" if mod.INFO.saves_lse else f"stage {n}"
-    with pytest.raises(NoBackwardError, match=rf"{what} has no backward.*no_grad"):
+    # A forward whose log-sum-exp stage 8's backward starts from (stages 5 and 6) points to the
+    # composition of the two, stages.autograd.attention.
+    what = (rf"stage {n}'s attention is the forward alone.*stages\.autograd\.attention\(q, k, v, forward={n}"
+            if mod.INFO.saves_lse else rf"stage {n} has no backward")
+    with pytest.raises(NoBackwardError, match=rf"{what}.*no_grad"):
         validate(q, k, v, causal=False, scale=None, info=mod.INFO, check_device=False)
     with torch.no_grad():  # grad mode off: nothing to refuse
         validate(q, k, v, causal=False, scale=None, info=mod.INFO, check_device=False)
@@ -624,13 +626,13 @@ def test_requires_grad_refused_by_attention(n, seed):
     mod = MODULES[n]
     if not runs_here(mod):
         pytest.skip("CUDA C++ stages need a GPU of their compute capability here")
-    if mod.INFO.saves_lse:
-        pytest.skip("this stage has a backward (stage 8's): tests/test_backward.py checks it")
+    refusal = (f"stage {n}'s attention is the forward alone" if mod.INFO.saves_lse
+               else f"stage {n} has no backward")
     q, k, v = _grad_inputs(mod, "")
     mod.attention(q, k, v)  # a plan for this layout, made without grad
     for which in GRAD_INPUTS:
         q, k, v = _grad_inputs(mod, which)
-        with pytest.raises(NoBackwardError, match=f"stage {n} has no backward"):
+        with pytest.raises(NoBackwardError, match=refusal):
             mod.attention(q, k, v, causal=True)
         with pytest.raises(NoBackwardError):
             mod.attention(q, k, v)
@@ -652,3 +654,30 @@ def test_simulator_refuses_large_shapes():
     with pytest.raises(NotImplementedError, match="simulator.*2,097,152 scores"):
         mod.attention(q, k, v)
     assert 1 * 1 * 64 * 64 <= SIMULATOR_MAX_SCORES  # the simulator's own shapes stay allowed
+
+
+# SDPA's own keywords (issue 49, item 6): a call ported from F.scaled_dot_product_attention runs
+# as written, is_causal= and enable_gqa= included.
+
+@pytest.mark.parametrize("n", stages.NUMBERS + stages.BEYOND)
+def test_every_stage_takes_sdpas_keywords(n):
+    import inspect
+    params = inspect.signature(stages.get(n).attention).parameters
+    assert {"is_causal", "enable_gqa", "attn_mask", "scale"} <= set(params), sorted(params)
+
+
+@pytest.mark.parametrize("n", MODULES)
+def test_sdpas_keywords_mean_what_they_mean_in_sdpa(n, seed):
+    """is_causal=True gives causal=True's output; enable_gqa=False refuses fewer K/V heads, as
+    SDPA does; causal and is_causal that disagree are refused."""
+    mod = MODULES[n]
+    if not runs_here(mod):
+        pytest.skip("CUDA C++ stages need a GPU of their compute capability here")
+    D = head_dims_to_test(mod.INFO)[0]
+    q, k, v = make_qkv(1, 4, 11, D, Sk=11, Hkv=2, dtype=mod.INFO.dtypes[0], seed=seed)
+    assert torch.equal(mod.attention(q, k, v, is_causal=True), mod.attention(q, k, v, causal=True))
+    assert torch.equal(mod.attention(q, k, v, is_causal=False, enable_gqa=True), mod.attention(q, k, v))
+    with pytest.raises(ValueError, match="enable_gqa"):
+        mod.attention(q, k, v, enable_gqa=False)
+    with pytest.raises(ValueError, match="disagree"):
+        mod.attention(q, k, v, causal=True, is_causal=False)

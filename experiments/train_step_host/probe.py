@@ -17,7 +17,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from lib.inputs import make_qkv  # noqa: E402
 from lib.timing import time_host  # noqa: E402
-from stages import stage6  # noqa: E402
+from functools import partial  # noqa: E402
+
+from stages import autograd, stage6  # noqa: E402
+
+train_attention = partial(autograd.attention, forward=6)  # stage 6 forward, stage 8 backward
 
 SHAPES = [(1, 8, 512, 64), (8, 16, 1024, 64), (4, 16, 2048, 128)]
 
@@ -37,7 +41,7 @@ def main():
     for B, H, S, D in SHAPES:
         q, k, v = (t.requires_grad_() for t in make_qkv(B, H, S, D, dtype=torch.bfloat16))
         do = torch.randn_like(q)
-        ours = time_host(step_fn(stage6.attention, q, k, v, do))
+        ours = time_host(step_fn(train_attention, q, k, v, do))
         base = time_host(step_fn(sdpa, q, k, v, do))
         with torch.no_grad():
             f_ours = time_host(lambda: stage6.attention(q, k, v))
@@ -47,7 +51,7 @@ def main():
     if "--profile" in sys.argv:
         q, k, v = (t.requires_grad_() for t in make_qkv(1, 8, 512, 64, dtype=torch.bfloat16))
         do = torch.randn_like(q)
-        step = step_fn(stage6.attention, q, k, v, do)
+        step = step_fn(train_attention, q, k, v, do)
         for _ in range(10):
             step()
         torch.cuda.synchronize()
