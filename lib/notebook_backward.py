@@ -209,6 +209,54 @@ def training_summary(rec: dict) -> str:
 
 
 
+TRAIN_MAP_COMMAND = "python3 scripts/backward_bench.py --train-step --record"
+
+
+def plot_train_map(data: dict | None, dtype: str = "bfloat16"):
+    """The training map (the record's "train_step" entry, issue 48): SDPA default's training step
+    over stage 6 + 8's (forward and backward through autograd, same run) against S at B·S fixed,
+    one line per head dim, MHA or GQA and mask; above 1, the stages' step is faster. Prints one
+    line and returns None when the record has no training map."""
+    rec = (data or {}).get("train_step")
+    if not rec:
+        print(f"no training map recorded yet: {TRAIN_MAP_COMMAND} (on an H100 or H200)")
+        return None
+    import matplotlib.pyplot as plt
+    import stages.stage6 as s6
+    import stages.stage8 as s8
+    lines = {}
+    for r in rec["rows"]:
+        if r["dtype"] == dtype and r.get("sdpa_us"):
+            lines.setdefault((r["D"], r["Hkv"] < r["H"], r["causal"]), []).append(r)
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    colours = {(64, False): "#08519c", (64, True): "#6baed6", (128, False): "#a50f15", (128, True): "#fb6a4a"}
+    for (D, gqa, causal), rows in sorted(lines.items()):
+        rows.sort(key=lambda r: r["S"])
+        ratios = [r["sdpa_us"] / r["us"] for r in rows]
+        ax.plot([r["S"] for r in rows], ratios, color=colours.get((D, gqa), "grey"), linestyle="--" if causal else "-",
+                marker="s" if gqa else "o", markersize=4,
+                label=f"D{D} H{rows[0]['H']}/{rows[0]['Hkv']} ({'GQA' if gqa else 'MHA'}) {'causal' if causal else 'full'}")
+        for r, y in zip(rows, ratios):  # a row whose gradients failed (never recorded by the script)
+            if not r.get("passed", True):
+                ax.plot(r["S"], y, "x", color="k", markersize=9)
+    ax.axhline(1.0, color="k", linewidth=1)
+    seqs = sorted({r["S"] for rows in lines.values() for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(seqs, [str(S) for S in seqs])
+    tokens = sorted({r["B"] * r["S"] for rows in lines.values() for r in rows})
+    ax.set_xlabel(f"S (B·S = {', '.join(map(str, tokens))} tokens)")
+    ax.set_ylabel("SDPA default's step / stage 6 + 8's")
+    env = rec["env"]
+    changed = [n for n, m in ((6, s6), (8, s8)) if rec.get("sha256", {}).get(str(n)) != R.stage_sha256(m.INFO)]
+    ax.set_title(f"A training step through autograd, {dtype}: {env['gpu']}, commit {env['commit']}, {env['date']}"
+                 + (f"\n(stage {' and '.join(map(str, changed))} changed since: re-record pending)" if changed else ""),
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def draw_backward_blocks(Sq: int = 16, Sk: int = 16, block: int = 4, causal: bool = True):
     """The two kernels' work on one head's score matrix (queries down, keys across), in blocks:
     left, one dK/dV block owns a column of keys and walks down over the query blocks that see

@@ -5,6 +5,7 @@ shape, every sequence length as timed) — and again after timing.
 
     python scripts/backward_bench.py            # print the table
     python scripts/backward_bench.py --record   # and store it under "backward" in results/<gpu>.json
+    python scripts/backward_bench.py --train-step --record   # the training map instead, under "train_step"
 
 By default it times bf16 and then fp16 (`--dtype` picks one); `--variants` times the other
 builds in the first of them only.
@@ -13,6 +14,14 @@ Each side's time is one whole backward: stage 8's preprocess (δ, lse in log2 un
 and postprocess (dQ to q's dtype); SDPA's autograd backward of one forward call (whatever
 kernels that backend runs). TFLOPS count 2.5 times the forward's FLOPs (the backward's five
 products against the forward's two), as FlashAttention's papers do.
+
+--train-step (issue 48, item 5) times a whole training step through autograd instead: stage 6's
+forward and stage 8's backward (`stage6.attention(q, k, v, causal=c).backward(dO)`) against SDPA
+default's forward and backward, on the shape map's prefill grid (S 512 … 16384 at B·S = 16k
+tokens, D 64 with H 16 and D 128 with H 32, MHA and GQA 4:1, full and causal, bf16). Each row's
+gradients through that same path are checked against float64 on a slice (one batch entry, one
+K/V group) before and after timing. Predicted, not yet measured: 1-3 s a row on an H200 once the
+kernels are compiled (TRAIN_ROUNDS, TRAIN_BUDGET_S), under 150 s for the 48 rows.
 """
 import argparse
 import sys
@@ -26,8 +35,8 @@ from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_gradients  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
-from lib.timing import sdpa_backward_call, time_interleaved  # noqa: E402
-from stages import stage5, stage8  # noqa: E402
+from lib.timing import sdpa_backward_call, sdpa_call, time_interleaved  # noqa: E402
+from stages import stage5, stage6, stage8  # noqa: E402
 
 # (B, H, S, D): the anchors' shapes (shared/anchors/h100_backward_fp8.json)
 SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]
@@ -98,9 +107,134 @@ def variants(D, which="all"):
                   for tiles in stage8.CHOICES for atomics in stage8.SWITCHES["DQ_ATOMICS"]]
 
 
+# --train-step: the training map -----------------------------------------------------------------
+TRAIN_HEADS = {64: 16, 128: 32}  # query heads per head dim: the shape map's prefill rows (PREFILL_HEADS)
+TRAIN_GROUP = 4                  # GQA 4:1
+TRAIN_ROUNDS, TRAIN_BUDGET_S = 3, 0.2   # per row and side: short, so that 48 rows fit in ~2 minutes
+TRAIN_MIN_RUNS, TRAIN_MAX_RUNS = 6, 45  # at least two runs a round at S 16384 D 128 (~30 ms a step)
+STAGE_STEP, SDPA_STEP = "stage 6 + 8", "SDPA default"
+TRAIN_METHOD = ("lib.timing.time_interleaved, hold=False: each run is one forward and backward through "
+                "autograd (gradients set to None before it), L2 flushed before it, CUDA events around it; "
+                "the GPU is not held until the host has queued the step, so host time the GPU waits for "
+                "is counted, as a training loop sees it")
+
+
+def train_shapes(dtype: str = "bfloat16") -> list[dict]:
+    """The training map's rows before measuring, as the shape map's prefill grid: per head dim
+    (TRAIN_HEADS), S over R.SWEEP_SEQS with B·S = R.SWEEP_TOKENS, MHA and GQA 4:1, full and causal."""
+    return [{"B": R.SWEEP_TOKENS // S, "H": H, "Hkv": Hkv, "S": S, "D": D, "causal": causal, "dtype": dtype}
+            for D, H in TRAIN_HEADS.items() for S in R.SWEEP_SEQS
+            for Hkv in (H, H // TRAIN_GROUP) for causal in (False, True)]
+
+
+def check_heads(H: int, Hkv: int) -> tuple[int, int]:
+    """The heads (query, K/V) of the slice the float64 check runs on: two heads for MHA, as check()
+    takes; for GQA one whole group, so that dK and dV sum over every query head sharing a K/V head."""
+    return (2, 2) if H == Hkv else (H // Hkv, 1)
+
+
+def leaves(*tensors) -> list:
+    return [t.detach().clone().requires_grad_(True) for t in tensors]
+
+
+def train_step_call(forward, inputs: list, dout):
+    """A zero-argument callable: one training step of attention, forward() (on `inputs`, leaves that
+    require grad) then .backward(dout); the gradients are set to None first, as an optimizer's
+    zero_grad(set_to_none=True) does, so no step adds into the last one's."""
+    def step():
+        for t in inputs:
+            t.grad = None
+        forward().backward(dout)
+    return step
+
+
+def check_train_step(H, Hkv, S, D, causal, dtype, seed) -> dict:
+    """Stage 6 + 8's gradients through autograd (the timed path) on a slice of the shape (B1,
+    check_heads, the same lengths) by the error rule: {dq, dk, dv: the check}."""
+    h, hkv = check_heads(H, Hkv)
+    q, k, v = make_qkv(1, h, S, D, Hkv=hkv, dtype=dtype, seed=seed)
+    dout = torch.randn_like(q)
+    x = leaves(q, k, v)
+    stage6.attention(*x, causal=causal).backward(dout)
+    return check_gradients([t.grad for t in x], q, k, v, dout, causal=causal)
+
+
+def train_row(shape: dict, stage_t, sdpa_t, before: dict, after: dict) -> dict:
+    """One row of the map from the two sides' timings (lib.timing.InterleavedTiming; sdpa_t None
+    when SDPA could not run) and the gradient checks before and after timing."""
+    B, H, S, D = (shape[x] for x in ("B", "H", "S", "D"))
+    flops = 3.5 * attention_flops(B, H, S, S, D, shape["causal"])  # forward's 2 products + backward's 5
+    us, sdpa_us = stage_t.median_us, (sdpa_t.median_us if sdpa_t else None)
+    return {**shape, "us": us, "sdpa_us": sdpa_us, "vs_sdpa": sdpa_us / us if sdpa_us else None,
+            "tflops": flops / us / 1e6, "round_medians_us": stage_t.round_medians_us,
+            "sdpa_round_medians_us": sdpa_t.round_medians_us if sdpa_t else None,
+            "max_grad_err": {n: max(before[n].max_abs_err, after[n].max_abs_err) for n in before},
+            "grad_tolerance": {n: min(before[n].tolerance, after[n].tolerance) for n in before},
+            "passed": all(c.passed for c in (*before.values(), *after.values()))}
+
+
+def measure_train_row(shape: dict) -> dict:
+    """Check, time both sides' steps on the same inputs in interleaved rounds, check again."""
+    B, H, Hkv, S, D, causal = (shape[x] for x in ("B", "H", "Hkv", "S", "D", "causal"))
+    dtype = getattr(torch, shape["dtype"])
+    seed = torch.randint(0, 2**31 - 1, ()).item()
+    before = check_train_step(H, Hkv, S, D, causal, dtype, seed)
+    q, k, v = make_qkv(B, H, S, D, Hkv=Hkv, dtype=dtype)
+    dout = torch.randn_like(q)
+    ours, theirs = leaves(q, k, v), leaves(q, k, v)
+    sdpa_forward = sdpa_call(*theirs, causal=causal)  # enable_gqa where Hkv < H
+    fns = {STAGE_STEP: train_step_call(lambda: stage6.attention(*ours, causal=causal), ours, dout),
+           SDPA_STEP: sdpa_forward and train_step_call(sdpa_forward, theirs, dout)}
+    # hold=False: see TRAIN_METHOD (at S 512 and 1024 the host's launches are what is measured)
+    t = time_interleaved(fns, rounds=TRAIN_ROUNDS, budget_s=TRAIN_BUDGET_S, min_runs=TRAIN_MIN_RUNS,
+                         max_runs=TRAIN_MAX_RUNS, hold=False)
+    del q, k, v, dout, ours, theirs, fns
+    after = check_train_step(H, Hkv, S, D, causal, dtype, seed + 1)  # validated again after timing
+    return train_row(shape, t[STAGE_STEP], t.get(SDPA_STEP), before, after)
+
+
+def train_row_line(r: dict) -> str:
+    worst = max(r["max_grad_err"][n] / r["grad_tolerance"][n] for n in r["max_grad_err"])
+    vs = f"{r['vs_sdpa']:.2f}x SDPA's speed" if r.get("vs_sdpa") else "SDPA did not run"
+    return (f"{r['dtype']} B{r['B']} H{r['H']}/{r['Hkv']} S{r['S']} D{r['D']} {'causal' if r['causal'] else 'full  '}: "
+            f"step {r['us']:9,.1f} µs, SDPA default's {r['sdpa_us'] or 0:9,.1f} µs ({vs}); gradients "
+            f"{'pass' if r['passed'] else 'FAIL'} (largest error / tolerance {worst:.2f})")
+
+
+def train_map(record: bool) -> int:
+    """The --train-step part: every row of train_shapes measured, printed, and with `record`
+    stored under "train_step" when every gradient check passed."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        print("--train-step times stage 6's forward, which runs on sm_90 GPUs (H100/H200) only: "
+              "skipped, nothing measured", file=sys.stderr)
+        return 0
+    shapes, rows, t0 = train_shapes(), [], time.time()
+    for i, shape in enumerate(shapes):
+        rows.append(measure_train_row(shape))
+        print(f"[{i + 1}/{len(shapes)}, {time.time() - t0:.0f} s] {train_row_line(rows[-1])}", flush=True)
+    got = [r["vs_sdpa"] for r in rows if r.get("vs_sdpa")]
+    if got:
+        print(f"training step, stage 6 + 8 / SDPA default: {min(got):.2f}x to {max(got):.2f}x over {len(got)} "
+              f"rows, at or above 1 in {sum(x >= 1 for x in got)} [{time.time() - t0:.0f} s]", flush=True)
+    if not all(r["passed"] for r in rows):
+        print("a gradient check failed: nothing recorded" if record else "a gradient check failed", file=sys.stderr)
+        return 1
+    if record:
+        env = R.capture_env()
+        shas = {str(n): R.stage_sha256(m.INFO) for n, m in ((6, stage6), (8, stage8))}
+        path = R.save_extra(env["gpu"], "train_step", {"env": env, "sha256": shas, "method": TRAIN_METHOD,
+                                                       "rows": rows})
+        print(f"recorded in {path}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--record", action="store_true", help="store the rows under 'backward' in results/<gpu>.json")
+    ap.add_argument("--record", action="store_true",
+                    help="store the rows under 'backward' (with --train-step: 'train_step') in results/<gpu>.json")
+    ap.add_argument("--train-step", action="store_true",
+                    help="time the training map (whole steps through autograd against SDPA's) instead of the "
+                         "backward table; needs an sm_90 GPU (predicted: about two minutes on an H200)")
     ap.add_argument("--dtype", default="both", choices=["float16", "bfloat16", "both"],
                     help="both (the default, what the record holds): bf16 rows, then fp16 rows; the "
                          "variants are timed in the first dtype only")
@@ -111,6 +245,8 @@ def main() -> int:
     a = ap.parse_args()
     if not HAS_GPU:
         ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU and none was found\n")
+    if a.train_step:
+        return train_map(a.record)
     dtypes = ["bfloat16", "float16"] if a.dtype == "both" else [a.dtype]
     rows, ok = [], True
     for dtype_name, B, H, S, D, causal in ((t, *shape, c) for t in dtypes for shape in SHAPES for c in (False, True)):
