@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import stages.stage6 as s6  # noqa: E402
+import stages.stage6_decoding as s6d  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_output  # noqa: E402
@@ -154,7 +155,7 @@ def _combine_of(ch, H, Hkv, Sq, D) -> str:
     packed build has it); else the combine kernel."""
     if ch["splits"] == 1:
         return "none"
-    return "in block" if ch["pack_gqa"] and s6.combines_in_block((H // Hkv) * Sq, ch["splits"], D) else "kernel"
+    return "in block" if ch["pack_gqa"] and s6d.combines_in_block((H // Hkv) * Sq, ch["splits"], D) else "kernel"
 
 
 def split_variants(B, H, Hkv, Sq, Sk, D, sms=132) -> list:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import stages.stage6 as s6
+import stages.stage6_decoding as s6d
 from conftest import assert_graph_replays, assert_matches_reference, cpu_only, gpu
 from lib.inputs import make_qkv, poisoned_outputs
 from lib.reference import check_output
@@ -484,7 +485,7 @@ def test_split_rule():
             if work >= 0.8 * 132:
                 assert n == 1, "work that fills the GPU is not split"
                 continue
-            cost = lambda n: -(-work * n // 132) * (-(-tiles // n) + 1) + (s6.COMBINE_TILES if n > 1 else 0)  # noqa: E731
+            cost = lambda n: -(-work * n // 132) * (-(-tiles // n) + 1) + (s6d.COMBINE_TILES if n > 1 else 0)  # noqa: E731
             assert all(cost(n) <= cost(m) for m in range(1, min(tiles, s6.MAX_SPLITS) + 1))
 
 
@@ -822,11 +823,11 @@ def test_combine_in_block_repeats_and_replays(seed):
 def test_combine_in_block_rule():
     """combines_in_block: the last block combines while the partial rows it must read are few;
     only the packed (decoding) build has the code unless asked for."""
-    assert s6.combines_in_block(4, 16, 64)           # B1 H32/8 Sq1, 16 splits, D64: 16 KB
-    assert not s6.combines_in_block(4, 16, 128)      # the same at D128: 32 KB
-    assert not s6.combines_in_block(32, 8, 64)       # Sq 4 of H8/1 (32 rows), 8 splits: 64 KB
-    assert not s6.combines_in_block(8, 128, 128)     # H8/1 over 128 splits: 512 KB
-    assert not s6.combines_in_block(4, 1, 128)       # unsplit: nothing to combine
+    assert s6d.combines_in_block(4, 16, 64)           # B1 H32/8 Sq1, 16 splits, D64: 16 KB
+    assert not s6d.combines_in_block(4, 16, 128)      # the same at D128: 32 KB
+    assert not s6d.combines_in_block(32, 8, 64)       # Sq 4 of H8/1 (32 rows), 8 splits: 64 KB
+    assert not s6d.combines_in_block(8, 128, 128)     # H8/1 over 128 splits: 512 KB
+    assert not s6d.combines_in_block(4, 1, 128)       # unsplit: nothing to combine
     assert dict(s6.config(128, s6.DECODE_TILES[128], s6.DECODE_SCHEDULE, pack_gqa=True)["defines"])["COMBINE_IN_BLOCK"] == 1
     assert dict(s6.config(64)["defines"])["COMBINE_IN_BLOCK"] == 0
 
@@ -850,11 +851,14 @@ def test_shape_map_rows_run_what_stage6_runs_now():
         assert r.get("schedule", ch["schedule"]) == ch["schedule"], r  # recorded since 511f4c1
 
 
-def test_grad_goes_to_stage8_whatever_was_cached(monkeypatch):
+def test_grad_is_refused_or_goes_to_stage8_whatever_was_cached(monkeypatch):
     """A layout validated and planned without grad, then called with grad and another option
-    (a new plan, but a cached validation): an output with stage 8's grad_fn, never a detached
-    one; with seqlens_k (no backward) refused."""
+    (a new plan, but a cached validation): stage 6's attention, the forward alone, refuses it
+    and names stages.autograd, never answering with a detached output; through
+    stages.autograd.attention the output has stage 8's grad_fn; with seqlens_k (no backward)
+    refused there."""
     from lib import inputs
+    from stages import autograd
     monkeypatch.setattr(s6, "_plans", {})
     monkeypatch.setattr(s6, "_check_arch", lambda q: None)
     monkeypatch.setattr(s6, "_kernel", lambda *a: ("kernel", "combine"))
@@ -869,10 +873,12 @@ def test_grad_goes_to_stage8_whatever_was_cached(monkeypatch):
     s6.attention(q, k, v)                       # validated and planned without grad
     q.requires_grad_(True)
     for opts in ({}, {"splits": 1}, {"pack_gqa": False}):
-        out = s6.attention(q, k, v, **opts)
+        with pytest.raises(inputs.NoBackwardError, match="stages.autograd.attention"):
+            s6.attention(q, k, v, **opts)
+        out = autograd.attention(q, k, v, forward=6, **opts)
         assert out.grad_fn is not None and "Attention" in type(out.grad_fn).__name__, opts
     with pytest.raises(inputs.NoBackwardError, match="seqlens_k"):
-        s6.attention(q, k, v, seqlens_k=torch.full((1,), 100, dtype=torch.int32))
+        autograd.attention(q, k, v, forward=6, seqlens_k=torch.full((1,), 100, dtype=torch.int32))
 
 
 @pytest.mark.parametrize("D", [64, 128])
