@@ -16,7 +16,7 @@ kernels that backend runs). TFLOPS count 2.5 times the forward's FLOPs (the back
 products against the forward's two), as FlashAttention's papers do.
 
 --train-step (issue 48, item 5) times a whole training step through autograd instead: stage 6's
-forward and stage 8's backward (`stage6.attention(q, k, v, causal=c).backward(dO)`) against SDPA
+forward and stage 8's backward (`stages.autograd.attention(q, k, v, forward=6, causal=c).backward(dO)`) against SDPA
 default's forward and backward, on the shape map's prefill grid (S 512 … 16384 at B·S = 16k
 tokens, D 64 with H 16 and D 128 with H 32, MHA and GQA 4:1, full and causal, bf16). Each row's
 gradients through that same path are checked against float64 on a slice (one batch entry, one
@@ -36,7 +36,7 @@ from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_gradients  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
 from lib.timing import sdpa_backward_call, sdpa_call, time_interleaved  # noqa: E402
-from stages import stage5, stage6, stage8  # noqa: E402
+from stages import autograd, stage5, stage6, stage8  # noqa: E402
 
 # (B, H, S, D): the anchors' shapes (shared/anchors/h100_backward_fp8.json)
 SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]
@@ -155,7 +155,7 @@ def check_train_step(H, Hkv, S, D, causal, dtype, seed) -> dict:
     q, k, v = make_qkv(1, h, S, D, Hkv=hkv, dtype=dtype, seed=seed)
     dout = torch.randn_like(q)
     x = leaves(q, k, v)
-    stage6.attention(*x, causal=causal).backward(dout)
+    autograd.attention(*x, forward=6, causal=causal).backward(dout)
     return check_gradients([t.grad for t in x], q, k, v, dout, causal=causal)
 
 
@@ -183,7 +183,7 @@ def measure_train_row(shape: dict) -> dict:
     dout = torch.randn_like(q)
     ours, theirs = leaves(q, k, v), leaves(q, k, v)
     sdpa_forward = sdpa_call(*theirs, causal=causal)  # enable_gqa where Hkv < H
-    fns = {STAGE_STEP: train_step_call(lambda: stage6.attention(*ours, causal=causal), ours, dout),
+    fns = {STAGE_STEP: train_step_call(lambda: autograd.attention(*ours, forward=6, causal=causal), ours, dout),
            SDPA_STEP: sdpa_forward and train_step_call(sdpa_forward, theirs, dout)}
     # hold=False: see TRAIN_METHOD (at S 512 and 1024 the host's launches are what is measured)
     t = time_interleaved(fns, rounds=TRAIN_ROUNDS, budget_s=TRAIN_BUDGET_S, min_runs=TRAIN_MIN_RUNS,
