@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU call of a work session on a bare device machine: wheels first, then what the call needs.
-#   bash scripts/gpu_call.sh STEP...     (steps: probe52 tests52 crash cache backward stage6 notebooks)
+#   bash scripts/gpu_call.sh STEP...     (steps: see the case below; e.g. refactor trainmap bwdrecord)
 # Logs under $OUT (default ./gpu-out). Every step runs even when one fails; the exit code says.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,14 @@ for s in "$@"; do case $s in
   overlap) step overlap python3 experiments/backward_overlap_d128/probe.py ;;
   stage6) step stage6 python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6.py ;;
   all) step all python3 -m pytest -p no:cacheprovider -q "${par[@]}" ;;
+  refactor) step refactor python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py tests/test_stage6.py \
+              tests/test_stages.py tests/test_hf.py tests/test_lib_layers.py tests/test_train_map.py tests/test_causal_varlen.py ;;
+  trainmap) step trainmap timeout 300 python3 scripts/backward_bench.py --train-step --record ;;
+  bwdrecord) step bwdrecord timeout 420 python3 scripts/backward_bench.py --record --variants wgmma ;;
+  bench0) step bench0 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" 0 ;;
+  bench16) step bench16 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
   *) echo "unknown step $s"; rc=2 ;;
 esac; done
+# what comes back: the logs and any record this call wrote, in one archive (a call returns at most 8 files)
+tar czf "$OUT/call.tgz" -C "$OUT" --exclude call.tgz . -C "$PWD" $(ls results/*.json) 2>/dev/null
 exit $rc
