@@ -387,6 +387,7 @@ def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
         if t.dim() != 3:
             raise ValueError(f"{name} must have rank 3, [total_tokens, heads, head_dim], for packed "
                              f"sequences; got shape {_dims(t)}")
+    refuse_grad(info, q, k, v)  # here, on the packed tensors, so that the error names attention_varlen
     if causal is True:
         raise TypeError("for packed sequences say the causal alignment: causal='top_left' (SDPA's "
                         "is_causal) or 'bottom_right' (FlashAttention's causal=True since 2.1); "

@@ -37,6 +37,8 @@ for s in "$@"; do case $s in
               tests/test_stages.py tests/test_hf.py tests/test_lib_layers.py tests/test_train_map.py tests/test_causal_varlen.py ;;
   trainmap) step trainmap timeout 300 python3 scripts/backward_bench.py --train-step --record ;;
   bwdrecord) step bwdrecord timeout 420 python3 scripts/backward_bench.py --record --variants wgmma ;;
+  fixes) step fixes python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py -k "refused or flashattention3 or autograd or thread" ;;
+  gqacausal) step gqacausal timeout 200 python3 experiments/gqa_causal_step/probe.py ;;
   bench0) step bench0 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" 0 ;;
   bench16) step bench16 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
   *) echo "unknown step $s"; rc=2 ;;

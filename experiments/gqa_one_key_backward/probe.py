@@ -8,6 +8,7 @@ reference's rounding).
     python3 experiments/gqa_one_key_backward/probe.py
 """
 import math
+from functools import partial
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from lib.inputs import make_qkv  # noqa: E402
-from stages import stage5, stage6, stage8  # noqa: E402
+from stages import autograd, stage6, stage8  # noqa: E402
 
 
 def ref_attention(q, k, v, dtype, upcast):
@@ -52,7 +53,7 @@ def fa3_layout():
                     B, Sq, Sk = 9, 239, 1
                     q, k, v = (torch.randn(B, S, h, D, device="cuda", dtype=dtype).requires_grad_()
                                for S, h in ((Sq, H), (Sk, Hk), (Sk, Hk)))
-                    out = stage6.attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+                    out = autograd.attention(*(t.transpose(1, 2) for t in (q, k, v)), forward=6).transpose(1, 2)
                     g = torch.randn_like(out)
                     got = torch.autograd.grad(out, (q, k, v), g)
                     tr = lambda f: (lambda a, b, c: f(a.transpose(1, 2), b.transpose(1, 2), c.transpose(1, 2)).transpose(1, 2))  # noqa: E731
@@ -85,8 +86,8 @@ def main():
                 out = stage6.attention(q, k, v, lse=lse)
                 lse64 = torch.logsumexp((q.double() @ k.double().repeat_interleave(H // Hk, 1)
                                          .transpose(-1, -2)) / math.sqrt(D), -1).float()
-                builds = {"autograd stage6": lambda: grads(stage6.attention, q, k, v, dout),
-                          "autograd stage5": lambda: grads(stage5.attention, q, k, v, dout),
+                builds = {"autograd stage6": lambda: grads(partial(autograd.attention, forward=6), q, k, v, dout),
+                          "autograd stage5": lambda: grads(partial(autograd.attention, forward=5), q, k, v, dout),
                           "wgmma (default)": lambda: stage8.attention_backward(q, k, v, out, dout, lse),
                           "wgmma, exact lse": lambda: stage8.attention_backward(q, k, v, out, dout, lse64),
                           "mma.sync": lambda: stage8.attention_backward(q, k, v, out, dout, lse, wgmma=0),
