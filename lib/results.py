@@ -161,7 +161,7 @@ CURRENT = RESULTS_DIR / "CURRENT"  # names the record the committed notebooks we
 
 
 def load(path: str | Path | None = None) -> dict | None:
-    """The recorded results: `path`, else this GPU's file, else the file results/CURRENT names
+    """The recorded results: `path`, else this GPU's file (once it holds the stages' rows), else the file results/CURRENT names
     (the record the committed notebooks and README show: a machine without a GPU renders their
     prose from it), else the newest in results/. Where several GPUs' records lie side by side,
     CURRENT keeps a CPU machine's choice from depending on the files' modification times."""
@@ -170,7 +170,12 @@ def load(path: str | Path | None = None) -> dict | None:
 
         candidates = []
         if torch.cuda.is_available():
-            candidates.append(results_path(torch.cuda.get_device_name(0)))
+            own = results_path(torch.cuda.get_device_name(0))
+            if own.exists() and json.loads(own.read_text()).get("runs"):
+                candidates.append(own)  # a record of its own, with the stages' rows
+            # else a record under way (entries such as `backward`, no table yet): the notebooks
+            # and the bench read the whole record CURRENT names, not pieces of two GPUs'
+            # (load_entry reads one entry of a given file)
         if CURRENT.exists():
             candidates.append(RESULTS_DIR / CURRENT.read_text().strip())
         candidates += sorted(RESULTS_DIR.glob("*.json"), key=lambda p: p.stat().st_mtime,
@@ -182,6 +187,18 @@ def load(path: str | Path | None = None) -> dict | None:
     path = Path(path).resolve()
     data["_path"] = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
     return data
+
+
+def load_entry(gpu_name: str, key: str):
+    """One entry of one GPU's record (e.g. the H200's `train_step` while the rest of its record
+    is under way), with that file's name under `_path`; None where it has none."""
+    path = results_path(gpu_name)
+    if not path.exists():
+        return None
+    entry = json.loads(path.read_text()).get(key)
+    if isinstance(entry, dict):
+        entry = {**entry, "_path": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)}
+    return entry
 
 
 def save(env: dict, stage_infos, runs: list[dict], extra: dict | None = None,

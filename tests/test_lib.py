@@ -845,3 +845,25 @@ def test_without_a_gpu_the_record_is_the_one_current_names(tmp_path, monkeypatch
     assert results.load()["env"]["gpu"] == "gpu-a.json"
     assert (results.ROOT / "results" / "CURRENT").read_text().strip() in {
         p.name for p in (results.ROOT / "results").glob("*.json")}  # the repository's names a record
+
+
+def test_a_record_under_way_is_not_read_as_a_whole(tmp_path, monkeypatch):
+    """On a GPU whose own record holds only some entries (no stage rows yet), load() reads the
+    record CURRENT names, not pieces of two GPUs' records; once its own has rows, its own.
+    load_entry reads one entry of a given GPU's record either way."""
+    import json
+    from lib import results as R
+    monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(R, "CURRENT", tmp_path / "CURRENT")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    (tmp_path / "old-gpu.json").write_text(json.dumps({"env": {"gpu": "old"}, "stages": {}, "runs": [{"stage": 0}]}))
+    (tmp_path / "CURRENT").write_text("old-gpu.json\n")
+    own = tmp_path / "nvidia-h200.json"
+    own.write_text(json.dumps({"env": {"gpu": "NVIDIA H200"}, "stages": {}, "runs": [],
+                               "train_step": {"rows": [1, 2]}}))
+    assert R.load()["env"]["gpu"] == "old"
+    assert R.load_entry("NVIDIA H200", "train_step")["rows"] == [1, 2]
+    assert R.load_entry("NVIDIA H200", "backward") is None and R.load_entry("Other", "x") is None
+    own.write_text(json.dumps({"env": {"gpu": "NVIDIA H200"}, "stages": {"0": {}}, "runs": [{"stage": 0}]}))
+    assert R.load()["env"]["gpu"] == "NVIDIA H200"
