@@ -260,12 +260,17 @@ def postprocess(acc: torch.Tensor, Sq: int, dtype) -> torch.Tensor:
     kernel (stages/stage8_postprocess.cu), one pass."""
     B, H, sq_pad, D = acc.shape
     dq = torch.empty((B, H, Sq, D), dtype=dtype, device=acc.device)
-    quads = acc.numel() // 4
-    nvrtc.check_grid_x("stage 8 (postprocess)", -(-quads // 256))
-    nvrtc.launch_prepared(_preprocess_kernel(dtype, D, "postprocess"),
-                          nvrtc.launch_config((-(-quads // 256), 1, 1), (256, 1, 1)),
-                          (acc.data_ptr(), dq.data_ptr(), np.int32(Sq), np.int32(sq_pad // 64), np.int64(quads)))
+    kernel, cfg, args = _post_launch(B, H, Sq, sq_pad, D, dtype)
+    nvrtc.launch_prepared(kernel, cfg, (acc.data_ptr(), dq.data_ptr(), *args))
     return dq
+
+
+def _post_launch(B, H, Sq, sq_pad, D, dtype) -> tuple:
+    """The postprocess's kernel, launch configuration and scalar arguments."""
+    quads = B * H * sq_pad * D // 4
+    nvrtc.check_grid_x("stage 8 (postprocess)", -(-quads // 256))
+    return (_preprocess_kernel(dtype, D, "postprocess"), nvrtc.launch_config((-(-quads // 256), 1, 1), (256, 1, 1)),
+            (np.int32(Sq), np.int32(sq_pad // 64), np.int64(quads)))
 
 
 def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None):
@@ -277,40 +282,32 @@ def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None)
     B, H, Sq, D = out.shape
     out, dout = (t if _aligned(t) else t.contiguous() for t in (out, dout))
     delta, lse2 = torch.empty((2, B, H, sq_pad), dtype=torch.float32, device=out.device)
-    rows = B * H * sq_pad
-    blocks = -(-rows * (D // 8) // 256)  # D/8 threads per row
-    nvrtc.check_grid_x("stage 8 (preprocess)", blocks)
-    nvrtc.launch_prepared(_preprocess_kernel(out.dtype, D), nvrtc.launch_config((blocks, 1, 1), (256, 1, 1)),
-                          (dout.data_ptr(), out.data_ptr(), lse.float().contiguous().data_ptr(), delta.data_ptr(),
-                           lse2.data_ptr(), 0 if dq_zero is None else dq_zero.data_ptr(), np.int32(Sq),
-                           np.int32(sq_pad), np.int32(H), np.int64(rows),
-                           *nvrtc.layout_args(out), *nvrtc.layout_args(dout)))
+    kernel, cfg, args = _pre_launch(out, dout, sq_pad)
+    nvrtc.launch_prepared(kernel, cfg, (dout.data_ptr(), out.data_ptr(), lse.float().contiguous().data_ptr(),
+                                        delta.data_ptr(), lse2.data_ptr(),
+                                        0 if dq_zero is None else dq_zero.data_ptr(), *args))
     return delta, lse2
 
 
-_maps: dict = {}
-
-
-def _tensor_map(role: str, t: torch.Tensor):
-    """The copy engine's map of q or dout (boxes of DQ_ROWS rows), encoded once per role and
-    layout and afterwards only pointed at this call's tensor: encoding costs host time on
-    every training step, replacing the address almost none (stage 6's plans do the same). The
-    launch copies the map's bytes, so the next call may retarget it."""
-    key = (role, t.shape, t.stride(), t.dtype, t.device)
-    m = _maps.get(key)
-    if m is None:
-        if len(_maps) > 256:
-            _maps.clear()
-        m = _maps[key] = tensor_map(t, DQ_ROWS)
-    else:
-        m.replace_address(Address(t))
-    return m
+def _pre_launch(out, dout, sq_pad: int) -> tuple:
+    """The preprocess's kernel, launch configuration and scalar arguments for these layouts."""
+    B, H, Sq, D = out.shape
+    rows = B * H * sq_pad
+    blocks = -(-rows * (D // 8) // 256)  # D/8 threads per row
+    nvrtc.check_grid_x("stage 8 (preprocess)", blocks)
+    return (_preprocess_kernel(out.dtype, D), nvrtc.launch_config((blocks, 1, 1), (256, 1, 1)),
+            (np.int32(Sq), np.int32(sq_pad), np.int32(H), np.int64(rows),
+             *nvrtc.layout_args(out), *nvrtc.layout_args(dout)))
 
 
 def _aligned(t: torch.Tensor, align: int = 16) -> bool:
+    return _aligned_strides(t, align) and t.data_ptr() % align == 0
+
+
+def _aligned_strides(t: torch.Tensor, align: int = 16) -> bool:
+    """Unit last stride and every other stride a multiple of `align` bytes (the pointer apart)."""
     item = t.element_size()
-    return (t.stride(-1) == 1 and t.data_ptr() % align == 0
-            and all(s * item % align == 0 for s in t.stride()[:-1]))
+    return t.stride(-1) == 1 and all(s * item % align == 0 for s in t.stride()[:-1])
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
@@ -329,7 +326,43 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
                          dq_atomics=dq_atomics, wgmma=wgmma, **switches)
 
 
+class _Launch:
+    """Everything about one backward call but the data pointers, made once per input layout
+    (shapes, strides, dtypes, devices, causal, scale, build): the validation's verdict, the
+    kernels, their launch configurations and their scalar arguments. A training step calls the
+    backward with the same layout every time, and building these anew cost host time while the
+    GPU waited (experiments/train_step_host)."""
+
+    __slots__ = ("shape", "k_shape", "empty", "atomics", "bulk", "wgmma_acc", "sq_pad", "tma", "copy_out",
+                 "copy_dout", "lse_ready", "main", "main_config", "dq_kernel", "dq_config", "shape_args",
+                 "pre", "pre_config", "pre_args", "post", "post_config", "post_args", "maps", "call")
+
+
+_launches: dict = {}
+
+
 def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None, **switches):
+    try:  # attributes a non-tensor lacks: the full validation in _make_launch says what is wrong
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
+               v.stride(), v.dtype, v.device, out.shape, out.stride(), out.dtype, out.device, dout.shape,
+               dout.stride(), dout.dtype, dout.device, lse.shape, lse.stride(), lse.dtype, causal,
+               type(causal), scale, type(scale), tiles and tuple(tiles), dq_atomics, wgmma,
+               tuple(sorted(switches.items())))
+        plan = _launches.get(key)
+    except Exception:
+        key, plan = None, None
+    if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % INFO.align_bytes:
+        plan = None  # a misaligned pointer: validate() explains
+    if plan is None:
+        plan = _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmma, switches)
+        if key is not None:
+            if len(_launches) > 1024:
+                _launches.clear()
+            _launches[key] = plan
+    return _run(plan, q, k, v, out, dout, lse)
+
+
+def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmma, switches) -> _Launch:
     scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -349,49 +382,86 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
     cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)), **switches)
-    atomics = cfg["dq_atomics"]
-    if B * H * Sq * Sk * D == 0:  # no products: zero gradients of the inputs' shapes
-        return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
-                torch.zeros(k.shape, dtype=q.dtype, device=q.device),
-                torch.zeros(v.shape, dtype=q.dtype, device=q.device))
-    # The kernels write every row of dK and dV (and of dQ, in the dQ pass): no memset, except
-    # for the float32 sum the atomics add into.
-    sq_pad = (Sq + DQ_ROWS - 1) // DQ_ROWS * DQ_ROWS  # whole blocks of either kernel's rows
+    p = _Launch()
+    p.call = (causal, scale, tiles, dq_atomics, wgmma, switches)  # to plan again for copies (_run)
+    p.shape, p.k_shape = tuple(q.shape), tuple(k.shape)
+    p.empty = B * H * Sq * Sk * D == 0  # no products: zero gradients of the inputs' shapes
+    if p.empty:
+        return p
+    p.atomics, p.bulk = cfg["dq_atomics"], bool(cfg.get("dq_bulk"))
+    p.wgmma_acc = bool(p.atomics and cfg["wgmma"])
     # The WGMMA build's atomics add whole 64-row blocks: its float32 dQ has sq_pad rows, zeroed
     # by the preprocess; the mma.sync build's has Sq.
-    dq = (torch.empty((B, H, sq_pad, D), dtype=torch.float32, device=q.device) if atomics and cfg["wgmma"]
-          else torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomics
-          else torch.empty(q.shape, dtype=q.dtype, device=q.device))
-    dk, dv = torch.empty((2, *k.shape), dtype=q.dtype, device=q.device)  # one allocation
-    if not _aligned(dout):  # autograd may hand a broadcast or strided gradient
-        dout = dout.contiguous()
+    p.sq_pad = (Sq + DQ_ROWS - 1) // DQ_ROWS * DQ_ROWS  # whole blocks of either kernel's rows
+    p.copy_out, p.copy_dout = not _aligned_strides(out), not _aligned_strides(dout)
+    p.lse_ready = lse.dtype == torch.float32 and lse.is_contiguous()
+    out_l = out.contiguous() if p.copy_out else out  # the layouts the kernels will read
+    dout_l = dout.contiguous() if p.copy_dout else dout
     bn = cfg["block_n"]
-    delta, lse2 = preprocess(out, dout, lse, sq_pad, dq if atomics and cfg["wgmma"] else None)
     n_blocks = (Sk + bn - 1) // bn * B * Hk
     nvrtc.check_grid_x("stage 8", n_blocks)
     kerns = _kernels(q.dtype, D, tuple(sorted(cfg.items())))
-    shape_args = (np.int32(Sq), np.int32(Sk), np.int32(sq_pad), np.float32(scale * math.log2(math.e)),
-                  np.float32(scale), np.int32(mode), np.int32(H), np.int32(H // Hk),
-                  *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v), *nvrtc.layout_args(dout))
+    p.main = kerns["attention_backward"]
+    p.main_config = nvrtc.launch_config((n_blocks, 1, 1), (cfg["threads"], 1, 1), cfg["smem"])
+    p.shape_args = (np.int32(Sq), np.int32(Sk), np.int32(p.sq_pad), np.float32(scale * math.log2(math.e)),
+                    np.float32(scale), np.int32(mode), np.int32(H), np.int32(H // Hk),
+                    *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v), *nvrtc.layout_args(dout_l))
+    p.tma = bool(cfg.get("tma_loads"))  # the copy engine's descriptions of q and dout: boxes of 64 rows
+    p.maps = (tensor_map(q, DQ_ROWS), tensor_map(dout_l, DQ_ROWS)) if p.tma else ()
+    p.pre, p.pre_config, p.pre_args = _pre_launch(out_l, dout_l, p.sq_pad)
+    p.dq_kernel = p.dq_config = p.post = p.post_config = p.post_args = None
+    if p.bulk:
+        p.post, p.post_config, p.post_args = _post_launch(B, H, Sq, p.sq_pad, D, q.dtype)
+    elif not p.atomics:
+        n_dq_blocks = (Sq + DQ_ROWS - 1) // DQ_ROWS * B * H
+        nvrtc.check_grid_x("stage 8 (dQ pass)", n_dq_blocks)
+        p.dq_kernel = kerns["attention_backward_dq"]
+        p.dq_config = nvrtc.launch_config((n_dq_blocks, 1, 1), (128, 1, 1), cfg["dq_smem"])
+    return p
+
+
+def _run(p: _Launch, q, k, v, out, dout, lse):
+    """One backward with a plan: three allocations (dQ's workspace, δ and lse·log2 e, dK with
+    dV), the preprocess, the dK/dV kernel, and the dQ pass or the postprocess."""
+    dev, dtype = q.device, q.dtype
+    if p.empty:
+        return (torch.zeros(p.shape, dtype=dtype, device=dev), torch.zeros(p.k_shape, dtype=dtype, device=dev),
+                torch.zeros(p.k_shape, dtype=dtype, device=dev))
+    # autograd may hand a broadcast or strided gradient (its layout planned as a copy), or
+    # rarely one whose rows start misaligned: then fresh copies, planned for this call alone
+    if (dout.data_ptr() | out.data_ptr()) % 16:
+        out, dout = (t.clone(memory_format=torch.contiguous_format) if t.data_ptr() % 16 else t for t in (out, dout))
+        return _run(_make_launch(q, k, v, out, dout, lse, *p.call), q, k, v, out, dout, lse)
+    if p.copy_dout:
+        dout = dout.contiguous()
+    if p.copy_out:
+        out = out.contiguous()
+    if not p.lse_ready:
+        lse = lse.float().contiguous()
+    B, H, Sq, D = p.shape
+    # The kernels write every row of dK and dV (and of dQ, in the dQ pass): no memset, except
+    # for the float32 sum the atomics add into (the WGMMA build's is zeroed by the preprocess).
+    dq = (torch.empty((B, H, p.sq_pad, D), dtype=torch.float32, device=dev) if p.wgmma_acc
+          else torch.zeros(p.shape, dtype=torch.float32, device=dev) if p.atomics
+          else torch.empty(p.shape, dtype=dtype, device=dev))
+    dk, dv = torch.empty((2, *p.k_shape), dtype=dtype, device=dev)  # one allocation
+    delta, lse2 = torch.empty((2, B, H, p.sq_pad), dtype=torch.float32, device=dev)
+    nvrtc.launch_prepared(p.pre, p.pre_config,
+                          (dout.data_ptr(), out.data_ptr(), lse.data_ptr(), delta.data_ptr(), lse2.data_ptr(),
+                           dq.data_ptr() if p.wgmma_acc else 0, *p.pre_args))
+    for m, t in zip(p.maps, (q, dout)):  # the launch copies a map's bytes: the next call may retarget it
+        m.replace_address(Address(t))
     inputs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2.data_ptr(), delta.data_ptr())
-    maps = ()
-    if cfg.get("tma_loads"):  # the copy engine's descriptions of q and dout: boxes of 64 rows
-        maps = (_tensor_map("q", q), _tensor_map("dout", dout))
-    nvrtc.launch_prepared(kerns["attention_backward"],
-                          nvrtc.launch_config((n_blocks, 1, 1), (cfg["threads"], 1, 1), cfg["smem"]),
-                          (*maps, *inputs, dq.data_ptr() if atomics else 0, dk.data_ptr(), dv.data_ptr(),
-                           *shape_args))
-    if atomics:
-        # postprocess: dQ's float32 sum in q's dtype (and in row order after bulk reductions)
-        if cfg.get("dq_bulk"):
-            return postprocess(dq, Sq, q.dtype), dk, dv
-        dq = dq.to(q.dtype)
+    nvrtc.launch_prepared(p.main, p.main_config, (*p.maps, *inputs, dq.data_ptr() if p.atomics else 0,
+                                                  dk.data_ptr(), dv.data_ptr(), *p.shape_args))
+    if p.bulk:  # dQ's float32 sum in q's dtype, in row order after the bulk reductions
+        out_dq = torch.empty(p.shape, dtype=dtype, device=dev)
+        nvrtc.launch_prepared(p.post, p.post_config, (dq.data_ptr(), out_dq.data_ptr(), *p.post_args))
+        return out_dq, dk, dv
+    if p.atomics:
+        dq = dq.to(dtype)
         return (dq if dq.shape[2] == Sq else dq[:, :, :Sq].contiguous()), dk, dv
-    n_dq_blocks = (Sq + DQ_ROWS - 1) // DQ_ROWS * B * H
-    nvrtc.check_grid_x("stage 8 (dQ pass)", n_dq_blocks)
-    nvrtc.launch_prepared(kerns["attention_backward_dq"],
-                          nvrtc.launch_config((n_dq_blocks, 1, 1), (128, 1, 1), cfg["dq_smem"]),
-                          (*inputs, dq.data_ptr(), *shape_args))
+    nvrtc.launch_prepared(p.dq_kernel, p.dq_config, (*inputs, dq.data_ptr(), *p.shape_args))
     return dq, dk, dv
 
 

@@ -491,18 +491,228 @@ def test_stage6_what_has_no_backward_is_refused():
             stage6.attention(q, k, v, lse=bad)
     qp, kp, vp = (torch.randn(30, 2, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     cu = offsets_tensor([0, 12, 30], "cuda")
-    with pytest.raises(NoBackwardError, match="attention_varlen"):
-        stage6.attention_varlen(qp.requires_grad_(True), kp, vp, cu, cu, 18, 18)
+    _packed_grad_refused_by_the_stage_not_by_autograd(stage6, qp, kp, vp, cu)
+
+
+def _packed_grad_refused_by_the_stage_not_by_autograd(stage, q, k, v, cu):
+    """The stage's own attention_varlen is the forward alone: grad refused, naming the
+    composition; stages.autograd.attention_varlen on the same inputs gives an output with a
+    grad_fn and finite gradients of every input."""
+    from lib.inputs import NoBackwardError
+    n = stage.INFO.number
+    with pytest.raises(NoBackwardError, match=rf"attention_varlen.*stages\.autograd\.attention_varlen.*forward={n}"):
+        stage.attention_varlen(q.clone().requires_grad_(True), k, v, cu, cu, 18, 18)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = autograd.attention_varlen(*leaves, cu, cu, 18, 18, forward=n, causal="bottom_right")
+    assert out.grad_fn is not None and out.shape == q.shape
+    out.backward(torch.randn_like(out))
+    assert all(t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in leaves)
 
 
 @gpu
 def test_packed_sequences_with_grad_are_refused():
-    """attention_varlen has no backward yet: a clear error, not a detached output."""
-    from lib.inputs import NoBackwardError, offsets_tensor
+    """Stage 5's attention_varlen is the forward alone: a clear error, not a detached output;
+    stages.autograd.attention_varlen trains on the same packed sequences."""
+    from lib.inputs import offsets_tensor
     q, k, v = (torch.randn(30, 2, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     cu = offsets_tensor([0, 12, 30], "cuda")
-    with pytest.raises(NoBackwardError, match="attention_varlen"):
-        stage5.attention_varlen(q.requires_grad_(True), k, v, cu, cu, 18, 18)
+    _packed_grad_refused_by_the_stage_not_by_autograd(stage5, q, k, v, cu)
+
+
+# Packed sequences with gradients (issue 48, item 4): stages.autograd.attention_varlen runs the
+# forward stage and stage 8's backward one sequence at a time. Lengths (queries, keys) per
+# sequence: odd lengths and partial tiles; an empty sequence; keys without queries; queries
+# without keys (zero output and gradient); more queries than keys (bottom-right rows that see
+# no key); one query; a sequence of many tiles.
+VARLEN_LENS = [(37, 45), (0, 0), (0, 13), (5, 0), (70, 33), (1, 1), (129, 129), (3, 200)]
+
+
+def _packed_leaves(lens, H, Hk, D, dtype, device, seed):
+    from lib.reference import packed_inputs
+    q, k, v, cu_q, cu_k = packed_inputs([a for a, _ in lens], [b for _, b in lens], H, Hk, D, dtype=dtype,
+                                        device=device, seed=seed)
+    return q, k, v, cu_q, cu_k
+
+
+def _judge_packed_gradients(grads, q, k, v, dout, cu_q, cu_k, *, causal, label, judge=None):
+    """Each sequence's rows of (dq, dk, dv) against float64 autograd of the reference on that
+    sequence alone, as [1, H, S, D] views (check_gradients' rule, or `judge`); the rows of a
+    sequence without queries or without keys must be exactly zero."""
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    dq, dk, dv = grads
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape, label
+    for b in range(len(cq) - 1):
+        (q0, q1), (k0, k1) = (cq[b], cq[b + 1]), (ck[b], ck[b + 1])
+        if q1 == q0 or k1 == k0:
+            for name, g, (a, z) in (("dq", dq, (q0, q1)), ("dk", dk, (k0, k1)), ("dv", dv, (k0, k1))):
+                assert not g[a:z].any(), f"{label}: sequence {b} ({q1 - q0} queries, {k1 - k0} keys): {name} not zero"
+            continue
+        seq = lambda t, a, z: t[a:z].transpose(0, 1)[None]  # noqa: E731
+        views = (seq(q, q0, q1), seq(k, k0, k1), seq(v, k0, k1))
+        got = (seq(dq, q0, q1), seq(dk, k0, k1), seq(dv, k0, k1))
+        if judge is not None:
+            judge(got, *views, seq(dout, q0, q1), causal=causal, label=f"{label} sequence {b}")
+            continue
+        for name, c in check_gradients(got, *views, seq(dout, q0, q1), causal=causal).items():
+            assert c.passed, f"{label}: sequence {b} ({q1 - q0} queries, {k1 - k0} keys) {name}: {c.summary()}"
+
+
+@gpu
+@pytest.mark.parametrize("causal", [False, "top_left", "bottom_right"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("forward", [5, 6])
+def test_packed_sequences_train(forward, D, causal, seed):
+    """stages.autograd.attention_varlen with gradients: an output with a grad_fn, its rows each
+    sequence's attention (the forward's rule), and dq, dk, dv per sequence against float64
+    autograd of the reference (check_gradients), on fresh packed sequences with GQA 4:1 in
+    both dtypes; zeros for sequences without queries or keys; under no_grad the stage's own
+    varlen call, with no grad_fn."""
+    from lib.reference import check_varlen_output
+    if forward == 6 and not HOPPER:
+        pytest.skip("stage 6 needs an sm_90 GPU (H100/H200)")
+    for i, dtype in enumerate((torch.bfloat16, torch.float16)):
+        q, k, v, cu_q, cu_k = _packed_leaves(VARLEN_LENS, 8, 2, D, dtype, "cuda", seed + i)
+        max_q, max_k = (max(x[j] for x in VARLEN_LENS) for j in (0, 1))
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = autograd.attention_varlen(*leaves, cu_q, cu_k, max_q, max_k, forward=forward, causal=causal)
+        assert out.grad_fn is not None and out.shape == q.shape and out.dtype == dtype
+        label = f"stage {forward} D {D} {dtype} causal={causal} seed {seed + i}"
+        for c in check_varlen_output(out.detach(), q, k, v, cu_q, cu_k, causal=causal):
+            assert c.passed, f"{label}: output {c.summary()}"
+        dout = torch.randn(out.shape, generator=torch.Generator(device="cuda").manual_seed(seed + 7 + i),
+                           device="cuda", dtype=dtype)
+        grads = torch.autograd.grad(out, leaves, dout)
+        _judge_packed_gradients(grads, q, k, v, dout, cu_q, cu_k, causal=causal, label=label)
+        with torch.no_grad():
+            plain = autograd.attention_varlen(*leaves, cu_q, cu_k, max_q, max_k, forward=forward, causal=causal)
+        assert plain.grad_fn is None
+        for c in check_varlen_output(plain, q, k, v, cu_q, cu_k, causal=causal):
+            assert c.passed, f"{label}: no_grad output {c.summary()}"
+
+
+@gpu
+def test_packed_sequences_train_from_strided_views(seed):
+    """Packed q, k, v that are views (every other row of a larger tensor: strides of their own,
+    read in place) and only k requiring grad: dk by the rule, no gradient asked of q and v."""
+    forward = 6 if HOPPER else 5
+    lens = [(40, 40), (0, 7), (23, 61)]
+    q, k, v, cu_q, cu_k = _packed_leaves(lens, 4, 4, 64, torch.bfloat16, "cuda", seed)
+    wide = [torch.stack([t, torch.randn_like(t)], 1).flatten(0, 1)[::2] for t in (q, k, v)]
+    assert wide[0].stride(0) == 2 * 4 * 64 and torch.equal(wide[0], q)
+    kg = wide[1].clone().requires_grad_(True)
+    out = autograd.attention_varlen(wide[0], kg, wide[2], cu_q, cu_k, 40, 61, forward=forward, causal="top_left")
+    dout = torch.randn_like(out)
+    (dk,) = torch.autograd.grad(out, kg, dout)
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    for b in (0, 2):
+        seq = lambda t, a, z: t[a:z].transpose(0, 1)[None]  # noqa: E731
+        views = (seq(q, cq[b], cq[b + 1]), seq(k, ck[b], ck[b + 1]), seq(v, ck[b], ck[b + 1]))
+        got = (torch.zeros_like(views[0]), seq(dk, ck[b], ck[b + 1]), torch.zeros_like(views[2]))
+        c = check_gradients(got, *views, seq(dout, cq[b], cq[b + 1]), causal="top_left")["dk"]
+        assert c.passed, f"sequence {b} seed {seed}: {c.summary()}"
+    assert not dk[ck[1]:ck[2]].any()
+
+
+def fake_kernels(monkeypatch, calls=None):
+    """Stage 5's forward and stage 8's backward replaced by PyTorch on any device (the forward:
+    float64 reference attention, writing the log-sum-exp into `lse`; the backward:
+    lib.reference.flash_backward in float64 from the saved output and log-sum-exp), and
+    stages.autograd's varlen checks without the device check: the per-sequence composition of
+    stages.autograd.attention_varlen then runs on the CPU. `calls` (a list) records each
+    kernel call as ("forward" | "backward", q view)."""
+    from functools import partial as bind
+
+    from lib import inputs
+    from lib.reference import attention_lse, flash_backward, reference_attention
+    calls = [] if calls is None else calls
+
+    def forward(q, k, v, *, causal=False, scale=None, lse=None, **options):
+        assert not options, options
+        assert lse is not None and lse.dtype == torch.float32 and lse.is_contiguous()
+        assert tuple(lse.shape) == tuple(q.shape[:3]) and q.shape[0] == 1, (lse.shape, q.shape)
+        calls.append(("forward", q))
+        lse.copy_(attention_lse(q, k, causal=causal, scale=scale))
+        return reference_attention(q, k, v, causal=causal, scale=scale).to(q.dtype)
+
+    def backward(q, k, v, out, dout, lse, *, causal=False, scale=None):
+        calls.append(("backward", q))
+        grads = flash_backward(q, k, v, out, dout, lse, causal=causal, scale=scale, dtype=torch.float64)
+        return tuple(g.to(q.dtype) for g in grads)
+
+    monkeypatch.setattr(stage5, "attention", forward)
+    monkeypatch.setattr(stage8, "attention_backward", backward)
+    monkeypatch.setattr(autograd, "validate_varlen", bind(inputs.validate_varlen, check_device=False))
+    return calls
+
+
+def _close_to_reference(grads, q, k, v, dout, *, causal, label):
+    """Fake kernels compute in float64: each gradient within two bf16 roundings of the float64
+    reference's (a wrong row, sequence or log-sum-exp is off by O(1))."""
+    from lib.reference import reference_backward
+    for name, got, want in zip(("dq", "dk", "dv"), grads, reference_backward(q, k, v, dout, causal=causal)):
+        err = float((got.double() - want).abs().max())
+        assert err <= 2 * 2 ** -8 * (1 + float(want.abs().max())), f"{label} {name}: error {err:.3e}"
+
+
+@pytest.mark.parametrize("causal", [False, "top_left", "bottom_right"])
+def test_packed_sequences_train_one_sequence_at_a_time(monkeypatch, causal):
+    """The composition of stages.autograd.attention_varlen on the CPU, with fake kernels: each
+    sequence that has queries and keys is one forward and one backward call on [1, H, S, D]
+    views of the packed tensors (no copies: pointers inside the packed q), with its own slice of
+    the log-sum-exp; the gradients are the float64 reference's per sequence, zeros for the
+    sequences without queries or keys; under no_grad it is the stage's own attention_varlen."""
+    calls = fake_kernels(monkeypatch)
+    q, k, v, cu_q, cu_k = _packed_leaves(VARLEN_LENS, 4, 2, 64, torch.bfloat16, "cpu", 11)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = autograd.attention_varlen(*leaves, cu_q, cu_k, 129, 200, forward=5, causal=causal)
+    assert out.grad_fn is not None and out.shape == q.shape
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    out.backward(dout)
+    both = [(a, b) for a, b in VARLEN_LENS if a and b]
+    assert [c[0] for c in calls] == ["forward"] * len(both) + ["backward"] * len(both)
+    cq = cu_q.tolist()
+    starts = [cq[i] for i, (a, b) in enumerate(VARLEN_LENS) if a and b]
+    item, row = q.element_size(), q.stride(0)
+    for (kind, view), start, (a, _) in zip(calls, starts * 2, both * 2):
+        assert view.shape == (1, 4, a, 64) and view.stride()[1:] == (64, row, 1), (kind, view.stride())
+        assert view.data_ptr() == leaves[0].data_ptr() + start * row * item, kind  # a view, not a copy
+    grads = [t.grad for t in leaves]
+    label = f"causal={causal}"
+    _judge_packed_gradients(grads, q, k, v, dout, cu_q, cu_k, causal=causal, label=label,
+                            judge=lambda got, *a, label, **kw: _close_to_reference(got, *a, label=label, **kw))
+    assert not out[cq[3]:cq[4]].any()  # queries without keys: zero output
+    varlen_calls = []
+    monkeypatch.setattr(stage5, "attention_varlen", lambda *a, **kw: varlen_calls.append(kw) or a[0].detach())
+    with torch.no_grad():
+        autograd.attention_varlen(*leaves, cu_q, cu_k, 129, 200, forward=5, causal=causal)
+    autograd.attention_varlen(q, k, v, cu_q, cu_k, 129, 200, forward=5, causal=causal)  # nothing requires grad
+    assert varlen_calls == [{"causal": causal, "scale": None}] * 2
+
+
+def test_packed_sequences_with_grad_bad_arguments(monkeypatch):
+    """With gradients, attention_varlen's arguments are checked as the stage checks them, before
+    anything runs: the forward stage, causal=True (ambiguous), offsets that do not fit, a
+    max_seqlen below the longest; with no sequences at all the output and gradients are empty."""
+    calls = fake_kernels(monkeypatch)
+    q, k, v, cu_q, cu_k = _packed_leaves([(5, 7), (3, 2)], 2, 2, 64, torch.bfloat16, "cpu", 1)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    with pytest.raises(ValueError, match="forward must be one of"):
+        autograd.attention_varlen(*leaves, cu_q, cu_k, 5, 7, forward=4)
+    with pytest.raises(TypeError, match="top_left"):
+        autograd.attention_varlen(*leaves, cu_q, cu_k, 5, 7, forward=5, causal=True)
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        autograd.attention_varlen(*leaves, cu_k, cu_k, 5, 7, forward=5)
+    with pytest.raises(ValueError, match="max_seqlen_k"):
+        autograd.attention_varlen(*leaves, cu_q, cu_k, 5, 6, forward=5)
+    with pytest.raises(ValueError, match="rank 3"):
+        autograd.attention_varlen(*(t[None] for t in leaves), cu_q, cu_k, 5, 7, forward=5)
+    assert calls == []
+    empty = [t[:0].detach().requires_grad_(True) for t in (q, k, v)]
+    zero = torch.zeros(1, dtype=torch.int32)
+    out = autograd.attention_varlen(*empty, zero, zero, 0, 0, forward=5)
+    assert out.shape == (0, 2, 64) and out.grad_fn is not None
+    grads = torch.autograd.grad(out, empty, torch.zeros_like(out))
+    assert [g.shape for g in grads] == [t.shape for t in empty] and calls == []
 
 
 def test_launch_arguments_match_kernel_signature(monkeypatch):
@@ -512,6 +722,7 @@ def test_launch_arguments_match_kernel_signature(monkeypatch):
     from lib import inputs, nvrtc
     from test_stages import _arg_size, _param_sizes
     launches = []
+    monkeypatch.setattr(stage8, "_launches", {})  # no plan of real kernels from an earlier test, none left behind
     monkeypatch.setattr(stage8, "validate_cached", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
     monkeypatch.setattr(nvrtc, "stage_kernels", lambda source, names, *a, **kw: {k: k for k in names})
     monkeypatch.setattr(nvrtc, "launch_prepared", lambda kernel, config, params: launches.append((config, params)))
@@ -536,6 +747,15 @@ def test_launch_arguments_match_kernel_signature(monkeypatch):
     assert params[6] == 0  # no float32 dQ sum: the dQ pass writes dQ itself
     assert config.grid == (-(-33 // stage8.TILES[64][0]) * 2 * 2, 1, 1)
     assert dq_config.grid == (-(-40 // stage8.DQ_ROWS) * 2 * 4, 1, 1)
+    # The same layout again, new tensors: the plan made by the first call, this call's pointers
+    launches.clear()
+    q2, dout2 = q.clone(), torch.randn_like(dout)
+    assert len(stage8._launches) == 1
+    stage8.attention_backward(q2, k, v, torch.randn_like(q2), dout2, torch.zeros(2, 4, 40), causal=True, wgmma=0)
+    assert len(stage8._launches) == 1 and len(launches) == 3
+    (_, pre2), (_, params2), _ = launches
+    assert pre2[0] == dout2.data_ptr() and params2[0] == q2.data_ptr() and params2[3] == dout2.data_ptr()
+    assert pre2[6:] == pre_params[6:] and params2[9:] == params[9:]  # the scalars: the plan's
 
 
 def test_gradient_of_another_dtype_is_refused(monkeypatch):
