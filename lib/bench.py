@@ -8,8 +8,8 @@ printed as a markdown table, with a progress line per stage and shape on stderr.
     python -m lib.bench --all           # no time-based skips (stage 0, long shape: ~5 s a call)
     python -m lib.bench --record --stages 6 --dtype float16 bfloat16   # fp16 and bf16 rows
 
-Without a GPU it runs the simulator (numba stages, tiny shapes) and the offline compile
-(CUDA C++ stages), then prints the recorded table, labelled as recorded.
+Without a GPU only stage 0 runs (numba's simulator, tiny shapes); the CUDA C++ stages are
+compiled offline; then it prints the recorded table, labelled as recorded.
 """
 from __future__ import annotations
 
@@ -344,6 +344,21 @@ def main_gpu(a, mods, t0) -> int:
     return 1 if failed else 0
 
 
+# The stages past the 16-bit forward kernel (stages.BEYOND) are timed by their own scripts.
+OWN_BENCHMARKS = {7: "scripts/fp8_bench.py", 8: "scripts/backward_bench.py"}
+_OWN_WHAT = {7: "the FP8 forward, with its own error rule",
+             8: "the backward pass, timed against SDPA's backward"}
+
+
+def own_benchmark_message(numbers) -> str:
+    """What `--stages 7` or `8` answers: lib.bench's table is the 16-bit forward's."""
+    import stages
+    lines = [f"python -m lib.bench: stage {n} ({_OWN_WHAT[n]}) is not in the main job's table; "
+             f"its benchmark is: python {OWN_BENCHMARKS[n]}" for n in numbers]
+    return "\n".join(lines + ["lib.bench checks and times the forward stages "
+                               f"{', '.join(map(str, stages.NUMBERS))}."])
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults shown after each option; the description's examples kept as written."""
 
@@ -353,9 +368,11 @@ def parser() -> argparse.ArgumentParser:
     shape_names = [s[0] for s in STANDARD_SHAPES]
     ap = argparse.ArgumentParser(prog="python -m lib.bench", description=__doc__,
                                  formatter_class=_HelpFormatter)
+    # stages.BEYOND's numbers are accepted here only to be pointed to their own benchmarks (main)
     ap.add_argument("--stages", type=int, nargs="+", default=list(stages.NUMBERS),
-                    choices=list(stages.NUMBERS), metavar="N",
-                    help=f"stage numbers, from {list(stages.NUMBERS)}")
+                    choices=list(stages.NUMBERS + stages.BEYOND), metavar="N",
+                    help=f"stage numbers, from {list(stages.NUMBERS)} (stages 7 and 8 have "
+                         "their own benchmarks: " + ", ".join(OWN_BENCHMARKS.values()) + ")")
     ap.add_argument("--shapes", nargs="+", default=shape_names, choices=shape_names,
                     metavar="NAME", help="standard shapes, from " + ", ".join(
                         f"{n} (B{B} H{H} S{S} D{D})" for n, B, H, S, D in STANDARD_SHAPES))
@@ -390,6 +407,10 @@ def main(argv=None) -> int:
     t0 = time.time()
     ap = parser()
     a = ap.parse_args(argv)
+    beyond = sorted({n for n in a.stages if n in OWN_BENCHMARKS})
+    if beyond:
+        print(own_benchmark_message(beyond), file=sys.stderr, flush=True)
+        return 2
     if a.record and set(a.shapes) != {s[0] for s in STANDARD_SHAPES}:
         ap.error("--record replaces every recorded row of the stages it runs, so it measures "
                  "every standard shape: leave out --shapes (or drop --record)")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cpu_only, gpu
+import stages
 from lib import bench, results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,20 @@ def test_unknown_stage_is_a_usage_error_not_a_traceback():
     assert r.returncode == 2
     assert "invalid choice: 9" in r.stderr and "usage:" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("n,script", [(7, "scripts/fp8_bench.py"), (8, "scripts/backward_bench.py")])
+def test_stages_7_and_8_point_to_their_own_benchmarks(n, script):
+    """Stage 7 (FP8) and stage 8 (the backward) are timed by their own scripts: lib.bench says
+    so and exits non-zero (alone or among forward stages) before any stage runs."""
+    assert (ROOT / script).is_file()
+    for args in (["--stages", str(n)], ["--stages", "6", str(n)]):
+        r = _bench(*args)
+        assert r.returncode == 2, r
+        assert f"stage {n}" in r.stderr and f"python {script}" in r.stderr, r.stderr
+        assert "invalid choice" not in r.stderr and "usage:" not in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and r.stdout == "", r
+    assert bench.OWN_BENCHMARKS[n] == script and n in stages.BEYOND
 
 
 @pytest.mark.parametrize("args,message", [(["--shapes", "huge"], "invalid choice: 'huge'"),
