@@ -3,6 +3,7 @@ extra): without it these tests skip. The adapter's logic (GQA, scale, causal, ma
 layout) is tested on the CPU with a stand-in stage that computes attention with torch; the real
 stages run in a tiny Llama on the GPU."""
 import dataclasses
+import inspect
 
 import pytest
 import torch
@@ -73,6 +74,16 @@ def test_adapter_matches_sdpa_on_cpu(model, gqa):
         assert call["causal"] is True and call["scale"] == pytest.approx(64 ** -0.5)
 
 
+def _cache_from(model, output) -> dict:
+    """The cache an output returned, as the keyword the model's forward takes it: `cache` in
+    current transformers (its old name `past_key_values`, deprecated in 5.24, goes in 5.40);
+    `past_key_values` in the older releases the `hf` extra allows, which lack `cache`."""
+    if "cache" in inspect.signature(model.forward).parameters:
+        return {"cache": output.cache}
+    return {"past_key_values": output.past_key_values}
+
+
+@pytest.mark.filterwarnings("error:.*past_key_values.*:FutureWarning")
 def test_adapter_decodes_with_a_cache(model):
     """One new token against a cache: no mask, not causal (the query sees every key)."""
     stage = StandIn(True)
@@ -83,7 +94,7 @@ def test_adapter_decodes_with_a_cache(model):
         hf.set_attention(model, impl)
         with torch.inference_mode():
             first = model(ids[:, :-1], use_cache=True)
-            results.append(model(ids[:, -1:], past_key_values=first.past_key_values).logits)
+            results.append(model(ids[:, -1:], **_cache_from(model, first)).logits)
     hf.set_attention(model, "sdpa")
     torch.testing.assert_close(results[1], results[0], rtol=1e-4, atol=1e-4)
     assert stage.calls[-1]["causal"] is False and stage.calls[-1]["k"][2] == 12
