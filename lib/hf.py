@@ -54,6 +54,16 @@ def trainable(stage):
     return stage.attention
 
 
+def trainable_varlen(stage):
+    """stage.attention_varlen, or for stages 5 and 6 stages.autograd.attention_varlen: the
+    stage's own call without gradients; with them, its forward and stage 8's backward one packed
+    sequence at a time (correct, not fast), so that a model trains on a padded batch."""
+    from stages import autograd
+    if autograd.FORWARDS.get(stage.INFO.number) is stage:
+        return partial(autograd.attention_varlen, forward=stage.INFO.number)
+    return stage.attention_varlen
+
+
 def attention_function(stage):
     """A transformers attention function that runs `stage` (a stage module: attention() and INFO).
 
@@ -197,9 +207,13 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
     causal for a cache offset; the keys cut to their common end, a view, when a static cache
     is not full yet; with stage 6's seqlens_k when the key ends differ);
     otherwise the real rows are packed into sequences (unpad), run by the stage's
-    attention_varlen and put back (pad), as transformers' own FlashAttention-2 path does."""
+    attention_varlen and put back (pad), as transformers' own FlashAttention-2 path does. With
+    gradients (a model in train()), stages 5 and 6 run through stages.autograd (trainable,
+    trainable_varlen), and key ends that differ go through the packed path too: seqlens_k has
+    no backward."""
     info = stage.INFO
     attend = trainable(stage)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     B, H, Sq, D = q.shape
     causal = "bottom_right" if layout.causal else False
     if layout.unpadded and len(set(layout.k_end)) == 1:
@@ -208,7 +222,7 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
             k, v = k[:, :, :end], v[:, :, :end]
         out = attend(q, k, v, causal=causal, scale=scale)
         return out.transpose(1, 2).contiguous()
-    if layout.unpadded and takes_seqlens:
+    if layout.unpadded and takes_seqlens and not grad:
         lens = torch.tensor(layout.k_end, dtype=torch.int32, device=q.device)
         out = attend(q, k, v, causal=causal, scale=scale, seqlens_k=lens)
         return out.transpose(1, 2).contiguous()
@@ -220,9 +234,9 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
             f"{stages_with(lambda i: i.varlen)}). Run one prompt at a time, or use "
             "attn_implementation='sdpa'")
     (qb, qi), (kb, kj), cu_q, cu_k, max_q, max_k = layout.packing(q.device)
-    packed = stage.attention_varlen(q.transpose(1, 2)[qb, qi], k.transpose(1, 2)[kb, kj],
-                                    v.transpose(1, 2)[kb, kj], cu_q, cu_k, max_q, max_k,
-                                    causal=causal, scale=scale)
+    packed = trainable_varlen(stage)(q.transpose(1, 2)[qb, qi], k.transpose(1, 2)[kb, kj],
+                                     v.transpose(1, 2)[kb, kj], cu_q, cu_k, max_q, max_k,
+                                     causal=causal, scale=scale)
     out = torch.zeros(B, Sq, H, D, dtype=q.dtype, device=q.device)
     out[qb, qi] = packed
     return out
@@ -560,12 +574,15 @@ def _float64_copy(model):
     return ref
 
 
-def loss_and_gradients(model, ids, attention: str) -> tuple[float, dict]:
+def loss_and_gradients(model, ids, attention: str, attention_mask=None) -> tuple[float, dict]:
     """One training step's loss and every parameter's gradient (float64 copies), with the
-    attention implementation `attention` and the tokens as their own labels."""
+    attention implementation `attention` and the tokens as their own labels. With an
+    `attention_mask` (a padded batch: 1 for real tokens, 0 for padding) the padding is no label
+    (-100), as a training loop on padded batches has it."""
     set_attention(model, attention)
     model.zero_grad(set_to_none=True)
-    loss = model(ids, labels=ids, use_cache=False).loss
+    labels = ids if attention_mask is None else ids.masked_fill(attention_mask == 0, -100)
+    loss = model(ids, attention_mask=attention_mask, labels=labels, use_cache=False).loss
     loss.backward()
     return float(loss.detach()), {n: p.grad.double() for n, p in model.named_parameters()}
 

@@ -63,8 +63,9 @@ def refuse_grad(info: "StageInfo", q, k, v) -> None:
     if torch.is_grad_enabled() and (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
                                     or getattr(v, "requires_grad", False)):
         names = [n for n, t in (("q", q), ("k", k), ("v", v)) if getattr(t, "requires_grad", False)]
-        # A stage whose forward saves the log-sum-exp has a backward for [B, H, S, D] inputs
-        # (stage 8's), composed with it outside the stage (stages/autograd.py).
+        # A stage whose forward saves the log-sum-exp has a backward (stage 8's), composed with
+        # it outside the stage (stages/autograd.py): attention, and attention_varlen for packed
+        # sequences (one sequence at a time).
         packed = getattr(q, "dim", lambda: 4)() == 3
         if info.saves_lse and not packed:
             raise NoBackwardError(
@@ -72,8 +73,15 @@ def refuse_grad(info: "StageInfo", q, k, v) -> None:
                 f"require{'s' if len(names) == 1 else ''} grad. To train, call "
                 f"stages.autograd.attention(q, k, v, forward={info.number}, ...): this forward with "
                 "stage 8's backward. For inference, call it under torch.no_grad().")
-        what = (f"stage {info.number}'s attention_varlen (packed sequences) has no backward pass"
-                if info.saves_lse else f"stage {info.number} has no backward pass")
+        if info.saves_lse:  # packed: stages.autograd.attention_varlen, one sequence at a time
+            raise NoBackwardError(
+                f"stage {info.number}'s attention_varlen (packed sequences) is the forward alone, and "
+                f"{', '.join(names)} require{'s' if len(names) == 1 else ''} grad. To train, call "
+                f"stages.autograd.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, "
+                f"max_seqlen_k, forward={info.number}, ...): this stage's forward and stage 8's backward, "
+                "one launch group per sequence (correct, not fast). For inference, call it under "
+                "torch.no_grad().")
+        what = f"stage {info.number} has no backward pass"
         raise NoBackwardError(
             f"{what}, and {', '.join(names)} "
             f"require{'s' if len(names) == 1 else ''} grad: its output would have no grad_fn, and "
@@ -328,6 +336,12 @@ def offsets_tensor(values, device) -> torch.Tensor:
                 del _known_offsets[key]
         _known_offsets[id(t)] = (weakref.ref(t), t._version, list(values))
     return t
+
+
+def host_offsets(cu: torch.Tensor) -> list[int]:
+    """The values of an int32 offsets tensor on the host: those offsets_tensor made it from
+    while it is unchanged, otherwise one copy to the host (which waits for the GPU)."""
+    return _host_offsets(cu)
 
 
 def _host_offsets(cu: torch.Tensor) -> list[int]:

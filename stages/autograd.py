@@ -11,17 +11,34 @@ the forward and the backward.
     import stages.autograd as A
     out = A.attention(q, k, v, forward=6, causal=True)   # stage 6's forward ...
     out.backward(dout)                                     # ... and stage 8's backward
+
+Packed sequences train through `attention_varlen`, one sequence at a time (its docstring says
+what that costs).
 """
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import torch
+from torch.autograd.function import once_differentiable
 
-from lib.inputs import NoBackwardError, causal_from_mask, sdpa_causal
+from lib.inputs import NoBackwardError, causal_from_mask, host_offsets, sdpa_causal, validate_varlen
 from stages import stage5, stage6, stage8
 
 FORWARDS = {5: stage5, 6: stage6}  # the stages whose forward writes the log-sum-exp stage 8 needs
+
+
+def _forward_stage(forward: int):
+    stage = FORWARDS.get(forward)
+    if stage is None:
+        raise ValueError(f"forward must be one of {sorted(FORWARDS)} (the stages whose forward saves "
+                         f"the log-sum-exp stage 8's backward starts from), got {forward!r}")
+    return stage
+
+
+def _wants_grad(q, k, v) -> bool:
+    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
 
 
 def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=None, is_causal=None,
@@ -32,12 +49,9 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     Otherwise it is the forward stage's own call, at its own cost. `options` go to the forward
     (its measuring keywords: tiles, schedule, ...); `seqlens_k` has no backward (stage 8 takes
     every key of each entry) and is refused when gradients are asked for."""
-    stage = FORWARDS.get(forward)
-    if stage is None:
-        raise ValueError(f"forward must be one of {sorted(FORWARDS)} (the stages whose forward saves "
-                         f"the log-sum-exp stage 8's backward starts from), got {forward!r}")
+    stage = _forward_stage(forward)
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)
-    if not (torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))):
+    if not _wants_grad(q, k, v):
         return stage.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, **options)
     if options.get("seqlens_k") is not None:
         raise NoBackwardError(f"stage {forward} with seqlens_k (per-entry key lengths) has no backward "
@@ -46,3 +60,95 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, stage.INFO)
     return stage8.with_grad(partial(stage.attention, **options), q, k, v, causal=causal, scale=scale)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, forward: int = 6,
+                     causal=False, scale=None, **options):
+    """Packed sequences (FlashAttention's flash_attn_varlen_func, as stage `forward`'s own
+    attention_varlen takes them: q [total_q, H, D], k and v [total_k, H_kv, D], int32 offsets on
+    q's device, causal False, "top_left" or "bottom_right" within each sequence) with gradients.
+
+    Without gradients (grad mode off, or no input that requires grad) it is the forward stage's
+    own attention_varlen: one launch for the whole batch, at its own cost; `options` go to it.
+
+    With gradients, the output has a grad_fn whose backward is stage 8's, and this is NOT the
+    fast path: it costs one forward launch group and one backward launch group PER SEQUENCE
+    (correct, not fast; a varlen backward kernel, and a varlen forward that writes the
+    log-sum-exp, are future work). Stage 8's kernels take no packed sequences, and stage 5's
+    varlen build writes no log-sum-exp, so each sequence b runs as a batch of one:
+      forward:  stage.attention on [1, H, S_b, D] views of the packed q, k, v (rows cu_seqlens[b]
+                … of each, no copies: the views keep the packed tensors' strides) with `lse=` a
+                slice of one float32 buffer, `options` passed to it; the outputs are then
+                gathered into one [total_q, H, D] tensor (one copy);
+      backward: stage8.attention_backward on the same views, that sequence's rows of the output,
+                of the output's gradient and its log-sum-exp; each sequence's dq, dk, dv written
+                into its own rows of the packed gradients (sequences never share rows, so
+                nothing is summed across them).
+    A sequence with no queries or no keys launches nothing: its rows of the output and of every
+    gradient are zeros (rows that see no key, bottom-right with S_q > S_k, get zero output and
+    zero gradient from the kernels themselves). The offsets are read on the host (one copy per
+    call unless made by lib.inputs.offsets_tensor), so this path cannot be captured in a CUDA
+    graph."""
+    stage = _forward_stage(forward)
+    if not _wants_grad(q, k, v):
+        return stage.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                      causal=causal, scale=scale, **options)
+    # The stage's checks, on the tensors without their graph (the stage refuses grad itself).
+    plain = [t.detach() if isinstance(t, torch.Tensor) else t for t in (q, k, v)]
+    call = validate_varlen(*plain, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           causal=causal, scale=scale, info=stage.INFO)
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise NoBackwardError("stages.autograd.attention_varlen with gradients runs one launch group "
+                              "per sequence from offsets read on the host: it cannot be captured in a "
+                              "CUDA graph. Capture the forward alone under torch.no_grad().")
+    cq, ck = host_offsets(cu_seqlens_q), host_offsets(cu_seqlens_k)
+    seqs = [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(call.n_seqs)]
+    return _PackedAttention.apply(q, k, v, stage, seqs, causal, scale, options)
+
+
+def _seq(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Rows start … end − 1 of a packed [total, H, D] tensor as a [1, H, S, D] view (no copy)."""
+    return t[start:end].unsqueeze(0).transpose(1, 2)
+
+
+class _PackedAttention(torch.autograd.Function):
+    """Packed sequences, each run alone: the stage's forward with lse, stage 8's backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, stage, seqs, causal, scale, options):
+        total_q, H, D = q.shape
+        # one buffer for every row's log-sum-exp: sequence b's [1, H, S_b] is its slice
+        lse = torch.full((H * total_q,), -math.inf, dtype=torch.float32, device=q.device)
+        parts = []
+        for q0, q1, k0, k1 in seqs:
+            if q1 == q0:
+                continue
+            if k1 == k0:  # queries without keys: zeros, as SDPA gives
+                parts.append(torch.zeros((q1 - q0, H, D), dtype=q.dtype, device=q.device))
+                continue
+            o = stage.attention(_seq(q, q0, q1), _seq(k, k0, k1), _seq(v, k0, k1), causal=causal,
+                                scale=scale, lse=lse[H * q0:H * q1].view(1, H, q1 - q0), **options)
+            parts.append(o[0].transpose(0, 1))
+        out = torch.cat(parts) if parts else torch.empty((0, H, D), dtype=q.dtype, device=q.device)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.seqs, ctx.causal, ctx.scale = seqs, causal, scale
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        H = q.shape[1]
+        dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        dk, dv = torch.zeros((2, *k.shape), dtype=q.dtype, device=q.device)
+        for q0, q1, k0, k1 in ctx.seqs:
+            if q1 == q0 or k1 == k0:
+                continue  # nothing attended: zero gradients
+            g = stage8.attention_backward(_seq(q, q0, q1), _seq(k, k0, k1), _seq(v, k0, k1), _seq(out, q0, q1),
+                                          _seq(dout, q0, q1), lse[H * q0:H * q1].view(1, H, q1 - q0),
+                                          causal=ctx.causal, scale=ctx.scale)
+            for packed, one, (a, b) in zip((dq, dk, dv), g, ((q0, q1), (k0, k1), (k0, k1))):
+                packed[a:b] = one[0].transpose(0, 1)
+        need = ctx.needs_input_grad
+        return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
+                None, None, None, None, None)

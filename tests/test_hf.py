@@ -258,6 +258,80 @@ def test_training_step_through_the_stages(n, seed):
         assert err <= tol, f"{param}: max|stage {n} − float64| {err:.3e} > {tol:.3e} (seed {seed})"
 
 
+PADDED_LENGTHS = (93, 40, 7, 1)  # one left-padded batch: a full row, two padded ones, one token
+
+
+def _padded_training_step(model, ids, mask, name, dtype):
+    """One training step on a left-padded batch with `name`, SDPA and a float64 copy with SDPA:
+    the loss within the rule of SDPA's, and every parameter's gradient by lib.hf.gradient_rule."""
+    ref = hf._float64_copy(model).train()
+    try:
+        loss_ref, g_ref = hf.loss_and_gradients(ref, ids, "sdpa", mask)
+        loss_sdpa, g_sdpa = hf.loss_and_gradients(model, ids, "sdpa", mask)
+        loss_stage, g_stage = hf.loss_and_gradients(model, ids, name, mask)
+    finally:
+        hf.set_attention(model, "sdpa")
+    assert all(bool(torch.isfinite(g).all()) for g in g_sdpa.values()), "SDPA's own gradients are not finite"
+    assert abs(loss_stage - loss_ref) <= 2 * abs(loss_sdpa - loss_ref) + 1e-2, (loss_stage, loss_sdpa, loss_ref)
+    rule = hf.gradient_rule(g_stage, g_sdpa, g_ref, dtype)
+    assert len(rule) == len(list(model.parameters()))
+    return rule
+
+
+def _count_packed_calls(monkeypatch):
+    """Count the calls of stages.autograd.attention_varlen that have gradients to give."""
+    from stages import autograd
+    calls, real = [], autograd.attention_varlen
+
+    def counted(q, *args, **kwargs):
+        out = real(q, *args, **kwargs)
+        calls.append(out.grad_fn is not None)
+        return out
+    monkeypatch.setattr(autograd, "attention_varlen", counted)
+    return calls
+
+
+def test_training_on_a_left_padded_batch_on_cpu(monkeypatch):
+    """issue 48, item 4, the adapter's part on the CPU: model.train() on a left-padded batch
+    through fa_stage5 packs the real rows into stages.autograd.attention_varlen (stage 5's
+    forward and stage 8's backward replaced by PyTorch, tests/test_backward.py's fake_kernels),
+    one forward and one backward per sequence and layer, and every parameter's gradient is
+    within lib.hf.gradient_rule of the float64 model's."""
+    from test_backward import fake_kernels
+    kernel_calls = fake_kernels(monkeypatch)
+    packed_calls = _count_packed_calls(monkeypatch)
+    name = hf.register_stage(stages.get(5), "fa_test_train_padded")
+    model = hf.tiny_llama(torch.bfloat16, "cpu", seed=3).train()
+    lengths = (13, 6, 1)
+    ids, mask = hf.left_padded_prompts(lengths, model.config.vocab_size, "cpu", seed=5)
+    rule = _padded_training_step(model, ids, mask, name, torch.bfloat16)
+    for param, (err, tol) in rule.items():
+        assert err <= tol, f"{param}: max|stage 5 (fake kernels) − float64| {err:.3e} > {tol:.3e}"
+    layers = model.config.num_hidden_layers
+    assert packed_calls == [True] * layers
+    assert [c[0] for c in kernel_calls] == (["forward"] * len(lengths) * layers
+                                            + ["backward"] * len(lengths) * layers)
+
+
+@gpu
+@pytest.mark.parametrize("n", [5, 6])
+def test_training_on_a_left_padded_batch(n, seed, monkeypatch):
+    """issue 48, item 4: one training step of the tiny Llama (GQA) in bf16 on a left-padded batch
+    (prompts of 93, 40, 7 and 1 tokens; padding is no label) through stage 5 or stage 6: the
+    padded layers run stages.autograd.attention_varlen with gradients (stage 8's backward per
+    sequence), the loss as SDPA's, and every parameter's gradient within lib.hf.gradient_rule
+    against a float64 copy of the model run with SDPA."""
+    if torch.cuda.get_device_capability() < stages.get(n).INFO.min_cc:
+        pytest.skip(f"stage {n} needs compute capability {stages.get(n).INFO.min_cc}")
+    packed_calls = _count_packed_calls(monkeypatch)
+    model = hf.tiny_llama(torch.bfloat16, "cuda", seed=seed % 1000).train()
+    ids, mask = hf.left_padded_prompts(PADDED_LENGTHS, model.config.vocab_size, "cuda", seed=seed)
+    rule = _padded_training_step(model, ids, mask, hf.register([n])[0], torch.bfloat16)
+    assert packed_calls == [True] * model.config.num_hidden_layers
+    for param, (err, tol) in rule.items():
+        assert err <= tol, f"{param}: max|stage {n} − float64| {err:.3e} > {tol:.3e} (seed {seed})"
+
+
 @gpu
 @pytest.mark.parametrize("n", [5, 6])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
