@@ -593,19 +593,24 @@ def test_packed_sequences_train(forward, D, causal, seed):
 @gpu
 def test_packed_sequences_train_from_strided_views(seed):
     """Packed q, k, v that are views (every other row of a larger tensor: strides of their own,
-    read in place) and only k requiring grad: dk by the rule, no gradient asked of q and v."""
+    read in place), and only k's larger tensor requiring grad: dk by the rule in k's rows, zeros
+    in the rows between them and in the keys of a sequence without queries."""
     forward = 6 if HOPPER else 5
     lens = [(40, 40), (0, 7), (23, 61)]
     q, k, v, cu_q, cu_k = _packed_leaves(lens, 4, 4, 64, torch.bfloat16, "cuda", seed)
-    wide = [torch.stack([t, torch.randn_like(t)], 1).flatten(0, 1)[::2] for t in (q, k, v)]
-    assert wide[0].stride(0) == 2 * 4 * 64 and torch.equal(wide[0], q)
-    kg = wide[1].clone().requires_grad_(True)
-    out = autograd.attention_varlen(wide[0], kg, wide[2], cu_q, cu_k, 40, 61, forward=forward, causal="top_left")
+    wide = [torch.stack([t, torch.randn_like(t)], 1).flatten(0, 1) for t in (q, k, v)]
+    wide[1].requires_grad_(True)
+    qs, ks, vs = (t[::2] for t in wide)
+    assert ks.stride(0) == 2 * 4 * 64 and torch.equal(ks, k) and torch.equal(qs, q)
+    out = autograd.attention_varlen(qs, ks, vs, cu_q, cu_k, 40, 61, forward=forward, causal="top_left")
+    assert out.grad_fn is not None
     dout = torch.randn_like(out)
-    (dk,) = torch.autograd.grad(out, kg, dout)
+    (dwide,) = torch.autograd.grad(out, wide[1], dout)
+    assert not dwide[1::2].any()
+    dk = dwide[::2]
     cq, ck = cu_q.tolist(), cu_k.tolist()
+    seq = lambda t, a, z: t[a:z].transpose(0, 1)[None]  # noqa: E731
     for b in (0, 2):
-        seq = lambda t, a, z: t[a:z].transpose(0, 1)[None]  # noqa: E731
         views = (seq(q, cq[b], cq[b + 1]), seq(k, ck[b], ck[b + 1]), seq(v, ck[b], ck[b + 1]))
         got = (torch.zeros_like(views[0]), seq(dk, ck[b], ck[b + 1]), torch.zeros_like(views[2]))
         c = check_gradients(got, *views, seq(dout, cq[b], cq[b + 1]), causal="top_left")["dk"]
