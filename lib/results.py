@@ -284,11 +284,20 @@ def declare_pending(path: str | Path, numbers, why: str) -> dict:
 
 
 def pending_text(data: dict, stage_numbers=None) -> str:
-    """One sentence per stage whose re-record is pending, or ''."""
-    items = [(int(n), p) for n, p in data.get("pending_rerecord", {}).items()
-             if stage_numbers is None or int(n) in stage_numbers]
-    return " ".join(f"**Stage {n}: sources changed after its record ({p['since_commit'][:10]}), "
-                    f"re-record pending** — {p['why']}" for n, p in sorted(items, key=lambda x: x[0]))
+    """One sentence per reason a re-record is pending (stages that changed for the same reason
+    share it), or ''."""
+    groups: dict = {}
+    for n, p in data.get("pending_rerecord", {}).items():
+        if stage_numbers is None or int(n) in stage_numbers:
+            groups.setdefault(p["why"], []).append((int(n), p["since_commit"][:10]))
+    out = []
+    for why, items in groups.items():
+        items.sort()
+        nums, commits = [n for n, _ in items], list(dict.fromkeys(c for _, c in items))
+        name = _number_ranges(nums).capitalize()
+        out.append(f"**{name}: sources changed after {'its' if len(nums) == 1 else 'their'} record "
+                   f"({', '.join(commits)}), re-record pending** — {why}")
+    return " ".join(out)
 
 
 # --------------------------------------------------------------------------------------------
