@@ -39,6 +39,11 @@ for s in "$@"; do case $s in
   bwdrecord) step bwdrecord timeout 420 python3 scripts/backward_bench.py --record --variants wgmma ;;
   fixes) step fixes python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py -k "refused or flashattention3 or autograd or thread" ;;
   gqacausal) step gqacausal timeout 200 python3 experiments/gqa_causal_step/probe.py ;;
+  sanvarlen) for tool in memcheck synccheck; do  # packed sequences' training path: per-sequence views at offsets
+                step "sanitize-$tool" timeout 280 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
+                  --report-api-errors no python3 -m pytest -p no:cacheprovider -q "tests/test_backward.py::test_packed_sequences_train[6-128-bottom_right]" \
+                  "tests/test_backward.py::test_packed_sequences_train[6-64-top_left]" "tests/test_backward.py::test_packed_sequences_train[5-64-False]" \
+                  tests/test_backward.py::test_packed_sequences_train_from_strided_views ; done ;;
   bench0) step bench0 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" 0 ;;
   bench16) step bench16 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
   *) echo "unknown step $s"; rc=2 ;;
