@@ -44,6 +44,8 @@ for s in "$@"; do case $s in
                   --report-api-errors no python3 -m pytest -p no:cacheprovider -q "tests/test_backward.py::test_packed_sequences_train[6-128-bottom_right]" \
                   "tests/test_backward.py::test_packed_sequences_train[6-64-top_left]" "tests/test_backward.py::test_packed_sequences_train[5-64-False]" \
                   tests/test_backward.py::test_packed_sequences_train_from_strided_views ; done ;;
+  specdec) step specdec-tests python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6.py -k "decoding or split or producer"
+           step specdec timeout 200 python3 experiments/spec_decode_splits/probe.py ;;
   bench0) step bench0 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" 0 ;;
   bench16) step bench16 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
   *) echo "unknown step $s"; rc=2 ;;

@@ -34,7 +34,7 @@ from lib.tma import Address, tensor_map
 from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE_TILES, FEW_KEYS_BLOCKS,
                                     FEW_KEYS_SCHEDULE, FEW_KEYS_TILES, MAX_SPLITS, check_seqlens_k,
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
-                                    pdl_launches, plan_splits, shares_sms)
+                                    pdl_launches, plan_splits, shares_sms, splits_causal)
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
                         validate_varlen)
@@ -499,7 +499,9 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
            pack_gqa=None, blocks_per_sm=None) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
-    (plan_splits' rule unless `splits` is given; never an empty split) and, when packed, the
+    (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
+    the kernel's mode 0-2, of which only bottom-right (2) packed calls may be split:
+    splits_causal) and, when packed, the
     blocks per SM (shares_sms' rule unless `blocks_per_sm` is given; their tiles
     DECODE_SHARED_TILES unless `tiles` are given), or blocks without a producer
     (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given)."""
@@ -514,8 +516,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
     if schedule is None:
-        schedule = DECODE_SCHEDULE if pack else call_schedule(D, causal, Sk, work, sms)
-        short = None if pack or given_tiles else short_tiles(D, Sk, schedule, causal)
+        schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms)
+        short = None if pack or given_tiles else short_tiles(D, Sk, schedule, bool(causal))
         if short is not None:
             tiles, key_tiles = short, (Sk + short[0] - 1) // short[0]
             block_m = 64 * tiles[2]
@@ -523,7 +525,12 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     if pack and (H // Hk) * Sq > block_m:
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")
-    n = plan_splits(work, key_tiles, sms, causal) if splits is None else min(splits, key_tiles, MAX_SPLITS)
+    split_ok = not causal or splits_causal(pack, causal)
+    if splits is not None and splits > 1 and not split_ok:
+        raise NotImplementedError("stage 6 splits the keys (split-KV) of full attention, and of bottom-right "
+                                  "causal calls that pack a group's queries (speculative decoding), only; "
+                                  "pass splits=None or 1 with this causal mask")
+    n = plan_splits(work, key_tiles, sms, not split_ok) if splits is None else min(splits, key_tiles, MAX_SPLITS)
     if (pack and not given_tiles and not given_schedule and blocks_per_sm is None
             and few_keys_per_block(D, -(-key_tiles // n))):
         tiles, schedule, blocks_per_sm = FEW_KEYS_TILES[D], FEW_KEYS_SCHEDULE, FEW_KEYS_BLOCKS
@@ -586,14 +593,11 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         # One query per sequence is its last position: bottom-right it sees every key (full
         # attention, which may be split), top-left only the first.
         causal = NO_MASK if causal == 2 else causal
-    if splits is not None and splits > 1 and causal:
-        raise NotImplementedError("stage 6 splits the keys (split-KV) of full attention only; "
-                                  "pass splits=None or 1 with a causal mask")
     plan.trivial = B * H * Sq == 0 or Sk == 0  # no queries, or no keys: what SDPA returns
     if plan.trivial:
         return plan
     G = H // Hk
-    ch = choose(B, H, Hk, Sq, Sk, D, bool(causal), _sm_count(q.device), tiles=tiles, schedule=schedule,
+    ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
                 splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,

@@ -116,6 +116,18 @@ def packs_gqa(H: int, Hk: int, Sq: int) -> bool:
     return (H // Hk) * Sq <= 64
 
 
+def splits_causal(pack: bool, causal) -> bool:
+    """Whether a causal call may have its keys split: when it packs a group's queries and is
+    aligned bottom-right (the kernel's causal mode 2), as speculative decoding and chunked
+    prefill against a cache are: its G·Sq rows see every key but the last Sq − 1 or fewer, all
+    in one block of one consumer, whose key tiles each split masks by their absolute positions
+    (stages/stage6.cu: softmax with kt = t0 + j) and whose causal tile count is the work tile's
+    own (n_keys), so a split's block does the tiles of its range. Unpacked causal blocks of
+    several consumers count each consumer's tiles from the range's start and are not split; a
+    top-left packed call sees only its first Sq keys, nothing to split."""
+    return bool(pack) and causal == 2
+
+
 def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
     """How many blocks share each work tile's keys (split-KV). The rule, from how the kernel
     runs: one block per SM at a time; a block costs about its key tiles plus one tile's worth of
@@ -127,7 +139,7 @@ def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
     fills 80% of the SMs is not split (FlashAttention-3's threshold): there the waves' rounding
     may still favour a split, but the partial rows in fp32 and their combine cost more than it
     gains. Causal calls are not split (their work tiles have different lengths, and queries are
-    long there)."""
+    long there) unless splits_causal says they may: the caller passes causal=False for those."""
     if causal or work <= 0 or work >= 0.8 * sms:
         return 1
     best, best_cost = 1, None
