@@ -46,6 +46,9 @@ for s in "$@"; do case $s in
                   tests/test_backward.py::test_packed_sequences_train_from_strided_views ; done ;;
   specdec) step specdec-tests python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6.py -k "decoding or split or producer"
            step specdec timeout 200 python3 experiments/spec_decode_splits/probe.py ;;
+  sanspec) for tool in memcheck racecheck synccheck; do
+              step "sanitize-spec-$tool" timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
+                --report-api-errors no python3 experiments/spec_decode_splits/sanitize.py; done ;;
   bench0) step bench0 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" 0 ;;
   bench16) step bench16 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
   *) echo "unknown step $s"; rc=2 ;;
