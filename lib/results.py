@@ -296,7 +296,7 @@ def pending_text(data: dict, stage_numbers=None) -> str:
         nums, commits = [n for n, _ in items], list(dict.fromkeys(c for _, c in items))
         name = _number_ranges(nums).capitalize()
         out.append(f"**{name}: sources changed after {'its' if len(nums) == 1 else 'their'} record "
-                   f"({', '.join(commits)}), re-record pending** — {why}")
+                   f"({', '.join(commits)}), re-record pending** — {why.rstrip('.')}.")
     return " ".join(out)
 
 

@@ -18,8 +18,8 @@ def tensor_map(t: torch.Tensor, rows: int | tuple):
     """The copy engine's description of a [B, H, S, D] tensor with its real strides: boxes of
     `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled. `rows`
     may be a tuple for the box's leading dimensions: (group, Sq) for packed_queries' 5-D view.
-    Encoding costs host time: stage 6's attention() makes a tensor's map once per layout (its plan) and
-    afterwards only replaces the address. Each call here returns a new map of its own."""
+    Encoding costs host time: stage 6's attention() and stage 8's backward make a tensor's map
+    once per layout (their plans) and afterwards only replace the address. Each call here returns a new map of its own."""
     from cuda.core.utils import StridedMemoryView
     from cuda.core._tensor_map import TensorMapSwizzle
     # The copy engine moves bits: a 16-bit integer view of fp16/bf16 has the same layout.

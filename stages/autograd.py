@@ -74,8 +74,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     With gradients, the output has a grad_fn whose backward is stage 8's, and this is NOT the
     fast path: it costs one forward launch group and one backward launch group PER SEQUENCE
     (correct, not fast; a varlen backward kernel, and a varlen forward that writes the
-    log-sum-exp, are future work). Stage 8's kernels take no packed sequences, and stage 5's
-    varlen build writes no log-sum-exp, so each sequence b runs as a batch of one:
+    log-sum-exp, are future work). Stage 8's kernels take no packed sequences, and neither stage's
+    varlen build writes the log-sum-exp, so each sequence b runs as a batch of one:
       forward:  stage.attention on [1, H, S_b, D] views of the packed q, k, v (rows cu_seqlens[b]
                 … of each, no copies: the views keep the packed tensors' strides) with `lse=` a
                 slice of one float32 buffer, `options` passed to it; the outputs are then

@@ -686,7 +686,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     2^k, see LAZY_RESCALE) are for measuring the alternatives; `timeline`, an int64 CUDA tensor of
     (1 + CONSUMERS)·16·4 elements, receives clock64 stamps of block 0's first work tile (see
     stages/stage6.cu). Decoding: `splits` (blocks per work tile's keys; None: plan_splits' rule,
-    1 for causal), `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
+    1 for causal unless packed and bottom-right: splits_causal), `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
     defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given) and
     `combine_in_block` (split-KV's combine in the last block of each work tile rather than a
     second kernel; None: combines_in_block's rule), `pdl` (programmatic dependent launch of the

@@ -6,7 +6,8 @@ Decoding and other calls with few work tiles (flash-decoding, chosen by `plan_sp
 `packs_gqa`): with few query rows per K/V head (G·Sq ≤ 64), a block takes the rows of all G
 query heads that share a K/V head (PACK_GQA, one consumer warpgroup: DECODE_TILES), and when the
 blocks would not fill the GPU, each head's keys are split over several blocks whose partial
-results the last of them, or a second kernel, combines (split-KV; causal calls are never split).
+results the last of them, or a second kernel, combines (split-KV; causal calls only when packed
+and aligned bottom-right, as speculative decoding is: `splits_causal`).
 When those blocks do fill the GPU, two share each SM (`shares_sms`, DECODE_SHARED_TILES), so
 one block's start and end overlap the other's streaming, as cuDNN's decoding kernels do. Where
 each block reads only one or two key tiles (D64), there is nothing for a producer to copy ahead:
@@ -48,9 +49,10 @@ MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O r
 # split still ran 5-7% slower than unsplit, which this count of waves and tiles does not see.
 COMBINE_TILES = 4
 # Split-KV's combine in the kernel: the last block of a work tile to finish reads every split's
-# partial rows (rows · splits · D floats) and writes the output, one warp per row (each warp
-# walking its rows' splits one after another), instead of a second launch. Worth it while they
-# are few. The same splits experiment put the line here: at 64 partial rows of D64 (16 KB) the
+# partial rows (rows · splits · D floats) and writes the output (combine_part in stages/stage6.cu:
+# each thread four columns of a row, its splits read eight at a time), instead of a second
+# launch. Worth it while they are few. The splits experiment (with the warp-per-row combine of
+# the time) put the line here: at 64 partial rows of D64 (16 KB) the
 # two ran level (in block − kernel: −1.4 to +0.6 µs), at 128 or more the kernel won (by up to
 # 2.5 µs; 5.7 µs at Sq 4's 32-row groups, 9.3 µs at 128 splits); 64 KB, the rule before it, took
 # those too.
@@ -128,7 +130,7 @@ def splits_causal(pack: bool, causal) -> bool:
     return bool(pack) and causal == 2
 
 
-def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
+def plan_splits(work: int, key_tiles: int, sms: int, unsplittable: bool) -> int:
     """How many blocks share each work tile's keys (split-KV). The rule, from how the kernel
     runs: one block per SM at a time; a block costs about its key tiles plus one tile's worth of
     fixed work (Q's load, the ring filling, the epilogue), so `work`·n blocks of
@@ -138,9 +140,9 @@ def plan_splits(work: int, key_tiles: int, sms: int, causal: bool) -> int:
     on a tie. Work that already
     fills 80% of the SMs is not split (FlashAttention-3's threshold): there the waves' rounding
     may still favour a split, but the partial rows in fp32 and their combine cost more than it
-    gains. Causal calls are not split (their work tiles have different lengths, and queries are
-    long there) unless splits_causal says they may: the caller passes causal=False for those."""
-    if causal or work <= 0 or work >= 0.8 * sms:
+    gains. An `unsplittable` call is not split: a causal one, unless splits_causal says it may
+    (unpacked causal work tiles have different lengths, and their queries are long)."""
+    if unsplittable or work <= 0 or work >= 0.8 * sms:
         return 1
     best, best_cost = 1, None
     for n in range(1, min(key_tiles, MAX_SPLITS) + 1):
