@@ -14,7 +14,9 @@ import io
 import math
 import os
 import re
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -151,6 +153,7 @@ def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="k
         # beside a good cubin) would hide registers and spills: compile again instead.
         if "Compiling entry function" in cached_log:
             return Compiled(cubin_path.read_bytes(), cached_log, arch, key, cubin_path)
+    started = _compiling(name, arch, defines)
     opts = ProgramOptions(
         name=name, arch=arch, std="c++17", include_path=include_path(),
         define_macro=[(k, str(v)) for k, v in defines.items()] or None,
@@ -168,14 +171,37 @@ def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="k
         if "Compiling entry function" in text:
             break
     # Both files through a rename, so that a concurrent reader (pytest-xdist workers compiling
-    # the same kernel) never sees half a cubin or a log another writer has just truncated.
-    tmp_log = log_path.with_suffix(f".logtmp{os.getpid()}")
+    # the same kernel) never sees half a cubin or a log another writer has just truncated; named
+    # per process and thread (tests/conftest.py compiles ahead on a second thread).
+    me = f"{os.getpid()}-{threading.get_ident()}"
+    tmp_log = log_path.with_suffix(f".logtmp{me}")
     tmp_log.write_text(text)
     tmp_log.replace(log_path)
-    tmp = cubin_path.with_suffix(f".tmp{os.getpid()}")
+    tmp = cubin_path.with_suffix(f".tmp{me}")
     tmp.write_bytes(obj.code)
     tmp.replace(cubin_path)  # atomic: a concurrent reader never sees half a cubin
+    COMPILES["seconds"] += time.perf_counter() - started
     return Compiled(obj.code, text, arch, key, cubin_path)
+
+
+# A build the cache lacks costs 0.3-9 s of NVRTC and ptxas (one CPU core), and a first run of
+# the tests or notebooks compiles a hundred or more: say so, once per build, so that a slow
+# first run is not a silent one. The line goes to stderr when that is a terminal
+# (FA_COMPILE_PROGRESS=1 forces it, 0 silences it): not in a notebook, whose stderr would differ
+# between a first and a later run. COMPILES counts this process's builds (tests/conftest.py
+# reports them).
+COMPILES = {"count": 0, "seconds": 0.0}
+
+
+def _compiling(name: str, arch: str, defines: dict) -> float:
+    COMPILES["count"] += 1
+    flag = os.environ.get("FA_COMPILE_PROGRESS", "")
+    if flag == "1" or (flag != "0" and sys.stderr.isatty()):
+        what = ", ".join(f"{k}={v}" for k, v in defines.items() if k in ("HEAD_DIM", "ELEM_BF16"))
+        print(f"compiling {name} for {arch}{f' ({what})' if what else ''}: build "
+              f"{COMPILES['count']} this run, not in the kernel cache {cache_dir()}…",
+              file=sys.stderr, flush=True)
+    return time.perf_counter()
 
 
 _PTXAS_FUNC = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")

@@ -8,6 +8,8 @@ a cubin with cuda.core; both paths end in the same cubin tools.
 from __future__ import annotations
 
 import collections
+import gzip
+import hashlib
 import math
 import json
 import os
@@ -16,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,12 +43,43 @@ def tool(name: str) -> str:
 
 
 def _cuobjdump(cubin: bytes, *flags) -> str:
+    """cuobjdump's output for a cubin, kept beside the cubins (lib.nvrtc's cache) by the cubin's
+    sha256, the flags and the tool: disassembling takes 0.4-1.3 s a build on a CPU, and the tests,
+    the notebooks and lib.bench read the same builds many times over."""
+    exe = Path(tool("cuobjdump"))
+    tools = [(str(p), p.stat().st_size, p.stat().st_mtime_ns)
+             for p in (exe, Path(tool("nvdisasm")))]
+    key = hashlib.sha256(cubin + repr((flags, tools)).encode()).hexdigest()[:24]
+    with _dump_lock:
+        if key in _dumped:
+            return _dumped[key]
+    from lib.nvrtc import cache_dir
+    path = cache_dir() / f"{key}.dump.gz"
+    try:
+        text = gzip.decompress(path.read_bytes()).decode()
+    except (OSError, EOFError, ValueError):  # not there yet, or cut short: dump it again
+        text = _run_cuobjdump(exe, cubin, flags)
+        tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+        tmp.write_bytes(gzip.compress(text.encode(), compresslevel=1))
+        tmp.replace(path)  # atomic, as the cubins: a concurrent reader never sees half a file
+    with _dump_lock:
+        if len(_dumped) > 8:  # a listing can be megabytes: keep the last few only
+            _dumped.pop(next(iter(_dumped)))
+        _dumped[key] = text
+    return text
+
+
+_dumped: dict = {}
+_dump_lock = threading.Lock()
+
+
+def _run_cuobjdump(exe: Path, cubin: bytes, flags) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
         env = dict(os.environ)
         env["PATH"] = str(Path(tool("nvdisasm")).parent) + os.pathsep + env.get("PATH", "")
-        r = subprocess.run([tool("cuobjdump"), *flags, f.name], capture_output=True, text=True,
+        r = subprocess.run([str(exe), *flags, f.name], capture_output=True, text=True,
                            env=env)
     if r.returncode:
         raise RuntimeError(f"cuobjdump {' '.join(flags)} failed: {r.stderr.strip()}")

@@ -7,7 +7,7 @@ from functools import partial
 import pytest
 import torch
 
-from conftest import cpu_only, gpu
+from conftest import compile_cases, cpu_only, gpu
 from lib.inputs import make_qkv
 from lib.reference import attention_lse, check_gradients
 from stages import autograd, stage5, stage6, stage8
@@ -27,9 +27,9 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("atomics", [1, 0])
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@compile_cases("dtype,D,atomics", [(dtype, D, atomics) for atomics in (1, 0) for D in (64, 128)
+                                   for dtype in (torch.float16, torch.bfloat16)],
+               build=lambda dtype, D, atomics: stage8.compile_for("sm_90a", dtype, D, dq_atomics=atomics, wgmma=0))
 def test_compiles_offline_without_spills(D, dtype, atomics):
     """Both kernels build for Hopper without a GPU, and ptxas spills at most what INFO allows
     (8 bytes at D 128 with some NVRTCs, none at D 64) in the stage's tiles."""
@@ -93,20 +93,38 @@ EARLY = [(1, 1, 1, 1, 0, 1), (2, 1, 1, 1, 0, 1), (2, 1, 0, 1, 0, 1)]
 _variant_id = lambda x: _switch_id(*x[:4]) + ("-turns" if len(x) == 5 else "-early" if len(x) == 6 else "")  # noqa: E731
 
 
+# Without a GPU, each switch value, dtype and head dim in one build at least, and the stage's own
+# builds (stage8.WGMMA_BUILD) in fp16 (conftest.compile_cases); FA_ALL_BUILDS=1 compiles all 24.
+WGMMA_CASES = [(D, s, dtype) for D in (64, 128) for s, dtype in
+               [(s, torch.float16) for s in WGMMA_SWITCHES[-2:]] + [(s, torch.bfloat16) for s in WGMMA_SWITCHES]]
+
+
+def _stage_build(D, switches) -> bool:
+    own = stage8.WGMMA_BUILD[D]
+    return switches == (own["WARPGROUPS"], own["DQ_ATOMICS"], own["DQ_BULK"], own["TMA_LOADS"])
+
+
+def _offline_wgmma(D, dtype, switches):
+    """The Hopper build with these switches, compiled with a define of its own: a fresh compile
+    with ptxas's report, not a cached build (NVRTC on the H100 machine has left the log empty)."""
+    from lib import nvrtc
+    cfg = stage8.config(D, wgmma=1, **_switch_kw(*switches))
+    return nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
+                               defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+
+
 @cpu_only
-@pytest.mark.parametrize("switches, dtype", [(s, torch.float16) for s in WGMMA_SWITCHES[-2:]]
-                         + [(s, torch.bfloat16) for s in WGMMA_SWITCHES], ids=str)
-@pytest.mark.parametrize("D", [64, 128])
+@compile_cases("D,switches,dtype", WGMMA_CASES, ids=[f"{s}-{dt}-{D}" for D, s, dt in WGMMA_CASES],
+               keep=lambda c: c[2] == torch.float16 and _stage_build(c[0], c[1]),
+               build=lambda D, switches, dtype: _offline_wgmma(D, dtype, switches))
 def test_wgmma_build_compiles_offline(D, dtype, switches):
     """The Hopper build compiles for sm_90a without a GPU, with each of its switches: no spills,
     ptxas does not report its wgmma serialized, and the dQ sum is sm_90's vector reduction. CPU
     mode only: on the H100 machine NVRTC handed back this build's cubin with an empty log (calls
     6-8 of 2026-11-25, not yet understood), while the kernels ran and passed every check there."""
-    from lib import nvrtc, sass  # a define of its own: a fresh compile with ptxas's report, not a cached build
+    from lib import sass
     wgs, atomics, bulk, tma = switches
-    cfg = stage8.config(D, wgmma=1, **_switch_kw(*switches))
-    compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
-                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+    compiled = _offline_wgmma(D, dtype, switches)
     use = compiled.resource_usage()
     assert set(use) == {"attention_backward", "attention_backward_dq"}, compiled.log[-2000:]
     for kernel, u in use.items():
@@ -145,16 +163,14 @@ def test_dq_turns_compiles_offline(switches):
 
 
 @cpu_only
-@pytest.mark.parametrize("switches", EARLY, ids=_variant_id)
-@pytest.mark.parametrize("D", [64, 128])
+@compile_cases("D,switches", [(D, s) for s in EARLY for D in (64, 128)],
+               ids=[f"{D}-{_variant_id(s)}" for s in EARLY for D in (64, 128)],
+               build=lambda D, switches: _offline_wgmma(D, torch.bfloat16, switches))
 def test_dq_early_compiles_offline(D, switches):
     """DQ_EARLY: dQ's accumulators beside the registers the running dV and dK products read,
     without spills and without ptxas serializing a wgmma; refused without dQ in the kernel."""
-    from lib import nvrtc
-    cfg = stage8.config(D, wgmma=1, **_switch_kw(*switches))
-    assert dict(cfg["defines"])["DQ_EARLY"] == 1
-    compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=torch.bfloat16, head_dim=D,
-                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+    assert dict(stage8.config(D, wgmma=1, **_switch_kw(*switches))["defines"])["DQ_EARLY"] == 1
+    compiled = _offline_wgmma(D, torch.bfloat16, switches)
     for kernel, u in compiled.resource_usage().items():
         assert u["spill_stores"] == 0 and u["spill_loads"] == 0, (kernel, u)
     assert "serializ" not in compiled.log.lower(), compiled.log

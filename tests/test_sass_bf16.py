@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import stages
+from conftest import prebuild
 from lib import sass
 
 # The stages whose tensor-core steps are WMMA (16×16×16 fragments through shared memory).
@@ -31,8 +32,13 @@ def kernels(n, dtype, D, arch="sm_90a"):
     return out
 
 
+def _builds(n, D):
+    return [stages.get(n).compile_for("sm_90a", dtype, D) for dtype in (torch.float16, torch.bfloat16)]
+
+
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("n", WMMA_STAGES)
+@prebuild(_builds)
 def test_bf16_fragments_use_ldmatrix(n, D):
     for kernel, (ptxas, mix) in kernels(n, torch.bfloat16, D).items():
         movm = sum(v for k, v in mix.items() if k.startswith("MOVM"))
@@ -45,6 +51,7 @@ def test_bf16_fragments_use_ldmatrix(n, D):
 
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("n", WMMA_STAGES)
+@prebuild(_builds)
 def test_bf16_compiles_like_fp16(n, D):
     """No spills, local memory or generic loads that fp16 does not have, and (within 5%) no
     more instructions in the K/V loop (stage 1: in each kernel) than the fp16 build."""

@@ -157,10 +157,9 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["experiments/rows_past_end/rows_past_end_ab.py"], "needs an H100 or H200 and none was found"),
     (["experiments/place_in_round/place_probe.py"], "needs an H100 or H200 and none was found"),
 ])
-def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message):
+def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message, run_script):
     before = _tree_digest(ROOT / "results")
-    r = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = run_script(args, cwd=ROOT, timeout=120)  # python3 <args>, torch imported already
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert _tree_digest(ROOT / "results") == before
 

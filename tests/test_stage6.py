@@ -8,7 +8,8 @@ import torch
 
 import stages.stage6 as s6
 import stages.stage6_decoding as s6d
-from conftest import assert_graph_replays, assert_matches_reference, cpu_only, gpu
+from conftest import (assert_graph_replays, assert_matches_reference, compile_cases, compile_subset,
+                      cpu_only, gpu, prebuild)
 from lib.inputs import make_qkv, poisoned_outputs
 from lib.reference import check_output
 from lib.sass import inspect_cubin, sass_text
@@ -22,15 +23,16 @@ on_hopper = pytest.mark.skipif(not HAS_GPU or torch.cuda.get_device_capability()
 SERIALIZING = re.compile(r"C75(08|10|11|12|15)|wgmma.*serializ", re.I)
 
 
-def variants():
-    for D in s6.INFO.head_dims:
-        for dtype in s6.INFO.dtypes:
-            for sched in s6.ALL_SCHEDULES:
-                yield pytest.param(D, dtype, sched, id=f"D{D}-{str(dtype)[6:]}-{sched.strip('+ ').replace(' ', '_')}")
+VARIANTS = [(D, dtype, sched) for D in s6.INFO.head_dims for dtype in s6.INFO.dtypes for sched in s6.ALL_SCHEDULES]
 
 
+# Without a GPU, every schedule, head dim and dtype in one build at least, and each head dim's
+# default schedule (conftest.compile_cases); FA_ALL_BUILDS=1 compiles all 40.
 @cpu_only  # reads ptxas's log, which NVRTC on the H100 machine has handed back empty (session 40's call 4)
-@pytest.mark.parametrize("D,dtype,schedule", list(variants()))
+@compile_cases("D,dtype,schedule", VARIANTS,
+               ids=[f"D{D}-{str(dt)[6:]}-{sc.strip('+ ').replace(' ', '_')}" for D, dt, sc in VARIANTS],
+               keep=lambda c: c[1] == torch.float16 and c[2] == s6.default_schedule(c[0]),
+               build=lambda D, dtype, schedule: s6.compile_for(s6.ARCH, dtype, D, schedule=schedule))
 def test_compiles_to_hopper_instructions(D, dtype, schedule):
     (compiled,) = s6.compile_for(s6.ARCH, dtype, D, schedule=schedule).values()
     ins = inspect_cubin(compiled.cubin, s6.ARCH, compiled.resource_usage())
@@ -53,8 +55,8 @@ def test_compiles_to_hopper_instructions(D, dtype, schedule):
         assert "SETMAXREG" in sass, "setmaxnreg must survive to the SASS"
 
 
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("lazy", [-1, 0, 8])
+@compile_cases("lazy,D", [(lazy, D) for lazy in (-1, 0, 8) for D in (64, 128)],
+               build=lambda lazy, D: s6.compile_for(s6.ARCH, torch.float16, D, lazy_rescale=lazy))
 def test_lazy_rescale_compiles_without_serializing(D, lazy):
     """The rescale of O behind a warp vote (LAZY_RESCALE >= 0) is a branch between wgmma issues:
     it must not make ptxas serialize them, and the vote must be there (and only there)."""
@@ -364,23 +366,36 @@ def test_carried_pv_where_rows_see_no_key(schedule, seed):
                 assert c.passed, f"{schedule} {tiles} D{D} {B}x{Sq}x{Sk} causal={causal} seed {seed}: {c.summary()}"
 
 
-@pytest.mark.parametrize("D", [64, 128])
-def test_carried_pv_compiles_clean(D):
-    """The builds CARRY_PV may be switched on in (persistent launches of the head dim's tiles and
-    of the short tiles) compile with it without a serialized wgmma or a spill; three consumers
-    with the work queue are left out by the rule (they spilled)."""
-    for tiles in {s6.TILES[D], *(t for (d, _), t in s6.SHORT_TILES.items() if d == D)}:
+def _carried_pv_builds(D):
+    """(tiles, schedule) of the builds CARRY_PV may be switched on in at head dim D; each tile
+    size and schedule once on a CPU (conftest.compile_subset)."""
+    builds = []
+    for tiles in sorted({s6.TILES[D], *(t for (d, _), t in s6.SHORT_TILES.items() if d == D)}):
         for schedule in ("+ persistent blocks", "+ work queue", "work queue without ping-pong"):
             if not s6.fits(D, tiles) or (s6.ALL_SCHEDULES[schedule]["PINGPONG"] and tiles[2] < 2):
                 continue
             if tiles[2] == 3 and s6.ALL_SCHEDULES[schedule]["DYNAMIC_WORK"]:
                 assert not s6.carries_pv(True, s6.ALL_SCHEDULES[schedule], 3, 2, True)
                 continue
-            (compiled,) = s6.compile_for(s6.ARCH, torch.bfloat16, D, tiles=tiles, schedule=schedule,
-                                         carry_pv=True).values()
-            assert not SERIALIZING.search(compiled.log), (tiles, schedule, compiled.log)
-            usage = compiled.resource_usage()["attention_wgmma"]
-            assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, (tiles, schedule, usage)
+            builds.append((tiles, schedule))
+    return compile_subset(builds)
+
+
+def _carried_pv_build(D, tiles, schedule):
+    return s6.compile_for(s6.ARCH, torch.bfloat16, D, tiles=tiles, schedule=schedule, carry_pv=True)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@prebuild(lambda D: [_carried_pv_build(D, *b) for b in _carried_pv_builds(D)])
+def test_carried_pv_compiles_clean(D):
+    """The builds CARRY_PV may be switched on in (persistent launches of the head dim's tiles and
+    of the short tiles) compile with it without a serialized wgmma or a spill; three consumers
+    with the work queue are left out by the rule (they spilled)."""
+    for tiles, schedule in _carried_pv_builds(D):
+        (compiled,) = _carried_pv_build(D, tiles, schedule).values()
+        assert not SERIALIZING.search(compiled.log), (tiles, schedule, compiled.log)
+        usage = compiled.resource_usage()["attention_wgmma"]
+        assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, (tiles, schedule, usage)
     with pytest.raises(ValueError, match="carry_pv"):
         s6.config(D, schedule="+ ping-pong", carry_pv=True)
 
@@ -574,8 +589,8 @@ def test_packing_rule():
     assert s6.packs_gqa(8, 8, 64) and not s6.packs_gqa(8, 8, 65)
 
 
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@compile_cases("dtype,D", [(dtype, D) for dtype in (torch.float16, torch.bfloat16) for D in (64, 128)],
+               build=lambda dtype, D: s6.compile_for(s6.ARCH, dtype, D, decode=True))
 def test_decode_build_compiles_without_serializing(D, dtype):
     """The packed build decoding runs (one consumer, a deeper ring) and the combine kernel."""
     (compiled,) = s6.compile_for(s6.ARCH, dtype, D, decode=True).values()
@@ -589,8 +604,9 @@ def test_decode_build_compiles_without_serializing(D, dtype):
 
 
 @cpu_only  # reads ptxas's log, which NVRTC on the H100 machine has handed back empty (session 40's call 2)
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@compile_cases("dtype,D", [(dtype, D) for dtype in (torch.float16, torch.bfloat16) for D in (64, 128)],
+               build=lambda dtype, D: s6.compile_for(s6.ARCH, dtype, D, decode=True, tiles=s6.DECODE_SHARED_TILES[D],
+                                                     blocks_per_sm=2))
 def test_two_blocks_per_sm_build_compiles(D, dtype):
     """The decoding build of two blocks per SM (BLOCKS_PER_SM=2): at most 128 registers a thread
     at launch (two 256-thread blocks fill the 64K register file), setmaxnreg kept (the consumer
@@ -881,13 +897,13 @@ def test_grad_is_refused_or_goes_to_stage8_whatever_was_cached(monkeypatch):
         autograd.attention(q, k, v, forward=6, seqlens_k=torch.full((1,), 100, dtype=torch.int32))
 
 
-@pytest.mark.parametrize("D", [64, 128])
-def test_seqs_build_is_separate_and_compiles_clean(D):
+@compile_cases("D,decode", [(D, decode) for D in (64, 128) for decode in (False, True)],
+               build=lambda D, decode: s6.compile_for(dtype=torch.bfloat16, head_dim=D, decode=decode, seqs=True))
+def test_seqs_build_is_separate_and_compiles_clean(D, decode):
     """Per-sequence offsets and key lengths are a build of their own (SEQS): the [B, H, S, D]
     build keeps its lengths as kernel arguments. Both compile offline without spills."""
     assert dict(s6.config(D)["defines"])["SEQS"] == 0
     assert dict(s6.config(D, seqs=True)["defines"])["SEQS"] == 1
-    for decode in (False, True):
-        for compiled in s6.compile_for(dtype=torch.bfloat16, head_dim=D, decode=decode, seqs=True).values():
-            usage = compiled.resource_usage()["attention_wgmma"]
-            assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+    for compiled in s6.compile_for(dtype=torch.bfloat16, head_dim=D, decode=decode, seqs=True).values():
+        usage = compiled.resource_usage()["attention_wgmma"]
+        assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage

@@ -18,7 +18,7 @@ import torch
 
 import stages.stage6 as s6
 import stages.stage7 as s7
-from conftest import cpu_only, gpu
+from conftest import compile_cases, cpu_only, gpu
 from lib import fp8
 from lib.inputs import NoBackwardError, validate
 from lib.reference import reference_attention
@@ -49,8 +49,12 @@ BUILDS = [  # (head dim, tiles, options): the defaults, and the launches their r
 ]
 
 
+# Without a GPU, each head dim, tile size and option value in one build at least, and the stage's
+# two default builds (conftest.compile_cases); FA_ALL_BUILDS=1 compiles them all.
 @cpu_only  # NVRTC on the H100 machine has handed back cubins with an empty log (stop 30's note)
-@pytest.mark.parametrize("D,tiles,opts", BUILDS, ids=[f"D{d}-{o.get('schedule', 'default')}-{t}" for d, t, o in BUILDS])
+@compile_cases("D,tiles,opts", BUILDS, ids=[f"D{d}-{o.get('schedule', 'default')}-{t}" for d, t, o in BUILDS],
+               keep=lambda c: c[1] is None and not c[2],
+               build=lambda D, tiles, opts: s7.compile_for(head_dim=D, tiles=tiles, **opts))
 def test_builds_offline_without_spills_or_serialized_wgmma(D, tiles, opts):
     """Each build ptxas accepts as written: no spills, no wgmma serialized or split by waits it
     inserted (C7510-C7515), setmaxnreg kept (C7508), and the SASS runs the e4m3 tensor-core

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import stages
-from conftest import assert_graph_replays, cpu_only, gpu, runs_here
+from conftest import assert_graph_replays, compile_cases, cpu_only, gpu, prebuild, runs_here
 from lib.inputs import (FLOAT_DTYPES, GPUTooOldError, NoBackwardError, make_qkv,
                         poisoned_outputs, validate)
 from lib.reference import check_output
@@ -366,7 +366,7 @@ def test_gpu_too_old(n):
 NVRTC_STAGES = [n for n, m in MODULES.items() if m.INFO.backend == "nvrtc"]
 
 
-def compile_cases():
+def offline_cases():
     for n in NVRTC_STAGES:
         info = MODULES[n].INFO
         for dtype in info.dtypes:
@@ -374,11 +374,15 @@ def compile_cases():
                 arches = ([info.extra["arch"]] if "arch" in info.extra
                           else [f"sm_{info.min_cc[0]}{info.min_cc[1]}", "sm_90a"])
                 for arch in arches:
-                    yield pytest.param(n, dtype, D, arch,
-                                       id=f"stage{n}-{str(dtype)[6:]}-D{D}-{arch}")
+                    yield n, dtype, D, arch
 
 
-@pytest.mark.parametrize("n,dtype,D,arch", list(compile_cases()))
+# Without a GPU, each of a stage's dtypes, head dims and arches in one build at least
+# (conftest.compile_cases), not every combination of them.
+@compile_cases("n,dtype,D,arch", offline_cases(),
+               ids=[f"stage{n}-{str(dtype)[6:]}-D{D}-{arch}" for n, dtype, D, arch in offline_cases()],
+               switches=lambda case: {(case[0], i, v) for i, v in enumerate(case[1:])},
+               build=lambda n, dtype, D, arch: MODULES[n].compile_for(arch, dtype, D))
 def test_offline_compile(n, dtype, D, arch):
     from lib.sass import inspect_cubin
     for name, compiled in MODULES[n].compile_for(arch, dtype, D).items():
@@ -502,6 +506,7 @@ def test_packed_rows_build(n, monkeypatch):
 
 @pytest.mark.parametrize("n", [n for n in (2, 3) if n in MODULES])
 @pytest.mark.parametrize("D", [64, 128])
+@prebuild(lambda n, D: [MODULES[n].compile_for("sm_80", torch.float16, D, packed=p) for p in (True, False)])
 def test_packed_copies_unrolled(n, D):
     """Stages 2 and 3 copy K and V with one load per element and thread. With constant row
     strides every one of them sits in the K/V loop, unrolled (all in flight together); the
