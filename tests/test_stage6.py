@@ -723,6 +723,19 @@ def test_split_launches_on_the_cpu(monkeypatch):
     assert len(launched) == 1 and int(launched[0][2][N_SPLITS]) == 1 and launched[0][1].grid == (8, 1, 1)
     with pytest.raises(NotImplementedError, match="split"):
         s6.attention(q, k, v, causal=True, splits=4)
+    # Speculative decoding: several queries packed, bottom-right against the cache, split
+    q8 = make_qkv(1, 32, 8, 64, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")[0]  # G·Sq = 32 rows
+    for causal in ("bottom_right", False):
+        launched.clear()
+        s6.attention(q8, k, v, causal=causal)
+        assert int(launched[0][2][N_SPLITS]) > 1, causal
+    launched.clear()
+    s6.attention(q8, k, v, causal="bottom_right", splits=4)
+    assert int(launched[0][2][N_SPLITS]) == 4
+    with pytest.raises(NotImplementedError, match="split"):  # unpacked: each consumer counts from 0
+        s6.attention(q8, k, v, causal="bottom_right", splits=4, pack_gqa=False)
+    with pytest.raises(NotImplementedError, match="split"):  # top-left sees the first Sq keys only
+        s6.attention(q8, k, v, causal=True, splits=4)
     with pytest.raises(ValueError, match="splits"):
         s6.attention(q, k, v, splits=0)
     with pytest.raises(ValueError, match="pack_gqa"):
@@ -740,17 +753,22 @@ DECODE_SHAPES = [(1, 32, 8, 1, 1), (2, 32, 8, 1, 129), (1, 32, 8, 1, 4097), (3, 
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("shape", DECODE_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_decoding_matches_reference(shape, D, seed):
-    """Every decode shape in both dtypes, full and causal (top-left, as SDPA's is_causal), with
-    the automatic choice and with splits and packing forced each way."""
+    """Every decode shape in both dtypes, full and causal (top-left, as SDPA's is_causal, and
+    bottom-right, as speculative decoding against a cache: split too), with the automatic
+    choice and with splits and packing forced each way."""
     B, H, Hkv, Sq, Sk = shape
     for dtype in s6.INFO.dtypes:
         q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
-        for causal in (False, True):
+        for causal in (False, True, "bottom_right"):
             for opts in ({}, {"splits": 1}, {"splits": 3}, {"splits": 1000}, {"pack_gqa": False},
                          {"pack_gqa": False, "splits": 5}, {"splits": 3, "combine_in_block": False},
                          {"splits": 1000, "combine_in_block": True}, {"blocks_per_sm": 2},
                          {"blocks_per_sm": 2, "splits": 3}, {"blocks_per_sm": 1, "splits": 1000}):
-                if causal and opts.get("splits", 1) > 1:
+                # split causal: only bottom-right with the group's queries packed (splits_causal)
+                if opts.get("splits", 1) > 1 and Sk > s6.DECODE_TILES[D][0] and (causal is True or (
+                        causal and Sq > 1 and opts.get("pack_gqa") is False)):  # more than one key tile to split
+                    with pytest.raises(NotImplementedError, match="split"):
+                        s6.attention(q, k, v, causal=causal, **opts)
                     continue
                 with poisoned_outputs():
                     out = s6.attention(q, k, v, causal=causal, **opts)
@@ -771,7 +789,7 @@ def test_blocks_without_producer_match_reference(shape, seed):
         q, k, v = make_qkv(B, H, Sq, 64, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
         for causal in (False, True, "bottom_right"):
             for splits in (1, 2, 1000):
-                if causal and splits > 1:
+                if causal is True and splits > 1:  # top-left is never split
                     continue
                 with poisoned_outputs():
                     out = s6.attention(q, k, v, causal=causal, splits=splits, **opts)
