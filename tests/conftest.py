@@ -24,7 +24,7 @@ def pytest_report_header(config):
 # counted after the last. FIRST_RUN: what the README's test command compiled with an empty cache
 # and how long it took, first and again, on a 2-core machine without a GPU
 # (docs/install-and-costs.md has the runs).
-FIRST_RUN = {"builds": 0, "minutes": 0, "again": 0}
+FIRST_RUN = {"builds": 170, "minutes": 5, "again": 4}
 _cache = {}
 
 
@@ -48,7 +48,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     new = len(list(_cache["dir"].glob("*.cubin"))) - _cache["cubins"]
     n, s = nvrtc.COMPILES["count"], nvrtc.COMPILES["seconds"]
-    if new > 0 or n:
+    if new > 0:  # (a warm run's few compiles are the cache tests' own, in scratch caches)
         elapsed = time.perf_counter() - _cache["t0"]
         others = f", and {new - n} in notebooks and scripts" if new > n else ""
         terminalreporter.write_line(
