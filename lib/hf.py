@@ -33,6 +33,8 @@ from functools import partial
 
 import torch
 
+from lib.inputs import wants_grad
+
 PREFIX = "fa_stage"
 
 
@@ -213,7 +215,7 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
     no backward."""
     info = stage.INFO
     attend = trainable(stage)
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    grad = wants_grad(q, k, v)
     B, H, Sq, D = q.shape
     causal = "bottom_right" if layout.causal else False
     if layout.unpadded and len(set(layout.k_end)) == 1:

@@ -57,11 +57,17 @@ def sdpa_causal(q, k, causal, is_causal=None, enable_gqa=True):
     return causal
 
 
+def wants_grad(q, k, v) -> bool:
+    """Whether autograd would need a backward of this call: grad mode on and q, k or v requiring
+    grad. Cheap (three attribute reads): launchers ask it on every call."""
+    return torch.is_grad_enabled() and (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+                                        or getattr(v, "requires_grad", False))
+
+
 def refuse_grad(info: "StageInfo", q, k, v) -> None:
     """Raise NoBackwardError when grad mode is on and q, k or v requires grad. Cheap (three
     attribute reads): the launchers call it on every call, cached plans included."""
-    if torch.is_grad_enabled() and (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
-                                    or getattr(v, "requires_grad", False)):
+    if wants_grad(q, k, v):
         names = [n for n, t in (("q", q), ("k", k), ("v", v)) if getattr(t, "requires_grad", False)]
         # A stage whose forward saves the log-sum-exp has a backward (stage 8's), composed with
         # it outside the stage (stages/autograd.py): attention, and attention_varlen for packed

@@ -23,7 +23,7 @@ from functools import partial
 import torch
 from torch.autograd.function import once_differentiable
 
-from lib.inputs import NoBackwardError, causal_from_mask, host_offsets, sdpa_causal, validate_varlen
+from lib.inputs import NoBackwardError, causal_from_mask, host_offsets, sdpa_causal, validate_varlen, wants_grad
 from stages import stage5, stage6, stage8
 
 FORWARDS = {5: stage5, 6: stage6}  # the stages whose forward writes the log-sum-exp stage 8 needs
@@ -37,10 +37,6 @@ def _forward_stage(forward: int):
     return stage
 
 
-def _wants_grad(q, k, v) -> bool:
-    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
-
-
 def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=None, is_causal=None,
               enable_gqa=True, **options):
     """F.scaled_dot_product_attention(q, k, v, ...) with gradients: stage `forward`'s kernel (6,
@@ -51,7 +47,7 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     every key of each entry) and is refused when gradients are asked for."""
     stage = _forward_stage(forward)
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)
-    if not _wants_grad(q, k, v):
+    if not wants_grad(q, k, v):
         return stage.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, **options)
     if options.get("seqlens_k") is not None:
         raise NoBackwardError(f"stage {forward} with seqlens_k (per-entry key lengths) has no backward "
@@ -90,7 +86,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     call unless made by lib.inputs.offsets_tensor), so this path cannot be captured in a CUDA
     graph."""
     stage = _forward_stage(forward)
-    if not _wants_grad(q, k, v):
+    if not wants_grad(q, k, v):
         return stage.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       causal=causal, scale=scale, **options)
     # The stage's checks, on the tensors without their graph (the stage refuses grad itself).

@@ -38,7 +38,7 @@ from torch.autograd.function import once_differentiable
 from lib import nvrtc
 from lib.tma import Address, tensor_map
 from stages import stage5  # the forward this stage's attention() takes gradients through
-from lib.inputs import StageInfo, causal_from_mask, causal_mode, sdpa_causal, validate_cached
+from lib.inputs import StageInfo, causal_from_mask, causal_mode, sdpa_causal, validate_cached, wants_grad
 
 SOURCE = Path(__file__).with_suffix(".cu")
 WGMMA_SOURCE = Path(__file__).with_name("stage8_wgmma.cu")  # the Hopper build (WGMMA 1, sm_90a)
@@ -511,6 +511,6 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     enable_gqa=True), SDPA's own keywords taken too: stage 5's forward, and when grad mode is on
     and an input requires grad, an output whose grad_fn runs this stage's backward."""
     causal = causal_from_mask(sdpa_causal(q, k, causal, is_causal, enable_gqa), attn_mask, q, k, INFO)
-    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
+    if wants_grad(q, k, v):
         return with_grad(stage5.attention, q, k, v, causal=causal, scale=scale)
     return stage5.attention(q, k, v, causal=causal, scale=scale)
