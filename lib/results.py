@@ -83,6 +83,8 @@ def capture_env() -> dict:
                    l2_MiB=round(p.L2_cache_size / 2**20, 1), driver=_driver_version())
     else:
         env.update(gpu="none", sm_count=0, driver="none")
+    if os.environ.get("FA_LANE"):  # scripts/gpu_call.sh: records made side by side on one host's GPUs
+        env["lane"] = os.environ["FA_LANE"]
     return env
 
 
@@ -242,6 +244,51 @@ def save_extra(gpu_name: str, key: str, value) -> Path:
     RESULTS_DIR.mkdir(exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
     return path
+
+
+def merge_records(into: str | Path, others) -> dict:
+    """Fold records of the same GPU made side by side (one process per GPU of a host, each in its
+    own copy of the tree, each writing its own results file) into `into`: a stage's entry and
+    rows come from the file that recorded it last; any other entry (tiles, shape_map, ...) from
+    the file whose copy of it is newest (its env's date); the record's env is the newest run's.
+    Returns what each key was taken from."""
+    into = Path(into)
+    data = json.loads(into.read_text()) if into.exists() else {"env": {}, "stages": {}, "runs": []}
+    data.pop("_path", None)
+    taken = {}
+
+    def date_of(entry, record):
+        return (entry.get("env") or {}).get("date") or entry.get("date") or record["env"].get("date") or ""
+
+    for other in map(Path, others):
+        rec = json.loads(other.read_text())
+        if rec["env"].get("gpu") and data["env"].get("gpu") and rec["env"]["gpu"] != data["env"]["gpu"]:
+            raise ValueError(f"{other} is {rec['env']['gpu']}'s record, {into} {data['env']['gpu']}'s")
+        for n, st in rec.get("stages", {}).items():
+            if n in data["stages"] and date_of(st, rec) <= date_of(data["stages"][n], data):
+                continue
+            data["stages"][n] = {"commit": rec["env"].get("commit"), "date": rec["env"].get("date"), **st}
+            data["runs"] = [r for r in data["runs"] if str(r["stage"]) != n] + [
+                r for r in rec["runs"] if str(r["stage"]) == n]
+            data.get("pending_rerecord", {}).pop(n, None)
+            taken[f"stage {n}"] = str(other)
+        for key, value in rec.items():
+            if key in ("env", "stages", "runs", "pending_rerecord", "_path", "shape_map_partial"):
+                continue
+            old = data.get(key)
+            newer = not isinstance(old, dict) or not isinstance(value, dict) or date_of(value, rec) > date_of(old, data)
+            if old is None or (newer and value != old):
+                data[key] = value
+                taken[key] = str(other)
+        if rec["env"].get("date", "") > data["env"].get("date", ""):
+            data["env"] = rec["env"]
+    if not data.get("pending_rerecord", True):
+        data.pop("pending_rerecord")
+    data["stages"] = dict(sorted(data["stages"].items(), key=lambda kv: int(kv[0])))
+    data["runs"].sort(key=lambda r: (r["stage"], r.get("suite", ""), r["D"], r["Sq"], r["B"],
+                                     r["causal"], dtype_rank(r["dtype"])))
+    into.write_text(json.dumps(data, indent=1) + "\n")
+    return taken
 
 
 def stale_stages(data: dict, stage_modules) -> list[str]:
@@ -645,14 +692,23 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="Recorded results. --pending: say in the results "
                                  "file that stages changed since their record (no GPU to "
                                  "re-record them now); the freshness test then accepts exactly "
-                                 "their current sources, and every provenance line says so.")
-    ap.add_argument("--pending", nargs="+", type=int, required=True, metavar="N")
-    ap.add_argument("--why", required=True, help="what changed, and why it is not re-recorded")
+                                 "their current sources, and every provenance line says so. "
+                                 "--merge: fold records made side by side on one host's GPUs "
+                                 "(scripts/gpu_call.sh lanes) into --file.")
+    ap.add_argument("--pending", nargs="+", type=int, metavar="N")
+    ap.add_argument("--why", help="with --pending: what changed, and why it is not re-recorded")
+    ap.add_argument("--merge", nargs="+", metavar="FILE", help="results files of the same GPU model")
     ap.add_argument("--file", help="the results file (default: the one lib.results.load finds)")
     a = ap.parse_args()
+    if bool(a.pending) == bool(a.merge) or (a.pending and not a.why):
+        ap.error("give --pending N... --why TEXT, or --merge FILE...")
     target = a.file or load()["_path"]
-    for n, p in declare_pending(target, a.pending, a.why).items():
-        print(f"stage {n}: pending re-record, sources {p['sha256'][:12]}")
+    if a.merge:
+        for key, src in merge_records(target, a.merge).items():
+            print(f"{key}: from {src}")
+    else:
+        for n, p in declare_pending(target, a.pending, a.why).items():
+            print(f"stage {n}: pending re-record, sources {p['sha256'][:12]}")
 
 
 def sdpa_spread(rows, field: str) -> tuple | None:

@@ -53,9 +53,12 @@ def _heat(ax, ys, xs, z, title, xlabel, ylabels, xlabels):
 def plot_shape_map(rec: dict, dtype: str = "bfloat16"):
     """Two heatmaps of SDPA default's time / stage 6's (blue: stage 6 faster, red: slower; log
     colour scale): prefill (rows: head dim, heads, mask; columns: S at B·S = 16k) and decoding
-    (rows: head dim, heads, Sq; columns: B and Sk)."""
-    rows = [r for r in rec["rows"] if r["dtype"] == dtype]
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [6, 9], "wspace": 0.35})
+    without a mask (rows: head dim, heads, Sq; columns: B and Sk). The decode rows timed with a
+    bottom-right mask are small_batch_table's."""
+    rows = [r for r in rec["rows"] if r["dtype"] == dtype and (r["part"] != "decode" or not r["causal"])]
+    decode_rows = len({(r["D"], r["H"], r["Sq"]) for r in rows if r["part"] == "decode"})
+    fig, axes = plt.subplots(1, 2, figsize=(14, max(5.2, 1.5 + 0.3 * decode_rows)),
+                             gridspec_kw={"width_ratios": [6, 9], "wspace": 0.35})
     pk = lambda r: (r["D"], -r["Hkv"], r["causal"])  # noqa: E731
     ys, xs, z = _grid(rows, "prefill", pk, lambda r: r["Sq"])
     heads = {r["D"]: r["H"] for r in rows if r["part"] == "prefill"}
@@ -94,12 +97,33 @@ def summary(rec: dict, dtype: str = "bfloat16") -> str:
     """Per part: the range of the ratio to SDPA default and how many rows are at or above 1."""
     out = []
     for part, what in (("prefill", "prefill grid"), ("decode", "decoding grid")):
-        for sq in ((None,) if part == "prefill" else (1, 4)):
+        sqs = sorted({r["Sq"] for r in rec["rows"] if r["part"] == "decode"})
+        for sq in ((None,) if part == "prefill" else sqs):
             got = [r["vs_sdpa"] for r in rec["rows"] if r["part"] == part and r["dtype"] == dtype
-                   and r.get("vs_sdpa") and (sq is None or r["Sq"] == sq)]
+                   and r.get("vs_sdpa") and (sq is None or r["Sq"] == sq and not r["causal"])]
             if got:
                 label = what + (f", Sq {sq}" if sq else "")
                 out.append(f"{label}: {min(got):.2f}× to {max(got):.2f}× of SDPA default (median "
                            f"{float(np.median(got)):.2f}×), at or above it in {sum(x >= 0.995 for x in got)} "
                            f"of {len(got)} rows")
     return "; ".join(out) + "."
+
+
+def small_batch_table(rec: dict, dtype: str = "bfloat16", B: int = 1) -> str:
+    """Decoding at batch `B` by Sq (one token, then speculative decoding's few): for each head
+    dim, head grouping and cache length, stage 6 over SDPA default without a mask and, where
+    recorded, with the bottom-right mask (SDPA given causal_lower_right(Sq, Sk))."""
+    rows = [r for r in rec["rows"] if r["part"] == "decode" and r["dtype"] == dtype and r["B"] == B]
+    sqs = sorted({r["Sq"] for r in rows})
+    cell = {(r["D"], r["H"], r["Hkv"], r["Sk"], r["Sq"], bool(r["causal"])): r for r in rows}
+    lines = ["| shape | mask | " + " | ".join(f"Sq {sq}" for sq in sqs) + " |",
+             "|---|---|" + "---|" * len(sqs)]
+    for D, H, Hkv, Sk in sorted({k[:4] for k in cell}, key=lambda k: (-k[0], -k[1], k[3])):
+        for masked in (False, True):
+            got = [cell.get((D, H, Hkv, Sk, sq, masked)) for sq in sqs]
+            if masked and not any(got[1:]):
+                continue
+            text = [f"{g['vs_sdpa']:.2f}×" if g and g.get("vs_sdpa") else "–" for g in got]
+            lines.append(f"| B{B} H{H}/{Hkv} Sk {Sk // 1024}k D{D} | {'bottom-right' if masked else 'none'} | "
+                         + " | ".join(text) + " |")
+    return "\n".join(lines)

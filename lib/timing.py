@@ -211,11 +211,18 @@ SDPA_BACKENDS = {"default": None, "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_AT
 
 def sdpa_call(q, k, v, *, causal=False, scale=None, backend="default"):
     """A zero-argument callable running SDPA with one backend forced (or its default choice);
-    None when that backend cannot take these inputs (say FLASH with float32)."""
+    None when that backend cannot take these inputs (say FLASH with float32). causal: False,
+    True / "top_left" (is_causal) or "bottom_right" (attn_mask=causal_lower_right(Sq, Sk))."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     name = SDPA_BACKENDS[backend]
     kw = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # fewer K/V heads: GQA
+    if causal == "bottom_right" and q.shape[2] != k.shape[2]:
+        # SDPA's own spelling of a bottom-right causal mask (decoding Sq queries against a cache)
+        from torch.nn.attention.bias import causal_lower_right
+        kw["attn_mask"], causal = causal_lower_right(q.shape[2], k.shape[2]), False
+    elif causal not in (False, True):
+        causal = causal in ("top_left", "bottom_right")  # bottom-right with Sq == Sk is top-left
 
     def call():
         if name is None:

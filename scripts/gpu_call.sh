@@ -1,21 +1,51 @@
 #!/usr/bin/env bash
 # One GPU call of a work session on a bare device machine: wheels first, then what the call needs.
 #   bash scripts/gpu_call.sh STEP...     (steps: see the case below; e.g. refactor trainmap bwdrecord)
+#   bash scripts/gpu_call.sh lanes STEP... '|' STEP...
+#       on a host of several GPUs: each '|'-separated list runs at the same time on its own GPU, in
+#       its own copy of the tree (so each writes its own results file; lane N's comes back as
+#       laneN/results/*.json, folded into the record here by `python -m lib.results --merge`).
+#       Each record's env says which lane made it and what ran beside it.
 # Logs under $OUT (default ./gpu-out). Every step runs even when one fails; the exit code says.
+# FA_DEADLINE (seconds since the epoch): no step runs past it (a call's time limit), so the
+# archive of what was done is always written.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-for w in .whl .whlnb; do
-  if ls "$w"/*.whl > /dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w"/*.whl || exit 1
-  fi
-done
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 FA_CACHE_DIR=/tmp/fa-cache
+if [ -z "${FA_WHEELS_IN:-}" ]; then
+  for w in .whl .whlnb; do
+    if ls "$w"/*.whl > /dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w"/*.whl || exit 1
+    fi
+  done
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 FA_CACHE_DIR=${FA_CACHE_DIR:-/tmp/fa-cache}
+if [ "${1:-}" = lanes ]; then
+  shift
+  IFS='|' read -ra LANES <<< "$*"
+  pids=()
+  for i in "${!LANES[@]}"; do
+    d=/tmp/lane$i; rm -rf "$d"; mkdir -p "$d"
+    tar cf - --exclude=./gpu-out --exclude=./.whl --exclude=./.whlnb --exclude=./.git . | tar xf - -C "$d"
+    beside=$(for j in "${!LANES[@]}"; do [ "$j" = "$i" ] || printf '; GPU %s ran%s' "$j" "${LANES[$j]% }"; done)
+    ( cd "$d" && CUDA_VISIBLE_DEVICES=$i FA_WHEELS_IN=1 OUT=$OUT/lane$i FA_CACHE_DIR=/tmp/fa-cache$i \
+        FA_LANE="GPU $i of ${#LANES[@]} on one host, steps${LANES[$i]% }$beside at the same time" \
+        bash scripts/gpu_call.sh ${LANES[$i]} > "$OUT/lane$i.txt" 2>&1
+      mkdir -p "$OUT/lane$i/results"; cp results/*.json "$OUT/lane$i/results/" ) &
+    pids+=($!)
+  done
+  rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  for i in "${!LANES[@]}"; do echo "== lane $i:${LANES[$i]}"; grep -E "^== |rc=" "$OUT/lane$i.txt"; done
+  tar czf "$OUT/call.tgz" -C "$OUT" --exclude call.tgz .
+  exit $rc
+fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 echo "commit ${FA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
 rc=0
 step() { local name=$1; shift; echo "== $name: $*"; local t0=$(date +%s)
-  "$@" > "$OUT/$name.log" 2>&1; local r=$?; tail -n 40 "$OUT/$name.log"
+  local left=$(( ${FA_DEADLINE:-$(( t0 + 86400 ))} - t0 ))
+  if [ "$left" -lt 20 ]; then echo "== $name not started: the call's deadline is ${left} s away"; rc=1; return; fi
+  timeout "$left" "$@" > "$OUT/$name.log" 2>&1; local r=$?; tail -n 40 "$OUT/$name.log"
   echo "== $name rc=$r $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1; }
 par=(); python3 -c "import xdist" 2>/dev/null && par=(-n 8)
 for s in "$@"; do case $s in
@@ -51,6 +81,12 @@ for s in "$@"; do case $s in
                 --report-api-errors no python3 experiments/spec_decode_splits/sanitize.py; done ;;
   bench0) step bench0 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" 0 ;;
   bench16) step bench16 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
+  bench-*) st=${s#bench-}; step "bench$st" bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${st//-/ } ;;
+  gap) step gap python3 scripts/launch_gap.py --shapes latency throughput long --record ;;
+  tiles) step tiles python3 scripts/tile_sweep.py --record ;;
+  schedules) step schedules python3 scripts/stage6_schedules.py --record ;;
+  ideas5) step ideas5 python3 scripts/stage5_ideas.py --record ;;
+  shapemap) step shapemap python3 scripts/shape_map.py --record --resume --dtype bfloat16 ;;
   *) echo "unknown step $s"; rc=2 ;;
 esac; done
 # what comes back: the logs and any record this call wrote, in one archive (a call returns at most 8 files)

@@ -12,6 +12,8 @@ OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 # (results/logs/2026-11-26-s45call1).
 declare -A USUAL=([0]=460 [1]=170 [2]=150 [3]=150 [4]=150 [5]=150 [6]=150)
 deadline=$(( $(date +%s) + budget ))
+# a call's own deadline (scripts/gpu_call.sh FA_DEADLINE), when it comes first
+[ -n "${FA_DEADLINE:-}" ] && [ "$FA_DEADLINE" -lt "$deadline" ] && deadline=$FA_DEADLINE
 for s in "$@"; do
   left=$(( deadline - $(date +%s) ))
   if [ "$left" -lt "${USUAL[$s]:-150}" ]; then

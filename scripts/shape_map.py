@@ -2,8 +2,10 @@
 
 - prefill: S 512 … 16384 at B·S = 16k tokens, D64 with H16 and D128 with H32, MHA and GQA 4:1,
   full and causal;
-- decoding: Sq 1 (one new token) and 4 (speculative decoding) against caches of Sk 1k … 32k,
-  B 1 … 64, GQA 32/8 and 8/1, D128 and D64;
+- decoding: Sq 1 (one new token) and 2, 4, 8, 16 (speculative decoding, chunked prefill) against
+  caches of Sk 1k … 32k, B 1 … 64, GQA 32/8 and 8/1, D128 and D64, without a mask; and at B 1
+  the Sq > 1 rows again with the mask speculative decoding uses (causal bottom-right: the Sq
+  queries are the cache's last Sq positions), SDPA given the same mask (causal_lower_right);
 - the decoding waterfall: at a few decode shapes, the prefill build (one block per query head,
   the keys in one block), + split-KV, packed GQA alone, both with the combine kernel, both
   with the combine in each work tile's last block where its rule takes it, two blocks per SM
@@ -44,16 +46,17 @@ import torch  # noqa: E402
 import stages.stage6 as s6  # noqa: E402
 import stages.stage6_decoding as s6d  # noqa: E402
 from lib import results as R  # noqa: E402
-from lib.inputs import make_qkv  # noqa: E402
+from lib.inputs import ALIGNMENTS, make_qkv  # noqa: E402
 from lib.reference import attention_flops, check_output  # noqa: E402
 from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 
 TOKENS = 16384
 PREFILL_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 PREFILL_HEADS = {64: 16, 128: 32}   # query heads per head dim (the grid)
-DECODE_SQ = (1, 4)
+DECODE_SQ = (1, 2, 4, 8, 16)
 DECODE_SK = (1024, 4096, 32768)
 DECODE_B = (1, 8, 64)
+DECODE_MASKED_B = (1,)  # the batch sizes whose Sq > 1 rows are also timed causal bottom-right
 DECODE_GROUPS = ((32, 8), (8, 1))   # (query heads, K/V heads)
 # (B, H, Hkv, Sq, Sk, D): the waterfall's decode shapes
 WATERFALL_SHAPES = [(1, 32, 8, 1, 4096, 128), (8, 32, 8, 1, 4096, 128), (32, 32, 8, 1, 8192, 128),
@@ -349,8 +352,9 @@ def decode_rows(dtypes, quick):
                 for B in (DECODE_B[:1] if quick else DECODE_B):
                     for Sk in (DECODE_SK[1:2] if quick else DECODE_SK):
                         for Sq in DECODE_SQ:
-                            yield {"part": "decode", "B": B, "H": H, "Hkv": Hkv, "Sq": Sq, "Sk": Sk,
-                                   "D": D, "dtype": dtype, "causal": False}
+                            for causal in ((False, "bottom_right") if Sq > 1 and B in DECODE_MASKED_B else (False,)):
+                                yield {"part": "decode", "B": B, "H": H, "Hkv": Hkv, "Sq": Sq, "Sk": Sk,
+                                       "D": D, "dtype": dtype, "causal": causal}
 
 
 def _check(fn, q, k, v, causal):
@@ -389,13 +393,14 @@ def measure_variants(row, variants, budget_s=0.3) -> list:
                               "flash": sdpa_call(q, k, v, causal=causal, backend="flash")}, budget_s=budget_s)
     sd = times["sdpa"].median_us if "sdpa" in times else None
     sf = times["flash"].median_us if "flash" in times else None
-    flops = attention_flops(B, H, Sq, Sk, D, causal)
+    flops = attention_flops(B, H, Sq, Sk, D, bool(causal) and Sq == Sk)  # a few queries against a cache see ~all keys
     moved = 2 * (2 * B * H * Sq * D + 2 * B * Hkv * Sk * D)  # bytes: Q and O, K and V, once each
     out = []
     for i, ((fields, opts), fn, c) in enumerate(zip(variants, fns, checks)):
         opts = opts or {}
         again = _check(fn, q, k, v, causal)  # and again after the timing loop
-        ch = s6.choose(B, H, Hkv, Sq, Sk, D, causal, sms, splits=opts.get("splits"), pack_gqa=opts.get("pack_gqa"),
+        ch = s6.choose(B, H, Hkv, Sq, Sk, D, ALIGNMENTS.get(causal, causal), sms, splits=opts.get("splits"),
+                       pack_gqa=opts.get("pack_gqa"),
                        schedule=opts.get("schedule"), tiles=opts.get("tiles"), blocks_per_sm=opts.get("blocks_per_sm"))
         ch.update(H=H, Hk=Hkv, Sq=Sq)
         blocks = ch["blocks_per_sm"]
@@ -457,7 +462,7 @@ def _fmt(row) -> str:
     vs = lambda x: f"{x:5.2f}x" if x else "  n/a"  # noqa: E731
     return (f"{row['part']:8s} {row.get('variant', ''):22s} B{row['B']:<3d} H{row['H']}/{row['Hkv']:<3d} "
             f"Sq{row['Sq']:<6d} Sk{row['Sk']:<6d} D{row['D']} {row['dtype']:8s} "
-            f"{'causal' if row['causal'] else 'full  '} {row['us']:10.1f} us  {vs(row['vs_sdpa'])} SDPA  "
+            f"{ {False: 'full  ', True: 'causal'}.get(row['causal'], 'bottom-right')} {row['us']:10.1f} us  {vs(row['vs_sdpa'])} SDPA  "
             f"{vs(row['vs_flash'])} FLASH  splits {row['splits']:<3d} {'packed' if row['packed'] else '      '} "
             f"{'pass' if row['passed'] else 'FAIL'}")
 

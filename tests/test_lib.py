@@ -222,6 +222,20 @@ def test_time_cuda_median_and_sdpa_backends():
     assert sdpa_call(q, k, v) is not None
 
 
+@pytest.mark.parametrize("causal", [False, True, "top_left", "bottom_right"])
+def test_sdpa_call_takes_each_causal_alignment(causal):
+    """sdpa_call (what the benchmarks time SDPA with) masks as the float64 reference does for
+    each spelling of causal, bottom-right through SDPA's own causal_lower_right bias; GQA too."""
+    from lib.reference import reference_attention
+    from lib.timing import sdpa_call
+    q, k, v = inputs.make_qkv(2, 8, 5, 64, Sk=37, Hkv=2, dtype=torch.float32, device="cpu")
+    got = sdpa_call(q, k, v, causal=causal)().double()
+    want = reference_attention(q.double(), k.double(), v.double(), causal=causal)
+    assert (got - want).abs().max().item() < 1e-5
+    if causal == "bottom_right":  # differs from top-left when Sq < Sk
+        assert (got - reference_attention(q.double(), k.double(), v.double(), causal=True)).abs().max() > 1e-2
+
+
 def test_sdpa_backward_call_gives_autograds_gradients():
     """lib.timing.sdpa_backward_call (the backward benchmark's and profiler's SDPA side) returns
     what autograd of the same SDPA forward does, on fresh inputs, with the default backend and
@@ -390,6 +404,38 @@ def test_a_stage_kept_by_a_later_record_keeps_its_commit_and_date(tmp_path, monk
     data = results.load(results.save(env, [s.get(1).INFO], []))
     assert (data["stages"]["0"]["commit"], data["stages"]["0"]["date"]) == ("abc", "today")
     assert (data["stages"]["1"]["commit"], data["stages"]["1"]["date"]) == ("def", "tomorrow")
+
+
+def test_records_made_side_by_side_merge_stage_by_stage(tmp_path):
+    """Two processes on one host's two GPUs each write their own copy of the record: the merge
+    takes each stage (rows and entry) and each other entry from the copy that made it last."""
+    def record(date, stages, extra):
+        runs = [{"stage": n, "suite": "standard", "B": 1, "H": 1, "Sq": 8, "Sk": 8, "D": 64,
+                 "causal": False, "dtype": "float16", "us": float(n) + len(date)} for n in stages]
+        return {"env": {"gpu": "G", "commit": date[:3], "date": date},
+                "stages": {str(n): {"title": f"s{n}", "commit": date[:3], "date": date} for n in stages},
+                "runs": runs, **extra}
+    base = record("2026-01-01", [0, 1], {"tiles": {"env": {"date": "2026-01-01"}, "rows": [1]},
+                                          "pending_rerecord": {"1": {}}})
+    lane0 = record("2026-02-02 10:00", [0], {"tiles": {"env": {"date": "2026-02-02 10:00"}, "rows": [2]}})
+    lane1 = record("2026-02-02 10:05", [1, 2], {"tiles": {"env": {"date": "2026-01-01"}, "rows": [1]},
+                                                 "shape_map": {"env": {"date": "2026-02-02"}, "rows": [3]}})
+    paths = []
+    for name, rec in (("base", base), ("lane0", lane0), ("lane1", lane1)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(rec))
+    taken = results.merge_records(paths[0], paths[1:])
+    got = json.loads(paths[0].read_text())
+    assert {n: s["date"] for n, s in got["stages"].items()} == {
+        "0": "2026-02-02 10:00", "1": "2026-02-02 10:05", "2": "2026-02-02 10:05"}
+    assert sorted((r["stage"], r["us"]) for r in got["runs"]) == [(0, 16.0), (1, 17.0), (2, 18.0)]
+    assert got["tiles"]["rows"] == [2] and got["shape_map"]["rows"] == [3]
+    assert "pending_rerecord" not in got and got["env"]["date"] == "2026-02-02 10:05"
+    assert taken["stage 0"].endswith("lane0.json") and taken["shape_map"].endswith("lane1.json")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**lane0, "env": {**lane0["env"], "gpu": "H"}}))
+    with pytest.raises(ValueError, match="record"):
+        results.merge_records(paths[0], [other])
 
 
 def test_readers_default_to_float16(tmp_path, monkeypatch):
