@@ -31,12 +31,12 @@ if [ "${1:-}" = lanes ]; then
     ( cd "$d" && CUDA_VISIBLE_DEVICES=$i FA_WHEELS_IN=1 OUT=$OUT/lane$i FA_CACHE_DIR=/tmp/fa-cache$i \
         FA_LANE="GPU $i of ${#LANES[@]} on one host, steps${LANES[$i]% }$beside at the same time" \
         bash scripts/gpu_call.sh ${LANES[$i]} > "$OUT/lane$i.txt" 2>&1
-      mkdir -p "$OUT/lane$i/results"; cp results/*.json "$OUT/lane$i/results/" ) &
+      r=$?; mkdir -p "$OUT/lane$i/results"; cp results/*.json "$OUT/lane$i/results/"; exit $r ) &
     pids+=($!)
   done
   rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done
   for i in "${!LANES[@]}"; do echo "== lane $i:${LANES[$i]}"; grep -E "^== |rc=" "$OUT/lane$i.txt"; done
-  tar czf "$OUT/call.tgz" -C "$OUT" --exclude call.tgz .
+  tar czf /tmp/call.tgz -C "$OUT" --exclude call.tgz . && mv /tmp/call.tgz "$OUT/"  # not into the folder it reads
   exit $rc
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
@@ -89,6 +89,9 @@ for s in "$@"; do case $s in
   shapemap) step shapemap python3 scripts/shape_map.py --record --resume --dtype bfloat16 ;;
   *) echo "unknown step $s"; rc=2 ;;
 esac; done
-# what comes back: the logs and any record this call wrote, in one archive (a call returns at most 8 files)
-tar czf "$OUT/call.tgz" -C "$OUT" --exclude call.tgz . -C "$PWD" $(ls results/*.json) 2>/dev/null
+# what comes back: the logs and any record this call wrote, in one archive (a call returns at most 8 files;
+# a lane's come back in the archive of the call that started it)
+[ -n "${FA_LANE:-}" ] && exit $rc
+tar czf /tmp/call.tgz -C "$OUT" --exclude call.tgz . -C "$PWD" $(ls results/*.json) 2>/dev/null
+mv /tmp/call.tgz "$OUT/"
 exit $rc
