@@ -268,6 +268,8 @@ def merge_records(into: str | Path, others) -> dict:
             if n in data["stages"] and date_of(st, rec) <= date_of(data["stages"][n], data):
                 continue
             data["stages"][n] = {"commit": rec["env"].get("commit"), "date": rec["env"].get("date"), **st}
+            if rec["env"].get("lane"):
+                data["stages"][n].setdefault("lane", rec["env"]["lane"])
             data["runs"] = [r for r in data["runs"] if str(r["stage"]) != n] + [
                 r for r in rec["runs"] if str(r["stage"]) == n]
             data.get("pending_rerecord", {}).pop(n, None)

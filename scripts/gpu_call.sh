@@ -27,9 +27,9 @@ if [ "${1:-}" = lanes ]; then
   for i in "${!LANES[@]}"; do
     d=/tmp/lane$i; rm -rf "$d"; mkdir -p "$d"
     tar cf - --exclude=./gpu-out --exclude=./.whl --exclude=./.whlnb --exclude=./.git . | tar xf - -C "$d"
-    beside=$(for j in "${!LANES[@]}"; do [ "$j" = "$i" ] || printf '; GPU %s ran%s' "$j" "${LANES[$j]% }"; done)
+    beside=$(for j in "${!LANES[@]}"; do [ "$j" = "$i" ] || printf '; GPU %s ran %s' "$j" "$(echo ${LANES[$j]})"; done)
     ( cd "$d" && CUDA_VISIBLE_DEVICES=$i FA_WHEELS_IN=1 OUT=$OUT/lane$i FA_CACHE_DIR=/tmp/fa-cache$i \
-        FA_LANE="GPU $i of ${#LANES[@]} on one host, steps${LANES[$i]% }$beside at the same time" \
+        FA_LANE="GPU $i of ${#LANES[@]} on one host, steps $(echo ${LANES[$i]})$beside at the same time" \
         bash scripts/gpu_call.sh ${LANES[$i]} > "$OUT/lane$i.txt" 2>&1
       r=$?; mkdir -p "$OUT/lane$i/results"; cp results/*.json "$OUT/lane$i/results/"; exit $r ) &
     pids+=($!)
@@ -87,11 +87,17 @@ for s in "$@"; do case $s in
   schedules) step schedules python3 scripts/stage6_schedules.py --record ;;
   ideas5) step ideas5 python3 scripts/stage5_ideas.py --record ;;
   shapemap) step shapemap python3 scripts/shape_map.py --record --resume --dtype bfloat16 ;;
+  generate) step generate python3 scripts/generate_record.py --record ;;
+  train) step train python3 scripts/train_curve.py --record ;;
+  fp8bench) step fp8bench python3 scripts/fp8_bench.py --record ;;
+  fp8tiles) step fp8tiles python3 scripts/fp8_tiles.py --record ;;
+  fp8waterfall) step fp8waterfall python3 scripts/fp8_waterfall.py --record ;;
+  profile) step profile env OUT="$OUT/session" FA_STEPS=profile bash scripts/gpu_session.sh ;;  # results/profiles/
   *) echo "unknown step $s"; rc=2 ;;
 esac; done
 # what comes back: the logs and any record this call wrote, in one archive (a call returns at most 8 files;
 # a lane's come back in the archive of the call that started it)
 [ -n "${FA_LANE:-}" ] && exit $rc
-tar czf /tmp/call.tgz -C "$OUT" --exclude call.tgz . -C "$PWD" $(ls results/*.json) 2>/dev/null
+tar czf /tmp/call.tgz -C "$OUT" --exclude call.tgz --exclude gpu-run.tgz . -C "$PWD" $(ls results/*.json) results/profiles 2>/dev/null
 mv /tmp/call.tgz "$OUT/"
 exit $rc
