@@ -18,7 +18,7 @@ The last row truncates the products' sums as Hopper's FP8 tensor cores do
 (lib.fp8.truncate_sums). The error rule proposed for FP8 is lib.fp8.fp8_error_rule.
 
     python3 scripts/fp8_accuracy.py                  # the table (about 20 s on 2 cores)
-    python3 scripts/fp8_accuracy.py --record         # and store it in the H100's results file
+    python3 scripts/fp8_accuracy.py --record         # and store it in the record results/CURRENT names
 """
 import argparse
 import statistics
@@ -36,7 +36,7 @@ from lib.reference import reference_attention  # noqa: E402
 
 BLOCK = 128
 KEY = "fp8_accuracy_emulated"
-RESULTS = R.RESULTS_DIR / "nvidia-h100-80gb-hbm3.json"
+RESULTS = R.RESULTS_DIR / R.CURRENT.read_text().strip()  # the record the notebooks read
 
 # (name, flags): flags None is a 16-bit baseline (name: its dtype); else lib.fp8's arguments.
 CONFIGS = (
@@ -158,7 +158,7 @@ def main() -> int:
           f"reached {m['largest_max_err_ratio_to_bf16']:.1f}, too scattered to bound) — the rule "
           f"{'holds' if m['holds'] else 'does NOT hold'} for the emulation.")
     if a.record:
-        gpu = R.load(RESULTS)["env"]["gpu"]  # the H100's file; computed on this machine's CPU
+        gpu = R.load(RESULTS)["env"]["gpu"]  # the current record's file; computed on this machine's CPU
         assert R.results_path(gpu) == RESULTS, gpu
         env = R.capture_env()
         env.update(device="cpu (emulation)", threads=torch.get_num_threads(),
