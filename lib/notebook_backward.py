@@ -472,17 +472,47 @@ def bwd_vs_sdpa(backend: str = "flash", D=None) -> list:
     return [r[f"sdpa_{backend}_us"] / r["us"] for r in bwd_rows(D)]
 
 
+# The mma.sync builds (the first backward, before WGMMA) were timed in the H100's record; the
+# H200's times the WGMMA builds only (backward_bench.py --variants wgmma). Prose about them reads
+# the newest record that has them, and names it.
+MMA_HISTORY_GPU = "NVIDIA H100 80GB HBM3"
+
+
+def _mma_record() -> dict:
+    """The whole record whose backward entry timed the mma.sync builds: the current one if it
+    did, else MMA_HISTORY_GPU's."""
+    from lib.prose import record
+    cur = record()
+    if any(label.startswith("mma.sync") for r in cur["backward"]["rows"] for label in r.get("variants", {})):
+        return cur
+    return R.load(R.results_path(MMA_HISTORY_GPU))
+
+
+def bwd_mma_entry() -> dict:
+    """The env of the backward entry the mma.sync figures come from (for lib.prose.record_name),
+    with its GPU."""
+    rec = _mma_record()
+    return {**rec["backward"]["env"], "gpu": rec["env"]["gpu"]}
+
+
+def _mma_rows() -> list:
+    return [r for r in _mma_record()["backward"]["rows"] if r.get("variants")]
+
+
 def bwd_mma_best(r: dict, kind: str) -> float:
     """µs of the fastest mma.sync build of a row with dQ by `kind` ('dQ pass' or 'dQ atomics')."""
     return min(v["us"] for label, v in r["variants"].items() if label.startswith("mma.sync") and label.endswith(kind))
 
 
 def bwd_mma_pass_gain() -> list:
-    return [bwd_mma_best(r, "dQ atomics") / bwd_mma_best(r, "dQ pass") for r in bwd_rows(timed_builds=True)]
+    """The fastest mma.sync dQ-pass build's speed over the fastest atomics build's, per row of
+    the record that timed them (bwd_mma_entry)."""
+    return [bwd_mma_best(r, "dQ atomics") / bwd_mma_best(r, "dQ pass") for r in _mma_rows()]
 
 
 def bwd_first_wgmma_gain() -> list:
-    return [bwd_mma_best(r, "dQ pass") / bwd_t(r, WG1_PASS) for r in bwd_rows(timed_builds=True)]
+    """The first WGMMA build's speed over the fastest mma.sync build's, same rounds, same record."""
+    return [bwd_mma_best(r, "dQ pass") / bwd_t(r, WG1_PASS) for r in _mma_rows()]
 
 
 def bwd_every_round_faster(r: dict, fast: str, slow: str | None = None) -> bool:
@@ -520,13 +550,13 @@ def bwd_mma_executed() -> list[dict]:
     forward's FLOPs, over its time), that rate over the record's mma.sync ceiling, and stage 5's
     bf16 forward at the same shape from its own rows of the record (None if not recorded): the
     figures the notebook's code cell prints under the variants table."""
-    from lib.notebook_common import recorded_row
-    from lib.prose import record
-    ceiling = record()["ceilings"]["hmma_TFLOPS"]
+    rec = _mma_record()
+    ceiling = rec["ceilings"]["hmma_TFLOPS"]
     out = []
-    for r in bwd_rows(causal=False, timed_builds=True):
+    for r in (r for r in _mma_rows() if not r["causal"]):
         executed = 3.5 * attention_flops(r["B"], r["H"], r["S"], r["S"], r["D"], False) / bwd_mma_best(r, "dQ pass") / 1e6
-        fwd = recorded_row(5, "throughput" if r["D"] == 64 else "long", False, dtype="bfloat16")
+        fwd = next((f for f in rec["runs"] if f["stage"] == 5 and f.get("suite") == "standard" and not f["causal"]
+                    and f["dtype"] == "bfloat16" and (f["B"], f["H"], f["Sq"], f["D"]) == (r["B"], r["H"], r["S"], r["D"])), None)
         out.append({"D": r["D"], "tflops": executed, "of_ceiling": executed / ceiling, "ceiling": ceiling,
                     "forward_tflops": fwd["tflops"] if fwd else None})
     return out

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU call of a work session on a bare device machine: wheels first, then what the call needs.
-#   bash scripts/gpu_call.sh STEP...     (steps: see the case below; e.g. refactor trainmap bwdrecord)
+#   bash scripts/gpu_call.sh STEP...     (steps: see the case below; e.g. bench-4-5 tiles shapemap)
 #   bash scripts/gpu_call.sh lanes STEP... '|' STEP...
 #       on a host of several GPUs: each '|'-separated list runs at the same time on its own GPU, in
 #       its own copy of the tree (so each writes its own results file; lane N's comes back as
@@ -48,6 +48,29 @@ step() { local name=$1; shift; echo "== $name: $*"; local t0=$(date +%s)
   timeout "$left" "$@" > "$OUT/$name.log" 2>&1; local r=$?; tail -n 40 "$OUT/$name.log"
   echo "== $name rc=$r $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1; }
 par=(); python3 -c "import xdist" 2>/dev/null && par=(-n 8)
+# Re-record stages one by one within a budget of seconds: each stage is its own `lib.bench --record`
+# run, so a limit reached mid-way loses only the stage then running, and a stage whose usual time
+# no longer fits is not started. Usual times: the H200, 2026-11-29 (stage 0 369 s, stages 1-6
+# 46-78 s; results/logs/2026-11-29-682414c-h200-lanes), plus slack.
+record_stages() {
+  local budget=$1; shift
+  declare -A usual=([0]=420 [1]=100 [2]=100 [3]=100 [4]=100 [5]=100 [6]=100)
+  local deadline=$(( $(date +%s) + budget )) s left t0
+  [ -n "${FA_DEADLINE:-}" ] && [ "$FA_DEADLINE" -lt "$deadline" ] && deadline=$FA_DEADLINE
+  for s in "$@"; do
+    left=$(( deadline - $(date +%s) ))
+    if [ "$left" -lt "${usual[$s]:-100}" ]; then
+      echo "stage $s not started: ${left} s left, it usually takes ${usual[$s]:-100} s"; continue
+    fi
+    t0=$(date +%s)
+    timeout "$left" python3 -m lib.bench --record --sweep --max-call-s 10 --dtype float16 bfloat16 \
+      --stages "$s" > "$OUT/bench-stage$s.log" 2>&1
+    echo "stage $s rc=$? $(( $(date +%s) - t0 )) s"
+  done
+  # the notebooks that read re-recorded rows show older ones until executed again (on a GPU)
+  echo "notebooks to execute again (python3 -m lib.notebook --execute-stale):"
+  python3 -m lib.notebook --stale 2> /dev/null | sed 's/^/  /'
+}
 for s in "$@"; do case $s in
   probe52) step probe52 python3 experiments/gqa_one_key_backward/probe.py ;;
   host48) step host48 python3 experiments/train_step_host/probe.py --profile ;;
@@ -79,9 +102,9 @@ for s in "$@"; do case $s in
   sanspec) for tool in memcheck racecheck synccheck; do
               step "sanitize-spec-$tool" timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
                 --report-api-errors no python3 experiments/spec_decode_splits/sanitize.py; done ;;
-  bench0) step bench0 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" 0 ;;
-  bench16) step bench16 bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
-  bench-*) st=${s#bench-}; step "bench$st" bash scripts/record_stages.sh "${FA_BENCH_BUDGET:-540}" ${st//-/ } ;;
+  bench0) step bench0 record_stages "${FA_BENCH_BUDGET:-540}" 0 ;;
+  bench16) step bench16 record_stages "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
+  bench-*) st=${s#bench-}; step "bench$st" record_stages "${FA_BENCH_BUDGET:-540}" ${st//-/ } ;;
   gap) step gap python3 scripts/launch_gap.py --shapes latency throughput long --record ;;
   tiles) step tiles python3 scripts/tile_sweep.py --record ;;
   schedules) step schedules python3 scripts/stage6_schedules.py --record ;;
