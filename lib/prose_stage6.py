@@ -195,15 +195,18 @@ def waterfall(B, H, Hkv, Sq, Sk, D) -> dict:
             and (r["B"], r["H"], r["Hkv"], r["Sq"], r["Sk"], r["D"]) == (B, H, Hkv, Sq, Sk, D)}
 
 
-def grid(part: str, Sq: int | None = None, dtype: str = "bfloat16") -> list[dict]:
+def grid(part: str, Sq: int | None = None, dtype: str = "bfloat16", masked: bool = False) -> list[dict]:
+    """The map's rows of one part; decode rows without a mask, or (masked) the ones timed with the
+    bottom-right mask (B 1, Sq > 1)."""
     return [r for r in smap()["rows"] if r["part"] == part and r["dtype"] == dtype
-            and r.get("vs_sdpa") and (Sq is None or r["Sq"] == Sq)]
+            and r.get("vs_sdpa") and (Sq is None or r["Sq"] == Sq)
+            and (part != "decode" or bool(r["causal"]) == masked)]
 
 
-def grid_stats(part: str, Sq: int | None = None) -> dict:
-    """The ratio to SDPA default over a grid: lo, hi, median, rows, rows at or above 0.995, rows
-    below 1, and the lowest row."""
-    rows = grid(part, Sq)
+def grid_stats(part: str, Sq: int | None = None, rows: list | None = None) -> dict:
+    """The ratio to SDPA default over a grid (or over `rows`): lo, hi, median, rows, rows at or
+    above 0.995, rows below 1, and the lowest row."""
+    rows = grid(part, Sq) if rows is None else rows
     xs = [r["vs_sdpa"] for r in rows]
     low = min(rows, key=lambda r: r["vs_sdpa"])
     return {"lo": min(xs), "hi": max(xs), "median": statistics.median(xs), "n": len(xs),

@@ -116,6 +116,7 @@ for s in "$@"; do case $s in
   fp8tiles) step fp8tiles python3 scripts/fp8_tiles.py --record ;;
   fp8waterfall) step fp8waterfall python3 scripts/fp8_waterfall.py --record ;;
   profile) step profile env OUT="$OUT/session" FA_STEPS=profile bash scripts/gpu_session.sh ;;  # results/profiles/
+  notebooks) step notebooks env OUT="$OUT/session" FA_STEPS=notebooks bash scripts/gpu_session.sh ;;  # session/executed-notebooks/
   *) echo "unknown step $s"; rc=2 ;;
 esac; done
 # what comes back: the logs and any record this call wrote, in one archive (a call returns at most 8 files;
