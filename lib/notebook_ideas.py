@@ -319,23 +319,33 @@ def stage6_ablations_table(rec: dict, anchor_rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def stage6_default_repeats(rec: dict) -> str:
-    """The rows of the record that ran the default build again (fp16): the default schedule,
-    the head dim's default tiles (stages/stage6.py TILES), its EXP2_POLY and its LAZY_RESCALE
-    rows are one kernel timed four times in one run. Their spread (slowest ÷ fastest) is how
-    far one timing moves: steps closer than that cannot be told apart by one timing each."""
+def stage6_repeat_rows(rows, B, H, S, D, causal, sms) -> list[dict]:
+    """The fp16 rows of a schedule record that ran the default build, launched as a call is
+    (stages/stage6.py call_schedule), at one shape: the head dim's default tiles (TILES), its
+    EXP2_POLY and LAZY_RESCALE rows, and the default schedule's own row only where a call's launch
+    is that schedule's (the waterfall's rows launch each schedule as named, which at some shapes
+    is not how a call runs: another launch, not a repeat)."""
     import stages.stage6 as s6
+    lazy = s6.LAZY_RESCALE[D]
+    labels = {("tiles", str(s6.TILES[D])), ("exp2_poly", f"{s6.EXP2_POLY[D]}/8 of exp2 by polynomial"),
+              ("rescale", {-1: "O rescaled every tile", 0: "O rescaled when a max grew"}.get(
+                  lazy, f"O rescaled past 2^{lazy} growth"))}
+    work = B * H * -(-S // (64 * s6.TILES[D][2]))
+    if s6.call_schedule(D, causal, S, work, sms) == s6.default_schedule(D):
+        labels.add(("schedule", s6.default_schedule(D)))
+    return [r for r in rows if (r["kind"], r["variant"]) in labels and r.get("dtype", "float16") == "float16"
+            and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)]
+
+
+def stage6_default_repeats(rec: dict, sms: int | None = None) -> str:
+    """The rows of the record that ran the default build again, launched as a call is
+    (stage6_repeat_rows): one kernel timed several times in one run. Their spread (slowest ÷
+    fastest) is how far one timing moves: steps closer than that cannot be told apart by one
+    timing each."""
     lines = ["| shape | repeats of the default build | fastest µs | slowest µs | spread |",
              "|---|---|---|---|---|"]
     for B, H, S, D, causal in STAGE6_SHAPES:
-        lazy = s6.LAZY_RESCALE[D]
-        labels = {("schedule", s6.default_schedule(D)), ("tiles", str(s6.TILES[D])),
-                  ("exp2_poly", f"{s6.EXP2_POLY[D]}/8 of exp2 by polynomial"),
-                  ("rescale", {-1: "O rescaled every tile", 0: "O rescaled when a max grew"}.get(
-                      lazy, f"O rescaled past 2^{lazy} growth"))}
-        us = [r["us"] for r in rec["rows"] if (r["kind"], r["variant"]) in labels
-              and r.get("dtype", "float16") == "float16"
-              and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (B, H, S, D, causal)]
+        us = [r["us"] for r in stage6_repeat_rows(rec["rows"], B, H, S, D, causal, sms or rec["env"]["sm_count"])]
         if us:
             lines.append(f"| B{B} H{H} S{S} D{D} {'causal' if causal else 'full'} | {len(us)} "
                          f"| {min(us):,.1f} | {max(us):,.1f} | {100 * (max(us) / min(us) - 1):.1f}% |")

@@ -119,6 +119,17 @@ def record_name(entry: dict | None = None) -> str:
     return f"the {gpu_short(entry.get('gpu') or env['gpu'])} record (commit {commit}, {date})"
 
 
+def log_of(entry: dict, name: str) -> str:
+    """The path of the log `name` (a file name, e.g. "gap.log" or "launch_gap.log") under the
+    results/logs/ folder of the run that made `entry` (found by its commit), for prose that cites
+    it; the first in path order where several folders hold one."""
+    commit = str(entry.get("commit", ""))[:7]
+    found = sorted(p for p in (R.ROOT / "results" / "logs").glob(f"*{commit}*/**/{name}") if commit)
+    if not found:
+        raise FileNotFoundError(f"no results/logs/*{commit}*/**/{name}")
+    return str(found[0].relative_to(R.ROOT))
+
+
 # -- the benchmark rows every notebook cites (one set of look-ups for all of them) --------------
 
 def shape_dims(name: str) -> tuple[int, int, int, int]:

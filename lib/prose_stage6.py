@@ -73,31 +73,29 @@ def against(D: int, causal: bool, variant: str, kind: str, reference: str = "+ i
     return sched(D, causal, reference)["us"] / sched(D, causal, variant, kind)["us"]
 
 
-def exp2_poly_ratios() -> list[float]:
-    """Every exp2_poly fraction above 0 against the fraction 0, at all four shapes."""
+def exp2_poly_ratios(by_shape: bool = False) -> list:
+    """Every exp2_poly fraction above 0 against the fraction 0, at all four shapes (by_shape: one
+    list per shape, in the record's order of fractions)."""
+    if by_shape:
+        return [exp2_poly_at(D, c) for D in (64, 128) for c in (False, True)]
+    return [r for D in (64, 128) for c in (False, True) for r in exp2_poly_at(D, c)]
+
+
+def exp2_poly_at(D: int, causal: bool) -> list[float]:
     out = []
-    for D in (64, 128):
-        for c in (False, True):
-            rows = [r for r in stage6_rows() if r["kind"] == "exp2_poly" and r["D"] == D and r["causal"] == c
-                    and r.get("dtype", "float16") == "float16"]
-            none = next(r for r in rows if r["variant"].startswith("0/"))
-            out += [none["us"] / r["us"] for r in rows if not r["variant"].startswith("0/")]
+    rows = [r for r in stage6_rows() if r["kind"] == "exp2_poly" and r["D"] == D and r["causal"] == causal
+            and r.get("dtype", "float16") == "float16"]
+    none = next(r for r in rows if r["variant"].startswith("0/"))
+    rows = sorted((r for r in rows if not r["variant"].startswith("0/")), key=lambda r: int(r["variant"].split("/")[0]))
+    out += [none["us"] / r["us"] for r in rows]
     return out
 
 
 def default_repeats(D: int, causal: bool) -> list[float]:
-    """The times (µs) of the rows that timed the default build at head dim D's standard shape:
-    its schedule row and the tiles, exp2_poly and rescale rows of the defaults
-    (lib.notebook_ideas.stage6_default_repeats)."""
-    import stages.stage6 as s6
-    lazy = s6.LAZY_RESCALE[D]
-    labels = {("schedule", s6.default_schedule(D)), ("tiles", str(s6.TILES[D])),
-              ("exp2_poly", f"{s6.EXP2_POLY[D]}/8 of exp2 by polynomial"),
-              ("rescale", {-1: "O rescaled every tile", 0: "O rescaled when a max grew"}.get(
-                  lazy, f"O rescaled past 2^{lazy} growth"))}
-    return [r["us"] for r in stage6_rows() if (r["kind"], r["variant"]) in labels
-            and r.get("dtype", "float16") == "float16"
-            and (r["B"], r["H"], r["S"], r["D"], r["causal"]) == (*STD[D], D, causal)]
+    """The times (µs) of the rows that timed the default build, launched as a call is, at head
+    dim D's standard shape (lib.notebook_ideas.stage6_repeat_rows)."""
+    from lib.notebook_ideas import stage6_repeat_rows
+    return [r["us"] for r in stage6_repeat_rows(stage6_rows(), *STD[D], D, causal, record()["env"]["sm_count"])]
 
 
 def repeat_spread() -> list[float]:
@@ -164,6 +162,15 @@ def anchor() -> dict:
 def anchor_row(B, H, S, D, causal=False, dtype="float16") -> dict:
     return next(r for r in anchor()["rows"] if (r["B"], r["H"], r["Sq"], r["D"], r["causal"], r["dtype"])
                 == (B, H, S, D, causal, dtype))
+
+
+def anchor_where() -> str:
+    """How prose names the anchor run: 'an H100' (its GPU, with 'another run on the same GPU
+    model' when the record's GPU is the same)."""
+    from lib.prose import gpu_short
+    gpu, own = anchor()["env"]["gpu"], record()["env"]["gpu"]
+    return ("another run on the same GPU model" if gpu == own
+            else f"a run on an {gpu_short(gpu)}, not on this record's {gpu_short(own)}")
 
 
 def anchor_vs_sdpa(B, H, S, D, causal=False, dtype="float16") -> float:
