@@ -12,7 +12,7 @@ from lib.notebook_common import _md
 from lib.plots_journey import STAGE_COLORS
 from lib.plots_stage6 import TENSOR_FLOP_PER_CLOCK
 
-# Dense tensor-core FLOP per SM per clock on the H100 (SXM): fp16/bf16 (stage 6's count), e4m3 twice that.
+# Dense tensor-core FLOP per SM per clock on Hopper (H100, H200): fp16/bf16 (stage 6's count), e4m3 twice that.
 FLOP_PER_CLOCK = {"bf16": TENSOR_FLOP_PER_CLOCK, "e4m3": 2 * TENSOR_FLOP_PER_CLOCK}
 MUFU_EX2_PER_CLOCK = 16  # per SM (the CUDA programming guide, compute capability 9.0)
 
@@ -373,13 +373,15 @@ def bench(S: int, D: int, causal: bool) -> dict:
     """One shape of the FP8 benchmark (scripts/fp8_bench.py --record), as ratios the prose cites:
     the kernel's µs and TFLOPS, × stage 6 and × SDPA's default (their time over the kernel's),
     its share of the e4m3 GEMM measured beside it, and each other entry's time over the kernel's
-    (or over the whole call's, for the quantization)."""
+    (or over the whole call's, for the quantization): `split_entry` and `no_split_entry` are the
+    kernel with and without the tail split (TAIL_SPLIT), one of them the head dim's default."""
     rec = _entry("fp8_bench")
     r = next(r for r in rec["rows"] if (r["S"], r["D"], bool(r["causal"])) == (S, D, causal))
     u, k = r["us"], r["us"]["stage 7 kernel"]
     return {"us": k, "tflops": r["tflops_kernel"], "vs6": u["stage 6"] / k, "vs_sdpa": u["SDPA default"] / k,
             "of_gemm": r["tflops_kernel"] / rec["ceilings_tflops"]["e4m3 GEMM"],
-            "split_entry": u["stage 7 kernel, tail split"] / k, "v_in_kernel": u["stage 7 kernel, V in kernel"] / k,
+            "split_entry": u["stage 7 kernel, tail split"] / k,
+            "no_split_entry": u["stage 7 kernel, tail not split"] / k, "v_in_kernel": u["stage 7 kernel, V in kernel"] / k,
             "poly": u["stage 7 kernel, exp2 poly 4/8"] / k, "call": u["stage 7 call"],
             "call_vs6": u["stage 6"] / u["stage 7 call"], "quantize": u["quantize"],
             "quantize_share": u["quantize"] / u["stage 7 call"],
@@ -445,6 +447,16 @@ def paper_rmse(config: str) -> float:
 def accuracy_env() -> dict:
     """The emulated accuracy record's env (device, commit, date)."""
     return _entry("fp8_accuracy_emulated")["env"]
+
+
+def time_vs(ratio: float, digits: int = 1) -> str:
+    """A time ratio (one entry's time over another's) as words: '1.8% less time', '0.3% longer',
+    or 'the same time' where it rounds to 0.0%."""
+    from lib.prose import pct
+    frac = ratio - 1
+    if round(100 * abs(frac), digits) == 0:
+        return "the same time"
+    return pct(abs(frac), digits) + (" longer" if frac > 0 else " less time")
 
 
 def steps(*values: float) -> str:

@@ -116,7 +116,12 @@ for s in "$@"; do case $s in
   fp8tiles) step fp8tiles python3 scripts/fp8_tiles.py --record ;;
   fp8waterfall) step fp8waterfall python3 scripts/fp8_waterfall.py --record ;;
   profile) step profile env OUT="$OUT/session" FA_STEPS=profile bash scripts/gpu_session.sh ;;  # results/profiles/
-  notebooks) step notebooks env OUT="$OUT/session" FA_STEPS=notebooks bash scripts/gpu_session.sh ;;  # session/executed-notebooks/
+  notebooks)  # each notebook executed in place (this tree is a copy) and copied out as soon as it is done
+    [ -f .nbcache/nbcache.tgz ] && mkdir -p "$FA_CACHE_DIR" && tar xzf .nbcache/nbcache.tgz -C "$FA_CACHE_DIR"  # cubins compiled offline
+    mkdir -p "$OUT/nb"
+    for nb in ${FA_NOTEBOOKS:-notebooks/*.ipynb}; do
+      step "nb-$(basename "$nb" .ipynb)" python3 -m lib.notebook --execute "$nb"; cp "$nb" "$OUT/nb/"
+    done ;;
   *) echo "unknown step $s"; rc=2 ;;
 esac; done
 # what comes back: the logs and any record this call wrote, in one archive (a call returns at most 8 files;
