@@ -119,7 +119,7 @@ SMEM_METRICS=l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__dat
 # stalled for each reason, instructions and branch instructions executed, branch uniformity.
 WARP_METRICS=smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_branch_resolving_per_warp_active.pct,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct,smsp__warp_issue_stalled_not_selected_per_warp_active.pct,smsp__inst_executed.sum,smsp__sass_inst_executed_op_branch.sum,smsp__sass_average_branch_targets_threads_uniform.pct
 
-profile_one() {  # profile_one NAME REPORT NCU-ARGS... -- one_call.py ARGS...: replace REPORT only on success
+profile_one() {  # profile_one NAME REPORT NCU-ARGS... -- lib.one_call ARGS...: replace REPORT only on success
   local name=$1 report=$2; shift 2
   local ncu_args=() call_args=()
   while [ "$1" != "--" ]; do ncu_args+=("$1"); shift; done
@@ -127,8 +127,8 @@ profile_one() {  # profile_one NAME REPORT NCU-ARGS... -- one_call.py ARGS...: r
   call_args=("$@")
   # --clock-control none: ncu would otherwise lock the GPU's clocks to base for the run; the
   # curriculum leaves the clocks alone (and times the kernels at the clocks they really get).
-  if run "$name" "$NCU" --clock-control none -k regex:attention "${ncu_args[@]}" python3 scripts/one_call.py "${call_args[@]}"; then
-    { echo "# ncu --clock-control none -k regex:attention ${ncu_args[*]} python3 scripts/one_call.py ${call_args[*]}; commit $(commit_short), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
+  if run "$name" "$NCU" --clock-control none -k regex:attention "${ncu_args[@]}" python3 -m lib.one_call "${call_args[@]}"; then
+    { echo "# ncu --clock-control none -k regex:attention ${ncu_args[*]} python3 -m lib.one_call ${call_args[*]}; commit $(commit_short), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
       cat "$OUT/logs/$name.log"; } > "$report"
   fi
 }

@@ -252,10 +252,14 @@ for line in sys.stdin:
             os.dup2(null, 0)
             for fd, path in ((1, req["out"]), (2, req["err"])):
                 os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-            sys.argv = req["argv"]
-            sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+            module = req["argv"][1] if req["argv"][0] == "-m" else None  # python3 -m MODULE ARGS
+            sys.argv = req["argv"][1:] if module else req["argv"]
+            sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(sys.argv[0]))
             try:
-                runpy.run_path(sys.argv[0], run_name="__main__")
+                if module:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(sys.argv[0], run_name="__main__")
                 code = 0
             except SystemExit as e:
                 code = 0 if e.code is None else e.code

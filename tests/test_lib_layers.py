@@ -13,7 +13,7 @@ LAYERS = [
      "notebook_common", "notebook_sass", "notebook_stage34", "notebook_ideas", "notebook_journey",
      "notebook_backward", "notebook_fp8", "notebook_run", "prose", "prose_stage6", "prose_early",
      "notebook"},
-    {"bench"},
+    {"bench", "one_call"},
 ]
 
 

@@ -1,20 +1,17 @@
-"""One call of a stage at a standard shape, for a profiler to look at:
+"""One call of a stage at a standard shape, for a profiler to look at (repository root):
 
-    ncu --section SpeedOfLight -k regex:attention python scripts/one_call.py 2 throughput
+    ncu --section SpeedOfLight -k regex:attention python -m lib.one_call 2 throughput
 """
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import torch  # noqa: E402
+import torch
 
-import stages  # noqa: E402
-from lib.bench import STANDARD_SHAPES  # noqa: E402
-from lib.inputs import make_qkv  # noqa: E402
-from lib.simulator import HAS_GPU  # noqa: E402
+import stages
+from lib.bench import STANDARD_SHAPES
+from lib.inputs import make_qkv
+from lib.simulator import HAS_GPU
 
-ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+ap = argparse.ArgumentParser(prog="python -m lib.one_call", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
 ap.add_argument("stage", type=int, choices=stages.NUMBERS)
 ap.add_argument("shape", choices=[s[0] for s in STANDARD_SHAPES])
 ap.add_argument("--causal", action="store_true")
