@@ -183,7 +183,7 @@ def show_accuracy(rec: dict) -> None:
         f"`{rec['command']}`. Block quantization: blocks of {rec['block']} rows.\n\n"
         + accuracy_markdown(rec["rows"], rec["paper_table3"])
         + f"\n\nThe FP8 error rule (`lib.fp8.fp8_error_rule`): RMSE ≤ {rule['rmse_factor']:g} × the bf16 baseline's "
-        f"(largest measured here: {rule['largest_rmse_ratio_to_bf16']:.1f}×), and max error ≤ {rule['max_factor']:g} × "
+        f"(largest single seed here: {rule['largest_rmse_ratio_to_bf16']:.1f}×; the table shows medians over seeds), and max error ≤ {rule['max_factor']:g} × "
         f"the emulation's + one bf16 ulp (sums cut to 2^-11 moved it by at most {rule['largest_short_sums_max_err_ratio']:.2f}×).")
 
 
