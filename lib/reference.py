@@ -33,9 +33,35 @@ def causal_mask(sq: int, sk: int, device, causal=True) -> torch.Tensor:
     return torch.ones(sq, sk, dtype=torch.bool, device=device).tril(diagonal)
 
 
+def window_mask(sq: int, sk: int, window, device) -> torch.Tensor:
+    """True where query i may see key j under a sliding window (left, right), as FlashAttention
+    takes it: query i sits at key position i + sk − sq (aligned bottom-right, so that decoding
+    against a cache works) and sees keys j with i' − left <= j <= i' + right; a side of None (or
+    negative) is unbounded. transformers' causal sliding window of W keys
+    (masking_utils.sliding_window_overlay: kv_idx > q_idx − W) is window=(W − 1, 0)."""
+    left, right = window
+    pos = torch.arange(sq, device=device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    ok = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if left is not None and left >= 0:
+        ok &= j >= pos - left
+    if right is not None and right >= 0:
+        ok &= j <= pos + right
+    return ok
+
+
 def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float64,
-                        max_scores=1 << 27):
-    """softmax(q·kᵀ·scale)·v computed in `dtype` (float64 by default) on upcast inputs."""
+                        max_scores=1 << 27, window=None, softcap=None, sinks=None):
+    """softmax(q·kᵀ·scale)·v computed in `dtype` (float64 by default) on upcast inputs.
+
+    The models' variants, with transformers' eager attention as the definition:
+    - window (left, right): keys outside it masked (window_mask), with or without `causal`;
+    - softcap c > 0: the scaled scores become c·tanh(s / c) before the mask (Gemma 2's
+      attn_logit_softcapping);
+    - sinks, float [H]: one logit per query head that joins every row's softmax denominator and
+      no numerator (gpt-oss: softmax over [scores, sink], the sink's column dropped), so a row's
+      weights sum to less than 1; a row that sees no key gives 0 either way.
+    """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     q, k, v = (t.to(dtype) for t in (q, k, v))
     if k.shape[1] != q.shape[1]:  # grouped-query attention: share each K/V head
@@ -47,15 +73,31 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     Sk = k.shape[2]
     q, k, v = (t.reshape(B * H, t.shape[2], t.shape[3]) for t in (q, k, v))
     mask = causal_mask(Sq, Sk, q.device, causal) if causal else None
+    if window is not None:
+        w = window_mask(Sq, Sk, window, q.device)
+        mask = w if mask is None else mask & w
+    sink = None
+    if sinks is not None:
+        if sinks.shape != (H,):
+            raise ValueError(f"sinks must have one logit per query head, shape ({H},); got {tuple(sinks.shape)}")
+        sink = sinks.to(dtype).repeat(B)[:, None, None]  # (B·H, 1, 1), head-major within a batch
     out = torch.empty(B * H, Sq, v.shape[-1], dtype=dtype, device=q.device)
     step = max(1, max_scores // (Sq * Sk))
     for a in range(0, B * H, step):
         scores = (q[a:a + step] @ k[a:a + step].transpose(-1, -2)) * scale
-        if causal:
-            scores.masked_fill_(~mask, -math.inf)
-        # A row that sees no key (bottom-right, Sq > Sk) is 0, as SDPA gives, not softmax's NaN.
-        out[a:a + step] = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v[a:a + step]
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -math.inf)
+        if sink is None:
+            # A row that sees no key (bottom-right, Sq > Sk) is 0, as SDPA gives, not softmax's NaN.
+            p = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        else:
+            s_ = sink[a:a + step].expand(-1, Sq, 1)
+            p = torch.softmax(torch.cat([scores, s_], dim=-1), dim=-1)[..., :-1]
+        out[a:a + step] = p @ v[a:a + step]
     return out.reshape(B, H, Sq, -1)
+
 
 def sdpa(q, k, v, *, causal=False, scale=None):
     """PyTorch's own attention (its default backend choice) on the same inputs; `causal` as the
@@ -241,12 +283,14 @@ def stage1_intensity(B, H, S, D, causal, itemsize=2) -> float | None:
 # algorithm written out in PyTorch, block by block — the model a backward kernel follows, and
 # checked against the reference here before any kernel exists.
 
-def reference_backward(q, k, v, dout, *, causal=False, scale=None):
+def reference_backward(q, k, v, dout, *, causal=False, scale=None, window=None, softcap=None, sinks=None):
     """(dq, dk, dv) of the reference attention in float64, by autograd: dk and dv of a K/V head
-    summed over the query heads that share it (GQA)."""
+    summed over the query heads that share it (GQA). With `sinks`, (dq, dk, dv, dsinks)."""
     q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v))
-    reference_attention(q64, k64, v64, causal=causal, scale=scale).backward(dout.to(torch.float64))
-    return q64.grad, k64.grad, v64.grad
+    s64 = None if sinks is None else sinks.detach().to(torch.float64).requires_grad_(True)
+    reference_attention(q64, k64, v64, causal=causal, scale=scale, window=window, softcap=softcap,
+                        sinks=s64).backward(dout.to(torch.float64))
+    return (q64.grad, k64.grad, v64.grad) + (() if s64 is None else (s64.grad,))
 
 
 def sdpa_backward(q, k, v, dout, *, causal=False, scale=None):
