@@ -500,23 +500,6 @@ def rec_tile_us(stage: int, D: int, causal: bool, variant: str | None = None) ->
                 if (r["variant"] == variant if variant else r["default"]))
 
 
-def loads_in_flight_spread(D: int, causal: bool = False, pair: tuple | None = None) -> float:
-    """Slowest ÷ fastest − 1 of the recorded stage 4 choices differing only in loads in flight,
-    for one (BLOCK_Q, BLOCK_K) pair (default: the chosen one)."""
-    import stages.stage4 as s4
-    bq, bk = pair or s4.TILES[D][:2]
-    ts = [r["us"] for r in _tile_rows(4, D, causal) if r["variant"].startswith(f"({bq}, {bk},")]
-    return max(ts) / min(ts) - 1 if len(ts) > 1 else 0.0
-
-
-def loads_in_flight_pairs(D: int, causal: bool = False) -> dict:
-    """{(BLOCK_Q, BLOCK_K): loads_in_flight_spread} for every pair the sweep timed with several
-    loads in flight."""
-    pairs = {tuple(int(v) for v in r["variant"].strip("()").split(",")[:2]) for r in _tile_rows(4, D, causal)}
-    return {p: loads_in_flight_spread(D, causal, p) for p in sorted(pairs)
-            if sum(r["variant"].startswith(f"({p[0]}, {p[1]},") for r in _tile_rows(4, D, causal)) > 1}
-
-
 def tiles5_interleaved() -> dict:
     """Stage 5's tile choices timed in interleaved rounds (scripts/tile_sweep.py --interleaved; a
     log, not recorded): {'env', 'us': {(variant, D, causal): µs}, 'rounds': {…: round medians}}."""
@@ -565,23 +548,6 @@ def prose_bf16(stage: int = 3) -> dict:
     return {"a": x(r[0]), "b": x(r[1]), "rec": rec_stage_name(stage),
             "verdict": "within a few percent, as predicted" if max(r) < 1.05
             else "so the prediction does not hold everywhere"}
-
-
-def prose_stage4_tiles() -> dict:
-    """The old stage 4 defaults against the chosen ones in the recorded sweep (a, b at D 64 full and
-    causal; c, d at D 128), and the spread of the loads in flight (p)."""
-    from lib.prose import pct, x
-    old = {64: "(64, 64, 16)", 128: "(64, 32, 32)"}
-    r = [x(rec_tile_us(4, D, c, old[D]) / rec_tile_us(4, D, c)) for D in (64, 128) for c in (False, True)]
-    chosen = max(loads_in_flight_spread(D, c) for D in (64, 128) for c in (False, True))
-    every = max(((v, D, p) for D in (64, 128) for c in (False, True) for p, v in loads_in_flight_pairs(D, c).items()),
-                default=(0.0, None, None))
-    if every[0] <= max(chosen, 0.01):
-        lif = f"barely matter: the choices that differ only in it lie within {pct(every[0], 1)} of each other"
-    else:
-        lif = (f"matter little for the chosen tiles (within {pct(chosen, 1)}) but not everywhere: at D {every[1]} the "
-               f"choices {every[2]} with different loads in flight lie up to {pct(every[0], 1)} apart")
-    return {"rec": tiles_name(), "a": r[0], "b": r[1], "c": r[2], "d": r[3], "p": pct(chosen, 1), "lif": lif}
 
 
 def prose_stage4_gain() -> dict:

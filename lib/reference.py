@@ -51,7 +51,7 @@ def window_mask(sq: int, sk: int, window, device) -> torch.Tensor:
 
 
 def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float64,
-                        max_scores=1 << 27, window=None, softcap=None, sinks=None):
+                        max_scores=1 << 27, window=None, softcap=None, sinks=None, round_p=None):
     """softmax(q·kᵀ·scale)·v computed in `dtype` (float64 by default) on upcast inputs.
 
     The models' variants, with transformers' eager attention as the definition:
@@ -61,6 +61,7 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     - sinks, float [H]: one logit per query head that joins every row's softmax denominator and
       no numerator (gpt-oss: softmax over [scores, sink], the sink's column dropped), so a row's
       weights sum to less than 1; a row that sees no key gives 0 either way.
+    round_p, if given, rounds P before P·V (variant_baseline: a 16-bit kernel's P).
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     q, k, v = (t.to(dtype) for t in (q, k, v))
@@ -95,6 +96,8 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
         else:
             s_ = sink[a:a + step].expand(-1, Sq, 1)
             p = torch.softmax(torch.cat([scores, s_], dim=-1), dim=-1)[..., :-1]
+        if round_p is not None:
+            p = round_p(p)
         out[a:a + step] = p @ v[a:a + step]
     return out.reshape(B, H, Sq, -1)
 
@@ -146,11 +149,40 @@ class Check:
         return asdict(self)
 
 
-def check_output(out, q, k, v, *, causal=False, scale=None, sdpa_out=None) -> Check:
-    """Judge `out` against the float64 reference by the error rule (module docstring)."""
+def variant_baseline(q, k, v, dtype, *, causal=False, scale=None, window=None, softcap=None, sinks=None):
+    """The baseline the error rule holds a model variant's output against (check_output), where
+    SDPA cannot compute it: a 16-bit attention kernel's roundings, emulated (as lib.fp8's
+    attention_16bit does for FP8's rule) — q, k, v in `dtype`, scores, softcap, mask, sinks and
+    softmax in float32, P rounded to `dtype` before P·V, O written in `dtype`. A window alone
+    goes to SDPA with its mask as a boolean attn_mask, as a PyTorch user would run it."""
+    Sq, Sk = q.shape[2], k.shape[2]
+    if softcap is None and sinks is None:
+        allowed = window_mask(Sq, Sk, window, q.device)
+        if causal:
+            allowed &= causal_mask(Sq, Sk, q.device, causal)
+        kw = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, **kw)
+        return out.nan_to_num(0.0)  # rows that see no key: 0, as the reference gives
+    qd, kd, vd = (t.to(dtype).float() for t in (q, k, v))
+    out = reference_attention(qd, kd, vd, causal=causal, scale=scale, dtype=torch.float32, window=window,
+                              softcap=softcap, sinks=None if sinks is None else sinks.float(),
+                              round_p=lambda p: p.to(dtype).float())
+    return out.to(dtype)
+
+
+def check_output(out, q, k, v, *, causal=False, scale=None, sdpa_out=None, window=None, softcap=None,
+                 sinks=None) -> Check:
+    """Judge `out` against the float64 reference by the error rule (module docstring). With a
+    model variant (window, softcap, sinks: reference_attention's), the baseline is SDPA where it
+    can compute the variant and a 16-bit kernel's roundings where it cannot (variant_baseline)."""
     if out.shape != q.shape[:-1] + (v.shape[-1],):
         raise ValueError(f"output has shape {tuple(out.shape)}, expected "
                          f"{tuple(q.shape[:-1] + (v.shape[-1],))}")
+    if window is not None or softcap is not None or sinks is not None:
+        ref = reference_attention(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks)
+        base = sdpa_out if sdpa_out is not None else variant_baseline(
+            q, k, v, out.dtype, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks)
+        return judge(out, ref, base, dtype_noise(out.dtype, float(ref.abs().max()), q.shape[-1], k.shape[-2]))
     ref = reference_attention(q, k, v, causal=causal, scale=scale)
     if sdpa_out is None:
         sdpa_out = sdpa(q, k, v, causal=causal, scale=scale)

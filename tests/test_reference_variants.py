@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lib.inputs import make_qkv
-from lib.reference import reference_attention, reference_backward, window_mask
+from lib.reference import check_output, reference_attention, reference_backward, window_mask
 
 transformers = pytest.importorskip("transformers")
 from transformers.masking_utils import sliding_window_causal_mask_function  # noqa: E402
@@ -124,3 +124,32 @@ def test_a_row_without_keys_is_zero_with_or_without_sinks():
         assert torch.isfinite(out).all() and out[:, :, :3].abs().max() == 0
     with pytest.raises(ValueError, match="one logit per query head"):
         reference_attention(q, k, v, sinks=torch.zeros(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", [{"window": (11, 0)}, {"softcap": 3.0}, {"sinks": "random"},
+                                     {"window": (6, 2), "softcap": 5.0, "sinks": "random"}])
+def test_error_rule_for_variants_passes_a_16bit_kernel_and_fails_a_wrong_one(dtype, variant):
+    """check_output with a variant: an output with a 16-bit kernel's roundings in another order
+    (float32 throughout, rounded once at the end) passes; the same computation with the variant
+    left out, or its window one key too narrow, fails."""
+    B, H, Hkv, Sq, Sk, D = 2, 6, 3, 29, 61, 64
+    torch.manual_seed(random.SystemRandom().randrange(2 ** 31))
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, device="cpu")
+    kw = {**variant}
+    if "softcap" in kw:
+        q = q * 3  # scores large enough for the cap to bend them
+    if kw.get("sinks") == "random":  # near the rows' largest scores, so that a sink takes real weight
+        kw["sinks"] = torch.rand(H) * 2 + (4.0 if "softcap" in kw else 1.0)
+    good = reference_attention(q, k, v, causal="bottom_right", dtype=torch.float32, **kw).to(dtype)
+    c = check_output(good, q, k, v, causal="bottom_right", **kw)
+    assert c.passed, c.summary()
+    for drop in kw:
+        wrong_kw = {n: val for n, val in kw.items() if n != drop}
+        wrong = reference_attention(q, k, v, causal="bottom_right", dtype=torch.float32, **wrong_kw).to(dtype)
+        assert not check_output(wrong, q, k, v, causal="bottom_right", **kw).passed, f"{drop} left out"
+    if "window" in kw:
+        left, right = kw["window"]
+        narrow = reference_attention(q, k, v, causal="bottom_right", dtype=torch.float32,
+                                     **{**kw, "window": (left - 1, right)}).to(dtype)
+        assert not check_output(narrow, q, k, v, causal="bottom_right", **kw).passed, "window one key narrower"
