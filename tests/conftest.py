@@ -176,16 +176,39 @@ def _start_compiling_ahead(session):
         from cuda.core import Program, ProgramOptions  # noqa: F401
         from lib import nvrtc, sass
         nvrtc.nvrtc_version(), nvrtc.include_dirs(), sass.tool("cuobjdump"), sass.tool("nvdisasm")
-        threading.Thread(target=_compile_ahead, args=(order,), daemon=True).start()
+        notebooks = any(".ipynb" in item.nodeid for item in session.items)
+        if notebooks:
+            import lib.notebook  # noqa: F401  (imported here too, for the same reason)
+        threading.Thread(target=_compile_ahead, args=(order, notebooks), daemon=True).start()
 
 
-def _compile_ahead(order):
+def _notebook_builds():
+    """The offline compiles the notebooks make most of (their cells call these: stage 5's
+    variants and tile choices, stage 4's tile choices, stage 6's schedules; about 70 of the 85
+    kernels they compile), made on the second core once the tests' own builds are done, so that
+    nbval, which runs the notebooks last and one at a time, finds them in the kernel cache."""
+    import torch
+
+    import stages.stage4 as s4
+    import stages.stage5 as s5
+    import stages.stage6 as s6
+    from lib import notebook as nb
+    yield nb.stage5_variant_sass
+    yield lambda: nb.stage6_schedule_sass(s6.ARCH)
+    for D in (64, 128):
+        for t in s4.CHOICES:
+            yield lambda D=D, t=t: nb.ptxas_of(s4, D, t)
+        for t in (None, *s5.CHOICES):
+            yield lambda D=D, t=t: s5.compile_for("sm_90a", torch.float16, D, t, True)
+
+
+def _compile_ahead(order, notebooks=False):
     from lib import nvrtc, sass
     for nodeid in reversed(order):
         job = _ahead[nodeid]
         with _ahead_lock:
             if job["state"] != "pending" or _ahead_stop.is_set():
-                return  # the tests have come this far: the rest is theirs
+                break  # the tests have come this far: the rest is theirs
             job["state"] = "running"
         try:
             todo = [job["fn"](**job["kw"])]
@@ -202,6 +225,13 @@ def _compile_ahead(order):
         finally:
             job["state"] = "done"
             job["done"].set()
+    for build in (_notebook_builds() if notebooks else ()):
+        if _ahead_stop.is_set():
+            return
+        try:
+            build()
+        except Exception:  # the notebook compiles it again and shows what is wrong
+            pass
 
 
 @pytest.fixture(autouse=True)
