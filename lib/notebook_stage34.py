@@ -90,7 +90,7 @@ def profile_facts(stage: int, shape: str = "throughput") -> dict | None:
     active = value("SM Active Cycles")
     per_sched = warps / 4 if warps else None
     facts = {"commit": re.search(r"commit (\w+)", rep["header"]).group(1) if "commit" in rep["header"] else None,
-             "duration": m.get("Duration", (None, "")),  # (value, ncu's unit: us or ms)
+             "duration_us": m.get("Duration", (None,))[0],  # ncu_report converts it to µs
              "achieved_occupancy": m.get("Achieved Occupancy", (None,))[0],
              "theoretical_occupancy": m.get("Theoretical Occupancy", (None,))[0],
              "warps_per_scheduler": per_sched, "cycles_per_issue": cpi,
@@ -389,10 +389,7 @@ def show_stage4_hypotheses(head_dims=(64, 128)) -> tuple[dict | None, dict | Non
 
     if both:
         print(f"ncu reports (recorded, commit {f3['commit']} / {f4['commit']}, B16 H16 S2048 D64 fp16):")
-        (d3, u3), (d4, u4) = f3["duration"], f4["duration"]
-        unit = {"us": "µs", "usecond": "µs", "msecond": "ms"}.get(u4, u4)
-        ratio = f" ({d3 / d4:.2f}x)" if u3 == u4 else ""
-        print(f"  duration {d3} {'' if u3 == u4 else u3 + ' '}-> {d4} {unit}{ratio}")
+        print(f"  duration {f3['duration_us']} -> {f4['duration_us']} µs ({f3['duration_us'] / f4['duration_us']:.2f}x)")
         print(f"A. warps per SM: theoretical occupancy {f3['theoretical_occupancy']:g}% -> {f4['theoretical_occupancy']:g}%, "
               f"achieved {f3['achieved_occupancy']:g}% -> {f4['achieved_occupancy']:g}% "
               f"({f3['warps_per_scheduler']:.2f} -> {f4['warps_per_scheduler']:.2f} warps per scheduler)")

@@ -120,13 +120,13 @@ def record_name(entry: dict | None = None) -> str:
 
 
 def log_of(entry: dict, name: str) -> str:
-    """The path of the log `name` (a file name, e.g. "gap.log" or "launch_gap.log") under the
-    results/logs/ folder of the run that made `entry` (found by its commit), for prose that cites
-    it; the first in path order where several folders hold one."""
-    commit = str(entry.get("commit", ""))[:7]
-    found = sorted(p for p in (R.ROOT / "results" / "logs").glob(f"*{commit}*/**/{name}") if commit)
-    if not found:
-        raise FileNotFoundError(f"no results/logs/*{commit}*/**/{name}")
+    """The path of the log `name` (a file name or pattern, e.g. "*gap.log") of the run that made
+    `entry`, under the results/logs/ folder named by its date and commit
+    (`results/logs/<date>-<commit>…/`), for prose that cites it; LookupError unless exactly one."""
+    date, commit = str(entry.get("date", ""))[:10], str(entry.get("commit", ""))[:7]
+    found = sorted({p for d in (R.ROOT / "results" / "logs").glob(f"{date}-{commit}*") for p in d.glob(f"**/{name}")})
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} logs {name} under results/logs/{date}-{commit}*: {found}")
     return str(found[0].relative_to(R.ROOT))
 
 

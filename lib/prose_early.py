@@ -62,16 +62,8 @@ launch_gap_agreement = P.launch_gap_agreement
 
 
 def launch_gap_log() -> str:
-    """The log of the record's launch-gap experiment: the one `*gap.log` under the results/logs
-    folder named by the entry's date and commit (`results/logs/<date>-<commit>…/`), so that the
-    prose cites the log of the timings it quotes; LookupError when there is not exactly one."""
-    from lib.notebook_common import ROOT
-    env = launch_gap_entry()
-    date, commit = str(env["date"])[:10], str(env["commit"])[:7]
-    found = sorted({p for d in ROOT.glob(f"results/logs/{date}-{commit}*") for p in d.glob("**/*gap.log")})
-    if len(found) != 1:
-        raise LookupError(f"{len(found)} launch-gap logs under results/logs/{date}-{commit}*: {found}")
-    return str(found[0].relative_to(ROOT))
+    """The log of the record's launch-gap experiment (lib.prose.log_of)."""
+    return P.log_of(launch_gap_entry(), "*gap.log")
 
 
 # -- the Nsight Compute profiles (results/profiles/, lib.notebook_common.ncu_report) ------------

@@ -185,7 +185,8 @@ def profile() -> dict:
     m = rep["kernels"][0]["metrics"]
     warps = m["Achieved Occupancy"][0] / 100 * 64  # 64 warps per SM at full occupancy
     cpi = m["Warp Cycles Per Issued Instruction"][0]
-    commit = rep["header"].split("commit ")[1].split(",")[0]
+    from lib.prose_early import profile_source
+    commit = profile_source(rep)["commit"]
     return {"commit": commit, "ghz": m["SM Frequency"][0], "warps": warps, "cpi": cpi,
             "issue": warps / 4 / cpi}
 

@@ -64,6 +64,8 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     round_p, if given, rounds P before P·V (variant_baseline: a 16-bit kernel's P).
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"softcap must be a positive number (or None); got {softcap!r}")
     q, k, v = (t.to(dtype) for t in (q, k, v))
     if k.shape[1] != q.shape[1]:  # grouped-query attention: share each K/V head
         rep = q.shape[1] // k.shape[1]
@@ -86,7 +88,7 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     step = max(1, max_scores // (Sq * Sk))
     for a in range(0, B * H, step):
         scores = (q[a:a + step] @ k[a:a + step].transpose(-1, -2)) * scale
-        if softcap:
+        if softcap is not None:
             scores = softcap * torch.tanh(scores / softcap)
         if mask is not None:
             scores = scores.masked_fill(~mask, -math.inf)
@@ -102,18 +104,28 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     return out.reshape(B, H, Sq, -1)
 
 
-def sdpa(q, k, v, *, causal=False, scale=None):
-    """PyTorch's own attention (its default backend choice) on the same inputs; `causal` as the
-    stages take it (True, "top_left" or "bottom_right": causal_lower_right)."""
+def sdpa_keywords(q, k, causal=False) -> dict:
+    """SDPA's keywords for a stage's `causal` (False, True / "top_left": is_causal; "bottom_right":
+    SDPA's causal_lower_right bias, or is_causal when Sq == Sk, where the two agree), with
+    enable_gqa when k has fewer heads than q. Anything else is refused, not read as a bool."""
     kw = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    if causal not in (False, True, "top_left", "bottom_right"):
+        raise ValueError(f"causal must be False, True, 'top_left' or 'bottom_right'; got {causal!r}")
     if causal == "bottom_right" and q.shape[2] != k.shape[2]:
         from torch.nn.attention.bias import causal_lower_right
         import warnings
         with warnings.catch_warnings():  # "will produce NaNs when Sq > Sk": SDPA gives zeros there
             warnings.simplefilter("ignore")
-            mask = causal_lower_right(q.shape[2], k.shape[2])
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **kw)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal), scale=scale, **kw)
+            kw["attn_mask"] = causal_lower_right(q.shape[2], k.shape[2])
+    else:
+        kw["is_causal"] = bool(causal)
+    return kw
+
+
+def sdpa(q, k, v, *, causal=False, scale=None):
+    """PyTorch's own attention (its default backend choice) on the same inputs; `causal` as the
+    stages take it (sdpa_keywords)."""
+    return F.scaled_dot_product_attention(q, k, v, scale=scale, **sdpa_keywords(q, k, causal))
 
 
 def dtype_noise(dtype: torch.dtype, magnitude: float, head_dim: int, keys: int = 0) -> float:

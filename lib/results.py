@@ -203,6 +203,13 @@ def load_entry(gpu_name: str, key: str):
     return entry
 
 
+def _in_order(data: dict) -> None:
+    """A record's stages by number and its rows in the table's order (save, merge_records)."""
+    data["stages"] = dict(sorted(data["stages"].items(), key=lambda kv: int(kv[0])))
+    data["runs"].sort(key=lambda r: (r["stage"], r.get("suite", ""), r["D"], r["Sq"], r["B"],
+                                     r["causal"], dtype_rank(r["dtype"])))
+
+
 def save(env: dict, stage_infos, runs: list[dict], extra: dict | None = None,
          merge: bool = True) -> Path:
     """Write results/<gpu>.json. With merge, stages not in `stage_infos` keep their rows."""
@@ -224,10 +231,8 @@ def save(env: dict, stage_infos, runs: list[dict], extra: dict | None = None,
         data.get("pending_rerecord", {}).pop(str(info.number), None)  # recorded now
     if not data.get("pending_rerecord", True):
         data.pop("pending_rerecord")
-    data["stages"] = dict(sorted(data["stages"].items(), key=lambda kv: int(kv[0])))
     data["runs"] += runs
-    data["runs"].sort(key=lambda r: (r["stage"], r.get("suite", ""), r["D"], r["Sq"], r["B"],
-                                     r["causal"], dtype_rank(r["dtype"])))
+    _in_order(data)
     data.update(extra or {})
     RESULTS_DIR.mkdir(exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -286,9 +291,7 @@ def merge_records(into: str | Path, others) -> dict:
             data["env"] = rec["env"]
     if not data.get("pending_rerecord", True):
         data.pop("pending_rerecord")
-    data["stages"] = dict(sorted(data["stages"].items(), key=lambda kv: int(kv[0])))
-    data["runs"].sort(key=lambda r: (r["stage"], r.get("suite", ""), r["D"], r["Sq"], r["B"],
-                                     r["causal"], dtype_rank(r["dtype"])))
+    _in_order(data)
     into.write_text(json.dumps(data, indent=1) + "\n")
     return taken
 

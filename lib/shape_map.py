@@ -112,11 +112,12 @@ def summary(rec: dict, dtype: str = "bfloat16") -> str:
 def small_batch_table(rec: dict, dtype: str = "bfloat16", B: int = 1) -> str:
     """Decoding at batch `B` by Sq (one token, then speculative decoding's few): for each head
     dim, head grouping and cache length, stage 6 over SDPA default without a mask and, where
-    recorded, with the bottom-right mask (SDPA given causal_lower_right(Sq, Sk))."""
+    recorded, with the bottom-right mask (SDPA given causal_lower_right(Sq, Sk)). The caption
+    names B; the rows do not."""
     rows = [r for r in rec["rows"] if r["part"] == "decode" and r["dtype"] == dtype and r["B"] == B]
     sqs = sorted({r["Sq"] for r in rows})
     cell = {(r["D"], r["H"], r["Hkv"], r["Sk"], r["Sq"], bool(r["causal"])): r for r in rows}
-    lines = ["| shape | mask | " + " | ".join(f"Sq {sq}" for sq in sqs) + " |",
+    lines = [f"| shape (B {B}) | mask | " + " | ".join(f"Sq {sq}" for sq in sqs) + " |",
              "|---|---|" + "---|" * len(sqs)]
     for D, H, Hkv, Sk in sorted({k[:4] for k in cell}, key=lambda k: (-k[0], -k[1], k[3])):
         for masked in (False, True):
@@ -124,6 +125,6 @@ def small_batch_table(rec: dict, dtype: str = "bfloat16", B: int = 1) -> str:
             if masked and not any(got[1:]):
                 continue
             text = [f"{g['vs_sdpa']:.2f}×" if g and g.get("vs_sdpa") else "–" for g in got]
-            lines.append(f"| B{B} H{H}/{Hkv} Sk {Sk // 1024}k D{D} | {'bottom-right' if masked else 'none'} | "
+            lines.append(f"| H{H}/{Hkv} Sk {Sk // 1024}k D{D} | {'bottom-right' if masked else 'none'} | "
                          + " | ".join(text) + " |")
     return "\n".join(lines)

@@ -211,24 +211,20 @@ SDPA_BACKENDS = {"default": None, "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_AT
 
 def sdpa_call(q, k, v, *, causal=False, scale=None, backend="default"):
     """A zero-argument callable running SDPA with one backend forced (or its default choice);
-    None when that backend cannot take these inputs (say FLASH with float32). causal: False,
-    True / "top_left" (is_causal) or "bottom_right" (attn_mask=causal_lower_right(Sq, Sk))."""
+    None when that backend cannot take these inputs (say FLASH with float32). causal as the
+    stages take it (lib.reference.sdpa_keywords)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from lib.reference import sdpa_keywords
+
     name = SDPA_BACKENDS[backend]
-    kw = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # fewer K/V heads: GQA
-    if causal == "bottom_right" and q.shape[2] != k.shape[2]:
-        # SDPA's own spelling of a bottom-right causal mask (decoding Sq queries against a cache)
-        from torch.nn.attention.bias import causal_lower_right
-        kw["attn_mask"], causal = causal_lower_right(q.shape[2], k.shape[2]), False
-    elif causal not in (False, True):
-        causal = causal in ("top_left", "bottom_right")  # bottom-right with Sq == Sk is top-left
+    kw = sdpa_keywords(q, k, causal)
 
     def call():
         if name is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kw)
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, **kw)
         with sdpa_kernel(getattr(SDPBackend, name)):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kw)
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, **kw)
 
     try:
         call()

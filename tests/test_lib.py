@@ -234,6 +234,8 @@ def test_sdpa_call_takes_each_causal_alignment(causal):
     assert (got - want).abs().max().item() < 1e-5
     if causal == "bottom_right":  # differs from top-left when Sq < Sk
         assert (got - reference_attention(q.double(), k.double(), v.double(), causal=True)).abs().max() > 1e-2
+    with pytest.raises(ValueError, match="causal must be"):  # never read as a bool
+        sdpa_call(q, k, v, causal="bottom-right")
 
 
 def test_sdpa_backward_call_gives_autograds_gradients():

@@ -124,6 +124,8 @@ def test_a_row_without_keys_is_zero_with_or_without_sinks():
         assert torch.isfinite(out).all() and out[:, :, :3].abs().max() == 0
     with pytest.raises(ValueError, match="one logit per query head"):
         reference_attention(q, k, v, sinks=torch.zeros(3))
+    with pytest.raises(ValueError, match="softcap must be"):
+        reference_attention(q, k, v, softcap=0.0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
