@@ -74,6 +74,7 @@ record_stages() {
 for s in "$@"; do case $s in
   probe52) step probe52 python3 experiments/gqa_one_key_backward/probe.py ;;
   host48) step host48 python3 experiments/train_step_host/probe.py --profile ;;
+  hostbreak) step hostbreak python3 experiments/train_step_host/breakdown.py ;;
   fa3cases) step fa3cases python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py -k "flashattention3 or thread" ;;
   crash) step crash python3 -m pytest -p no:cacheprovider -q tests/test_backward.py -k thread ;;
   cache) step cache python3 -m pytest -p no:cacheprovider -q tests/test_kernel_cache.py ;;
@@ -97,8 +98,8 @@ for s in "$@"; do case $s in
                   --report-api-errors no python3 -m pytest -p no:cacheprovider -q "tests/test_backward.py::test_packed_sequences_train[6-128-bottom_right]" \
                   "tests/test_backward.py::test_packed_sequences_train[6-64-top_left]" "tests/test_backward.py::test_packed_sequences_train[5-64-False]" \
                   tests/test_backward.py::test_packed_sequences_train_from_strided_views ; done ;;
-  specdec) step specdec-tests python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6.py -k "decoding or split or producer"
-           step specdec timeout 200 python3 experiments/spec_decode_splits/probe.py ;;
+  spectests) step specdec-tests python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6.py -k "decoding or split or producer" ;;
+  specdec) step specdec timeout 200 python3 experiments/spec_decode_splits/probe.py ;;
   sanspec) for tool in memcheck racecheck synccheck; do
               step "sanitize-spec-$tool" timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
                 --report-api-errors no python3 experiments/spec_decode_splits/sanitize.py; done ;;
