@@ -908,9 +908,10 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         // end before rows_end, and the last tiles may lie wholly past them. It skips their
         // products and only hands their buffers (and, with ping-pong, `turns` turns each) on:
         // pass_on. (Without a producer, consumer 0 refills the ring inside its loop: it keeps
-        // every tile.) Counted from key 0: unpacked causal work is never split, so its tiles start
-        // at t0 = 0; packed bottom-right work may be (splits_causal), and there rows_end + diag is
-        // len_k, so the count covers every tile and my_tiles is the range's own n_tiles.
+        // every tile.) Counted from key 0: causal work is split only where this consumer's rows
+        // include the last query (splits_causal: packed, or one consumer and one query block,
+        // bottom-right); there rows_end + diag >= len_k, so the count covers every tile and
+        // my_tiles is the range's own n_tiles. Other causal work starts at t0 = 0.
         // Bottom-right with Sq > Sk, a consumer's rows may see no key at all: my_tiles = 0.
         // SKIP_ROWS_PAST_END: the last query block of a sequence whose length is not a multiple
         // of BLOCK_M has consumers whose rows all lie past its end (at D64, 192 rows a block: S

@@ -525,12 +525,13 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     if pack and (H // Hk) * Sq > block_m:
         raise ValueError(f"pack_gqa: the {H // Hk}·{Sq} query rows of a K/V head's group exceed the "
                          f"block's {block_m} rows")
-    split_ok = not causal or splits_causal(pack, causal)
+    split_ok = not causal or splits_causal(pack, causal, tiles[2], -(-Sq // block_m))
     n = plan_splits(work, key_tiles, sms, not split_ok) if splits is None else min(splits, key_tiles, MAX_SPLITS)
     if n > 1 and not split_ok:
         raise NotImplementedError("stage 6 splits the keys (split-KV) of full attention, and of bottom-right "
-                                  "causal calls that pack a group's queries (speculative decoding), only; "
-                                  "pass splits=None or 1 with this causal mask")
+                                  "causal calls that pack a group's queries or run one query block on blocks of "
+                                  "one consumer (speculative decoding), only; pass splits=None or 1 with this "
+                                  "causal mask")
     if (pack and not given_tiles and not given_schedule and blocks_per_sm is None
             and few_keys_per_block(D, -(-key_tiles // n))):
         tiles, schedule, blocks_per_sm = FEW_KEYS_TILES[D], FEW_KEYS_SCHEDULE, FEW_KEYS_BLOCKS

@@ -7,7 +7,8 @@ Decoding and other calls with few work tiles (flash-decoding, chosen by `plan_sp
 query heads that share a K/V head (PACK_GQA, one consumer warpgroup: DECODE_TILES), and when the
 blocks would not fill the GPU, each head's keys are split over several blocks whose partial
 results the last of them, or a second kernel, combines (split-KV; causal calls only when packed
-and aligned bottom-right, as speculative decoding is: `splits_causal`).
+and aligned bottom-right, as speculative decoding is, or unpacked with one consumer and one query
+block: `splits_causal`).
 When those blocks do fill the GPU, two share each SM (`shares_sms`, DECODE_SHARED_TILES), so
 one block's start and end overlap the other's streaming, as cuDNN's decoding kernels do. Where
 each block reads only one or two key tiles (D64), there is nothing for a producer to copy ahead:
@@ -118,16 +119,19 @@ def packs_gqa(H: int, Hk: int, Sq: int) -> bool:
     return (H // Hk) * Sq <= 64
 
 
-def splits_causal(pack: bool, causal) -> bool:
-    """Whether a causal call may have its keys split: when it packs a group's queries and is
-    aligned bottom-right (the kernel's causal mode 2), as speculative decoding and chunked
-    prefill against a cache are: its G·Sq rows see every key but the last Sq − 1 or fewer, all
-    in one block of one consumer, whose key tiles each split masks by their absolute positions
-    (stages/stage6.cu: softmax with kt = t0 + j) and whose causal tile count is the work tile's
-    own (n_keys), so a split's block does the tiles of its range. Unpacked causal blocks of
-    several consumers count each consumer's tiles from the range's start and are not split; a
-    top-left packed call sees only its first Sq keys, nothing to split."""
-    return bool(pack) and causal == 2
+def splits_causal(pack: bool, causal, consumers: int = 0, query_blocks: int = 0) -> bool:
+    """Whether a causal call may have its keys split: only aligned bottom-right (the kernel's
+    causal mode 2), as speculative decoding and chunked prefill against a cache are, and only
+    where each block's one consumer holds rows that include the last query: when it packs a
+    group's queries (G·Sq rows in one block of one consumer), or, unpacked, when its blocks have
+    one consumer and the call one query block (Sq <= 64: the work tile's rows are all of a head's
+    queries). Such a consumer's causal tile count, counted from key 0 (stages/stage6.cu: my_tiles),
+    covers every key up to the last, so a split's block does exactly its range's tiles, and each
+    tile masks its keys by their absolute positions (softmax with kt = t0 + j). Blocks of several
+    consumers, or of an earlier query block, count tiles from key 0 that a split starting later
+    does not have, and are not split; a top-left call sees only its first Sq keys: nothing to
+    split."""
+    return causal == 2 and (bool(pack) or (consumers == 1 and query_blocks == 1))
 
 
 def plan_splits(work: int, key_tiles: int, sms: int, unsplittable: bool) -> int:

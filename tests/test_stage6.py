@@ -732,8 +732,14 @@ def test_split_launches_on_the_cpu(monkeypatch):
     launched.clear()
     s6.attention(q8, k, v, causal="bottom_right", splits=4)
     assert int(launched[0][2][N_SPLITS]) == 4
-    with pytest.raises(NotImplementedError, match="split"):  # unpacked: each consumer counts from 0
-        s6.attention(q8, k, v, causal="bottom_right", splits=4, pack_gqa=False)
+    launched.clear()  # unpacked, blocks of one consumer, one query block: split too
+    s6.attention(q8, k, v, causal="bottom_right", splits=4, pack_gqa=False)
+    assert int(launched[0][2][N_SPLITS]) == 4
+    with pytest.raises(NotImplementedError, match="split"):  # several consumers count their tiles from key 0
+        s6.attention(q8, k, v, causal="bottom_right", splits=4, pack_gqa=False, tiles=s6.TILES[64])
+    q65 = make_qkv(1, 32, 65, 64, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")[0]
+    with pytest.raises(NotImplementedError, match="split"):  # two query blocks: the first one's rows end early
+        s6.attention(q65, k, v, causal="bottom_right", splits=4, pack_gqa=False)
     with pytest.raises(NotImplementedError, match="split"):  # top-left sees the first Sq keys only
         s6.attention(q8, k, v, causal=True, splits=4)
     with pytest.raises(ValueError, match="splits"):
@@ -747,6 +753,19 @@ def test_split_launches_on_the_cpu(monkeypatch):
 # (1, a tile and one, not a multiple of anything, 100,003), GQA 32/8, 8/1 and an odd ratio 5/1
 DECODE_SHAPES = [(1, 32, 8, 1, 1), (2, 32, 8, 1, 129), (1, 32, 8, 1, 4097), (3, 8, 1, 4, 1000),
                  (2, 5, 1, 3, 777), (1, 4, 4, 1, 2049), (1, 8, 1, 1, 100_003), (2, 6, 2, 7, 300)]
+
+
+def _causal_split_refused(B, H, Hkv, Sq, Sk, D, causal, opts) -> bool:
+    """Whether stage 6 refuses these options' key splits for this mask (splits_causal's rule,
+    from the plan choose makes without splitting): top-left always, bottom-right unless packed
+    or on blocks of one consumer with one query block; nothing to split in one key tile."""
+    from lib.inputs import causal_mode
+    mode = causal_mode(causal, Sq, Sk, s6.INFO)
+    if opts.get("splits", 1) <= 1 or Sk <= s6.DECODE_TILES[D][0] or not mode:
+        return False
+    ch = s6.choose(B, H, Hkv, Sq, Sk, D, mode, 132, splits=1, pack_gqa=opts.get("pack_gqa"),
+                   blocks_per_sm=opts.get("blocks_per_sm"))
+    return not s6d.splits_causal(ch["pack_gqa"], mode, ch["tiles"][2], -(-Sq // (64 * ch["tiles"][2])))
 
 
 @on_hopper
@@ -764,9 +783,8 @@ def test_decoding_matches_reference(shape, D, seed):
                          {"pack_gqa": False, "splits": 5}, {"splits": 3, "combine_in_block": False},
                          {"splits": 1000, "combine_in_block": True}, {"blocks_per_sm": 2},
                          {"blocks_per_sm": 2, "splits": 3}, {"blocks_per_sm": 1, "splits": 1000}):
-                # split causal: only bottom-right with the group's queries packed (splits_causal)
-                if opts.get("splits", 1) > 1 and Sk > s6.DECODE_TILES[D][0] and (causal is True or (
-                        causal and Sq > 1 and opts.get("pack_gqa") is False)):  # more than one key tile to split
+                # split causal: only bottom-right, packed or one consumer and one query block (splits_causal)
+                if _causal_split_refused(B, H, Hkv, Sq, Sk, D, causal, opts):
                     with pytest.raises(NotImplementedError, match="split"):
                         s6.attention(q, k, v, causal=causal, **opts)
                     continue
