@@ -334,6 +334,7 @@ class _Launch:
     GPU waited (experiments/train_step_host)."""
 
     __slots__ = ("shape", "k_shape", "empty", "atomics", "bulk", "wgmma_acc", "sq_pad", "tma", "copy_out",
+                 "rows_pad", "acc_at", "acc_shape", "work_floats",
                  "copy_dout", "lse_ready", "main", "main_config", "dq_kernel", "dq_config", "shape_args",
                  "pre", "pre_config", "pre_args", "post", "post_config", "post_args", "maps", "call")
 
@@ -393,6 +394,10 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     # The WGMMA build's atomics add whole 64-row blocks: its float32 dQ has sq_pad rows, zeroed
     # by the preprocess; the mma.sync build's has Sq.
     p.sq_pad = (Sq + DQ_ROWS - 1) // DQ_ROWS * DQ_ROWS  # whole blocks of either kernel's rows
+    p.rows_pad = B * H * p.sq_pad  # δ's and lse·log2 e's elements each, in the workspace (_run)
+    p.acc_at = 2 * p.rows_pad
+    p.acc_shape = (B, H, p.sq_pad if p.wgmma_acc else Sq, D)
+    p.work_floats = p.acc_at + (math.prod(p.acc_shape) if p.atomics else 0)
     p.copy_out, p.copy_dout = not _aligned_strides(out), not _aligned_strides(dout)
     p.lse_ready = lse.dtype == torch.float32 and lse.is_contiguous()
     out_l = out.contiguous() if p.copy_out else out  # the layouts the kernels will read
@@ -421,8 +426,10 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
 
 
 def _run(p: _Launch, q, k, v, out, dout, lse):
-    """One backward with a plan: three allocations (dQ's workspace, δ and lse·log2 e, dK with
-    dV), the preprocess, the dK/dV kernel, and the dQ pass or the postprocess."""
+    """One backward with a plan: four allocations (one float32 workspace for δ, lse·log2 e and,
+    with the atomics, dQ's sum, addressed by offsets; dQ, dK, dV), the preprocess, the dK/dV
+    kernel, and the dQ pass or the postprocess. A training step at a short shape is bound by the host's
+    time, so each allocation and launch saved counts (experiments/train_step_host)."""
     dev, dtype = q.device, q.dtype
     if p.empty:
         return (torch.zeros(p.shape, dtype=dtype, device=dev), torch.zeros(p.k_shape, dtype=dtype, device=dev),
@@ -438,30 +445,33 @@ def _run(p: _Launch, q, k, v, out, dout, lse):
         out = out.contiguous()
     if not p.lse_ready:
         lse = lse.float().contiguous()
-    B, H, Sq, D = p.shape
-    # The kernels write every row of dK and dV (and of dQ, in the dQ pass): no memset, except
-    # for the float32 sum the atomics add into (the WGMMA build's is zeroed by the preprocess).
-    dq = (torch.empty((B, H, p.sq_pad, D), dtype=torch.float32, device=dev) if p.wgmma_acc
-          else torch.zeros(p.shape, dtype=torch.float32, device=dev) if p.atomics
-          else torch.empty(p.shape, dtype=dtype, device=dev))
-    dk, dv = torch.empty((2, *p.k_shape), dtype=dtype, device=dev)  # one allocation
-    delta, lse2 = torch.empty((2, B, H, p.sq_pad), dtype=torch.float32, device=dev)
-    nvrtc.launch_prepared(p.pre, p.pre_config,
-                          (dout.data_ptr(), out.data_ptr(), lse.data_ptr(), delta.data_ptr(), lse2.data_ptr(),
-                           dq.data_ptr() if p.wgmma_acc else 0, *p.pre_args))
+    # The workspace: δ and lse·log2 e ([B, H, sq_pad] each), then (with the atomics) dQ's float32
+    # sum, [B, H, sq_pad or Sq, D], which the WGMMA build's preprocess zeroes and the mma.sync
+    # build's is zeroed here. Every part starts a multiple of 256 bytes in (sq_pad rows of 64).
+    work = torch.empty(p.work_floats, dtype=torch.float32, device=dev)
+    if p.atomics and not p.wgmma_acc:
+        work[p.acc_at:].zero_()
+    base = work.data_ptr()
+    delta, lse2, acc = base, base + 4 * p.rows_pad, base + 4 * p.acc_at
+    # The gradients, each its own allocation: an allocation costs about what one view of a
+    # shared one does (split, view, unbind: each a dispatched op), and autograd may keep each
+    # gradient alone (a leaf's .grad)
+    dq = torch.empty(p.shape, dtype=dtype, device=dev)
+    dk = torch.empty(p.k_shape, dtype=dtype, device=dev)
+    dv = torch.empty(p.k_shape, dtype=dtype, device=dev)
+    nvrtc.launch_prepared(p.pre, p.pre_config, (dout.data_ptr(), out.data_ptr(), lse.data_ptr(), delta, lse2,
+                                                acc if p.wgmma_acc else 0, *p.pre_args))
     for m, t in zip(p.maps, (q, dout)):  # the launch copies a map's bytes: the next call may retarget it
         m.replace_address(Address(t))
-    inputs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2.data_ptr(), delta.data_ptr())
-    nvrtc.launch_prepared(p.main, p.main_config, (*p.maps, *inputs, dq.data_ptr() if p.atomics else 0,
+    inputs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2, delta)
+    nvrtc.launch_prepared(p.main, p.main_config, (*p.maps, *inputs, acc if p.atomics else 0,
                                                   dk.data_ptr(), dv.data_ptr(), *p.shape_args))
     if p.bulk:  # dQ's float32 sum in q's dtype, in row order after the bulk reductions
-        out_dq = torch.empty(p.shape, dtype=dtype, device=dev)
-        nvrtc.launch_prepared(p.post, p.post_config, (dq.data_ptr(), out_dq.data_ptr(), *p.post_args))
-        return out_dq, dk, dv
-    if p.atomics:
-        dq = dq.to(dtype)
-        return (dq if dq.shape[2] == Sq else dq[:, :, :Sq].contiguous()), dk, dv
-    nvrtc.launch_prepared(p.dq_kernel, p.dq_config, (*inputs, dq.data_ptr(), *p.shape_args))
+        nvrtc.launch_prepared(p.post, p.post_config, (acc, dq.data_ptr(), *p.post_args))
+    elif p.atomics:  # the float32 sum's first Sq rows, in q's dtype
+        dq.copy_(work[p.acc_at:].view(p.acc_shape)[:, :, :p.shape[2]])
+    else:
+        nvrtc.launch_prepared(p.dq_kernel, p.dq_config, (*inputs, dq.data_ptr(), *p.shape_args))
     return dq, dk, dv
 
 
@@ -493,11 +503,19 @@ class _Attention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dout):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = attention_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale)
-        return dq, dk, dv, None, None, None
+        # The engine runs a backward with grad mode off: then no wrapper (a training step at a
+        # short shape waits on the host, experiments/train_step_host); with create_graph=True,
+        # once_differentiable's outputs, whose own backward raises
+        return _gradients_once(ctx, dout) if torch.is_grad_enabled() else _gradients(ctx, dout)
+
+
+def _gradients(ctx, dout):
+    q, k, v, out, lse = ctx.saved_tensors
+    return (*_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale), None, None, None)
+
+
+_gradients_once = once_differentiable(_gradients)
 
 
 def with_grad(forward, q, k, v, *, causal, scale):

@@ -57,6 +57,19 @@ def row(name, fn, **kw):
     return med
 
 
+class PyFloor(torch.autograd.Function):
+    """Three inputs, one output, three gradients allocated, nothing launched: what any backward
+    written as a Python autograd.Function costs the host at least."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        return torch.empty_like(q)
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.empty_like(g), torch.empty_like(g), torch.empty_like(g)
+
+
 class PyIdentity(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q):
@@ -100,6 +113,8 @@ def main():
     x = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     row("engine: grad through a C++ node (clone)", lambda: torch.autograd.grad(x.clone(), (x,), do))
     row("engine: grad through a Python Function (clone each way)", lambda: torch.autograd.grad(PyIdentity.apply(x), (x,), do))
+    row("engine: Python Function floor (q, k, v; gradients allocated, no launch)",
+        lambda: torch.autograd.grad(PyFloor.apply(q, k, v), (q, k, v), do))
     timeline(q, k, v, do, train)
 
 
