@@ -90,8 +90,8 @@ QUEUE_KEYS = {64: 2048, 128: 2048}
 SHORT_KEYS = {64: 1024, 128: 2048}
 SHORT_TILES = {(64, False): (128, 4, 3), (64, True): (128, 4, 2), (128, False): (128, 2, 2), (128, True): (128, 2, 2)}
 CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
-# Tried at the short causal prompts and not kept (results/logs/2026-11-26-s37call5, the kernel
-# change in half_last_tile.patch there): a consumer's last key tile computed 64 keys wide where its
+# Tried at the short causal prompts and not kept (results/logs/2026-11-26-s37call5; the kernel
+# change: experiments/half_last_tile/): a consumer's last key tile computed 64 keys wide where its
 # upper half is masked for its rows (consumer 0 of two at each diagonal: 20% of its tile-products
 # at S 512). Predicted 3-6% at D64 causal S 512; measured 1.01x there, 1.00-1.01x at S 1024 and
 # 1.02x at S 2048, and 0.98-0.99x at full attention, where no tile is halved but the build carries
@@ -100,7 +100,7 @@ CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
 # (PINGPONG=2, as cuDNN's kernel does) on the work queue, so that one consumer's exponentials run
 # beside the other's products instead of both at once: 0.97-0.98x at D64 causal S 512, 0.96x at
 # S 1024, 0.93x full, 0.97-0.98x at D128 causal S 512; without the overlap within a warpgroup
-# (cuDNN's way) 0.95-0.98x. And (-s40call7, stage6_head_groups.patch there) the queue handing out
+# (cuDNN's way) 0.95-0.98x. And (-s40call7; experiments/causal_head_groups/) the queue handing out
 # causal work longest first across groups of heads whose K and V fill a quarter of the L2 (every
 # head's heaviest query block of the group, then every head's next), for a shorter tail: Nsight
 # Compute at D64 causal S 512 had the SMs' busy cycles spread over 113-131k, about one heavy work
@@ -248,15 +248,15 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
     return persistent and q_stages >= 2 and not pack_gqa and not seqs
 
 
-# Tried and not kept (results/logs/2026-11-26-s40call1 to -call4, the changes in the calls'
-# patches): the TMA-store epilogue's O written by stmatrix (four 8x8 tiles an instruction, one
+# Tried and not kept (results/logs/2026-11-26-s40call1 to -call4; the changes:
+# experiments/stage6_epilogue/): the TMA-store epilogue's O written by stmatrix (four 8x8 tiles an instruction, one
 # LOP3 per address) instead of 2·D/8 4-byte stores, and O's zeroing for rows without keys moved
 # into that branch (ptxas makes it 32 selects on every work tile). Nsight Compute at D64 causal
 # S 512 had the epilogue at 191 instructions a work tile per warp and 6.5% of the consumers'
 # stall samples; predicted 1-3% there. Same bits; against the sources before, in pairs in both
 # orders: stmatrix alone 0.994-1.000x at D64 causal S 512, 0.984-0.991x at S 1024, 1.004-1.010x
 # at D64 full S 512-1024, 1.008x at D128 causal S 512; the zeroing moved 0.980-0.990x at D64
-# causal. Nor was the epilogue worth hiding (-s40call5, stage6_early_s.patch there): each work
+# causal. Nor was the epilogue worth hiding (-s40call5; experiments/stage6_epilogue/): each work
 # tile's epilogue run under the next work tile's first S, issued once its last P·V is done (O / l
 # packed to 16 bits first: reading o while that S ran made ptxas serialize every wgmma,
 # C7517/C7518; a product left in flight across the work loop's back edge, C7515). Same bits,

@@ -175,7 +175,7 @@ def shares_sms(work: int, n_splits: int, sms: int) -> bool:
     64 unsplit work tiles of 8 key tiles each)."""
     return work * n_splits >= 0.8 * sms
 # Tried for the decoding rows still under SDPA and not kept (results/logs/2026-11-26-s41call1, the
-# change in its l2_prefetch_persistent_two_blocks.patch; at the map's 36 Sq 1 rows and two Sq 4
+# change: experiments/decode_launch/l2_prefetch_persistent_two_blocks.patch; at the map's 36 Sq 1 rows and two Sq 4
 # rows, bf16, same rounds as the launch as called): (a) the producer prefetching the key tiles up
 # to 2 or 4 past the one it loads into L2 (cp.async.bulk.prefetch.tensor, ahead of the two-deep
 # ring), predicted to help where a block starts with an empty ring: same bits, sanitizers clean,

@@ -121,7 +121,7 @@ def vt_atom(block_n: int) -> int:
 # When the softmax rescales O: 0 only in warps where a row's max grew (stage 6's default,
 # FlashAttention-4's threshold of 2^8, cannot be kept: P·2^8 must stay within e4m3's 448);
 # -1 every tile, as FlashAttention-3 does.
-# Tried and not kept (results/logs/2026-11-26-s38call5, the change in lazy_rescale.patch there): a
+# Tried and not kept (results/logs/2026-11-26-s38call5; the change: experiments/fp8_lazy_rescale/): a
 # threshold k > 0 as stage 6 keeps (a kept max exceeded by up to 2^k), with P's offset 8 - k so
 # that P stays under 448. O's rescale was 5.5-5.7% of the executed instructions (call 4's
 # profile), but k = 1, 2, 4 ran 0.98-1.01x of k = 0 in the same rounds, with 0.4-1.6% more RMSE.
@@ -139,7 +139,7 @@ P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0
 # (FEW_ROWS_TILES): there no other warpgroup competes for the issue slots the FADDs took, and
 # the extra column only adds to each tile's latency. Hence row_sums_by_mma's rule.
 ROW_SUM_MMA = {64: True, 128: False}
-# Tried and not kept (results/logs/2026-11-26-s41call5, the change in stage7_half_max.patch there):
+# Tried and not kept (results/logs/2026-11-26-s41call5; the change: experiments/fp8_half_max/):
 # each key tile's first half of columns exponentiated against the row max over that half (and
 # the tiles before) while the second half's max is reduced by its shuffles, that half then scaled
 # down by 2^(m1 - max) where the second half raised the max (a warp-uniform branch, taken in most
@@ -149,7 +149,7 @@ ROW_SUM_MMA = {64: True, 128: False}
 # S2048 D64 (full and causal), 0.912-0.935x at B4 H16 S8192 D128, 0.94x at D128 S2048 and B1 H8
 # S512 D64; stage 7's tests passed with it. The second max, its shuffles and the fix-ups cost more
 # issue slots than the wait they hide.
-# Tried and not kept (results/logs/2026-11-26-s40call1, the change in stage7_pack.patch there):
+# Tried and not kept (results/logs/2026-11-26-s40call1; the change: experiments/pack_in_softmax/):
 # each tile's previous P·V waited for between its row maxima and its exponentials, so that P's
 # e4m3 casts interleave with the MUFU.EX2 stream (ptxas then placed a cast after every second
 # exponential) instead of following it. Predicted 2-5% at D64, where the exponential unit is 68%
@@ -171,7 +171,7 @@ ROW_SUM_MMA = {64: True, 128: False}
 # (the board at its 700 W limit). Timed in pairs, in both orders: 1.001-1.003x with PDL at
 # D128 S8192 full and causal (-s39call11, -call12); in call 10's rounds 1.14x at B1 H8 S512.
 PDL = True
-# Tried and not kept (results/logs/2026-11-26-s37call9, the change in tree_reductions.patch there):
+# Tried and not kept (results/logs/2026-11-26-s37call9; the change: experiments/fp8_tree_reductions/):
 # a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
 # slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
 # on those chains, but the trees ran 0.96-1.02x of the chains in the same rounds (the chains

@@ -49,9 +49,10 @@ no wave boundary where both blocks of an SM start at once (512 work tiles on 264
 waves, each SM's two blocks ending and starting together). Predicted: the rows of many work
 tiles that are still under SDPA (B64 H32/8 Sk1024, 0.98x at D64: about 1 µs of 60) gain 1-2%,
 the long ones stay level, the short split rows (one key tile per block) see nothing.
-Measured (call 1 of session 41, at d8ee25e, where stage 6 had the `l2_ahead` option and allowed
-persistent blocks two per SM; the change is that call's l2_prefetch_persistent_two_blocks.patch,
-and this launch runs only at that commit): no. The prefetch ran 0.76-1.01x of as called with 2 tiles
+Measured (2026-11-26, H100, results/logs/2026-11-26-s41call1, at d8ee25e, where stage 6 had the
+`l2_ahead` option and allowed persistent blocks two per SM; that change, never merged, is
+experiments/decode_launch/l2_prefetch_persistent_two_blocks.patch, and this launch runs only at
+that commit): no. The prefetch ran 0.76-1.01x of as called with 2 tiles
 ahead (median 0.92x) and 0.62-1.02x with 4, worse the longer the stream (as if prefetched
 lines were evicted before their load and read twice; not profiled); the persistent blocks
 0.96-1.00x (median 0.99x).
@@ -166,8 +167,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.launch == "prefetch" and "l2_ahead" not in inspect.signature(s6.attention).parameters:
         ap.exit(2, f"{ap.prog}: --launch prefetch needs stage 6's l2_ahead option, which was not kept: run it at "
-                   "commit d8ee25e, where session 41's call 1 did (the change: results/logs/2026-11-26-s41call1/"
-                   "l2_prefetch_persistent_two_blocks.patch)\n")
+                   "commit d8ee25e, where results/logs/2026-11-26-s41call1 was made (the change, never merged: "
+                   "experiments/decode_launch/l2_prefetch_persistent_two_blocks.patch)\n")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -7,9 +7,10 @@ TAIL_SPLIT (stages/stage7.cu) splits those last tiles along their keys into piec
 hands out as SMs free up; a second kernel combines them. Predicted: 2-3% at those two
 shapes; nothing at causal shapes (never split) or where the rule leaves the tail whole.
 
-Measured, first version (call 2 of session 43, at 5580a3e: the last piece of each tile to finish
-combined them, inside the attention kernel; that change is results/logs/2026-11-26-s43call2/
-tail_split.patch): no. Whole over split, same rounds: 0.979 at B4 H16 S8192 D128 full (10 pieces),
+Measured, first version (2026-11-26, H100, at 5580a3e, results/logs/2026-11-26-s43call2: the last
+piece of each tile to finish combined them, inside the attention kernel; that change, never merged,
+is experiments/tail_split/tail_split.patch, onto 9fc6491^): no. Whole over split, same rounds:
+0.979 at B4 H16 S8192 D128 full (10 pieces),
 0.990 at B16 H16 S2048 D64 full (3), 0.988 at B3 H16 S8192 D128 (3), 1.009 at B8 H16 S4096 D64
 (3); and where the split build split nothing, 0.974-0.989 (both causal shapes, B2 H16 S8192
 D128). The build with the split ran 1.1-2.6% slower even unsplit: its softmax's loop has the same
