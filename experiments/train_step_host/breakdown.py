@@ -120,7 +120,7 @@ def main():
 
 def timeline(q, k, v, do, train):
     """Where a step's wall time falls: before/after the forward, entry/exit of the backward."""
-    stamps, inner = [], stage8.attention_backward
+    stamps, inner = [], stage8._backward
 
     def timed(*a, **kw):
         t_in = time.perf_counter()
@@ -128,7 +128,7 @@ def timeline(q, k, v, do, train):
         stamps[-1] += [t_in, time.perf_counter(), threading.get_ident()]
         return r
 
-    stage8.attention_backward = timed
+    stage8._backward = timed  # what the Function's backward calls
     try:
         for i in range(320):
             t0 = time.perf_counter()
@@ -139,7 +139,7 @@ def timeline(q, k, v, do, train):
             stamps[-1].insert(2, time.perf_counter())  # [t0, t_fwd, t_ret, t_in, t_out, thread]
         torch.cuda.synchronize()
     finally:
-        stage8.attention_backward = inner
+        stage8._backward = inner
     rows = stamps[20:]
     main_thread = threading.get_ident()
     med = lambda f: statistics.median(f(r) * 1e6 for r in rows)  # noqa: E731
