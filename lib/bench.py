@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 
@@ -81,10 +82,15 @@ def measure(mod, B, H, Sq, Sk, D, dtype, causal, *, suite, max_call_s, predicted
     times = time_interleaved({"stage": call, "sdpa": sd, "flash": sf}, **kw)
     t, ts, tf = times["stage"], times.get("sdpa"), times.get("flash")
     if host_calls:
+        gpu_calls = 100  # time_host's: its second pass, the GPU time of one call
         if budget_s < 1.0:  # a stage of milliseconds a call needs no 300 calls to show it
             host_calls = max(10, min(host_calls, int(0.5e6 / t.median_us)))
-        h = time_host(call, calls=host_calls)
-        hs = time_host(sd, calls=host_calls) if sd else None
+            # nor 100 in the second pass, each of which waits for the GPU to spin twice the
+            # host time first (about 3x the call: 1.8 s of stage 0's 6 ms calls): about half a
+            # second of them, as for the first pass
+            gpu_calls = max(10, min(gpu_calls, int(0.5e6 / (3 * t.median_us))))
+        h = time_host(call, calls=host_calls, gpu_calls=gpu_calls)
+        hs = time_host(sd, calls=host_calls, gpu_calls=gpu_calls) if sd else None
         row.update(host_us=h.host_us, host_gpu_us=h.gpu_us, host_calls=host_calls,
                    sdpa_host_us=hs.host_us if hs else None,
                    sdpa_host_gpu_us=hs.gpu_us if hs else None)
@@ -139,6 +145,19 @@ def progress_line(row) -> str:
             f"{'pass' if row['passed'] else 'FAIL'}")
 
 
+def stage_rows(mod, shapes, sweep, dtypes, cc) -> tuple[list[str], list[tuple]]:
+    """What run_gpu runs of one stage on a GPU of compute capability `cc`: (why it runs none,
+    or lacks a dtype: a line each; its rows, plan's entries at its head dims and dtypes)."""
+    import torch
+    info = mod.INFO
+    if cc < tuple(info.min_cc):
+        return [f"stage {info.number} needs compute capability "
+                f"{info.min_cc[0]}.{info.min_cc[1]}, this GPU has {cc[0]}.{cc[1]}"], []
+    lacking = [d for d in dtypes if getattr(torch, d) not in info.dtypes]
+    return ([f"stage {info.number} has no {d} kernel" for d in lacking],
+            [p for p in plan(shapes, sweep, dtypes) if p[5] in info.head_dims and p[7] not in lacking])
+
+
 def run_gpu(mods, shapes, sweep, dtypes, max_call_s, sweep_max_call_s, budget_s=1.0):
     """Rows of every stage at every planned shape and dtype (names, e.g. ["float16"]); stages
     this GPU cannot run, and dtypes a stage has no kernel for, are named in the second list."""
@@ -149,21 +168,14 @@ def run_gpu(mods, shapes, sweep, dtypes, max_call_s, sweep_max_call_s, budget_s=
     cc = torch.cuda.get_device_capability()
     for mod in mods:
         info = mod.INFO
-        if cc < tuple(info.min_cc):
-            not_run.append(f"stage {info.number} needs compute capability "
-                           f"{info.min_cc[0]}.{info.min_cc[1]}, this GPU has {cc[0]}.{cc[1]}")
-            log(f"[stage {info.number}] skipped: {not_run[-1]}")
-            continue
-        lacking = [d for d in dtypes if getattr(torch, d) not in info.dtypes]
-        for d in lacking:
-            not_run.append(f"stage {info.number} has no {d} kernel")
-            log(f"[stage {info.number}] skipped: {not_run[-1]}")
+        why, rows = stage_rows(mod, shapes, sweep, dtypes, cc)
+        for line in why:
+            not_run.append(line)
+            log(f"[stage {info.number}] skipped: {line}")
         # the stage's best measured FLOP/s so far per dtype, for predicting the next shape
         # (per dtype, so that a shape is skipped or not in each dtype as in a run of that alone)
         rate = {}
-        for suite, name, B, H, S, D, causal, dtype in plan(shapes, sweep, dtypes):
-            if D not in info.head_dims or dtype in lacking:
-                continue
+        for suite, name, B, H, S, D, causal, dtype in rows:
             predicted = attention_flops(B, H, S, S, D, causal) / rate[dtype] if dtype in rate \
                 else None
             t0 = time.time()
@@ -177,6 +189,129 @@ def run_gpu(mods, shapes, sweep, dtypes, max_call_s, sweep_max_call_s, budget_s=
             log(progress_line(row) + ("" if row.get("skipped") else f" ({time.time() - t0:.1f} s)"))
             runs.append(row)
     return runs, not_run
+
+
+# --------------------------------------------------------------------------------------------
+# Compiling ahead. A machine whose kernel cache is empty compiled each CUDA C++ build in the
+# row that first needed it, one after another (17 s of the main job's 71 on a fresh H200
+# machine, experiments/main_job_time). Before the first row, every build the rows will need is
+# compiled at once, one thread per core (nvrtc.compile_many: NVRTC runs without Python's lock),
+# and numba compiles stage 0's kernel meanwhile.
+
+# What a stage's attention() compiles (lib.nvrtc.Build) for a call on contiguous q [B, H, Sq, D]
+# and k, v [B, Hk, Sk, D] in `dtype` with mask `causal`, on a GPU of `arch` with `sms` SMs: each
+# entry follows its stage's launcher and asks the stage's own rules (its config, tiles and
+# choose), so a change of tiles or schedules moves the list with it. (Here rather than in the
+# stage modules: their code is hashed into the recorded results, which a helper would make
+# stale.) tests/test_compile_ahead.py holds the entries to the stages' offline builds
+# (compile_for) and, on a GPU, to what their calls really compile.
+def _unfused_builds(mod, B, H, Hk, Sq, Sk, D, dtype, causal, *, arch, sms):
+    """stage 1: nvrtc.stage_kernels(SOURCE, KERNELS, dtype, D), no defines."""
+    from lib import nvrtc
+    return [nvrtc.Build(mod.SOURCE, arch, dtype, D)]
+
+
+def _fused_builds(mod, B, H, Hk, Sq, Sk, D, dtype, causal, *, arch, sms):
+    """stages 2-5: nvrtc.launch_fused with the stage's config(D) defines (none where it has no
+    config), contiguous rows (PACKED_ROWS)."""
+    from lib import nvrtc
+    own = mod.config(D)["defines"] if hasattr(mod, "config") else ()
+    return [nvrtc.Build(mod.SOURCE, arch, dtype, D, nvrtc.fused_defines(own, packed=True))]
+
+
+def _stage6_builds(mod, B, H, Hk, Sq, Sk, D, dtype, causal, *, arch, sms):
+    """stage 6: _make_plan's kernel mode, choose() and config() with attention()'s defaults, for
+    stage6.ARCH whatever the GPU's arch; a call without work compiles nothing."""
+    from lib import nvrtc
+    from lib.inputs import NO_MASK, causal_mode
+    mode = causal_mode(causal, Sq, Sk, mod.INFO)
+    if Sq <= 1 and mode == 2:  # one query bottom-right sees every key
+        mode = NO_MASK
+    if B * H * Sq == 0 or Sk == 0:
+        return []
+    ch = mod.choose(B, H, Hk, Sq, Sk, D, mode, sms)
+    cfg = mod.config(D, ch["tiles"], ch["schedule"], False, None, None, ch["pack_gqa"], False,
+                     ch["q_stages"], None, None, None, ch["blocks_per_sm"], None)
+    return [nvrtc.Build(mod.SOURCE, mod.ARCH, dtype, D, tuple(cfg["defines"]))]
+
+
+CALL_BUILDS = {1: _unfused_builds, 2: _fused_builds, 3: _fused_builds, 4: _fused_builds,
+               5: _fused_builds, 6: _stage6_builds}
+
+
+def ahead_builds(mods, shapes, sweep, dtypes, cc, arch: str, sms: int) -> list:
+    """Every CUDA C++ build the rows of run_gpu compile, once each, in the order first needed:
+    CALL_BUILDS of each stage at each of its rows (stage_rows). A stage without an entry, or a
+    row whose builds cannot be worked out, is left to compile its own, as before."""
+    import torch
+    out = []
+    for mod in mods:
+        builds = CALL_BUILDS.get(mod.INFO.number)
+        if mod.INFO.backend == "numba" or builds is None:
+            continue
+        for suite, name, B, H, S, D, causal, dtype in stage_rows(mod, shapes, sweep, dtypes, cc)[1]:
+            try:
+                out += builds(mod, B, H, H, S, S, D, getattr(torch, dtype), causal, arch=arch, sms=sms)
+            except Exception:  # noqa: BLE001 (the row runs the stage, which says what is wrong)
+                pass
+    return list(dict.fromkeys(out))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def first_calls(mods, shapes, sweep, dtypes, cc) -> list:
+    """A first call of each numba stage in each dtype its rows run, on a small shape (fresh
+    inputs, result unused): numba compiles a kernel at its first call for the argument types
+    (dtype and array layout, not the sizes; stage 0 turns bfloat16 into float32), about 2 s on
+    the H200 machine, which the stage's first row then no longer waits for."""
+    import torch
+
+    from lib.inputs import make_qkv
+    calls = []
+    for mod in mods:
+        if mod.INFO.backend != "numba":
+            continue
+        first = {}
+        for suite, name, B, H, S, D, causal, dtype in stage_rows(mod, shapes, sweep, dtypes, cc)[1]:
+            first.setdefault(dtype, D)
+        for dtype, D in first.items():
+            calls.append(lambda mod=mod, D=D, dt=getattr(torch, dtype):
+                         mod.attention(*make_qkv(1, 2, 64, D, dtype=dt)))
+    return calls
+
+
+def compile_ahead(mods, shapes, sweep, dtypes) -> None:
+    """Compile every build the rows will need (ahead_builds) that the kernel cache lacks, one
+    thread per core, and meanwhile make the numba stages' first calls (first_calls): one line
+    on stderr says how many and how long. Nothing at all when every build is cached. A build
+    that fails here is left to its row, which compiles it again and reports what is wrong."""
+    import torch
+
+    from lib import nvrtc
+    cc = torch.cuda.get_device_capability()
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    todo = [b for b in ahead_builds(mods, shapes, sweep, dtypes, cc, nvrtc.gpu_arch(), sms)
+            if not b.cached()]
+    if not todo:
+        return
+    workers = min(_cores(), len(todo))
+    calls = first_calls(mods, shapes, sweep, dtypes, cc)
+    numba = [m.INFO.number for m in mods if m.INFO.backend == "numba"]
+    print(f"compiling {len(todo)} kernel build{'s' if len(todo) > 1 else ''} the rows need "
+          f"(not in the kernel cache {nvrtc.cache_dir()}) on {workers} "
+          f"core{'s' if workers > 1 else ''}"
+          + (f", and stage {_numbers(numba)}'s numba kernel" if calls else "") + " ...",
+          end="", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    done, failed = nvrtc.compile_many(todo, workers, alongside=calls)
+    print(f" {time.perf_counter() - t0:.1f} s"
+          + (f"; {len(failed)} failed, left for their rows to compile and report: "
+             + ", ".join(str(b) for b, _ in failed) if failed else ""), file=sys.stderr, flush=True)
 
 
 def check_all(mods, shapes, dtypes=None) -> tuple[int, int]:
@@ -296,6 +431,7 @@ def main_gpu(a, mods, t0) -> int:
     max_call_s = math.inf if a.all else a.max_call_s
     sweep_max_call_s = math.inf if a.all else a.sweep_max_call_s
     budget_s = a.timing_budget_s or (RECORD_BUDGET_S if a.record else RUN_BUDGET_S)
+    compile_ahead(mods, a.shapes, a.sweep, a.dtype)
     runs, not_run = run_gpu(mods, a.shapes, a.sweep, a.dtype, max_call_s, sweep_max_call_s, budget_s)
     std = R.fp16_first([r for r in runs if r["suite"] == "standard"])
     # % of matmul peak needs the GPU's matmul rate: the one recorded for this GPU model, if any

@@ -147,12 +147,9 @@ def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="k
     key = cache_key(source, arch=arch, defines=defines, options=tuple(options))
     cubin_path = cache_dir() / f"{key}.cubin"
     log_path = cubin_path.with_suffix(".log")
-    if cubin_path.exists() and log_path.exists():
-        cached_log = log_path.read_text()
-        # A log without ptxas's report (seen once on the H100 under pytest-xdist: an empty log
-        # beside a good cubin) would hide registers and spills: compile again instead.
-        if "Compiling entry function" in cached_log:
-            return Compiled(cubin_path.read_bytes(), cached_log, arch, key, cubin_path)
+    cached_log = _cached_log(key)
+    if cached_log is not None:
+        return Compiled(cubin_path.read_bytes(), cached_log, arch, key, cubin_path)
     started = _compiling(name, arch, defines)
     opts = ProgramOptions(
         name=name, arch=arch, std="c++17", include_path=include_path(),
@@ -180,8 +177,23 @@ def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="k
     tmp = cubin_path.with_suffix(f".tmp{me}")
     tmp.write_bytes(obj.code)
     tmp.replace(cubin_path)  # atomic: a concurrent reader never sees half a cubin
-    COMPILES["seconds"] += time.perf_counter() - started
+    with _count_lock:
+        COMPILES["seconds"] += time.perf_counter() - started
     return Compiled(obj.code, text, arch, key, cubin_path)
+
+
+def _cached_log(key: str) -> str | None:
+    """The ptxas log of a cubin the disk cache holds under `key`, or None when compile_cuda
+    would compile it. A log without ptxas's report (seen once on the H100 under pytest-xdist:
+    an empty log beside a good cubin) would hide registers and spills: that one is compiled
+    again."""
+    cubin_path = cache_dir() / f"{key}.cubin"
+    log_path = cubin_path.with_suffix(".log")
+    if cubin_path.exists() and log_path.exists():
+        text = log_path.read_text()
+        if "Compiling entry function" in text:
+            return text
+    return None
 
 
 # A build the cache lacks costs 0.3-9 s of NVRTC and ptxas (one CPU core), and a first run of
@@ -190,13 +202,17 @@ def compile_cuda(source: str, *, arch: str, defines: dict | None = None, name="k
 # (FA_COMPILE_PROGRESS=1 forces it, 0 silences it): not in a notebook, whose stderr would differ
 # between a first and a later run. COMPILES counts this process's builds (tests/conftest.py
 # reports them).
+# compile_many silences the line while it runs (it prints one line for all of its builds).
 COMPILES = {"count": 0, "seconds": 0.0}
+_quiet = threading.Event()
+_count_lock = threading.Lock()
 
 
 def _compiling(name: str, arch: str, defines: dict) -> float:
-    COMPILES["count"] += 1
+    with _count_lock:  # compile_many's threads count too
+        COMPILES["count"] += 1
     flag = os.environ.get("FA_COMPILE_PROGRESS", "")
-    if flag == "1" or (flag != "0" and sys.stderr.isatty()):
+    if not _quiet.is_set() and (flag == "1" or (flag != "0" and sys.stderr.isatty())):
         what = ", ".join(f"{k}={v}" for k, v in defines.items() if k in ("HEAD_DIM", "ELEM_BF16"))
         print(f"compiling {name} for {arch}{f' ({what})' if what else ''}: build "
               f"{COMPILES['count']} this run, not in the kernel cache {cache_dir()}…",
@@ -364,8 +380,84 @@ def compile_stage(source: Path, *, arch: str, dtype=torch.float16, head_dim: int
     """Compile a stage's .cu file for one element type and head dim (both compile-time
     constants of the kernels: HEAD_DIM, and ELEM_BF16 for bfloat16)."""
     return compile_cuda(Path(source).read_text(), arch=arch, name=Path(source).name,
-                        defines={**ELEMENT_DEFINES[dtype], "HEAD_DIM": head_dim,
-                                 **(defines or {})})
+                        defines=stage_defines(dtype, head_dim, defines))
+
+
+def stage_defines(dtype, head_dim: int, defines: dict | None = None) -> dict:
+    """The defines compile_stage compiles a stage's source with."""
+    return {**ELEMENT_DEFINES[dtype], "HEAD_DIM": head_dim, **(defines or {})}
+
+
+@dataclass(frozen=True)
+class Build:
+    """One compile of a stage's source: what compile_stage takes. lib.bench works out those its
+    rows will need (CALL_BUILDS) and compiles them ahead, at once (compile_many)."""
+
+    source: Path
+    arch: str
+    dtype: torch.dtype
+    head_dim: int
+    defines: tuple = ()  # (name, value) pairs, as stage_kernels takes them
+
+    def compile(self) -> Compiled:
+        return compile_stage(self.source, arch=self.arch, dtype=self.dtype,
+                             head_dim=self.head_dim, defines=dict(self.defines))
+
+    def key(self) -> str:
+        """compile_cuda's cache key of this build."""
+        return cache_key(Path(self.source).read_text(), arch=self.arch,
+                         defines=stage_defines(self.dtype, self.head_dim, dict(self.defines)))
+
+    def cached(self) -> bool:
+        """Whether compile() would come from the disk cache (nothing compiled)."""
+        return _cached_log(self.key()) is not None
+
+    def __str__(self) -> str:
+        extra = "".join(f" {k}={v}" for k, v in self.defines)
+        return f"{Path(self.source).name} {self.arch} {str(self.dtype)[6:]} D{self.head_dim}{extra}"
+
+
+def compile_many(builds, workers: int | None = None, alongside=()) -> tuple[int, list]:
+    """Compile `builds` (Build objects) into the disk cache, up to `workers` at once (default:
+    one per CPU core), in threads: NVRTC and ptxas run without holding Python's lock and without
+    a lock of their own (measured on a 2-core machine: two threads' compiles of stage 6 ran side
+    by side, neither blocked for more than 0.13 s of its 1.2-2 s; the main job's 14 builds took
+    7.1 s on two threads against 14.0 s one after another), so no worker process has to start
+    and import torch (2 s there). Touches no GPU (cubin output needs no driver). Meanwhile the calling
+    thread runs the callables `alongside` (their exceptions ignored). The per-build progress
+    line (_compiling) is silenced: the caller says one line for all. Returns (builds compiled,
+    [(build, exception)] for those that failed), each failure left for whoever compiles that
+    build next to compile again and report."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Imports and lookups first, on this thread: two threads importing cuda.core at once can
+    # see it half made (tests/conftest.py met "cannot import name 'Program'").
+    from cuda.core import Program, ProgramOptions  # noqa: F401
+    nvrtc_version(), include_dirs(), cache_dir()
+    builds = list(dict.fromkeys(builds))
+    workers = max(1, min(workers or os.cpu_count() or 1, len(builds) or 1))
+    failed = []
+    _quiet.set()
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="compile-ahead") as pool:
+            # the longest first, so that no long one starts last: the arch-specific (sm_90a:
+            # wgmma) kernels, then the larger head dim (on a 2-core machine stage 6's D128
+            # build took 1.5-2 s, stage 4's D64 one 0.6 s)
+            order = sorted(builds, key=lambda b: (not b.arch.endswith("a"), -b.head_dim))
+            futures = [(b, pool.submit(b.compile)) for b in order]
+            for call in alongside:
+                try:
+                    call()
+                except Exception:  # noqa: BLE001 (whoever makes the call next reports it)
+                    pass
+            for b, f in futures:
+                try:
+                    f.result()
+                except Exception as e:  # noqa: BLE001 (the row compiles it again and reports)
+                    failed.append((b, e))
+    finally:
+        _quiet.clear()
+    return len(builds) - len(failed), failed
 
 
 @lru_cache(maxsize=None)
@@ -478,18 +570,22 @@ def _make_plan(info, source, q, k, v, *, causal, scale, block_q, threads, smem, 
     if n_blocks == 0 or Sk == 0:
         return Plan(info, None, None, (), align, trivial=True)
     check_grid_x(f"stage {info.number}", n_blocks)
-    if rows_packed(q, k, v):  # the build with constant row strides (stages/attention.cuh)
-        defines = tuple(defines) + PACKED_ROWS
-    if varlen is not None:  # the build that finds each sequence through the offsets
-        defines = tuple(defines) + (("VARLEN", 1),)
+    defines = fused_defines(defines, packed=rows_packed(q, k, v), varlen=varlen is not None)
     kern = stage_kernels(source, ("attention_fused",), q.dtype, D, max_dynamic_smem=smem,
-                         defines=tuple(defines))["attention_fused"]
+                         defines=defines)["attention_fused"]
     args = (np.int32(Sq), np.int32(Sk), np.float32(scale * math.log2(math.e)), np.int32(causal),
             np.int32(H), np.int32(H // Hk), *layout_args(q), *layout_args(k), *layout_args(v))
     if varlen is not None:  # b counts sequences, found through the offsets: no batch stride
         args = args[:6] + tuple(np.int64(0) if i % 3 == 0 else x for i, x in enumerate(args[6:]))
     return Plan(info, kern, launch_config((n_blocks, 1, 1), (threads, 1, 1), smem), args, align,
                 trivial=False)
+
+
+def fused_defines(defines: tuple, *, packed: bool, varlen: bool = False) -> tuple:
+    """The defines launch_fused compiles a stage's kernel with: the stage's own, then the
+    build with constant row strides (stages/attention.cuh) when every row stride is D
+    (rows_packed), and the build that finds each sequence through the offsets (varlen)."""
+    return tuple(defines) + (PACKED_ROWS if packed else ()) + ((("VARLEN", 1),) if varlen else ())
 
 
 def check_grid_x(what: str, n_blocks: int) -> None:

@@ -310,12 +310,18 @@ def fake_gpu(monkeypatch):
 
     monkeypatch.setattr(bench, "measure", fake_measure)
     monkeypatch.setattr(results, "save", lambda *a, **k: pytest.fail("recorded"))
+    # compiling ahead (tests/test_compile_ahead.py) needs the GPU's arch and SMs: said, not done
+    monkeypatch.setattr(bench, "compile_ahead", lambda mods, shapes, sweep, dtypes: bench.log(
+        f"compile ahead: stages {[m.INFO.number for m in mods]} {shapes} sweep={sweep} {dtypes}"))
     return budgets
 
 
 def test_gpu_path_progress_skips_and_summary(fake_gpu, capsys):
     assert bench.main(["--stages", "0", "5", "--shapes", "latency", "long"]) == 0
     cap = capsys.readouterr()
+    # the builds compiled ahead, before the first row, from the rows the run asked for
+    assert cap.err.startswith("compile ahead: stages [0, 5] ['latency', 'long'] sweep=False "
+                              "['float16']\n[stage 0] "), cap.err
     assert "[stage 0] B1 H8 S512 D64 float16 full: " in cap.err and "0.5x SDPA, host" in cap.err
     assert "[stage 0] B4 H16 S8192 D128 float16 causal: skipped, predicted" in cap.err
     assert "[stage 5] B4 H16 S8192 D128 float16 causal: " in cap.err
