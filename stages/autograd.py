@@ -55,7 +55,8 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
                               "torch.no_grad() for inference, or without seqlens_k to train.")
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, stage.INFO)
-    return stage8.with_grad(partial(stage.attention, **options), q, k, v, causal=causal, scale=scale)
+    forward_call = partial(stage.attention, **options) if options else stage.attention
+    return stage8.with_grad(forward_call, q, k, v, causal=causal, scale=scale)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, forward: int = 6,

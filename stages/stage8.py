@@ -336,7 +336,7 @@ class _Launch:
     __slots__ = ("shape", "k_shape", "empty", "atomics", "bulk", "wgmma_acc", "sq_pad", "tma", "copy_out",
                  "rows_pad", "acc_at", "acc_shape", "work_floats",
                  "copy_dout", "lse_ready", "main", "main_config", "dq_kernel", "dq_config", "shape_args",
-                 "pre", "pre_config", "pre_args", "post", "post_config", "post_args", "maps", "call")
+                 "pre", "pre_config", "pre_args", "post", "post_config", "post_args", "maps", "map_ptrs", "call")
 
 
 _launches: dict = {}
@@ -413,6 +413,7 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
                     *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v), *nvrtc.layout_args(dout_l))
     p.tma = bool(cfg.get("tma_loads"))  # the copy engine's descriptions of q and dout: boxes of 64 rows
     p.maps = (tensor_map(q, DQ_ROWS), tensor_map(dout_l, DQ_ROWS)) if p.tma else ()
+    p.map_ptrs = [q.data_ptr(), dout_l.data_ptr()]  # where the maps point now (_run retargets them)
     p.pre, p.pre_config, p.pre_args = _pre_launch(out_l, dout_l, p.sq_pad)
     p.dq_kernel = p.dq_config = p.post = p.post_config = p.post_args = None
     if p.bulk:
@@ -461,8 +462,14 @@ def _run(p: _Launch, q, k, v, out, dout, lse):
     dv = torch.empty(p.k_shape, dtype=dtype, device=dev)
     nvrtc.launch_prepared(p.pre, p.pre_config, (dout.data_ptr(), out.data_ptr(), lse.data_ptr(), delta, lse2,
                                                 acc if p.wgmma_acc else 0, *p.pre_args))
-    for m, t in zip(p.maps, (q, dout)):  # the launch copies a map's bytes: the next call may retarget it
-        m.replace_address(Address(t))
+    # The launch copies a map's bytes, so a map may be pointed elsewhere right after. A training
+    # loop's caching allocator mostly hands q and dO the same addresses step after step: then
+    # the maps already point there (each retarget costs the host a few µs)
+    for i, t in enumerate((q, dout)[:len(p.maps)]):
+        ptr = t.data_ptr()
+        if ptr != p.map_ptrs[i]:
+            p.maps[i].replace_address(Address(t))
+            p.map_ptrs[i] = ptr
     inputs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse2, delta)
     nvrtc.launch_prepared(p.main, p.main_config, (*p.maps, *inputs, acc if p.atomics else 0,
                                                   dk.data_ptr(), dv.data_ptr(), *p.shape_args))
