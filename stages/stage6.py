@@ -500,8 +500,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
-    the kernel's mode 0-2, of which only bottom-right (2) packed calls may be split:
-    splits_causal) and, when packed, the
+    the kernel's mode 0-2, of which only bottom-right (2) calls may be split, packed or on
+    blocks of one consumer with one query block: splits_causal) and, when packed, the
     blocks per SM (shares_sms' rule unless `blocks_per_sm` is given; their tiles
     DECODE_SHARED_TILES unless `tiles` are given), or blocks without a producer
     (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given)."""
@@ -687,7 +687,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     2^k, see LAZY_RESCALE) are for measuring the alternatives; `timeline`, an int64 CUDA tensor of
     (1 + CONSUMERS)·16·4 elements, receives clock64 stamps of block 0's first work tile (see
     stages/stage6.cu). Decoding: `splits` (blocks per work tile's keys; None: plan_splits' rule,
-    1 for causal unless packed and bottom-right: splits_causal), `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
+    1 for causal unless bottom-right and packed or on blocks of one consumer with one query
+    block: splits_causal), `pack_gqa` (None: packs_gqa's rule when tiles and schedule are the
     defaults; True: a group's query rows in one block, DECODE_TILES unless tiles are given) and
     `combine_in_block` (split-KV's combine in the last block of each work tile rather than a
     second kernel; None: combines_in_block's rule), `pdl` (programmatic dependent launch of the
