@@ -557,7 +557,8 @@ def plot_ms_per_token(rec: dict):
     import matplotlib.pyplot as plt
     rows = rec["rows"]
     fig, ax = plt.subplots(figsize=(9, 3.2))
-    labels = [f"stage {r['stage']}\n{r['dtype'][:4]} {r['cache']}" for r in rows]
+    short = {"float16": "fp16", "bfloat16": "bf16"}
+    labels = [f"stage {r['stage']}\n{short.get(r['dtype'], r['dtype'])} {r['cache']}" for r in rows]
     x = range(len(rows))
     ax.bar([i - 0.2 for i in x], [r["sdpa_ms_per_token"] for r in rows], 0.4, label="SDPA", color="0.6")
     ax.bar([i + 0.2 for i in x], [r["ms_per_token"] for r in rows], 0.4, label="stage", color="tab:blue")

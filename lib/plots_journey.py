@@ -291,8 +291,10 @@ def plot_journey_roofline(panels, ceilings: dict, numbers, colors: dict, label: 
                            label="stage 1, S and P counted (arrow)")]
     handles += [Line2D([], [], ls="", marker=m, color="k", label=f"{what} (median)")
                 for _, what, m in sdpa_marks]
+    ax.set_ylim(top=ax.get_ylim()[1] * 30)  # room above the roofs for their legend, clear of the points
     ax.add_artist(ax.get_legend())  # the roofs' legend stays, upper left
-    ax.legend(handles=handles, fontsize=7, loc="lower right", ncol=2)
+    # lower left: below the memory roof's start no stage lands (lower right hid stage 0's points)
+    ax.legend(handles=handles, fontsize=7, loc="lower left", ncol=2)
     ax.set_title(f"Every stage under the roofline, fp16, x = FLOPs ÷ compulsory bytes\n{label}",
                  fontsize=9)
     plt.show()
