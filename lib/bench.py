@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 
@@ -257,13 +256,6 @@ def ahead_builds(mods, shapes, sweep, dtypes, cc, arch: str, sms: int) -> list:
     return list(dict.fromkeys(out))
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def first_calls(mods, shapes, sweep, dtypes, cc) -> list:
     """A first call of each numba stage in each dtype its rows run, on a small shape (fresh
     inputs, result unused): numba compiles a kernel at its first call for the argument types
@@ -299,7 +291,7 @@ def compile_ahead(mods, shapes, sweep, dtypes) -> None:
             if not b.cached()]
     if not todo:
         return
-    workers = min(_cores(), len(todo))
+    workers = min(nvrtc.usable_cores(), len(todo))
     calls = first_calls(mods, shapes, sweep, dtypes, cc)
     numba = [m.INFO.number for m in mods if m.INFO.backend == "numba"]
     print(f"compiling {len(todo)} kernel build{'s' if len(todo) > 1 else ''} the rows need "

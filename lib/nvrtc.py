@@ -417,9 +417,17 @@ class Build:
         return f"{Path(self.source).name} {self.arch} {str(self.dtype)[6:]} D{self.head_dim}{extra}"
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity; all of them off Linux)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def compile_many(builds, workers: int | None = None, alongside=()) -> tuple[int, list]:
     """Compile `builds` (Build objects) into the disk cache, up to `workers` at once (default:
-    one per CPU core), in threads: NVRTC and ptxas run without holding Python's lock and without
+    one per usable core), in threads: NVRTC and ptxas run without holding Python's lock and without
     a lock of their own (measured on a 2-core machine: two threads' compiles of stage 6 ran side
     by side, neither blocked for more than 0.13 s of its 1.2-2 s; the main job's 14 builds took
     7.1 s on two threads against 14.0 s one after another), so no worker process has to start
@@ -435,7 +443,7 @@ def compile_many(builds, workers: int | None = None, alongside=()) -> tuple[int,
     from cuda.core import Program, ProgramOptions  # noqa: F401
     nvrtc_version(), include_dirs(), cache_dir()
     builds = list(dict.fromkeys(builds))
-    workers = max(1, min(workers or os.cpu_count() or 1, len(builds) or 1))
+    workers = max(1, min(workers or usable_cores(), len(builds) or 1))
     failed = []
     _quiet.set()
     try:

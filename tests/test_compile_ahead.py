@@ -161,7 +161,7 @@ def test_compile_ahead_compiles_what_is_missing_in_one_line_and_leaves_failures(
     err = capsys.readouterr().err
     assert sorted(_compiled) == ["b", "c"]
     assert err.count("\n") == 1 and err.startswith("compiling 2 kernel builds the rows need"), err
-    assert f"on {min(2, bench._cores())} core" in err
+    assert f"on {min(2, nvrtc.usable_cores())} core" in err
     assert "1 failed, left for their rows to compile and report: c" in err
 
 
