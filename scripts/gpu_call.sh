@@ -57,21 +57,22 @@ par=(); python3 -c "import xdist" 2>/dev/null && par=(-n 8)
 record_stages() {
   local budget=$1; shift
   declare -A usual=([0]=420 [1]=100 [2]=100 [3]=100 [4]=100 [5]=100 [6]=100)
-  local deadline=$(( $(date +%s) + budget )) s left t0
+  local deadline=$(( $(date +%s) + budget )) s left t0 r failed=0
   [ -n "${FA_DEADLINE:-}" ] && [ "$FA_DEADLINE" -lt "$deadline" ] && deadline=$FA_DEADLINE
   for s in "$@"; do
     left=$(( deadline - $(date +%s) ))
     if [ "$left" -lt "${usual[$s]:-100}" ]; then
-      echo "stage $s not started: ${left} s left, it usually takes ${usual[$s]:-100} s"; continue
+      echo "stage $s not started: ${left} s left, it usually takes ${usual[$s]:-100} s"; failed=1; continue
     fi
     t0=$(date +%s)
     timeout "$left" python3 -m lib.bench --record --sweep --max-call-s 10 --dtype float16 bfloat16 \
       --stages "$s" > "$OUT/bench-stage$s.log" 2>&1
-    echo "stage $s rc=$? $(( $(date +%s) - t0 )) s"
+    r=$?; echo "stage $s rc=$r $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || failed=1
   done
   # the notebooks that read re-recorded rows show older ones until executed again (on a GPU)
   echo "notebooks to execute again (python3 -m lib.notebook --execute-stale):"
   python3 -m lib.notebook --stale 2> /dev/null | sed 's/^/  /'
+  return $failed  # the step's rc says whether every stage asked for was recorded
 }
 for s in "$@"; do case $s in
   probe52) step probe52 python3 experiments/gqa_one_key_backward/probe.py ;;
