@@ -65,6 +65,14 @@
 //                       wgmma's 64 rows hold G·Sq useful rows instead of Sq;
 //        BLOCKS_PER_SM  2: two such blocks (one consumer each, a smaller ring) share an SM, so
 //                       one streams K and V while the other starts or ends.
+//   7. The models' variants (issue 51), each a compile-time switch whose build without it (0, the
+//      default) is the kernel above, unchanged; a build with one takes four more arguments
+//      (VARIANT_PARAMS: softcap, win_left, win_right, sinks), every other build none:
+//        SOFTCAP        Gemma 2's logit softcapping: the scaled scores s become c·tanh(s / c)
+//                       before the mask (cap_scores). 1: tanh.approx.f32 (one MUFU.TANH a score,
+//                       relative error up to 2^-11); 2: tanh from ex2 and rcp (two MUFU a score,
+//                       absolute error ~2^-22), for where the first's error, times c in the logit,
+//                       exceeds a 16-bit output's rounding.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -123,6 +131,10 @@
 #ifndef SKIP_ROWS_PAST_END
 #define SKIP_ROWS_PAST_END 1  // 1: a consumer whose 64 rows all lie past the last query computes nothing (see my_tiles)
 #endif
+#ifndef SOFTCAP
+#define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (see cap_scores)
+#endif
+static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx) or 2 (tanh from ex2)");
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -199,6 +211,32 @@ __device__ __forceinline__ float fast_rcp(float x) {
     float y;
     asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+// ---- SOFTCAP: the scores capped, c·tanh(s / c) of the scaled score s = q·k·scale ---------------
+// The cap is folded into the softmax's units: the consumer scales the raw product by cap_mul and
+// keeps t = tanh(q·k·scale / c) in place of the score, and its scale_log2 becomes cap_log2 =
+// c·log2 e, so that every later step (the row max, exp2(t·scale_log2 − base), the log-sum-exp)
+// sees c·tanh(s / c) in the same scaled log2 units as an uncapped build sees s. One FMUL and the
+// tanh a score; the mask comes after (masked keys get −∞ whatever the cap made of them). The host
+// works out cap_mul and cap_log2 (stages/stage6.py), so that both stay kernel parameters, read
+// from the constant bank by the FMUL itself: no register held for them beside S, P and O.
+//   SOFTCAP 1: cap_mul = |scale| / c; tanh.approx.f32 (MUFU.TANH), relative error up to 2^-11:
+//              in the logit c·t that is up to c·2^-11, beside fp16's 2^-11 rounding of P.
+//   SOFTCAP 2: cap_mul = 2·|scale|·log2(e) / c; tanh(x) = 1 − 2 / (2^(2x·log2 e) + 1), one
+//              MUFU.EX2 and one MUFU.RCP (each ~2^-22): t within a few 2^-23 of tanh, at every x
+//              (2^(…) = +∞ gives 1, 0 gives −1).
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+template <int N>
+__device__ __forceinline__ void cap_scores(float (&s)[N], float cap_mul) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        if (SOFTCAP == 1) s[i] = tanh_approx(s[i] * cap_mul);
+        else s[i] = fmaf(-2.0f, fast_rcp(fast_exp2(s[i] * cap_mul) + 1.0f), 1.0f);
+    }
 }
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {  // two floats → two 16-bit elements
 #ifdef ELEM_BF16
@@ -562,6 +600,14 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
 // (griddep_wait, before the first read or write of global memory) for that kernel to finish.
 // griddep_wait returns at once in a grid launched without PDL (stages/pdl.cuh).
 
+// A build with a model variant takes its arguments after the others (cap_mul, cap_log2: see
+// cap_scores; win_left, win_right: the window, made finite by the host; sinks: float32 [H] or
+// null); a build without one has today's signature.
+#if SOFTCAP
+#define VARIANT_PARAMS , float cap_mul, float cap_log2, int win_left, int win_right, const float* __restrict__ sinks
+#else
+#define VARIANT_PARAMS
+#endif
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -569,7 +615,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, int tail_heads, long long* timeline,
                 int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k,
-                float* __restrict__ lse_out) {
+                float* __restrict__ lse_out VARIANT_PARAMS) {
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
@@ -681,6 +727,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     // Scale 0 gives every visible key the same weight; a tiny positive scale does exactly that
     // in fp32 and keeps masked keys at −∞·scale = −∞ rather than 0·(−∞) = NaN.
     if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
+#if SOFTCAP
+    scale_log2 = cap_log2;  // the scores become t = tanh(q·k·|scale| / c) (cap_scores), in units of c·log2 e
+#endif
     auto k_desc = [&](int st) { return smem_desc(&sm.k[st][0][0][0], 0); };
     auto v_desc = [&](int st) { return smem_desc(&sm.v[st][0][0][0], BLOCK_N * 128); };
 
@@ -937,6 +986,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         };
         auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
             const int kt = t.t0 + j;  // the key tile
+#if SOFTCAP
+            cap_scores(s, cap_mul);  // before the mask: masked keys get −∞ whatever the cap made of them
+#endif
             if ((kt + 1) * BLOCK_N > t.len_k || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
                 softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
             else

@@ -35,6 +35,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     FEW_KEYS_SCHEDULE, FEW_KEYS_TILES, MAX_SPLITS, check_seqlens_k,
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
+from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
                         validate_varlen)
@@ -385,7 +386,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
-           blocks_per_sm: int = 1, skip_past_end: bool | None = None) -> dict:
+           blocks_per_sm: int = 1, skip_past_end: bool | None = None, softcap: int = 0,
+           window: bool = False, sinks: bool = False) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -394,7 +396,9 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     split-KV block of a work tile may combine (None: the packed build, which has registers to
     spare; at D64 the prefill build's consumers spill with it); carry_pv: a work tile's last
     P·V issued with the next one's first S (None: carries_pv's rule); skip_past_end:
-    SKIP_ROWS_PAST_END (None: the module's default)."""
+    SKIP_ROWS_PAST_END (None: the module's default). The models' variants (stages/stage6_variants.py):
+    softcap 0, 1 or 2 (SOFTCAP: off, tanh.approx, tanh from ex2), window and sinks (WINDOW,
+    SINKS); each define is there only when on, so the build without any is the one before them."""
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -441,6 +445,10 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                ("O_TMA_STORE", int(tma)), ("CARRY_PV", int(carry)),
                ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)),
                ("BLOCKS_PER_SM", blocks_per_sm), ("SKIP_ROWS_PAST_END", int(SKIP_ROWS_PAST_END if skip_past_end is None else bool(skip_past_end))))
+    if softcap not in (0, 1, 2):
+        raise ValueError(f"softcap is the SOFTCAP build: 0 (off), 1 (tanh.approx) or 2 (tanh from ex2); got {softcap!r}")
+    defines += ((("SOFTCAP", int(softcap)),) if softcap else ()) + ((("WINDOW", 1),) if window else ()) \
+        + ((("SINKS", 1),) if sinks else ())
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -449,16 +457,19 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
                 q_stages: int | None = None, tma_store: bool | None = None,
-                carry_pv: bool | None = None, blocks_per_sm: int = 1) -> dict:
+                carry_pv: bool | None = None, blocks_per_sm: int = 1, softcap: int = 0,
+                window: bool = False, sinks: bool = False) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
-    lengths). Only sm_90a has the instructions; any other arch is refused."""
+    lengths; softcap, window, sinks: the models' variant builds, as config takes them). Only
+    sm_90a has the instructions; any other arch is refused."""
     if arch != ARCH:
         raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm)
+                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm,
+                 softcap=softcap, window=window, sinks=sinks)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -557,7 +568,7 @@ class _Plan:
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
                  "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_tma",
-                 "combine_in_block")
+                 "combine_in_block", "variant_args")
 
 
 _plans: dict = {}
@@ -566,7 +577,7 @@ _plans: dict = {}
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
                combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
-               skip_past_end=None) -> _Plan:
+               skip_past_end=None, variants: Variants = NO_VARIANTS) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -579,7 +590,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
     kernel_pdl, combine_pdl = pdl_launches(pdl)
     plan = _Plan()
-    plan.varlen = varlen is not None
+    plan.varlen, plan.variant_args = varlen is not None, None
     if varlen is None:
         scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
         B, H, Sq, D = q.shape
@@ -590,6 +601,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         B, H, Sq, D = varlen.n_seqs, q.shape[1], varlen.max_q, q.shape[3]
         Hk, Sk = k.shape[1], varlen.max_k
     _check_arch(q)
+    if variants.window is not None or variants.sinks:
+        raise NotImplementedError("stage 6 takes softcap= so far; window= and sinks= are not built yet")
     if Sq <= 1 and causal:
         # One query per sequence is its last position: bottom-right it sees every key (full
         # attention, which may be split), top-left only the first.
@@ -603,7 +616,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
-                 combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end)
+                 combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end,
+                 softcap=variants.softcap_build, window=variants.window is not None, sinks=variants.sinks)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -617,6 +631,10 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(G),
                  np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
                  np.int32(n), np.int32(per_split), np.int32(tail_heads))
+    # A variant build's own arguments (VARIANT_PARAMS), the sinks' pointer added per call (_launch)
+    win = finite_window(variants.window, Sq, Sk) if variants.window is not None else (Sk, Sq)
+    plan.variant_args = ((*softcap_args(variants, scale), np.int32(win[0]), np.int32(win[1]))
+                         if variants.any else None)
     rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
     block_rows = G * Sq if pack else cfg["block_m"]
@@ -637,6 +655,18 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     # last block resets it). One per stream: launches on two streams at once must not share one.
     plan.queues = {} if dict(cfg["defines"])["DYNAMIC_WORK"] else None
     return plan
+
+
+def softcap_args(variants: Variants, scale: float) -> tuple:
+    """The SOFTCAP build's cap_mul and cap_log2 (stages/stage6.cu: cap_scores): the raw product
+    q·k times cap_mul is tanh's argument (|scale| / c; for the ex2 form, SOFTCAP=2, times 2·log2 e),
+    and cap_log2 = c·log2 e the softmax's scale on t. Scale 0 gives cap_mul 0: every visible key the
+    same weight, as the reference gives. (1, 1) without a softcap (unread)."""
+    if variants.softcap is None:
+        return np.float32(1.0), np.float32(1.0)
+    c = variants.softcap
+    mul = abs(scale) / c * (2 * math.log2(math.e) if variants.softcap_build == 2 else 1.0)
+    return np.float32(mul), np.float32(c * math.log2(math.e))
 
 
 def _q_view(q, plan: _Plan):
@@ -671,7 +701,8 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True,
               seqlens_k=None, tiles=None, schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None,
               splits=None, pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None):
+              blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None, window=None, softcap=None,
+              sinks=None, softcap_tanh=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -702,8 +733,12 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     lib.inputs.refuse_grad); stages.autograd.attention(q, k, v, forward=6) adds stage 8's
     backward, from the log-sum-exp this forward writes: `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
     receives the rows' log-sum-exp (natural log, −∞ for a row that sees no key; the keys are
-    then never split)."""
+    then never split).
+    The models' variants (stages/stage6_variants.py, issue 51), each its own build of the kernel:
+    `softcap` (a finite c > 0: the scaled scores become c·tanh(s / c) before the mask, Gemma 2;
+    `softcap_tanh` "approx" or "exp2" picks the tanh, None SOFTCAP_TANH's rule per dtype)."""
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
+    variants = check_variants(q, window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh)
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     if lse is not None:
@@ -720,7 +755,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end)
+               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end, variants)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -736,7 +771,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
                           blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
-                          skip_past_end=skip_past_end)
+                          skip_past_end=skip_past_end, variants=variants)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -746,7 +781,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
             lse.fill_(-math.inf)  # no key: the log of an empty sum
         return trivial_output(q, k)
     used_k = check_seqlens_k(seqlens_k, q) if seqlens_k is not None else 0
-    return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse)
+    return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse, sinks)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
@@ -784,10 +819,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                    (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0), None)
 
 
-def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None):
+def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=None):
     """Run a plan on these tensors (same layout as it was made for): the kernel, and split-KV's
     combine. `seqs`: the kernel's cu_q, cu_k and used_k pointers (0: none); `lse`: the rows'
-    log-sum-exp tensor, or None."""
+    log-sum-exp tensor, or None; `sinks`: the sinks tensor of a SINKS build, or None."""
     if ptrs is not None:
         for i, t in enumerate((q, k, v)):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
@@ -799,7 +834,9 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None):
                           (*plan.maps[:3], plan.maps[3] if plan.o_tma else plan.maps[0], out.data_ptr(),
                            o_part, lse_part, *plan.args,
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device),
-                           counts, *seqs, 0 if lse is None else lse.data_ptr()))
+                           counts, *seqs, 0 if lse is None else lse.data_ptr(),
+                           *(() if plan.variant_args is None else
+                             (*plan.variant_args, 0 if sinks is None else sinks.data_ptr()))))
     if plan.combine_config is not None:
         nvrtc.launch_prepared(plan.combine, plan.combine_config,
                               (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits)))
