@@ -73,6 +73,13 @@
 //                       relative error up to 2^-11); 2: tanh from ex2 and rcp (two MUFU a score,
 //                       absolute error ~2^-22), for where the first's error, times c in the logit,
 //                       exceeds a 16-bit output's rounding.
+//        WINDOW         a sliding window (left, right): query i of a sequence, at key position
+//                       i + len_k − len_q (bottom-right), sees keys i + len_k − len_q − left …
+//                       i + len_k − len_q + right, within the causal mask if there is one. A
+//                       work tile's key tiles start at its first row's left edge and end at its
+//                       last row's right edge (work_tile), so a block's cost grows with the
+//                       window, not with the keys; a consumer stops at its own rows' right edge
+//                       (my_tiles); the tiles that cut a row's window mask per score (softmax).
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -135,6 +142,9 @@
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (see cap_scores)
 #endif
 static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx) or 2 (tanh from ex2)");
+#ifndef WINDOW
+#define WINDOW 0  // 1: a sliding window, win_left and win_right keys either side of a row's position (see work_tile)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -317,9 +327,13 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
 // recorded 3-6% slower at B1 H8 S512 and B16 H16 S2048 D64: 8a2314b's record against
 // 511f4c1's). Causal (stages/attention.cuh): query i of a
 // sequence sees its keys j <= i + diag, diag = 0 (top-left) or len_k − len_q (bottom-right).
+// WINDOW: win_left and win_right, finite (the host makes an unbounded side reach every key).
 struct Seqs {
     const int *cu_q, *cu_k, *used_k;
     int Sq, Sk, causal;
+#if WINDOW
+    int win_left, win_right;
+#endif
 };
 // Division by a number fixed for the launch (the splits, query blocks per head, heads, group) as a
 // multiply-high, an add and a shift (Granlund and Montgomery's magic number, exact for
@@ -388,8 +402,19 @@ __device__ __forceinline__ Work work_tile(int w, const WorkDivs<Div>& dv, const 
     const int rows_end = PACK_GQA ? t.len_q : min(t.q0 + BLOCK_M, t.len_q);  // one past the block's last query
     const int n_keys = rows_end <= t.q0 ? 0  // no query here (PACK_GQA: q0 = 0)
                        : sq.causal ? max(0, min(t.len_k, rows_end + t.diag)) : t.len_k;  // causal: none past the diagonal
+#if WINDOW
+    // The block's keys: from its first row's left edge to its last row's right edge (rows q0 …
+    // rows_end − 1 at key positions + len_k − len_q), within the causal ones; the key tiles
+    // before the first are skipped, and the splits (split-KV) divide the tiles from there on.
+    const int wdiag = t.len_k - t.len_q;
+    const int w_end = max(0, min(n_keys, rows_end + wdiag + sq.win_right));
+    const int first_tile = w_end == 0 ? 0 : max(0, t.q0 + wdiag - sq.win_left) / BLOCK_N;
+    t.t0 = first_tile + t.split * per_split;
+    t.n_tiles = max(0, min((w_end + BLOCK_N - 1) / BLOCK_N, t.t0 + per_split) - t.t0);
+#else
     t.t0 = t.split * per_split;
     t.n_tiles = max(0, min((n_keys + BLOCK_N - 1) / BLOCK_N, t.t0 + per_split) - t.t0);
+#endif
     return t;
 }
 
@@ -425,11 +450,12 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[
 // Thread t of warp w holds rows r0 = 16w + t/4 and r0 + 8 of its warpgroup's 64, columns
 // 8n + 2(t%4) and +1 of each 8-column slice n: s[4n], s[4n+1] in row r0, s[4n+2], s[4n+3] in
 // row r0 + 8. The four threads of a row combine with two shuffles. m holds each row's max of
-// the raw scores, l this thread's share of its row sum; `scale_log2` > 0.
+// the raw scores, l this thread's share of its row sum; `scale_log2` > 0. WINDOW: qpos holds each
+// row's last visible key (causal = true) and qlo its first.
 template <bool MASK>
 __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], int key0, const int (&qpos)[2], int Sk,
-                                             bool causal, float scale_log2) {
+                                             bool causal, float scale_log2, const int (&qlo)[2]) {
     const int lane = threadIdx.x % 32;
     if (MASK) {
         // Key key0 + 8n + 2(lane % 4) + (e & 1) is visible to a row of query position qpos when
@@ -438,11 +464,21 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
         const int first = key0 + 2 * (lane % 4);
         const int limit[2] = {(causal ? min(Sk - 1, qpos[0]) : Sk - 1) - first,
                               (causal ? min(Sk - 1, qpos[1]) : Sk - 1) - first};
+#if WINDOW
+        // and (WINDOW) >= qlo: a second compare per score, in the tiles that cut a window only
+        const int lowest[2] = {qlo[0] - first, qlo[1] - first};
+#pragma unroll
+        for (int n = 0; n < BLOCK_N / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (8 * n + (e & 1) > limit[e >> 1] || 8 * n + (e & 1) < lowest[e >> 1]) s[4 * n + e] = NEG_INF;
+#else
 #pragma unroll
         for (int n = 0; n < BLOCK_N / 8; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 if (8 * n + (e & 1) > limit[e >> 1]) s[4 * n + e] = NEG_INF;
+#endif
     }
     float mx[2] = {m[0], m[1]};
 #pragma unroll
@@ -603,7 +639,7 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
 // A build with a model variant takes its arguments after the others (cap_mul, cap_log2: see
 // cap_scores; win_left, win_right: the window, made finite by the host; sinks: float32 [H] or
 // null); a build without one has today's signature.
-#if SOFTCAP
+#if SOFTCAP || WINDOW
 #define VARIANT_PARAMS , float cap_mul, float cap_log2, int win_left, int win_right, const float* __restrict__ sinks
 #else
 #define VARIANT_PARAMS
@@ -616,7 +652,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, int tail_heads, long long* timeline,
                 int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k,
                 float* __restrict__ lse_out VARIANT_PARAMS) {
+#if WINDOW
+    const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal, win_left, win_right};
+#else
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
+#endif
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
     // work w = blockIdx.x, + gridDim.x, ...: the producer then fetches the next tile's Q and
@@ -970,8 +1010,26 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         // a row, except in a packed sequence's work tile past its end, where without a producer
         // it must still refill the ring: with a producer only.
         const bool past_end = SKIP_ROWS_PAST_END && WARP_SPECIALIZED && !PACK_GQA && first_row >= t.len_q;
+#if WINDOW
+        // WINDOW: a row's last key is the nearer of its causal diagonal and its window's right
+        // edge (qhi), its first its window's left edge (qlo), at key position qpos + len_k − len_q.
+        // Over the consumer's rows first_row … rows_end − 1 the lowest last key is its first
+        // row's (hi_first) and the highest first key its last row's (lo_last): a tile between the
+        // two, within the keys, needs no mask. The consumer's tiles end at its last row's last
+        // key (keys_end), counted from the work tile's first tile t0, where the window began.
+        const int wdiag = t.len_k - t.len_q;
+        const int qhi[2] = {causal ? min(qdiag[0], qpos[0] + wdiag + win_right) : qpos[0] + wdiag + win_right,
+                            causal ? min(qdiag[1], qpos[1] + wdiag + win_right) : qpos[1] + wdiag + win_right};
+        const int qlo[2] = {qpos[0] + wdiag - win_left, qpos[1] + wdiag - win_left};
+        const int hi_first = causal ? min(first_row + t.diag, first_row + wdiag + win_right) : first_row + wdiag + win_right;
+        const int lo_last = rows_end - 1 + wdiag - win_left;
+        const int keys_end = max(0, min(causal ? min(t.len_k, rows_end + t.diag) : t.len_k, rows_end + wdiag + win_right));
+        const int my_tiles = past_end ? 0 : WARP_SPECIALIZED
+            ? max(0, min(n_tiles, (keys_end + BLOCK_N - 1) / BLOCK_N - t.t0)) : n_tiles;
+#else
         const int my_tiles = past_end ? 0 : causal && WARP_SPECIALIZED
             ? min(n_tiles, (max(0, min(t.len_k, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
+#endif
         auto pass_on = [&](int cur, int turns) {
             for (int i = 0; PINGPONG && i < turns; ++i) {
                 take_turn(c);
@@ -989,10 +1047,17 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 #if SOFTCAP
             cap_scores(s, cap_mul);  // before the mask: masked keys get −∞ whatever the cap made of them
 #endif
-            if ((kt + 1) * BLOCK_N > t.len_k || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
-                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
+#if WINDOW
+            if ((kt + 1) * BLOCK_N > t.len_k || (kt + 1) * BLOCK_N - 1 > hi_first || kt * BLOCK_N < lo_last)
+                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qhi, t.len_k, true, scale_log2, qlo);
             else
-                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
+                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qhi, t.len_k, true, scale_log2, qlo);
+#else
+            if ((kt + 1) * BLOCK_N > t.len_k || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
+                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2, qdiag);
+            else
+                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2, qdiag);
+#endif
         };
 
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];

@@ -507,7 +507,7 @@ def _check_arch(q) -> None:
 
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
-           pack_gqa=None, blocks_per_sm=None) -> dict:
+           pack_gqa=None, blocks_per_sm=None, window=None) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
@@ -515,14 +515,20 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     splits_causal) and, when packed, the
     blocks per SM (shares_sms' rule unless `blocks_per_sm` is given; their tiles
     DECODE_SHARED_TILES unless `tiles` are given), or blocks without a producer
-    (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given)."""
+    (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given). `window`: the
+    kernel's finite (win_left, win_right) of a WINDOW call, whose work tiles read only the key
+    tiles their rows' windows reach (key_span): the splits are planned over those."""
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles, given_schedule = tiles is not None, schedule is not None
     few = not pack and not given_tiles and schedule is None and few_rows(B, H, Sq, sms)
     if few:
         tiles, schedule = FEW_ROWS_TILES[D], DECODE_SCHEDULE
     tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
-    key_tiles = (Sk + tiles[0] - 1) // tiles[0]
+
+    def key_span(tiles):  # the key tiles a work tile reads, at most
+        return window_span(Sq if pack else min(Sq, 64 * tiles[2]), Sk, tiles[0], window)
+
+    key_tiles = key_span(tiles)
     block_m = 64 * tiles[2]
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
@@ -530,7 +536,7 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
         schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms)
         short = None if pack or given_tiles else short_tiles(D, Sk, schedule, bool(causal))
         if short is not None:
-            tiles, key_tiles = short, (Sk + short[0] - 1) // short[0]
+            tiles, key_tiles = short, key_span(short)
             block_m = 64 * tiles[2]
             work = B * H * ((Sq + block_m - 1) // block_m)
     if pack and (H // Hk) * Sq > block_m:
@@ -546,18 +552,29 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     if (pack and not given_tiles and not given_schedule and blocks_per_sm is None
             and few_keys_per_block(D, -(-key_tiles // n))):
         tiles, schedule, blocks_per_sm = FEW_KEYS_TILES[D], FEW_KEYS_SCHEDULE, FEW_KEYS_BLOCKS
-        key_tiles = (Sk + tiles[0] - 1) // tiles[0]
+        key_tiles = key_span(tiles)
     if pack and blocks_per_sm is None:
         blocks_per_sm = 2 if schedule == DECODE_SCHEDULE and shares_sms(work, n, sms) else 1
     if pack and blocks_per_sm == 2 and not given_tiles:
         # the same blocks (the split count planned for one per SM), with the smaller ring
         tiles = DECODE_SHARED_TILES[D]
-        key_tiles = (Sk + tiles[0] - 1) // tiles[0]
+        key_tiles = key_span(tiles)
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
             "blocks_per_sm": blocks_per_sm or 1,
             "splits": -(-key_tiles // per_split), "per_split": per_split,
             "q_stages": q_stages_for(D, tiles, schedule, Sk, pack)}
+
+
+def window_span(rows: int, Sk: int, bn: int, window=None) -> int:
+    """The key tiles of bn keys a work tile of `rows` consecutive query positions reads: all
+    ceil(Sk / bn), or with a window (finite (left, right): stages/stage6_variants.finite_window)
+    those its rows' windows reach, rows + left + right keys starting anywhere in a tile (one tile
+    more), at most all."""
+    tiles = -(-Sk // bn)
+    if window is None:
+        return tiles
+    return min(tiles, -(-(rows + window[0] + window[1]) // bn) + 1)
 
 
 class _Plan:
@@ -601,8 +618,9 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         B, H, Sq, D = varlen.n_seqs, q.shape[1], varlen.max_q, q.shape[3]
         Hk, Sk = k.shape[1], varlen.max_k
     _check_arch(q)
-    if variants.window is not None or variants.sinks:
-        raise NotImplementedError("stage 6 takes softcap= so far; window= and sinks= are not built yet")
+    if variants.sinks:
+        raise NotImplementedError("stage 6 takes softcap= and window= so far; sinks= is not built yet")
+    win = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
     if Sq <= 1 and causal:
         # One query per sequence is its last position: bottom-right it sees every key (full
         # attention, which may be split), top-left only the first.
@@ -612,7 +630,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         return plan
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
-                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm)
+                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, window=win)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
@@ -632,8 +650,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                  np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
                  np.int32(n), np.int32(per_split), np.int32(tail_heads))
     # A variant build's own arguments (VARIANT_PARAMS), the sinks' pointer added per call (_launch)
-    win = finite_window(variants.window, Sq, Sk) if variants.window is not None else (Sk, Sq)
-    plan.variant_args = ((*softcap_args(variants, scale), np.int32(win[0]), np.int32(win[1]))
+    left, right = win or (Sk, Sq)  # no window: every key
+    plan.variant_args = ((*softcap_args(variants, scale), np.int32(left), np.int32(right))
                          if variants.any else None)
     rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
@@ -736,7 +754,11 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     then never split).
     The models' variants (stages/stage6_variants.py, issue 51), each its own build of the kernel:
     `softcap` (a finite c > 0: the scaled scores become c·tanh(s / c) before the mask, Gemma 2;
-    `softcap_tanh` "approx" or "exp2" picks the tanh, None SOFTCAP_TANH's rule per dtype)."""
+    `softcap_tanh` "approx" or "exp2" picks the tanh, None SOFTCAP_TANH's rule per dtype);
+    `window` (left, right), ints >= -1 (-1: unbounded): query i, at key position i + Sk − Sq,
+    sees keys i + Sk − Sq − left … i + Sk − Sq + right (FlashAttention's window_size; transformers'
+    sliding window of W keys is (W − 1, 0)), with `causal` the intersection; with seqlens_k, Sk is
+    each entry's own key count. Key tiles outside every row's window are skipped."""
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
     variants = check_variants(q, window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh)
     if attn_mask is not None:

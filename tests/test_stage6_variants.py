@@ -132,7 +132,7 @@ KNOWN_SPILLS = {(64, "softcap", 2): 24}  # bytes of stack, fp16 and bf16 alike: 
 
 
 VARIANT_BUILDS = [(D, dtype, name, value) for D in (64, 128) for dtype in (torch.float16, torch.bfloat16)
-                  for name, value in (("softcap", 1), ("softcap", 2))]
+                  for name, value in (("softcap", 1), ("softcap", 2), ("window", True))]
 
 
 def _variant_build(D, dtype, name, value):
@@ -199,3 +199,182 @@ def test_softcap_matches_reference(D, dtype, softcap_tanh, seed):
                 q = q * 4
                 _check(q, k, v, causal=causal, softcap=cap, softcap_tanh=softcap_tanh,
                        label=f"softcap {cap} ({softcap_tanh}) {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+
+
+# --------------------------------------------------------------------------------------------
+# WINDOW's tile ranges, in Python: stages/stage6.cu's integer logic (work_tile, my_tiles, the
+# softmax's MASK test) run over every row, against lib.reference's masks
+
+def _kernel_ranges(Sq, Sk, causal, window, bn, consumers, n_splits, per_split, pack=False):
+    """For each query row: the key tiles its consumer computes (t0 … t0 + my_tiles − 1, over the
+    splits) and, per tile, whether the softmax masks it; as stages/stage6.cu's WINDOW build works
+    them out (win_left, win_right finite, as finite_window makes them)."""
+    left, right = window
+    block_m = 64 * consumers
+    n_qb = 1 if pack else -(-Sq // block_m)
+    diag = Sk - Sq if causal == 2 else 0
+    wdiag = Sk - Sq
+    rows = {}
+    for qb in range(n_qb):
+        q0 = qb * block_m
+        rows_end_b = Sq if pack else min(q0 + block_m, Sq)
+        n_keys = 0 if rows_end_b <= q0 else (max(0, min(Sk, rows_end_b + diag)) if causal else Sk)
+        w_end = max(0, min(n_keys, rows_end_b + wdiag + right))
+        first_tile = 0 if w_end == 0 else max(0, q0 + wdiag - left) // bn
+        for split in range(n_splits):
+            t0 = first_tile + split * per_split
+            n_tiles = max(0, min(-(-w_end // bn), t0 + per_split) - t0)
+            for c in range(1 if pack else consumers):
+                first_row = 0 if pack else q0 + 64 * c
+                rows_end = Sq if pack else first_row + 64
+                if not pack and first_row >= Sq:
+                    continue  # past_end: my_tiles 0
+                hi_first = min(first_row + diag, first_row + wdiag + right) if causal else first_row + wdiag + right
+                lo_last = rows_end - 1 + wdiag - left
+                keys_end = max(0, min(min(Sk, rows_end + diag) if causal else Sk, rows_end + wdiag + right))
+                my_tiles = max(0, min(n_tiles, -(-keys_end // bn) - t0))
+                for i in range(first_row, min(rows_end, Sq)):
+                    for j in range(my_tiles):
+                        kt = t0 + j
+                        masked = (kt + 1) * bn > Sk or (kt + 1) * bn - 1 > hi_first or kt * bn < lo_last
+                        rows.setdefault(i, {})[kt] = masked
+    return rows
+
+
+WINDOW_CASES = [  # Sq, Sk, causal (kernel mode), (left, right) as given
+    (129, 77, 0, (5, 3)), (300, 1000, 0, (100, 0)), (1000, 300, 2, (64, -1)), (257, 257, 1, (0, 0)),
+    (1, 333, 0, (40, 0)), (500, 700, 1, (200, 50)), (700, 500, 2, (-1, 7)), (64, 4096, 0, (1000, 1000)),
+    (300, 300, 0, (5000, 5000)), (200, 900, 2, (3, -1)), (5, 2000, 2, (511, 0)), (390, 390, 0, (-1, 0))]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: f"{c[0]}x{c[1]}-c{c[2]}-w{c[3][0]}_{c[3][1]}")
+def test_window_tiles_cover_every_visible_key_and_skip_the_rest(case):
+    """Every key a row sees (window ∩ causal, lib.reference) lies in a tile its consumer computes,
+    and in a masked tile if the row does not see every key of it; the tiles computed for a block
+    are those its rows' windows reach, plus at most the one tile on either side their rounding
+    takes; the host's window_span holds them, so no split cuts any off."""
+    from lib.reference import causal_mask, window_mask
+    Sq, Sk, causal, window = case
+    win = sv.finite_window(window, Sq, Sk)
+    allowed = window_mask(Sq, Sk, window, "cpu")
+    if causal:
+        allowed &= causal_mask(Sq, Sk, "cpu", "bottom_right" if causal == 2 else True)
+    for bn, consumers, pack in ((128, 3, False), (128, 2, False), (176, 2, False), (64, 1, False), (128, 1, True)):
+        if pack and Sq > 64:
+            continue
+        span = s6.window_span(Sq if pack else min(Sq, 64 * consumers), Sk, bn, win)
+        for n_splits in (1, 2, 3):
+            per_split = -(-span // n_splits)
+            rows = _kernel_ranges(Sq, Sk, causal, win, bn, consumers, n_splits, per_split, pack)
+            for i in range(Sq):
+                seen = allowed[i].nonzero().flatten().tolist()
+                tiles = rows.get(i, {})
+                for j in seen:
+                    assert j // bn in tiles, (case, bn, consumers, n_splits, i, j)
+                for kt, masked in tiles.items():
+                    keys = allowed[i, kt * bn:(kt + 1) * bn]
+                    if not masked:
+                        assert keys.all() and (kt + 1) * bn <= Sk, (case, bn, i, kt)
+            # no tile beyond what the block's rows reach, rounded out to whole tiles
+            for i, tiles in rows.items():
+                vis = allowed[i].nonzero().flatten()
+                if len(vis) and len(tiles):
+                    assert min(tiles) >= 0 and max(tiles) <= -(-Sk // bn) - 1
+
+
+def test_window_span_bounds_the_work():
+    """A sliding window of 4096 keys at S 32768 reads about 4096 / S of the keys per work tile."""
+    win = sv.finite_window((4095, 0), 32768, 32768)
+    assert s6.window_span(192, 32768, 128, win) == -(-(192 + 4095) // 128) + 1 == 35
+    assert s6.window_span(192, 32768, 128, None) == 256
+    assert s6.window_span(1, 300, 128, sv.finite_window((-1, -1 + 1), 1, 300)) == 3  # wider than Sk: all
+
+
+def test_window_plan_and_launch_on_the_cpu(monkeypatch):
+    built, launched = _plan_env(monkeypatch)
+    q, k, v = _qkv(Sq=70, Sk=900)
+    s6.attention(q, k, v, window=(99, 0))
+    assert built[-1]["WINDOW"] == 1 and "SOFTCAP" not in built[-1]
+    left, right, sinks = launched[-1][1][-3:]
+    assert (int(left), int(right), sinks) == (99, 0, 0)
+    s6.attention(q, k, v, window=(-1, 5), causal=True)
+    assert [int(x) for x in launched[-1][1][-3:-1]] == [900, 5]  # unbounded left: every key
+    s6.attention(q, k, v, window=(-1, -1))  # no bound at all: the build without a window
+    assert "WINDOW" not in built[-1]
+    # decoding against a long cache with a window: the splits are planned over the window's tiles
+    q1, k1, v1 = make_qkv(1, 8, 1, 64, Sk=32768, Hkv=1, dtype=torch.bfloat16, device="cpu")
+    launched.clear()
+    s6.attention(q1, k1, v1)
+    N_SPLITS, PER_SPLIT = 14, 15  # after 4 maps, out, o_part, lse_part, Sq, Sk, H, G, scale, causal, n_work
+    full = int(launched[0][1][N_SPLITS])
+    launched.clear()
+    s6.attention(q1, k1, v1, window=(4095, 0))
+    n, per_split = int(launched[0][1][N_SPLITS]), int(launched[0][1][PER_SPLIT])
+    span = s6.window_span(1, 32768, s6.DECODE_TILES[64][0], (4095, 0))
+    assert span == 33 and n * per_split >= span and (n - 1) * per_split < span and n <= full, (n, per_split, full)
+
+
+@pytest.mark.parametrize("bad", [(1,), (1, 2, 3), (-2, 0), (0, -5), (1.5, 0), (True, 0), "ab", 7, {1: 2}])
+def test_window_refused_unless_a_pair_of_ints(bad):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="window must be a pair"):
+        s6.attention(q, k, v, window=bad)
+
+
+# windows: narrower than a tile, one side only, both sides, wider than every sequence
+WINDOWS = [(0, 0), (5, 3), (63, 0), (100, -1), (-1, 7), (300, 50), (5000, 5000)]
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("D", [64, 128])
+def test_window_matches_reference(D, dtype, seed):
+    for window in WINDOWS:
+        for B, H, Hkv, Sq, Sk in ODD_SHAPES:
+            for causal in CAUSALS:
+                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
+                _check(q, k, v, causal=causal, window=window,
+                       label=f"window {window} {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("schedule", list(s6.ALL_SCHEDULES))
+@pytest.mark.parametrize("D", [64, 128])
+def test_window_every_schedule(schedule, D, seed):
+    """Each schedule is a build of its own (producer or none, ping-pong, persistent blocks, the
+    work queue): the window's tile ranges and masks in each."""
+    for B, H, Hkv, Sq, Sk in [(2, 4, 2, 700, 900), (3, 2, 1, 1000, 300)]:
+        for causal in CAUSALS:
+            for window in [(40, 0), (200, 30)]:
+                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.bfloat16, seed=seed)
+                _check(q, k, v, causal=causal, window=window, schedule=schedule,
+                       label=f"window {window} {schedule} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_window_decoding_split_and_packed(D, seed):
+    """Decoding against a long cache with a sliding window: packed GQA, the keys split over the
+    window's tiles only (split-KV's combine in the block and as a kernel), one query and a few."""
+    for B, H, Hkv, Sq, Sk in [(1, 32, 8, 1, 5000), (2, 8, 1, 4, 3001), (3, 6, 2, 1, 129)]:
+        for window in [(1023, 0), (0, 0), (100, 100), (4999, 0)]:
+            for opts in ({}, {"splits": 4}, {"splits": 3, "combine_in_block": False}, {"pack_gqa": False}):
+                for causal in (False, "bottom_right"):
+                    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.float16, seed=seed)
+                    _check(q, k, v, causal=causal, window=window, **opts,
+                           label=f"decode window {window} {opts} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_window_and_softcap_together(D, seed):
+    for dtype in (torch.float16, torch.bfloat16):
+        for B, H, Hkv, Sq, Sk in ODD_SHAPES[:3]:
+            for causal in CAUSALS:
+                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
+                _check(q * 4, k, v, causal=causal, window=(37, 0), softcap=5.0,
+                       label=f"window+softcap {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
