@@ -80,6 +80,12 @@
 //                       last row's right edge (work_tile), so a block's cost grows with the
 //                       window, not with the keys; a consumer stops at its own rows' right edge
 //                       (my_tiles); the tiles that cut a row's window mask per score (softmax).
+//        SINKS          gpt-oss's attention sinks: one logit σ_h per query head (sinks, float32
+//                       [H], natural units, neither scaled nor capped) joins each row's softmax
+//                       denominator, none of its numerators: at the end of a work tile the row
+//                       sum l gets 2^(σ·log2 e − base) (close_rows), O is divided by the larger
+//                       sum and the log-sum-exp the kernel writes includes it. One block per row's
+//                       keys only (n_splits = 1: the host does not split a call with sinks).
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -144,6 +150,9 @@
 static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx) or 2 (tanh from ex2)");
 #ifndef WINDOW
 #define WINDOW 0  // 1: a sliding window, win_left and win_right keys either side of a row's position (see work_tile)
+#endif
+#ifndef SINKS
+#define SINKS 0  // 1: a logit per query head in each row's softmax denominator (see close_rows)
 #endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
@@ -639,7 +648,7 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
 // A build with a model variant takes its arguments after the others (cap_mul, cap_log2: see
 // cap_scores; win_left, win_right: the window, made finite by the host; sinks: float32 [H] or
 // null); a build without one has today's signature.
-#if SOFTCAP || WINDOW
+#if SOFTCAP || WINDOW || SINKS
 #define VARIANT_PARAMS , float cap_mul, float cap_log2, int win_left, int win_right, const float* __restrict__ sinks
 #else
 #define VARIANT_PARAMS
@@ -797,6 +806,33 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     };
     // A row's sum l (this thread's share) and max m → 1 / l and its log2-sum-exp, base + log2(l)
     // (the softmax's base is max·scale_log2), which split-KV's combine weighs by.
+#if SINKS
+    // SINKS: the row's sink σ (of its query head, read here at the work tile's end rather than
+    // held in registers through it) joins the sum: l + 2^(σ·log2 e − base) with base =
+    // m·scale_log2, the units l is kept in; the log-sum-exp, log2(2^base·l + 2^(σ·log2 e)), from
+    // the larger of the two so that neither overflows. A row that saw no key: O = 0 (as without
+    // sinks, and as the reference gives), its log-sum-exp the sink's alone. Split-KV blocks
+    // (n_splits > 1; not launched with sinks) leave it out: the combine would count it per split.
+    auto close_rows = [&](float (&l)[2], const float (&m)[2], float (&inv_l)[2], float (&lse)[2], const Work& t) {
+        int sq_pos[2], sq_head[2];
+        bool sq_valid[2];
+        rows_of(t, sq_pos, sq_head, sq_valid);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            const float sink = sinks != nullptr && sq_valid[r] && n_splits == 1 ? __ldg(sinks + sq_head[r]) * LOG2E : NEG_INF;
+            if (m[r] == NEG_INF) {
+                lse[r] = sink;
+                inv_l[r] = 0.0f;
+            } else {
+                const float base = m[r] * scale_log2, top = fmaxf(base, sink);
+                lse[r] = top + __log2f(l[r] * fast_exp2(base - top) + fast_exp2(sink - top));
+                inv_l[r] = fast_rcp(l[r] + fast_exp2(sink - base));  // 2^(…) = +∞: 0, the sink takes all
+            }
+        }
+    };
+#else
     auto close_rows = [&](float (&l)[2], const float (&m)[2], float (&inv_l)[2], float (&lse)[2]) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -806,6 +842,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             inv_l[r] = l[r] > 0.0f ? fast_rcp(l[r]) : 0.0f;  // no key seen: zeros, as SDPA gives
         }
     };
+#endif
 
     // ---- the end of work tile w (the block's count-th): O / l out, rows that do not exist
     // clipped; 4-byte stores of two elements. With n_splits > 1, this block's share in fp32
@@ -1143,7 +1180,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 #if CARRY_PV
             // The last P·V waits for the next work tile's first turn (or the one after the loop).
             if (my_tiles > 1) rescale(o, alpha);
+#if SINKS
+            close_rows(l, m, pend_inv_l, pend_lse, t);
+#else
             close_rows(l, m, pend_inv_l, pend_lse);
+#endif
             pend = true, pend_fresh = my_tiles == 1, pend_pos = last, pend_w = w;
             for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, TILE_TURNS);  // the tiles above: their turns
 #else
@@ -1202,7 +1243,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (!pend) {  // finished now (with CARRY_PV, a tile whose rows saw no key)
             if (my_tiles == 0) zero_o();  // no P·V wrote O: zeros, as SDPA gives
             float inv_l[2], lse[2];
+#if SINKS
+            close_rows(l, m, inv_l, lse, t);
+#else
             close_rows(l, m, inv_l, lse);
+#endif
             finish(w, count, inv_l, lse);
         }
     }

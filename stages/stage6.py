@@ -618,8 +618,10 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         B, H, Sq, D = varlen.n_seqs, q.shape[1], varlen.max_q, q.shape[3]
         Hk, Sk = k.shape[1], varlen.max_k
     _check_arch(q)
-    if variants.sinks:
-        raise NotImplementedError("stage 6 takes softcap= and window= so far; sinks= is not built yet")
+    if variants.sinks and splits not in (None, 1):
+        raise NotImplementedError(f"stage 6 does not split the keys (split-KV) of a call with sinks: each row's sink "
+                                  f"joins its one block's sum (stages/stage6.cu: close_rows), which split-KV's "
+                                  f"combine would count once per split; pass splits=None or 1, got {splits!r}")
     win = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
     if Sq <= 1 and causal:
         # One query per sequence is its last position: bottom-right it sees every key (full
@@ -628,6 +630,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.trivial = B * H * Sq == 0 or Sk == 0  # no queries, or no keys: what SDPA returns
     if plan.trivial:
         return plan
+    if variants.sinks:
+        splits = 1  # the sink joins the one block's sum
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
                 splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, window=win)
@@ -755,6 +759,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     The models' variants (stages/stage6_variants.py, issue 51), each its own build of the kernel:
     `softcap` (a finite c > 0: the scaled scores become c·tanh(s / c) before the mask, Gemma 2;
     `softcap_tanh` "approx" or "exp2" picks the tanh, None SOFTCAP_TANH's rule per dtype);
+    `sinks` (a contiguous float32 [H] tensor on q's device: one logit per query head in every row's
+    softmax denominator, gpt-oss; the keys are then never split, and `lse` includes the sink);
     `window` (left, right), ints >= -1 (-1: unbounded): query i, at key position i + Sk − Sq,
     sees keys i + Sk − Sq − left … i + Sk − Sq + right (FlashAttention's window_size; transformers'
     sliding window of W keys is (W − 1, 0)), with `causal` the intersection; with seqlens_k, Sk is
@@ -801,6 +807,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     if plan.trivial:
         if lse is not None:
             lse.fill_(-math.inf)  # no key: the log of an empty sum
+            if sinks is not None:
+                lse.copy_(sinks[None, :, None].expand_as(lse))  # the sink's term alone
         return trivial_output(q, k)
     used_k = check_seqlens_k(seqlens_k, q) if seqlens_k is not None else 0
     return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse, sinks)

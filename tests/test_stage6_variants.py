@@ -132,7 +132,7 @@ KNOWN_SPILLS = {(64, "softcap", 2): 24}  # bytes of stack, fp16 and bf16 alike: 
 
 
 VARIANT_BUILDS = [(D, dtype, name, value) for D in (64, 128) for dtype in (torch.float16, torch.bfloat16)
-                  for name, value in (("softcap", 1), ("softcap", 2), ("window", True))]
+                  for name, value in (("softcap", 1), ("softcap", 2), ("window", True), ("sinks", True))]
 
 
 def _variant_build(D, dtype, name, value):
@@ -167,6 +167,60 @@ def test_switches_off_are_the_build_without_them(D):
     off = nvrtc.compile_stage(s6.SOURCE, arch=s6.ARCH, dtype=torch.float16, head_dim=D,
                               defines={**defines, **{n: 0 for n in VARIANT_DEFINES}})
     assert sass_text(plain.cubin) == sass_text(off.cubin)
+
+
+def _sinks(H, device="cpu"):
+    return torch.randn(H, dtype=torch.float32, device=device) * 2
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda q: torch.zeros(q.shape[1], dtype=torch.float16), "float16"),
+    (lambda q: torch.zeros(q.shape[1] + 1), "shape"),
+    (lambda q: torch.zeros(q.shape[1], 2)[:, 0], "non-contiguous"),
+    (lambda q: torch.zeros(1, q.shape[1]), "2-D"),
+    (lambda q: [0.0] * q.shape[1], "a list"),
+    (lambda q: torch.zeros(q.shape[1], device="meta"), "another device"),
+])
+def test_sinks_refused_unless_float32_h_on_qs_device(make, what):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="sinks must be a contiguous float32 tensor of shape"):
+        s6.attention(q, k, v, sinks=make(q))
+
+
+def test_sinks_that_require_grad_refused():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="require grad"):
+        s6.attention(q, k, v, sinks=torch.zeros(q.shape[1], requires_grad=True))
+
+
+def test_sinks_plan_and_launch_on_the_cpu(monkeypatch):
+    """A call with sinks: the SINKS build, the sinks' pointer as the last argument (a new tensor
+    of the same shape reuses the plan), never split; asking for splits is refused."""
+    built, launched = _plan_env(monkeypatch)
+    q, k, v = make_qkv(1, 32, 1, 64, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")  # decoding: would split
+    s6.attention(q, k, v)
+    assert int(launched[-1][1][14]) > 1  # n_splits without sinks
+    sinks = _sinks(32)
+    s6.attention(q, k, v, sinks=sinks)
+    assert built[-1]["SINKS"] == 1 and "WINDOW" not in built[-1] and "SOFTCAP" not in built[-1]
+    params = launched[-1][1]
+    assert int(params[14]) == 1 and params[-1] == sinks.data_ptr()
+    n_plans, other = len(s6._plans), _sinks(32)
+    s6.attention(q, k, v, sinks=other)
+    assert len(s6._plans) == n_plans and launched[-1][1][-1] == other.data_ptr()
+    with pytest.raises(NotImplementedError, match="split"):
+        s6.attention(q, k, v, sinks=sinks, splits=4)
+    s6.attention(q, k, v, sinks=sinks, window=(99, 0), softcap=30.0)
+    assert {n: built[-1][n] for n in VARIANT_DEFINES} == {"SOFTCAP": sv.SOFTCAP_TANH[torch.bfloat16], "WINDOW": 1, "SINKS": 1}
+
+
+def test_sinks_without_keys_give_zeros_and_the_sinks_lse(monkeypatch):
+    _plan_env(monkeypatch)
+    q, _, _ = _qkv(B=2, H=4, Sq=5)
+    k = v = torch.zeros(2, 2, 0, 64, dtype=torch.float16)
+    sinks, lse = _sinks(4), torch.empty(2, 4, 5)
+    out = s6.attention(q, k, v, sinks=sinks, lse=lse)
+    assert out.abs().max() == 0 and torch.equal(lse, sinks[None, :, None].expand(2, 4, 5))
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,3 +432,77 @@ def test_window_and_softcap_together(D, seed):
                 q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
                 _check(q * 4, k, v, causal=causal, window=(37, 0), softcap=5.0,
                        label=f"window+softcap {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+
+
+def _reference_lse(q, k, *, causal=False, window=None, softcap=None, sinks=None):
+    """Each row's natural log-sum-exp over its visible keys' scores and its sink, in float64: what
+    stage 6 writes to `lse` (−∞ for a row with neither)."""
+    from lib.reference import causal_mask, window_mask
+    G = q.shape[1] // k.shape[1]
+    kk = k.double().repeat_interleave(G, dim=1)
+    s = q.double() @ kk.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    Sq, Sk = q.shape[2], k.shape[2]
+    allowed = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device)
+    if causal:
+        allowed &= causal_mask(Sq, Sk, q.device, causal)
+    if window is not None:
+        allowed &= window_mask(Sq, Sk, window, q.device)
+    s = s.masked_fill(~allowed, -math.inf)
+    if sinks is not None:
+        s = torch.cat([s, sinks.double()[None, :, None, None].expand(q.shape[0], -1, Sq, 1)], dim=-1)
+    return torch.logsumexp(s, dim=-1)
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("D", [64, 128])
+def test_sinks_match_reference_with_their_lse(D, dtype, seed):
+    """Sinks near the rows' largest scores (they take real weight) and far below (no effect) and
+    above (most weight): the output by the error rule, the lse within float32's rounding."""
+    g = torch.Generator().manual_seed(seed)
+    for B, H, Hkv, Sq, Sk in ODD_SHAPES:
+        for causal in CAUSALS:
+            for offset in (1.0, -30.0, 6.0):
+                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
+                sinks = (torch.rand(H, generator=g) * 2 + offset).cuda()
+                lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+                label = f"sinks +{offset} {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}"
+                _check(q, k, v, causal=causal, sinks=sinks, lse=lse, label=label)
+                want = _reference_lse(q, k, causal=causal, sinks=sinks)
+                assert torch.isfinite(lse).all() and (lse.double() - want).abs().max() < 1e-3, label
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_all_three_together_every_schedule_and_decoding(D, seed):
+    """Softcap, window and sinks in one build, on every schedule, and decoding (packed, unsplit)."""
+    for schedule in [None, *s6.ALL_SCHEDULES]:
+        for B, H, Hkv, Sq, Sk in [(2, 4, 2, 700, 900), (3, 2, 1, 1000, 300), (2, 32, 8, 1, 3000), (1, 8, 1, 5, 777)]:
+            if schedule is not None and Sq <= 5:
+                continue
+            for causal in CAUSALS:
+                for dtype in (torch.float16, torch.bfloat16):
+                    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
+                    sinks = (torch.rand(H, device=q.device) * 2 + 4.0)
+                    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+                    label = f"all three {schedule} {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}"
+                    kw = dict(window=(200, 3), softcap=5.0, sinks=sinks)
+                    _check(q * 3, k, v, causal=causal, lse=lse, schedule=schedule, label=label, **kw)
+                    want = _reference_lse(q * 3, k, causal=causal, **kw)
+                    assert (lse.double() - want).abs().max() < 1e-2, label
+
+
+@gpu
+@on_hopper
+def test_sinks_rows_without_keys(seed):
+    """Bottom-right with Sq > Sk and a window: rows that see no key give zeros, their lse the sink."""
+    for D in (64, 128):
+        q, k, v = make_qkv(2, 4, 300, D, Sk=100, Hkv=2, dtype=torch.bfloat16, seed=seed)
+        sinks = torch.randn(4, device=q.device)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        _check(q, k, v, causal="bottom_right", window=(10, 0), sinks=sinks, lse=lse, label=f"D{D} seed {seed}")
+        assert torch.allclose(lse[:, :, :200], sinks[None, :, None].expand(2, 4, 200))
