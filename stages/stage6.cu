@@ -66,8 +66,8 @@
 //        BLOCKS_PER_SM  2: two such blocks (one consumer each, a smaller ring) share an SM, so
 //                       one streams K and V while the other starts or ends.
 //   7. The models' variants (issue 51), each a compile-time switch whose build without it (0, the
-//      default) is the kernel above, unchanged; a build with one takes four more arguments
-//      (VARIANT_PARAMS: softcap, win_left, win_right, sinks), every other build none:
+//      default) is the kernel above, unchanged; a build with any takes five more arguments
+//      (VARIANT_PARAMS: cap_mul, cap_log2, win_left, win_right, sinks), every other build none:
 //        SOFTCAP        Gemma 2's logit softcapping: the scaled scores s become c·tanh(s / c)
 //                       before the mask (cap_scores). 1: tanh.approx.f32 (one MUFU.TANH a score,
 //                       relative error up to 2^-11); 2: tanh from ex2 and rcp (two MUFU a score,
@@ -84,8 +84,9 @@
 //                       [H], natural units, neither scaled nor capped) joins each row's softmax
 //                       denominator, none of its numerators: at the end of a work tile the row
 //                       sum l gets 2^(σ·log2 e − base) (close_rows), O is divided by the larger
-//                       sum and the log-sum-exp the kernel writes includes it. One block per row's
-//                       keys only (n_splits = 1: the host does not split a call with sinks).
+//                       sum and the log-sum-exp the kernel writes includes it. Split-KV: the
+//                       split blocks leave it out and the combine (combine_part, or the combine
+//                       kernel) adds it once, as one more partial whose O is zero.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -595,11 +596,15 @@ __device__ __forceinline__ void release_q(Smem& sm, int qs) { mbar_arrive(&sm.q_
 // splits for the whole work tile. (Before, one warp per row read a row's log2-sum-exps, then its
 // partial rows, one row after another: at B1 H8/1 D64, 8 rows on 4 warps, four round trips.)
 // Rows are read from L2 (__ldcg): other SMs wrote them.
+// SINKS: the row's sink (sink_log2 = σ·log2 e, −∞ for none) is one more partial, of weight
+// 2^(sink_log2 − max) and O zero: the running max and weight start from it.
 __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                                             elem_t* __restrict__ out, size_t row, int col, int n_splits) {
+                                             elem_t* __restrict__ out, size_t row, int col, int n_splits,
+                                             float sink_log2 = NEG_INF) {
     const float* const lse = lse_part + row * n_splits;
     const float* const o = o_part + row * n_splits * D + col;
-    float mx = NEG_INF, wsum = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float mx = SINKS ? sink_log2 : NEG_INF, wsum = SINKS && sink_log2 != NEG_INF ? 1.0f : 0.0f;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int i0 = 0; i0 < n_splits; i0 += 8) {
         float l[8];
         float4 part[8];
@@ -812,7 +817,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     // m·scale_log2, the units l is kept in; the log-sum-exp, log2(2^base·l + 2^(σ·log2 e)), from
     // the larger of the two so that neither overflows. A row that saw no key: O = 0 (as without
     // sinks, and as the reference gives), its log-sum-exp the sink's alone. Split-KV blocks
-    // (n_splits > 1; not launched with sinks) leave it out: the combine would count it per split.
+    // (n_splits > 1) leave it out: the combine adds it once (combine_part, attention_combine_splits).
     auto close_rows = [&](float (&l)[2], const float (&m)[2], float (&inv_l)[2], float (&lse)[2], const Work& t) {
         int sq_pos[2], sq_head[2];
         bool sq_valid[2];
@@ -939,7 +944,12 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                     if (qp >= t.len_q) continue;
                     const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qp) * H + hd
                                                                : ((size_t)t.b * H + hd) * Sq + qp;
+#if SINKS
+                    combine_part(o_part, lse_part, out, row, 4 * (p % (D / 4)), n_splits,
+                                 sinks != nullptr ? __ldg(sinks + hd) * LOG2E : NEG_INF);
+#else
                     combine_part(o_part, lse_part, out, row, 4 * (p % (D / 4)), n_splits);
+#endif
                 }
             }
         }
@@ -1265,9 +1275,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 // in shared memory. (One warp walking all 128 splits of a row waited 128 L2 round trips, and
 // decoding has few rows: B1 H8 Sq1 is 8 rows, so that wait was the whole kernel.)
 constexpr int MAX_SPLITS = 128;
+// SINKS: the row's sink joins as one more partial of O zero (sinks, float32 [H]; the row's head is
+// row % H for packed sequences' [total_q, H] rows, else (row / Sq) % H of [B, H, Sq]).
+#if SINKS
+#define COMBINE_SINK_PARAMS , const float* __restrict__ sinks, int H, int Sq, int rows_by_token
+#else
+#define COMBINE_SINK_PARAMS
+#endif
 extern "C" __global__ void __launch_bounds__(128)
 attention_combine_splits(const float* __restrict__ o_part, const float* __restrict__ lse_part, elem_t* __restrict__ out,
-                         int rows, int n_splits) {
+                         int rows, int n_splits COMBINE_SINK_PARAMS) {
     constexpr int COLS = D / 32;
     __shared__ float sums[4][D];
     __shared__ float lse_s[MAX_SPLITS];
@@ -1285,6 +1302,10 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
     if (lane == 0) sums[warp][0] = mx;
     __syncthreads();
     mx = fmaxf(fmaxf(sums[0][0], sums[1][0]), fmaxf(sums[2][0], sums[3][0]));
+#if SINKS
+    const float sink = sinks != nullptr ? __ldg(sinks + (rows_by_token ? row % H : (row / Sq) % H)) * LOG2E : NEG_INF;
+    mx = fmaxf(mx, sink);
+#endif
     if (mx == NEG_INF) mx = 0.0f;  // no split saw a key (not launched so): weights 0, output 0
     __syncthreads();               // sums[·][0] is read: it may be overwritten now
     float acc[COLS] = {}, wsum = 0.0f;
@@ -1305,7 +1326,11 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
     __shared__ float wsums[4];  // each warp's share of the weights (the same in all its lanes)
     if (lane == 0) wsums[warp] = wsum;
     __syncthreads();
+#if SINKS
+    const float inv_total = 1.0f / fmaxf(wsums[0] + wsums[1] + wsums[2] + wsums[3] + exp2f(sink - mx), 1e-30f);
+#else
     const float inv_total = 1.0f / fmaxf(wsums[0] + wsums[1] + wsums[2] + wsums[3], 1e-30f);
+#endif
     if (warp == 0) {
         elem_t* const dst = out + (size_t)row * D + lane * COLS;
 #pragma unroll

@@ -35,7 +35,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     FEW_KEYS_SCHEDULE, FEW_KEYS_TILES, MAX_SPLITS, check_seqlens_k,
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
-from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window
+from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
                         validate_varlen)
@@ -507,7 +507,7 @@ def _check_arch(q) -> None:
 
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
-           pack_gqa=None, blocks_per_sm=None, window=None) -> dict:
+           pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
@@ -515,15 +515,20 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     splits_causal) and, when packed, the
     blocks per SM (shares_sms' rule unless `blocks_per_sm` is given; their tiles
     DECODE_SHARED_TILES unless `tiles` are given), or blocks without a producer
-    (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given). `window`: the
-    kernel's finite (win_left, win_right) of a WINDOW call, whose work tiles read only the key
-    tiles their rows' windows reach (key_span): the splits are planned over those."""
+    (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given). `variants`: the
+    call's model variants (stages/stage6_variants.py): with a window, work tiles read only the key
+    tiles their rows' windows reach (key_span), and the splits are planned over those; tiles not
+    given lose a consumer or their 176-key width where the variants' registers would spill
+    (variant_tiles)."""
+    window = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles, given_schedule = tiles is not None, schedule is not None
     few = not pack and not given_tiles and schedule is None and few_rows(B, H, Sq, sms)
     if few:
         tiles, schedule = FEW_ROWS_TILES[D], DECODE_SCHEDULE
     tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
+    if not given_tiles:
+        tiles = variant_tiles(tiles, variants)
 
     def key_span(tiles):  # the key tiles a work tile reads, at most
         return window_span(Sq if pack else min(Sq, 64 * tiles[2]), Sk, tiles[0], window)
@@ -536,6 +541,7 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
         schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms)
         short = None if pack or given_tiles else short_tiles(D, Sk, schedule, bool(causal))
         if short is not None:
+            short = variant_tiles(short, variants)
             tiles, key_tiles = short, key_span(short)
             block_m = 64 * tiles[2]
             work = B * H * ((Sq + block_m - 1) // block_m)
@@ -585,7 +591,7 @@ class _Plan:
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
                  "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_tma",
-                 "combine_in_block", "variant_args")
+                 "combine_in_block", "variant_args", "combine_sink_args")
 
 
 _plans: dict = {}
@@ -607,7 +613,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
     kernel_pdl, combine_pdl = pdl_launches(pdl)
     plan = _Plan()
-    plan.varlen, plan.variant_args = varlen is not None, None
+    plan.varlen, plan.variant_args, plan.combine_sink_args = varlen is not None, None, None
     if varlen is None:
         scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
         B, H, Sq, D = q.shape
@@ -618,11 +624,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         B, H, Sq, D = varlen.n_seqs, q.shape[1], varlen.max_q, q.shape[3]
         Hk, Sk = k.shape[1], varlen.max_k
     _check_arch(q)
-    if variants.sinks and splits not in (None, 1):
-        raise NotImplementedError(f"stage 6 does not split the keys (split-KV) of a call with sinks: each row's sink "
-                                  f"joins its one block's sum (stages/stage6.cu: close_rows), which split-KV's "
-                                  f"combine would count once per split; pass splits=None or 1, got {splits!r}")
-    win = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
+    win = finite_window(variants.window, Sq, Sk) if variants.window is not None else None  # the kernel's
     if Sq <= 1 and causal:
         # One query per sequence is its last position: bottom-right it sees every key (full
         # attention, which may be split), top-left only the first.
@@ -630,11 +632,9 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.trivial = B * H * Sq == 0 or Sk == 0  # no queries, or no keys: what SDPA returns
     if plan.trivial:
         return plan
-    if variants.sinks:
-        splits = 1  # the sink joins the one block's sum
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
-                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, window=win)
+                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, variants=variants)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
@@ -657,6 +657,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     left, right = win or (Sk, Sq)  # no window: every key
     plan.variant_args = ((*softcap_args(variants, scale), np.int32(left), np.int32(right))
                          if variants.any else None)
+    # the SINKS build's combine kernel finds a row's head from H, Sq and the rows' order (sinks, H, Sq, by token)
+    plan.combine_sink_args = (np.int32(H), np.int32(Sq), np.int32(varlen is not None)) if variants.sinks else None
     rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
     block_rows = G * Sq if pack else cfg["block_m"]
@@ -760,7 +762,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     `softcap` (a finite c > 0: the scaled scores become c·tanh(s / c) before the mask, Gemma 2;
     `softcap_tanh` "approx" or "exp2" picks the tanh, None SOFTCAP_TANH's rule per dtype);
     `sinks` (a contiguous float32 [H] tensor on q's device: one logit per query head in every row's
-    softmax denominator, gpt-oss; the keys are then never split, and `lse` includes the sink);
+    softmax denominator, gpt-oss; with split-KV the combine adds it once; `lse` includes it);
     `window` (left, right), ints >= -1 (-1: unbounded): query i, at key position i + Sk − Sq,
     sees keys i + Sk − Sq − left … i + Sk − Sq + right (FlashAttention's window_size; transformers'
     sliding window of W keys is (W − 1, 0)), with `causal` the intersection; with seqlens_k, Sk is
@@ -815,7 +817,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
-                     causal=False, scale=None, splits=None, pack_gqa=None):
+                     causal=False, scale=None, splits=None, pack_gqa=None, window=None, softcap=None,
+                     sinks=None, softcap_tanh=None):
     """Packed sequences of different lengths, as FlashAttention's flash_attn_varlen_func takes
     them: q [total_q, H, D], k and v [total_k, H_kv, D] (GQA: H a multiple of H_kv), sequence b
     being rows cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1 of q and cu_seqlens_k[b] … of k and v
@@ -830,23 +833,26 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     count, not the box, bounds the softmax) and its queries' rows are never stored. The grid is
     that of the longest sequence for every one; work tiles past a shorter one's end do nothing.
     Reads the offsets on the host to check them (lib.inputs.validate_varlen): one copy per call.
-    `splits` and `pack_gqa` as in attention(); the rules use the longest lengths."""
+    `splits` and `pack_gqa` as in attention(); the rules use the longest lengths. `window`,
+    `softcap`, `sinks` and `softcap_tanh` as in attention(), within each sequence (a window is
+    aligned to each sequence's own last query and key)."""
     call = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            causal=causal, scale=scale, info=INFO)
+    variants = check_variants(q, window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh)
     key = ("varlen", call.q.shape, call.q.stride(), q.dtype, q.device, call.k.shape, call.k.stride(),
            call.v.stride(), call.n_seqs, call.max_q, call.max_k, call.causal, call.scale, splits,
-           pack_gqa)
+           pack_gqa, variants)
     plan = _plans.get(key)
     ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
     if plan is None:
         plan = _plans[key] = _make_plan(call.q, call.k, call.v, call.causal, call.scale, None, None,
-                                        False, None, None, splits, pack_gqa, varlen=call)
+                                        False, None, None, splits, pack_gqa, varlen=call, variants=variants)
         ptrs = None
     out = new_output(q)  # [total_q, H, D]
     if plan.trivial:
         return out.zero_()  # no query rows, or no keys anywhere: zeros, as SDPA gives
     return _launch(plan, call.q, call.k, call.v, ptrs, out,
-                   (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0), None)
+                   (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0), None, sinks=sinks)
 
 
 def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=None):
@@ -869,7 +875,9 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=Non
                              (*plan.variant_args, 0 if sinks is None else sinks.data_ptr()))))
     if plan.combine_config is not None:
         nvrtc.launch_prepared(plan.combine, plan.combine_config,
-                              (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits)))
+                              (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits),
+                               *(() if plan.combine_sink_args is None else
+                                 (0 if sinks is None else sinks.data_ptr(), *plan.combine_sink_args))))
     return out
 
 

@@ -126,3 +126,29 @@ def finite_window(window, Sq: int, Sk: int) -> tuple[int, int]:
     the kernel forms from them overflows."""
     left, right = window
     return (Sk if left < 0 else min(left, Sk)), (Sq if right < 0 else min(right, Sq))
+
+
+def heavy(variants: Variants) -> bool:
+    """Whether a call's variants add enough registers to the consumers' loop to make the tightest
+    builds spill (experiments/model_variants/variant_builds.py, NVRTC 13.0's ptxas, every build the
+    launcher runs): the softcap's ex2 form (SOFTCAP=2: two MUFU and two more values in flight a
+    score), or all three variants at once."""
+    return variants.softcap_build == 2 or (variants.softcap is not None and variants.window is not None
+                                           and variants.sinks)
+
+
+def variant_tiles(tiles, variants: Variants):
+    """The tiles a call runs when its variants are heavy (heavy): D64's blocks of three consumers
+    (160 registers each: 16-36 bytes spilled, inside the key-tile loop) take two (232-240), and
+    D128's 176-key tiles (24-40 bytes) 128 keys, three stages (CHOICES; within the noise of the
+    176-key tiles at full attention and faster causal, measured on the H100). Other tiles, and
+    calls without heavy variants, keep theirs. The cost of the switch is the GPU session's to
+    measure (BRANCH_NOTES.md)."""
+    bn, stages, consumers = tiles
+    if not heavy(variants):
+        return tuple(tiles)
+    if consumers == 3:
+        return (bn, stages, 2)
+    if bn == 176:
+        return (128, 3, consumers)
+    return tuple(tiles)

@@ -13,7 +13,7 @@ import stages.stage6_variants as sv
 from conftest import compile_cases, cpu_only, gpu
 from lib.inputs import make_qkv, poisoned_outputs
 from lib.reference import check_output
-from lib.sass import sass_text
+from lib.sass import instruction_mix, sass_text
 from lib.simulator import HAS_GPU
 
 on_hopper = pytest.mark.skipif(not HAS_GPU or torch.cuda.get_device_capability() != (9, 0),
@@ -126,33 +126,41 @@ def test_softcap_plan_and_launch_on_the_cpu(monkeypatch):
         assert len(s6._plans) == n_plans + 1 and built[-1]["SOFTCAP"] == sv.SOFTCAP_TANH_NAMES[other]
 
 
-# Spills ptxas reports for the variant builds of the default launch (config(D) with the switch),
-# NVRTC 13.0: see BRANCH_NOTES.md for every shipped build. A build not listed must not spill.
-KNOWN_SPILLS = {(64, "softcap", 2): 24}  # bytes of stack, fp16 and bf16 alike: D64's three consumers have 160 registers
+# Each variant's build of the launch the head dim runs by default (its tiles as variant_tiles
+# gives them), and all three together: none may spill. Every build the launcher runs, with and
+# without each variant: experiments/model_variants/variant_builds.py (BRANCH_NOTES.md's table).
+VARIANT_BUILDS = [(D, dtype, name) for D in (64, 128) for dtype in (torch.float16, torch.bfloat16)
+                  for name in ("softcap approx", "softcap exp2", "window", "sinks", "all three")]
 
 
-VARIANT_BUILDS = [(D, dtype, name, value) for D in (64, 128) for dtype in (torch.float16, torch.bfloat16)
-                  for name, value in (("softcap", 1), ("softcap", 2), ("window", True), ("sinks", True))]
+def _variants_named(name, dtype):
+    return {"softcap approx": sv.Variants(softcap=5.0, softcap_build=1),
+            "softcap exp2": sv.Variants(softcap=5.0, softcap_build=2),
+            "window": sv.Variants(window=(100, 0)), "sinks": sv.Variants(sinks=True),
+            "all three": sv.Variants(softcap=5.0, window=(100, 0), sinks=True,
+                                     softcap_build=sv.softcap_build(dtype))}[name]
 
 
-def _variant_build(D, dtype, name, value):
-    (c,) = s6.compile_for(s6.ARCH, dtype, D, **{name: value}).values()
+def _variant_build(D, dtype, name):
+    var = _variants_named(name, dtype)
+    (c,) = s6.compile_for(s6.ARCH, dtype, D, tiles=sv.variant_tiles(s6.TILES[D], var), softcap=var.softcap_build,
+                          window=var.window is not None, sinks=var.sinks).values()
     return c
 
 
 @cpu_only  # reads ptxas's log
-@compile_cases("D,dtype,name,value", VARIANT_BUILDS,
-               ids=[f"D{D}-{str(dt)[6:]}-{n}{v}" for D, dt, n, v in VARIANT_BUILDS],
+@compile_cases("D,dtype,name", VARIANT_BUILDS, ids=[f"D{D}-{str(dt)[6:]}-{n.replace(' ', '_')}" for D, dt, n in VARIANT_BUILDS],
                build=_variant_build)
-def test_variant_builds_compile(D, dtype, name, value):
-    c = _variant_build(D, dtype, name, value)
+def test_variant_builds_compile_without_spills(D, dtype, name):
+    c = _variant_build(D, dtype, name)
     assert not SERIALIZING.search(c.log), c.log
-    usage = c.resource_usage()["attention_wgmma"]
-    assert usage["stack_bytes"] <= KNOWN_SPILLS.get((D, name, value), 0), usage
+    for kernel, usage in c.resource_usage().items():
+        assert usage["spill_stores"] == 0 and usage["stack_bytes"] == 0, (kernel, usage)
     sass = sass_text(c.cubin)
-    assert "HGMMA" in sass and "SETMAXREG" in sass
-    if name == "softcap":
-        assert ("MUFU.TANH" in sass) == (value == 1)
+    mix = instruction_mix(sass)
+    assert mix["HGMMA"] > 0 and mix["USETMAXREG"] > 0 and mix["LDL"] == 0 and mix["STL"] == 0, mix
+    var = _variants_named(name, dtype)
+    assert ("MUFU.TANH" in sass) == (var.softcap_build == 1)
 
 
 @cpu_only  # reads the SASS of two builds
@@ -194,24 +202,46 @@ def test_sinks_that_require_grad_refused():
 
 
 def test_sinks_plan_and_launch_on_the_cpu(monkeypatch):
-    """A call with sinks: the SINKS build, the sinks' pointer as the last argument (a new tensor
-    of the same shape reuses the plan), never split; asking for splits is refused."""
+    """A call with sinks: the SINKS build, the sinks' pointer as the kernel's last argument (a new
+    tensor of the same shape reuses the plan), split as without sinks; the combine kernel, when
+    it runs, gets the sinks, H, Sq and the rows' order after its own arguments."""
     built, launched = _plan_env(monkeypatch)
-    q, k, v = make_qkv(1, 32, 1, 64, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")  # decoding: would split
+    q, k, v = make_qkv(1, 32, 1, 64, Sk=4096, Hkv=8, dtype=torch.bfloat16, device="cpu")  # decoding: split
     s6.attention(q, k, v)
-    assert int(launched[-1][1][14]) > 1  # n_splits without sinks
+    n_plain = int(launched[-1][1][14])  # n_splits without sinks
+    assert n_plain > 1
     sinks = _sinks(32)
     s6.attention(q, k, v, sinks=sinks)
     assert built[-1]["SINKS"] == 1 and "WINDOW" not in built[-1] and "SOFTCAP" not in built[-1]
     params = launched[-1][1]
-    assert int(params[14]) == 1 and params[-1] == sinks.data_ptr()
+    assert int(params[14]) == n_plain and params[-1] == sinks.data_ptr()
     n_plans, other = len(s6._plans), _sinks(32)
     s6.attention(q, k, v, sinks=other)
     assert len(s6._plans) == n_plans and launched[-1][1][-1] == other.data_ptr()
-    with pytest.raises(NotImplementedError, match="split"):
-        s6.attention(q, k, v, sinks=sinks, splits=4)
+    launched.clear()
+    s6.attention(q, k, v, sinks=sinks, splits=4, combine_in_block=False)  # the combine kernel
+    (k1, p1), (k2, p2) = launched
+    assert k1 == "kernel" and k2 == "combine" and int(p1[14]) == 4
+    assert p2[5] == sinks.data_ptr() and [int(x) for x in p2[6:]] == [32, 1, 0]
     s6.attention(q, k, v, sinks=sinks, window=(99, 0), softcap=30.0)
     assert {n: built[-1][n] for n in VARIANT_DEFINES} == {"SOFTCAP": sv.SOFTCAP_TANH[torch.bfloat16], "WINDOW": 1, "SINKS": 1}
+
+
+def test_heavy_variants_take_tiles_that_do_not_spill():
+    """variant_tiles: the softcap's ex2 form, or all three variants, move D64's three consumers to
+    two and D128's 176-key tiles to 128 keys; lighter variants keep the tiles."""
+    heavy = sv.Variants(softcap=5.0, softcap_build=2)
+    light = sv.Variants(softcap=5.0, softcap_build=1, window=(5, 0))
+    assert sv.variant_tiles((128, 2, 3), heavy) == (128, 2, 2) and sv.variant_tiles((176, 2, 2), heavy) == (128, 3, 2)
+    assert sv.variant_tiles((128, 2, 3), light) == (128, 2, 3) and sv.variant_tiles((128, 3, 1), heavy) == (128, 3, 1)
+    assert sv.heavy(sv.Variants(softcap=5.0, softcap_build=1, window=(5, 0), sinks=True))
+    for D in (64, 128):
+        for Sq, Sk, causal in ((2048, 2048, 1), (512, 512, 0), (1024, 1024, 1), (8192, 8192, 0)):
+            ch = s6.choose(16, 16, 16, Sq, Sk, D, causal, 132, variants=heavy)
+            assert ch["tiles"][2] < 3 and ch["tiles"][0] != 176, (D, Sq, causal, ch["tiles"])
+            assert s6.fits(D, ch["tiles"], ch["q_stages"] or s6.q_buffers(D, ch["tiles"]))
+            assert s6.choose(16, 16, 16, Sq, Sk, D, causal, 132, tiles=(128, 2, 3) if D == 64 else (176, 2, 2),
+                             variants=heavy)["tiles"] in ((128, 2, 3), (176, 2, 2))  # given tiles are kept
 
 
 def test_sinks_without_keys_give_zeros_and_the_sinks_lse(monkeypatch):
@@ -506,3 +536,53 @@ def test_sinks_rows_without_keys(seed):
         lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
         _check(q, k, v, causal="bottom_right", window=(10, 0), sinks=sinks, lse=lse, label=f"D{D} seed {seed}")
         assert torch.allclose(lse[:, :, :200], sinks[None, :, None].expand(2, 4, 200))
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_sinks_with_split_kv(D, seed):
+    """Decoding with sinks, keys split: the sink counted once, by the combine in the last block
+    or by the combine kernel; packed and not, one query and a few (speculative, bottom-right)."""
+    for B, H, Hkv, Sq, Sk in [(1, 32, 8, 1, 4096), (2, 8, 1, 4, 3001), (1, 16, 16, 1, 20000)]:
+        for opts in ({}, {"splits": 4}, {"splits": 7, "combine_in_block": False}, {"splits": 3, "pack_gqa": False}):
+            for causal in (False, "bottom_right"):
+                for offset in (0.0, 8.0):
+                    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.bfloat16, seed=seed)
+                    sinks = torch.rand(H, device=q.device) * 2 + offset
+                    _check(q, k, v, causal=causal, sinks=sinks, **opts,
+                           label=f"sinks+{offset} split {opts} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+                    _check(q, k, v, causal=causal, sinks=sinks, window=(511, 0), softcap=20.0, **opts,
+                           label=f"all three split {opts} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_variants_in_packed_sequences(D, seed):
+    """attention_varlen with each variant and all three: each sequence against its own reference
+    (its window aligned to its own last query and key), sequences without queries or keys among
+    them."""
+    from lib.reference import packed_inputs
+    lens_q, lens_k = [130, 1, 0, 77, 300], [90, 513, 40, 0, 301]
+    for causal in (False, "bottom_right", "top_left"):
+        for kw in ({"window": (17, 0)}, {"softcap": 5.0}, {"sinks": "yes"}, {"window": (50, 9), "softcap": 5.0, "sinks": "yes"}):
+            q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, 8, 2, D, dtype=torch.float16, device="cuda", seed=seed)
+            if "softcap" in kw:
+                q = q * 4
+            if kw.get("sinks") == "yes":
+                kw = {**kw, "sinks": torch.randn(8, device="cuda") + 2}
+            with poisoned_outputs():
+                out = s6.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, **kw)
+            cq, ck = cu_q.tolist(), cu_k.tolist()
+            for b in range(len(lens_q)):
+                qs, os_ = q[cq[b]:cq[b + 1]], out[cq[b]:cq[b + 1]]
+                ks, vs = k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]
+                if qs.shape[0] == 0:
+                    continue
+                if ks.shape[0] == 0:
+                    assert os_.abs().max() == 0
+                    continue
+                as4 = [t.transpose(0, 1)[None] for t in (qs, ks, vs)]
+                c = check_output(os_.transpose(0, 1)[None], *as4, causal=causal if causal != "top_left" else True, **kw)
+                assert c.passed, f"varlen {sorted(kw)} causal={causal} seq {b} D{D} seed {seed}: {c.summary()}"
