@@ -259,7 +259,7 @@ def test_sinks_without_keys_give_zeros_and_the_sinks_lse(monkeypatch):
 def _check(q, k, v, *, label, causal=False, **kw):
     with poisoned_outputs():
         out = s6.attention(q, k, v, causal=causal, **kw)
-    ref_kw = {n: kw[n] for n in ("window", "softcap", "sinks") if kw.get(n) is not None}
+    ref_kw = {n: kw[n] for n in ("window", "softcap", "sinks", "scale") if kw.get(n) is not None}
     c = check_output(out, q, k, v, causal=causal, **ref_kw)
     assert c.passed, f"{label}: {c.summary()}"
 
@@ -586,3 +586,29 @@ def test_variants_in_packed_sequences(D, seed):
                 as4 = [t.transpose(0, 1)[None] for t in (qs, ks, vs)]
                 c = check_output(os_.transpose(0, 1)[None], *as4, causal=causal if causal != "top_left" else True, **kw)
                 assert c.passed, f"varlen {sorted(kw)} causal={causal} seq {b} D{D} seed {seed}: {c.summary()}"
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_variants_with_seqlens_k_and_other_scales(D, seed):
+    """Decoding against caches of different lengths (seqlens_k): the window aligned to each
+    entry's own last used key, sinks and softcap per entry; and softcap with a negative and a zero
+    scale (the kernel flips Q for a negative one; scale 0 weighs every visible key alike)."""
+    B, H, Hkv, Sq, Sk = 3, 8, 2, 4, 2000
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.bfloat16, seed=seed)
+    used = torch.tensor([2000, 7, 1100], dtype=torch.int32, device=q.device)
+    sinks = torch.randn(H, device=q.device) + 3
+    for kw in ({"window": (300, 0)}, {"sinks": sinks}, {"softcap": 5.0}, {"window": (50, 0), "sinks": sinks, "softcap": 5.0}):
+        for causal in (False, "bottom_right"):
+            with poisoned_outputs():
+                out = s6.attention(q * 3, k, v, causal=causal, seqlens_k=used, **kw)
+            for b in range(B):
+                n = int(used[b])
+                c = check_output(out[b:b + 1], q[b:b + 1] * 3, k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal=causal, **kw)
+                assert c.passed, f"seqlens_k {sorted(kw)} entry {b} causal={causal} D{D} seed {seed}: {c.summary()}"
+    for scale in (-0.1, 0.0, 0.5):
+        for causal in CAUSALS:
+            q, k, v = make_qkv(2, 4, 129, D, Sk=77, Hkv=2, dtype=torch.float16, seed=seed)
+            _check(q * 4, k, v, causal=causal, scale=scale, softcap=5.0, window=(20, 3), sinks=torch.randn(4, device=q.device),
+                   label=f"scale {scale} causal={causal} D{D} seed {seed}")
