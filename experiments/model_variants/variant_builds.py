@@ -1,6 +1,6 @@
 """Which stage-6 builds the launcher runs (its rules, stages/stage6.py: choose and config, at a
 grid of call shapes on 132 SMs), and what each model variant (issue 51: softcap, window, sinks)
-does to their registers and spills: every build compiled offline (NVRTC + ptxas, no GPU) with
+does to their registers and spills (and whether ptxas serializes wgmma): every build compiled offline (NVRTC + ptxas, no GPU) with
 and without each variant, ptxas's report read. CPU only.
 
     python3 experiments/model_variants/variant_builds.py [--dtype float16|bfloat16|both] [--markdown]
@@ -8,6 +8,7 @@ and without each variant, ptxas's report read. CPU only.
 A call's variants change its build's defines (SOFTCAP, WINDOW, SINKS), and sinks change its plan
 (never split), so the builds are enumerated per variant set, as _make_plan makes them."""
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from lib import nvrtc  # noqa: E402
 from stages.stage6_variants import NONE, Variants, softcap_build  # noqa: E402
 
 SMS = 132
+# ptxas says so when it serializes wgmma (tests/test_stage6.py's pattern)
+SERIALIZING = re.compile(r"C75(08|10|11|12|15)|wgmma.*serializ", re.I)
 # (B, H, Hk, Sq, Sk): latency, long prefill, short prompts (persistent launches, the queue),
 # decoding (packed, split, two blocks per SM, blocks without a producer), speculative decoding
 SHAPES = [(1, 8, 8, 512, 512), (16, 16, 16, 2048, 2048), (4, 16, 16, 8192, 8192), (32, 16, 16, 512, 512),
@@ -89,7 +92,8 @@ def main(argv=None):
         return 1
     table = {}
     for (D, dtype, base, vname, defines), b in zip(plan, builds):
-        u = b.compile().resource_usage()["attention_wgmma"]
+        c = b.compile()
+        u = dict(c.resource_usage()["attention_wgmma"], serialized=bool(SERIALIZING.search(c.log)))
         table.setdefault((D, str(dtype)[6:], label(base)), {})[vname] = u
     names = COLUMNS
     if a.markdown:
@@ -100,7 +104,7 @@ def main(argv=None):
         for v in names:
             u = row.get(v)
             cells.append("—" if u is None else (f"spills {u['spill_stores']}/{u['spill_loads']} B" if u["spill_stores"] or u["spill_loads"]
-                                                else "no spill"))
+                                                else "no spill") + (" SERIALIZED" if u and u["serialized"] else ""))
         if a.markdown:
             print(f"| D{D} {dt} | {lab} | " + " | ".join(cells) + " |")
         else:
