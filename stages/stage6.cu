@@ -168,9 +168,17 @@ static_assert(!O_TMA_STORE || (WARP_SPECIALIZED && !PACK_GQA && !SEQS),
 
 constexpr int D = HEAD_DIM;
 constexpr int BLOCK_M = 64 * CONSUMERS;           // query rows per block, 64 per consumer
-constexpr int ATOMS = D / 64;                      // 128-byte-wide column blocks of a row
-constexpr int Q_BYTES = BLOCK_M * D * 2;
-constexpr int KV_BYTES = BLOCK_N * D * 2;
+constexpr int ATOMS = (D + 63) / 64;               // 128-byte-wide column blocks of a row
+// D96: two column blocks, the second half filled: the copy engine zero-fills a box's columns past
+// the tensor's D (and counts the whole box's bytes), Q·Kᵀ reads the first D/16 = 6 k-steps only,
+// and P·V runs over PV_N columns (128: the D128 layout and instruction, O's columns 96-127 stay
+// zero and are never written out; 96: m64n96k16, a half-used second swizzle block).
+#ifndef PV_N
+#define PV_N (D == 96 ? 128 : D)
+#endif
+static_assert(PV_N == D || (D == 96 && PV_N == 128), "P·V over the head dim, or D96 padded to 128");
+constexpr int Q_BYTES = BLOCK_M * ATOMS * 64 * 2;
+constexpr int KV_BYTES = BLOCK_N * ATOMS * 64 * 2;
 constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // Registers per thread after setmaxnreg: the producer keeps few, the consumers take the rest
 // of the 64K-register file (2 consumers: 128·24 + 256·240 = 64,512 ≤ 65,536; 3: 128·32 + 384·160).
@@ -189,7 +197,7 @@ static_assert(BLOCKS_PER_SM == 1 || (CONSUMERS == 1 && BLOCKS_PER_SM <= (WARP_SP
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 constexpr int SPLIT_BAR = 7;  // named barrier of every consumer thread: the split count (split-KV)
 static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");
-static_assert(D == 64 || D == 128, "head dims 64 and 128");
+static_assert(D == 64 || D == 96 || D == 128 || D == 256, "head dims 64, 96, 128 and 256");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "key tiles of 64, 128 or 176");
 static_assert(Q_STAGES >= 1 && Q_STAGES <= 3, "one to three Q buffers (Q_STAGES)");
 
@@ -448,11 +456,11 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], unsigned long 
 // A work tile's first P·V (fresh) writes O instead of adding to it: O needs no zeroing (nor
 // rescaling) before it, and its registers hold nothing between work tiles (zeros kept live
 // across a work tile's start spilled).
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[BLOCK_N / 16][4],
+__device__ __forceinline__ void issue_pv(float (&o)[PV_N / 2], const unsigned (&p)[BLOCK_N / 16][4],
                                          unsigned long long v_desc, bool fresh) {
     wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < BLOCK_N / 16; ++t) Wgmma<D>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), t > 0 || !fresh);
+    for (int t = 0; t < BLOCK_N / 16; ++t) Wgmma<PV_N>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), t > 0 || !fresh);
     wgmma_commit();
 }
 
@@ -527,7 +535,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
 }
-__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+__device__ __forceinline__ void rescale(float (&o)[PV_N / 2], const float (&alpha)[2]) {
 #if LAZY_RESCALE >= 0
     // A warp's 16 rows kept their maxima: nothing to scale (one vote, warp-uniform branch).
     if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
@@ -803,11 +811,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             }
         }
     };
-    float o[D / 2];
+    float o[PV_N / 2];
     unsigned p[BLOCK_N / 16][4];
     auto zero_o = [&]() {
 #pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+        for (int i = 0; i < PV_N / 2; ++i) o[i] = 0.0f;
     };
     // A row's sum l (this thread's share) and max m → 1 / l and its log2-sum-exp, base + log2(l)
     // (the softmax's base is max·scale_log2), which split-KV's combine weighs by.
@@ -1314,12 +1322,17 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
     for (int i = warp; i < n_splits; i += 4) {
         const float w = exp2f(lse_s[i] - mx);
         wsum += w;
+#if HEAD_DIM % 64 == 0
 #pragma unroll
         for (int e = 0; e < COLS; e += 2) {
             const float2 part = *reinterpret_cast<const float2*>(o + (size_t)i * D + e);
             acc[e] = fmaf(w, part.x, acc[e]);
             acc[e + 1] = fmaf(w, part.y, acc[e + 1]);
         }
+#else  // D96: three columns a lane, no pairs
+#pragma unroll
+        for (int e = 0; e < COLS; ++e) acc[e] = fmaf(w, o[(size_t)i * D + e], acc[e]);
+#endif
     }
 #pragma unroll
     for (int e = 0; e < COLS; ++e) sums[warp][lane * COLS + e] = acc[e];
@@ -1332,6 +1345,7 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
     const float inv_total = 1.0f / fmaxf(wsums[0] + wsums[1] + wsums[2] + wsums[3], 1e-30f);
 #endif
     if (warp == 0) {
+#if HEAD_DIM % 64 == 0
         elem_t* const dst = out + (size_t)row * D + lane * COLS;
 #pragma unroll
         for (int e = 0; e < COLS; e += 2) {
@@ -1340,5 +1354,12 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
             const float x1 = sums[0][c + 1] + sums[1][c + 1] + sums[2][c + 1] + sums[3][c + 1];
             *reinterpret_cast<unsigned*>(dst + e) = pack2(x0 * inv_total, x1 * inv_total);
         }
+#else  // D96: each lane a pair of the first 64 columns, lanes 0-15 one more of the last 32
+        for (int c = 2 * lane; c < D; c += 64) {
+            const float x0 = sums[0][c] + sums[1][c] + sums[2][c] + sums[3][c];
+            const float x1 = sums[0][c + 1] + sums[1][c + 1] + sums[2][c + 1] + sums[3][c + 1];
+            *reinterpret_cast<unsigned*>(out + (size_t)row * D + c) = pack2(x0 * inv_total, x1 * inv_total);
+        }
+#endif
     }
 }

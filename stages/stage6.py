@@ -48,6 +48,17 @@ ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
 # 176-key tiles (fewer per-tile fixed costs: barriers, shuffles, turns; 2 stages fit), within the
 # noise of (128, 3, 2), which was faster causal.
 TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
+# Head dims 96 and 256 (issue 51; compiled offline, not yet run or measured:
+# experiments/model_variants/head_dims.md). D96 is held in shared memory and in O's registers as
+# D128 (two 64-column blocks, the second half zero-filled by the copy engine; P·V over 128
+# columns, stages/stage6.cu: PV_N), so it takes D128's tables wherever they apply; only Q·Kᵀ is
+# shorter (6 k-steps of 16 instead of 8). D256: O alone is 128 registers per consumer thread, so
+# 64-key tiles (S 32 and P 16 registers) and the 196 KB of a 128-row Q and two 64-key K/V stages:
+# see head_dim_tiles' rule.
+TILES.update({96: TILES[128], 256: (64, 2, 2)})
+# Head dims whose tables were tuned on the H100 (call_schedule's, short_tiles' rules): the others
+# run the default schedule everywhere.
+TUNED_HEAD_DIMS = (64, 128)
 CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3), (128, 4, 3), (128, 4, 2),
            (128, 4, 1), (128, 3, 1), (128, 2, 1), (64, 2, 1), (64, 4, 1)]
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
@@ -77,7 +88,8 @@ ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
 # The schedule each head dim runs by default: the pick of `scripts/stage6_schedules.py --pick` on
 # the H100 (candidates and rule fixed before measuring: PICK_CANDIDATES, PICK_RULE there; the
 # rounds it timed are in results/logs/). Schedules a few percent apart need those repeated rounds.
-DEFAULT_SCHEDULES = {64: "+ intra-warpgroup overlap", 128: "+ intra-warpgroup overlap"}
+DEFAULT_SCHEDULES = {64: "+ intra-warpgroup overlap", 96: "+ intra-warpgroup overlap",
+                     128: "+ intra-warpgroup overlap", 256: "+ intra-warpgroup overlap"}
 
 
 def default_schedule(head_dim: int) -> str:
@@ -133,7 +145,7 @@ def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> 
     - causal with longer keys: the head dim's default (one block per work tile, heaviest
       first), where the tiles' own work dwarfs their start (D64 S 8192: 579 against 615 µs for
       the queue, in the same log)."""
-    if work <= sms:
+    if work <= sms or head_dim not in TUNED_HEAD_DIMS:
         return DEFAULT_SCHEDULES[head_dim]
     if not causal:
         return "+ persistent blocks"
@@ -143,7 +155,7 @@ def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> 
 
 
 # Few work tiles: blocks of one consumer warpgroup (and a three-deep ring), see few_rows.
-FEW_ROWS_TILES = {64: (128, 3, 1), 128: (128, 3, 1)}
+FEW_ROWS_TILES = {64: (128, 3, 1), 96: (128, 3, 1), 128: (128, 3, 1), 256: (64, 3, 1)}
 
 
 def few_rows(B: int, H: int, Sq: int, sms: int) -> bool:
@@ -182,7 +194,7 @@ def short_tiles(head_dim: int, Sk: int, schedule: str, causal: bool):
       (0.998-1.015x). At S 2048-4096 (not short here) the deeper rings were level (full) or
       slower (causal, against three consumers)."""
     persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
-    return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS[head_dim] else None
+    return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS.get(head_dim, 0) else None
 # Causal work on the work queue: how many waves of work tiles at its end are handed out longest
 # first (tail_heads_for); 0: none.
 TAIL_WAVES = 2
@@ -213,12 +225,12 @@ def tail_heads_for(causal: bool, queue: bool, n_heads: int, n_qb: int, sms: int,
 
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
 # (stages/stage6.cu: poly_exp2), per head dim.
-EXP2_POLY = {64: 0, 128: 0}
+EXP2_POLY = {64: 0, 96: 0, 128: 0, 256: 0}
 # When the softmax rescales O (stages/stage6.cu: LAZY_RESCALE), per head dim: -1 every tile, as
 # FlashAttention-3 does; 0 only in warps where a row's max grew; k > 0 keeps a row's max until a
 # tile's exceeds it by more than 2^k (FlashAttention-4's threshold, 8), so O is almost never
 # rescaled after the first tile (P up to 2^k: fine in fp16/bf16).
-LAZY_RESCALE = {64: 8, 128: 8}
+LAZY_RESCALE = {64: 8, 96: 8, 128: 8, 256: 8}
 TIMELINE_TILES, TIMELINE_EVENTS = 16, 4  # stages/stage6.cu: TL_TILES, TL_EVENTS
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 SM_SMEM = 233_472  # bytes of shared memory of one SM (228 KB), 1 KB of it reserved per resident block
@@ -228,7 +240,13 @@ def smem_bytes(head_dim: int, tiles, q_stages: int = 1) -> int:
     """One block's dynamic shared memory: the Q buffers, the K and V rings, the barriers and work
     slots (Smem), and 1 KB of slack to align the tiles to 1024 bytes."""
     bn, stages, consumers = tiles
-    return (q_stages * 64 * consumers + 2 * stages * bn) * head_dim * 2 + 8 * (3 * q_stages + 4 * stages) + 1024
+    return (q_stages * 64 * consumers + 2 * stages * bn) * smem_width(head_dim) * 2 + 8 * (3 * q_stages + 4 * stages) + 1024
+
+
+def smem_width(head_dim: int) -> int:
+    """Elements a row of Q, K or V takes in shared memory: whole 64-column (128-byte) blocks, so
+    D96 takes 128 (stages/stage6.cu: ATOMS)."""
+    return 64 * -(-head_dim // 64)
 
 
 def fits(head_dim: int, tiles, q_stages: int = 1) -> bool:
@@ -297,7 +315,7 @@ def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, 
     queue (their 160 registers spill 28-40 bytes, NVRTC 13.0's ptxas), nor with one Q buffer and
     the TMA-store epilogue (the carried O is staged in the Q buffer the next tile's Q must wait
     for: a deadlock, which config refuses)."""
-    wanted = CARRY_PV_DEFAULT or (head_dim == 128 and q_stages == 3)
+    wanted = CARRY_PV_DEFAULT or (head_dim in (96, 128) and q_stages == 3)
     return (wanted and persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
             and not (consumers == 3 and switches["DYNAMIC_WORK"]) and not (tma_store and q_stages == 1))
 
@@ -357,7 +375,7 @@ INFO = StageInfo(
     backend="nvrtc",
     min_cc=(9, 0),
     dtypes=(torch.float16, torch.bfloat16),
-    head_dims=(64, 128),
+    head_dims=(64, 96, 128, 256),
     sources=("stages/stage6.py", "stages/stage6_decoding.py", "stages/stage6_variants.py", "lib/tma.py",
              "stages/stage6.cu", "stages/hopper.cuh",
              "stages/pdl.cuh", "stages/work_queue.cuh",
@@ -400,6 +418,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     SKIP_ROWS_PAST_END (None: the module's default). The models' variants (stages/stage6_variants.py):
     softcap 0, 1 or 2 (SOFTCAP: off, tanh.approx, tanh from ex2), window and sinks (WINDOW,
     SINKS); each define is there only when on, so the build without any is the one before them."""
+    if head_dim not in INFO.head_dims:
+        raise ValueError(f"stage 6 builds head dims {INFO.head_dims_text}; got {head_dim}")
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -561,7 +581,11 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
         tiles, schedule, blocks_per_sm = FEW_KEYS_TILES[D], FEW_KEYS_SCHEDULE, FEW_KEYS_BLOCKS
         key_tiles = key_span(tiles)
     if pack and blocks_per_sm is None:
-        blocks_per_sm = 2 if schedule == DECODE_SCHEDULE and shares_sms(work, n, sms) else 1
+        blocks_per_sm = 2 if (schedule == DECODE_SCHEDULE and D in DECODE_SHARED_TILES
+                              and shares_sms(work, n, sms)) else 1
+    if pack and blocks_per_sm == 2 and not given_tiles and D not in DECODE_SHARED_TILES:
+        raise NotImplementedError(f"two decoding blocks per SM have no tiles at D{D} (DECODE_SHARED_TILES: "
+                                  f"D{', D'.join(map(str, DECODE_SHARED_TILES))}); pass tiles, or blocks_per_sm=1")
     if pack and blocks_per_sm == 2 and not given_tiles:
         # the same blocks (the split count planned for one per SM), with the smaller ring
         tiles = DECODE_SHARED_TILES[D]
