@@ -158,6 +158,19 @@ template <int N> __device__ __forceinline__ void fence_registers(unsigned (&r)[N
 #define WG_F32(d) WG_F16(d, 0), WG_F16(d, 16)
 #define WG_F64(d) WG_F16(d, 0), WG_F16(d, 16), WG_F16(d, 32), WG_F16(d, 48)
 #define WG_F88(d) WG_F64(d), WG_F16(d, 64), WG_F4(d, 80), WG_F4(d, 84)
+#define WG_R48 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18,  " \
+               "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,  " \
+               "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
+#define WG_R128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18,  " \
+               "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,  " \
+               "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52,  " \
+               "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69,  " \
+               "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86,  " \
+               "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102,  " \
+               "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116,  " \
+               "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define WG_F48(d) WG_F32(d), WG_F16(d, 32)
+#define WG_F128(d) WG_F64(d), WG_F16(d, 64), WG_F16(d, 80), WG_F16(d, 96), WG_F16(d, 112)
 
 // d[64×N] (+)= A[64×16] · B[16×N] for one k-step of 16, fp32 accumulators, N/2 per thread:
 // thread t of warp w holds rows 16w + t/4 and 16w + t/4 + 8, columns 8j + 2(t%4) and +1 of
@@ -198,5 +211,22 @@ template <> struct Wgmma<176> {  // S only (a key tile of 176): 88 accumulators 
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %90, 0;\n"
                      " wgmma.mma_async.sync.aligned.m64n176k16" WGMMA_TYPES " " WG_R88 ", %88, %89, p, 1, 1, 0, 0;\n}\n"
                      : WG_F88(d) : "l"(a), "l"(b), "r"(accumulate));
+    }
+};
+// O only, head dims 96 and 256 (stage 6's P·V, N = the head dim): 48 and 128 accumulators per thread.
+template <> struct Wgmma<96> {
+    static __device__ __forceinline__ void rs(float (&d)[48], const unsigned (&a)[4], unsigned long long b, int accumulate) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %53, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n96k16" WGMMA_TYPES " " WG_R48
+                     ", {%48, %49, %50, %51}, %52, p, 1, 1, 1;\n}\n"
+                     : WG_F48(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+    }
+};
+template <> struct Wgmma<256> {
+    static __device__ __forceinline__ void rs(float (&d)[128], const unsigned (&a)[4], unsigned long long b, int accumulate) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n256k16" WGMMA_TYPES " " WG_R128
+                     ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                     : WG_F128(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
     }
 };

@@ -65,6 +65,28 @@
 //                       wgmma's 64 rows hold G·Sq useful rows instead of Sq;
 //        BLOCKS_PER_SM  2: two such blocks (one consumer each, a smaller ring) share an SM, so
 //                       one streams K and V while the other starts or ends.
+//   7. The models' variants (issue 51), each a compile-time switch whose build without it (0, the
+//      default) is the kernel above, unchanged; a build with any takes five more arguments
+//      (VARIANT_PARAMS: cap_mul, cap_log2, win_left, win_right, sinks), every other build none:
+//        SOFTCAP        Gemma 2's logit softcapping: the scaled scores s become c·tanh(s / c)
+//                       before the mask (cap_scores). 1: tanh.approx.f32 (one MUFU.TANH a score,
+//                       relative error up to 2^-11); 2: tanh from ex2 and rcp (two MUFU a score,
+//                       absolute error ~2^-22), for where the first's error, times c in the logit,
+//                       exceeds a 16-bit output's rounding.
+//        WINDOW         a sliding window (left, right): query i of a sequence, at key position
+//                       i + len_k − len_q (bottom-right), sees keys i + len_k − len_q − left …
+//                       i + len_k − len_q + right, within the causal mask if there is one. A
+//                       work tile's key tiles start at its first row's left edge and end at its
+//                       last row's right edge (work_tile), so a block's cost grows with the
+//                       window, not with the keys; a consumer stops at its own rows' right edge
+//                       (my_tiles); the tiles that cut a row's window mask per score (softmax).
+//        SINKS          gpt-oss's attention sinks: one logit σ_h per query head (sinks, float32
+//                       [H], natural units, neither scaled nor capped) joins each row's softmax
+//                       denominator, none of its numerators: at the end of a work tile the row
+//                       sum l gets 2^(σ·log2 e − base) (close_rows), O is divided by the larger
+//                       sum and the log-sum-exp the kernel writes includes it. Split-KV: the
+//                       split blocks leave it out and the combine (combine_part, or the combine
+//                       kernel) adds it once, as one more partial whose O is zero.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -123,6 +145,16 @@
 #ifndef SKIP_ROWS_PAST_END
 #define SKIP_ROWS_PAST_END 1  // 1: a consumer whose 64 rows all lie past the last query computes nothing (see my_tiles)
 #endif
+#ifndef SOFTCAP
+#define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (see cap_scores)
+#endif
+static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx) or 2 (tanh from ex2)");
+#ifndef WINDOW
+#define WINDOW 0  // 1: a sliding window, win_left and win_right keys either side of a row's position (see work_tile)
+#endif
+#ifndef SINKS
+#define SINKS 0  // 1: a logit per query head in each row's softmax denominator (see close_rows)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -136,9 +168,17 @@ static_assert(!O_TMA_STORE || (WARP_SPECIALIZED && !PACK_GQA && !SEQS),
 
 constexpr int D = HEAD_DIM;
 constexpr int BLOCK_M = 64 * CONSUMERS;           // query rows per block, 64 per consumer
-constexpr int ATOMS = D / 64;                      // 128-byte-wide column blocks of a row
-constexpr int Q_BYTES = BLOCK_M * D * 2;
-constexpr int KV_BYTES = BLOCK_N * D * 2;
+constexpr int ATOMS = (D + 63) / 64;               // 128-byte-wide column blocks of a row
+// D96: two column blocks, the second half filled: the copy engine zero-fills a box's columns past
+// the tensor's D (and counts the whole box's bytes), Q·Kᵀ reads the first D/16 = 6 k-steps only,
+// and P·V runs over PV_N columns (128: the D128 layout and instruction, O's columns 96-127 stay
+// zero and are never written out; 96: m64n96k16, a half-used second swizzle block).
+#ifndef PV_N
+#define PV_N (D == 96 ? 128 : D)
+#endif
+static_assert(PV_N == D || (D == 96 && PV_N == 128), "P·V over the head dim, or D96 padded to 128");
+constexpr int Q_BYTES = BLOCK_M * ATOMS * 64 * 2;
+constexpr int KV_BYTES = BLOCK_N * ATOMS * 64 * 2;
 constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // Registers per thread after setmaxnreg: the producer keeps few, the consumers take the rest
 // of the 64K-register file (2 consumers: 128·24 + 256·240 = 64,512 ≤ 65,536; 3: 128·32 + 384·160).
@@ -157,7 +197,7 @@ static_assert(BLOCKS_PER_SM == 1 || (CONSUMERS == 1 && BLOCKS_PER_SM <= (WARP_SP
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
 constexpr int SPLIT_BAR = 7;  // named barrier of every consumer thread: the split count (split-KV)
 static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own");
-static_assert(D == 64 || D == 128, "head dims 64 and 128");
+static_assert(D == 64 || D == 96 || D == 128 || D == 256, "head dims 64, 96, 128 and 256");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "key tiles of 64, 128 or 176");
 static_assert(Q_STAGES >= 1 && Q_STAGES <= 3, "one to three Q buffers (Q_STAGES)");
 
@@ -199,6 +239,32 @@ __device__ __forceinline__ float fast_rcp(float x) {
     float y;
     asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+// ---- SOFTCAP: the scores capped, c·tanh(s / c) of the scaled score s = q·k·scale ---------------
+// The cap is folded into the softmax's units: the consumer scales the raw product by cap_mul and
+// keeps t = tanh(q·k·scale / c) in place of the score, and its scale_log2 becomes cap_log2 =
+// c·log2 e, so that every later step (the row max, exp2(t·scale_log2 − base), the log-sum-exp)
+// sees c·tanh(s / c) in the same scaled log2 units as an uncapped build sees s. One FMUL and the
+// tanh a score; the mask comes after (masked keys get −∞ whatever the cap made of them). The host
+// works out cap_mul and cap_log2 (stages/stage6.py), so that both stay kernel parameters, read
+// from the constant bank by the FMUL itself: no register held for them beside S, P and O.
+//   SOFTCAP 1: cap_mul = |scale| / c; tanh.approx.f32 (MUFU.TANH), relative error up to 2^-11:
+//              in the logit c·t that is up to c·2^-11, beside fp16's 2^-11 rounding of P.
+//   SOFTCAP 2: cap_mul = 2·|scale|·log2(e) / c; tanh(x) = 1 − 2 / (2^(2x·log2 e) + 1), one
+//              MUFU.EX2 and one MUFU.RCP (each ~2^-22): t within a few 2^-23 of tanh, at every x
+//              (2^(…) = +∞ gives 1, 0 gives −1).
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+template <int N>
+__device__ __forceinline__ void cap_scores(float (&s)[N], float cap_mul) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        if (SOFTCAP == 1) s[i] = tanh_approx(s[i] * cap_mul);
+        else s[i] = fmaf(-2.0f, fast_rcp(fast_exp2(s[i] * cap_mul) + 1.0f), 1.0f);
+    }
 }
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {  // two floats → two 16-bit elements
 #ifdef ELEM_BF16
@@ -279,9 +345,13 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
 // recorded 3-6% slower at B1 H8 S512 and B16 H16 S2048 D64: 8a2314b's record against
 // 511f4c1's). Causal (stages/attention.cuh): query i of a
 // sequence sees its keys j <= i + diag, diag = 0 (top-left) or len_k − len_q (bottom-right).
+// WINDOW: win_left and win_right, finite (the host makes an unbounded side reach every key).
 struct Seqs {
     const int *cu_q, *cu_k, *used_k;
     int Sq, Sk, causal;
+#if WINDOW
+    int win_left, win_right;
+#endif
 };
 // Division by a number fixed for the launch (the splits, query blocks per head, heads, group) as a
 // multiply-high, an add and a shift (Granlund and Montgomery's magic number, exact for
@@ -350,8 +420,19 @@ __device__ __forceinline__ Work work_tile(int w, const WorkDivs<Div>& dv, const 
     const int rows_end = PACK_GQA ? t.len_q : min(t.q0 + BLOCK_M, t.len_q);  // one past the block's last query
     const int n_keys = rows_end <= t.q0 ? 0  // no query here (PACK_GQA: q0 = 0)
                        : sq.causal ? max(0, min(t.len_k, rows_end + t.diag)) : t.len_k;  // causal: none past the diagonal
+#if WINDOW
+    // The block's keys: from its first row's left edge to its last row's right edge (rows q0 …
+    // rows_end − 1 at key positions + len_k − len_q), within the causal ones; the key tiles
+    // before the first are skipped, and the splits (split-KV) divide the tiles from there on.
+    const int wdiag = t.len_k - t.len_q;
+    const int w_end = max(0, min(n_keys, rows_end + wdiag + sq.win_right));
+    const int first_tile = w_end == 0 ? 0 : max(0, t.q0 + wdiag - sq.win_left) / BLOCK_N;
+    t.t0 = first_tile + t.split * per_split;
+    t.n_tiles = max(0, min((w_end + BLOCK_N - 1) / BLOCK_N, t.t0 + per_split) - t.t0);
+#else
     t.t0 = t.split * per_split;
     t.n_tiles = max(0, min((n_keys + BLOCK_N - 1) / BLOCK_N, t.t0 + per_split) - t.t0);
+#endif
     return t;
 }
 
@@ -375,11 +456,11 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], unsigned long 
 // A work tile's first P·V (fresh) writes O instead of adding to it: O needs no zeroing (nor
 // rescaling) before it, and its registers hold nothing between work tiles (zeros kept live
 // across a work tile's start spilled).
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[BLOCK_N / 16][4],
+__device__ __forceinline__ void issue_pv(float (&o)[PV_N / 2], const unsigned (&p)[BLOCK_N / 16][4],
                                          unsigned long long v_desc, bool fresh) {
     wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < BLOCK_N / 16; ++t) Wgmma<D>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), t > 0 || !fresh);
+    for (int t = 0; t < BLOCK_N / 16; ++t) Wgmma<PV_N>::rs(o, p[t], v_desc + ((t * 16 * 128) >> 4), t > 0 || !fresh);
     wgmma_commit();
 }
 
@@ -387,11 +468,12 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[
 // Thread t of warp w holds rows r0 = 16w + t/4 and r0 + 8 of its warpgroup's 64, columns
 // 8n + 2(t%4) and +1 of each 8-column slice n: s[4n], s[4n+1] in row r0, s[4n+2], s[4n+3] in
 // row r0 + 8. The four threads of a row combine with two shuffles. m holds each row's max of
-// the raw scores, l this thread's share of its row sum; `scale_log2` > 0.
+// the raw scores, l this thread's share of its row sum; `scale_log2` > 0. WINDOW: qpos holds each
+// row's last visible key (causal = true) and qlo its first.
 template <bool MASK>
 __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], int key0, const int (&qpos)[2], int Sk,
-                                             bool causal, float scale_log2) {
+                                             bool causal, float scale_log2, const int (&qlo)[2]) {
     const int lane = threadIdx.x % 32;
     if (MASK) {
         // Key key0 + 8n + 2(lane % 4) + (e & 1) is visible to a row of query position qpos when
@@ -400,11 +482,21 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
         const int first = key0 + 2 * (lane % 4);
         const int limit[2] = {(causal ? min(Sk - 1, qpos[0]) : Sk - 1) - first,
                               (causal ? min(Sk - 1, qpos[1]) : Sk - 1) - first};
+#if WINDOW
+        // and (WINDOW) >= qlo: a second compare per score, in the tiles that cut a window only
+        const int lowest[2] = {qlo[0] - first, qlo[1] - first};
+#pragma unroll
+        for (int n = 0; n < BLOCK_N / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (8 * n + (e & 1) > limit[e >> 1] || 8 * n + (e & 1) < lowest[e >> 1]) s[4 * n + e] = NEG_INF;
+#else
 #pragma unroll
         for (int n = 0; n < BLOCK_N / 8; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 if (8 * n + (e & 1) > limit[e >> 1]) s[4 * n + e] = NEG_INF;
+#endif
     }
     float mx[2] = {m[0], m[1]};
 #pragma unroll
@@ -443,7 +535,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BLOCK_N / 2], float (&m)
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
 }
-__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+__device__ __forceinline__ void rescale(float (&o)[PV_N / 2], const float (&alpha)[2]) {
 #if LAZY_RESCALE >= 0
     // A warp's 16 rows kept their maxima: nothing to scale (one vote, warp-uniform branch).
     if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
@@ -512,11 +604,15 @@ __device__ __forceinline__ void release_q(Smem& sm, int qs) { mbar_arrive(&sm.q_
 // splits for the whole work tile. (Before, one warp per row read a row's log2-sum-exps, then its
 // partial rows, one row after another: at B1 H8/1 D64, 8 rows on 4 warps, four round trips.)
 // Rows are read from L2 (__ldcg): other SMs wrote them.
+// SINKS: the row's sink (sink_log2 = σ·log2 e, −∞ for none) is one more partial, of weight
+// 2^(sink_log2 − max) and O zero: the running max and weight start from it.
 __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                                             elem_t* __restrict__ out, size_t row, int col, int n_splits) {
+                                             elem_t* __restrict__ out, size_t row, int col, int n_splits,
+                                             float sink_log2 = NEG_INF) {
     const float* const lse = lse_part + row * n_splits;
     const float* const o = o_part + row * n_splits * D + col;
-    float mx = NEG_INF, wsum = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float mx = SINKS ? sink_log2 : NEG_INF, wsum = SINKS && sink_log2 != NEG_INF ? 1.0f : 0.0f;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int i0 = 0; i0 < n_splits; i0 += 8) {
         float l[8];
         float4 part[8];
@@ -562,6 +658,14 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
 // (griddep_wait, before the first read or write of global memory) for that kernel to finish.
 // griddep_wait returns at once in a grid launched without PDL (stages/pdl.cuh).
 
+// A build with a model variant takes its arguments after the others (cap_mul, cap_log2: see
+// cap_scores; win_left, win_right: the window, made finite by the host; sinks: float32 [H] or
+// null); a build without one has today's signature.
+#if SOFTCAP || WINDOW || SINKS
+#define VARIANT_PARAMS , float cap_mul, float cap_log2, int win_left, int win_right, const float* __restrict__ sinks
+#else
+#define VARIANT_PARAMS
+#endif
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -569,8 +673,12 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, int tail_heads, long long* timeline,
                 int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k,
-                float* __restrict__ lse_out) {
+                float* __restrict__ lse_out VARIANT_PARAMS) {
+#if WINDOW
+    const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal, win_left, win_right};
+#else
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
+#endif
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
     // work w = blockIdx.x, + gridDim.x, ...: the producer then fetches the next tile's Q and
@@ -681,6 +789,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     // Scale 0 gives every visible key the same weight; a tiny positive scale does exactly that
     // in fp32 and keeps masked keys at −∞·scale = −∞ rather than 0·(−∞) = NaN.
     if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
+#if SOFTCAP
+    scale_log2 = cap_log2;  // the scores become t = tanh(q·k·|scale| / c) (cap_scores), in units of c·log2 e
+#endif
     auto k_desc = [&](int st) { return smem_desc(&sm.k[st][0][0][0], 0); };
     auto v_desc = [&](int st) { return smem_desc(&sm.v[st][0][0][0], BLOCK_N * 128); };
 
@@ -700,14 +811,41 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             }
         }
     };
-    float o[D / 2];
+    float o[PV_N / 2];
     unsigned p[BLOCK_N / 16][4];
     auto zero_o = [&]() {
 #pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+        for (int i = 0; i < PV_N / 2; ++i) o[i] = 0.0f;
     };
     // A row's sum l (this thread's share) and max m → 1 / l and its log2-sum-exp, base + log2(l)
     // (the softmax's base is max·scale_log2), which split-KV's combine weighs by.
+#if SINKS
+    // SINKS: the row's sink σ (of its query head, read here at the work tile's end rather than
+    // held in registers through it) joins the sum: l + 2^(σ·log2 e − base) with base =
+    // m·scale_log2, the units l is kept in; the log-sum-exp, log2(2^base·l + 2^(σ·log2 e)), from
+    // the larger of the two so that neither overflows. A row that saw no key: O = 0 (as without
+    // sinks, and as the reference gives), its log-sum-exp the sink's alone. Split-KV blocks
+    // (n_splits > 1) leave it out: the combine adds it once (combine_part, attention_combine_splits).
+    auto close_rows = [&](float (&l)[2], const float (&m)[2], float (&inv_l)[2], float (&lse)[2], const Work& t) {
+        int sq_pos[2], sq_head[2];
+        bool sq_valid[2];
+        rows_of(t, sq_pos, sq_head, sq_valid);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            const float sink = sinks != nullptr && sq_valid[r] && n_splits == 1 ? __ldg(sinks + sq_head[r]) * LOG2E : NEG_INF;
+            if (m[r] == NEG_INF) {
+                lse[r] = sink;
+                inv_l[r] = 0.0f;
+            } else {
+                const float base = m[r] * scale_log2, top = fmaxf(base, sink);
+                lse[r] = top + __log2f(l[r] * fast_exp2(base - top) + fast_exp2(sink - top));
+                inv_l[r] = fast_rcp(l[r] + fast_exp2(sink - base));  // 2^(…) = +∞: 0, the sink takes all
+            }
+        }
+    };
+#else
     auto close_rows = [&](float (&l)[2], const float (&m)[2], float (&inv_l)[2], float (&lse)[2]) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -717,6 +855,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             inv_l[r] = l[r] > 0.0f ? fast_rcp(l[r]) : 0.0f;  // no key seen: zeros, as SDPA gives
         }
     };
+#endif
 
     // ---- the end of work tile w (the block's count-th): O / l out, rows that do not exist
     // clipped; 4-byte stores of two elements. With n_splits > 1, this block's share in fp32
@@ -813,7 +952,12 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                     if (qp >= t.len_q) continue;
                     const size_t row = SEQS && cu_q != nullptr ? (size_t)(t.q_start + qp) * H + hd
                                                                : ((size_t)t.b * H + hd) * Sq + qp;
+#if SINKS
+                    combine_part(o_part, lse_part, out, row, 4 * (p % (D / 4)), n_splits,
+                                 sinks != nullptr ? __ldg(sinks + hd) * LOG2E : NEG_INF);
+#else
                     combine_part(o_part, lse_part, out, row, 4 * (p % (D / 4)), n_splits);
+#endif
                 }
             }
         }
@@ -921,8 +1065,26 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         // a row, except in a packed sequence's work tile past its end, where without a producer
         // it must still refill the ring: with a producer only.
         const bool past_end = SKIP_ROWS_PAST_END && WARP_SPECIALIZED && !PACK_GQA && first_row >= t.len_q;
+#if WINDOW
+        // WINDOW: a row's last key is the nearer of its causal diagonal and its window's right
+        // edge (qhi), its first its window's left edge (qlo), at key position qpos + len_k − len_q.
+        // Over the consumer's rows first_row … rows_end − 1 the lowest last key is its first
+        // row's (hi_first) and the highest first key its last row's (lo_last): a tile between the
+        // two, within the keys, needs no mask. The consumer's tiles end at its last row's last
+        // key (keys_end), counted from the work tile's first tile t0, where the window began.
+        const int wdiag = t.len_k - t.len_q;
+        const int qhi[2] = {causal ? min(qdiag[0], qpos[0] + wdiag + win_right) : qpos[0] + wdiag + win_right,
+                            causal ? min(qdiag[1], qpos[1] + wdiag + win_right) : qpos[1] + wdiag + win_right};
+        const int qlo[2] = {qpos[0] + wdiag - win_left, qpos[1] + wdiag - win_left};
+        const int hi_first = causal ? min(first_row + t.diag, first_row + wdiag + win_right) : first_row + wdiag + win_right;
+        const int lo_last = rows_end - 1 + wdiag - win_left;
+        const int keys_end = max(0, min(causal ? min(t.len_k, rows_end + t.diag) : t.len_k, rows_end + wdiag + win_right));
+        const int my_tiles = past_end ? 0 : WARP_SPECIALIZED
+            ? max(0, min(n_tiles, (keys_end + BLOCK_N - 1) / BLOCK_N - t.t0)) : n_tiles;
+#else
         const int my_tiles = past_end ? 0 : causal && WARP_SPECIALIZED
             ? min(n_tiles, (max(0, min(t.len_k, rows_end + t.diag)) + BLOCK_N - 1) / BLOCK_N) : n_tiles;
+#endif
         auto pass_on = [&](int cur, int turns) {
             for (int i = 0; PINGPONG && i < turns; ++i) {
                 take_turn(c);
@@ -937,10 +1099,20 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         };
         auto softmax = [&](float (&s)[BLOCK_N / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int j) {
             const int kt = t.t0 + j;  // the key tile
-            if ((kt + 1) * BLOCK_N > t.len_k || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
-                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
+#if SOFTCAP
+            cap_scores(s, cap_mul);  // before the mask: masked keys get −∞ whatever the cap made of them
+#endif
+#if WINDOW
+            if ((kt + 1) * BLOCK_N > t.len_k || (kt + 1) * BLOCK_N - 1 > hi_first || kt * BLOCK_N < lo_last)
+                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qhi, t.len_k, true, scale_log2, qlo);
             else
-                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2);
+                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qhi, t.len_k, true, scale_log2, qlo);
+#else
+            if ((kt + 1) * BLOCK_N > t.len_k || (causal && (kt + 1) * BLOCK_N - 1 > first_row + t.diag))
+                softmax_tile<true>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2, qdiag);
+            else
+                softmax_tile<false>(s, m, l, alpha, kt * BLOCK_N, qdiag, t.len_k, causal, scale_log2, qdiag);
+#endif
         };
 
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
@@ -1026,7 +1198,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 #if CARRY_PV
             // The last P·V waits for the next work tile's first turn (or the one after the loop).
             if (my_tiles > 1) rescale(o, alpha);
+#if SINKS
+            close_rows(l, m, pend_inv_l, pend_lse, t);
+#else
             close_rows(l, m, pend_inv_l, pend_lse);
+#endif
             pend = true, pend_fresh = my_tiles == 1, pend_pos = last, pend_w = w;
             for (int j = my_tiles; j < n_tiles; ++j) pass_on(pos + j, TILE_TURNS);  // the tiles above: their turns
 #else
@@ -1085,7 +1261,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (!pend) {  // finished now (with CARRY_PV, a tile whose rows saw no key)
             if (my_tiles == 0) zero_o();  // no P·V wrote O: zeros, as SDPA gives
             float inv_l[2], lse[2];
+#if SINKS
+            close_rows(l, m, inv_l, lse, t);
+#else
             close_rows(l, m, inv_l, lse);
+#endif
             finish(w, count, inv_l, lse);
         }
     }
@@ -1103,9 +1283,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 // in shared memory. (One warp walking all 128 splits of a row waited 128 L2 round trips, and
 // decoding has few rows: B1 H8 Sq1 is 8 rows, so that wait was the whole kernel.)
 constexpr int MAX_SPLITS = 128;
+// SINKS: the row's sink joins as one more partial of O zero (sinks, float32 [H]; the row's head is
+// row % H for packed sequences' [total_q, H] rows, else (row / Sq) % H of [B, H, Sq]).
+#if SINKS
+#define COMBINE_SINK_PARAMS , const float* __restrict__ sinks, int H, int Sq, int rows_by_token
+#else
+#define COMBINE_SINK_PARAMS
+#endif
 extern "C" __global__ void __launch_bounds__(128)
 attention_combine_splits(const float* __restrict__ o_part, const float* __restrict__ lse_part, elem_t* __restrict__ out,
-                         int rows, int n_splits) {
+                         int rows, int n_splits COMBINE_SINK_PARAMS) {
     constexpr int COLS = D / 32;
     __shared__ float sums[4][D];
     __shared__ float lse_s[MAX_SPLITS];
@@ -1123,6 +1310,10 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
     if (lane == 0) sums[warp][0] = mx;
     __syncthreads();
     mx = fmaxf(fmaxf(sums[0][0], sums[1][0]), fmaxf(sums[2][0], sums[3][0]));
+#if SINKS
+    const float sink = sinks != nullptr ? __ldg(sinks + (rows_by_token ? row % H : (row / Sq) % H)) * LOG2E : NEG_INF;
+    mx = fmaxf(mx, sink);
+#endif
     if (mx == NEG_INF) mx = 0.0f;  // no split saw a key (not launched so): weights 0, output 0
     __syncthreads();               // sums[·][0] is read: it may be overwritten now
     float acc[COLS] = {}, wsum = 0.0f;
@@ -1131,20 +1322,30 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
     for (int i = warp; i < n_splits; i += 4) {
         const float w = exp2f(lse_s[i] - mx);
         wsum += w;
+#if HEAD_DIM % 64 == 0
 #pragma unroll
         for (int e = 0; e < COLS; e += 2) {
             const float2 part = *reinterpret_cast<const float2*>(o + (size_t)i * D + e);
             acc[e] = fmaf(w, part.x, acc[e]);
             acc[e + 1] = fmaf(w, part.y, acc[e + 1]);
         }
+#else  // D96: three columns a lane, no pairs
+#pragma unroll
+        for (int e = 0; e < COLS; ++e) acc[e] = fmaf(w, o[(size_t)i * D + e], acc[e]);
+#endif
     }
 #pragma unroll
     for (int e = 0; e < COLS; ++e) sums[warp][lane * COLS + e] = acc[e];
     __shared__ float wsums[4];  // each warp's share of the weights (the same in all its lanes)
     if (lane == 0) wsums[warp] = wsum;
     __syncthreads();
+#if SINKS
+    const float inv_total = 1.0f / fmaxf(wsums[0] + wsums[1] + wsums[2] + wsums[3] + exp2f(sink - mx), 1e-30f);
+#else
     const float inv_total = 1.0f / fmaxf(wsums[0] + wsums[1] + wsums[2] + wsums[3], 1e-30f);
+#endif
     if (warp == 0) {
+#if HEAD_DIM % 64 == 0
         elem_t* const dst = out + (size_t)row * D + lane * COLS;
 #pragma unroll
         for (int e = 0; e < COLS; e += 2) {
@@ -1153,5 +1354,12 @@ attention_combine_splits(const float* __restrict__ o_part, const float* __restri
             const float x1 = sums[0][c + 1] + sums[1][c + 1] + sums[2][c + 1] + sums[3][c + 1];
             *reinterpret_cast<unsigned*>(dst + e) = pack2(x0 * inv_total, x1 * inv_total);
         }
+#else  // D96: each lane a pair of the first 64 columns, lanes 0-15 one more of the last 32
+        for (int c = 2 * lane; c < D; c += 64) {
+            const float x0 = sums[0][c] + sums[1][c] + sums[2][c] + sums[3][c];
+            const float x1 = sums[0][c + 1] + sums[1][c + 1] + sums[2][c + 1] + sums[3][c + 1];
+            *reinterpret_cast<unsigned*>(out + (size_t)row * D + c) = pack2(x0 * inv_total, x1 * inv_total);
+        }
+#endif
     }
 }

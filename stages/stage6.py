@@ -35,6 +35,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     FEW_KEYS_SCHEDULE, FEW_KEYS_TILES, MAX_SPLITS, check_seqlens_k,
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
+from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
                         validate_varlen)
@@ -47,6 +48,17 @@ ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
 # 176-key tiles (fewer per-tile fixed costs: barriers, shuffles, turns; 2 stages fit), within the
 # noise of (128, 3, 2), which was faster causal.
 TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
+# Head dims 96 and 256 (issue 51; compiled offline, not yet run or measured:
+# experiments/model_variants/head_dims.md). D96 is held in shared memory and in O's registers as
+# D128 (two 64-column blocks, the second half zero-filled by the copy engine; P·V over 128
+# columns, stages/stage6.cu: PV_N), so it takes D128's tables wherever they apply; only Q·Kᵀ is
+# shorter (6 k-steps of 16 instead of 8). D256: O alone is 128 registers per consumer thread, so
+# 64-key tiles (S 32 and P 16 registers) and the 196 KB of a 128-row Q and two 64-key K/V stages:
+# see head_dim_tiles' rule.
+TILES.update({96: TILES[128], 256: (64, 2, 2)})
+# Head dims whose tables were tuned on the H100 (call_schedule's, short_tiles' rules): the others
+# run the default schedule everywhere.
+TUNED_HEAD_DIMS = (64, 128)
 CHOICES = [(128, 2, 2), (128, 3, 2), (176, 2, 2), (64, 4, 2), (128, 2, 3), (128, 3, 3), (128, 4, 3), (128, 4, 2),
            (128, 4, 1), (128, 3, 1), (128, 2, 1), (64, 2, 1), (64, 4, 1)]
 # The FlashAttention-3 schedule, one idea at a time (the notebook's waterfall, in this order).
@@ -76,7 +88,8 @@ ALL_SCHEDULES = {**SCHEDULES, **VARIANTS}
 # The schedule each head dim runs by default: the pick of `scripts/stage6_schedules.py --pick` on
 # the H100 (candidates and rule fixed before measuring: PICK_CANDIDATES, PICK_RULE there; the
 # rounds it timed are in results/logs/). Schedules a few percent apart need those repeated rounds.
-DEFAULT_SCHEDULES = {64: "+ intra-warpgroup overlap", 128: "+ intra-warpgroup overlap"}
+DEFAULT_SCHEDULES = {64: "+ intra-warpgroup overlap", 96: "+ intra-warpgroup overlap",
+                     128: "+ intra-warpgroup overlap", 256: "+ intra-warpgroup overlap"}
 
 
 def default_schedule(head_dim: int) -> str:
@@ -132,7 +145,7 @@ def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> 
     - causal with longer keys: the head dim's default (one block per work tile, heaviest
       first), where the tiles' own work dwarfs their start (D64 S 8192: 579 against 615 µs for
       the queue, in the same log)."""
-    if work <= sms:
+    if work <= sms or head_dim not in TUNED_HEAD_DIMS:
         return DEFAULT_SCHEDULES[head_dim]
     if not causal:
         return "+ persistent blocks"
@@ -142,7 +155,7 @@ def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> 
 
 
 # Few work tiles: blocks of one consumer warpgroup (and a three-deep ring), see few_rows.
-FEW_ROWS_TILES = {64: (128, 3, 1), 128: (128, 3, 1)}
+FEW_ROWS_TILES = {64: (128, 3, 1), 96: (128, 3, 1), 128: (128, 3, 1), 256: (64, 3, 1)}
 
 
 def few_rows(B: int, H: int, Sq: int, sms: int) -> bool:
@@ -181,7 +194,7 @@ def short_tiles(head_dim: int, Sk: int, schedule: str, causal: bool):
       (0.998-1.015x). At S 2048-4096 (not short here) the deeper rings were level (full) or
       slower (causal, against three consumers)."""
     persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
-    return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS[head_dim] else None
+    return SHORT_TILES.get((head_dim, causal)) if persistent and Sk <= SHORT_KEYS.get(head_dim, 0) else None
 # Causal work on the work queue: how many waves of work tiles at its end are handed out longest
 # first (tail_heads_for); 0: none.
 TAIL_WAVES = 2
@@ -212,12 +225,12 @@ def tail_heads_for(causal: bool, queue: bool, n_heads: int, n_qb: int, sms: int,
 
 # Eighths of the scores whose exp2 runs as a polynomial on the FMA pipes instead of MUFU.EX2
 # (stages/stage6.cu: poly_exp2), per head dim.
-EXP2_POLY = {64: 0, 128: 0}
+EXP2_POLY = {64: 0, 96: 0, 128: 0, 256: 0}
 # When the softmax rescales O (stages/stage6.cu: LAZY_RESCALE), per head dim: -1 every tile, as
 # FlashAttention-3 does; 0 only in warps where a row's max grew; k > 0 keeps a row's max until a
 # tile's exceeds it by more than 2^k (FlashAttention-4's threshold, 8), so O is almost never
 # rescaled after the first tile (P up to 2^k: fine in fp16/bf16).
-LAZY_RESCALE = {64: 8, 128: 8}
+LAZY_RESCALE = {64: 8, 96: 8, 128: 8, 256: 8}
 TIMELINE_TILES, TIMELINE_EVENTS = 16, 4  # stages/stage6.cu: TL_TILES, TL_EVENTS
 MAX_SMEM = 232_448  # bytes of shared memory one block may have on sm_90 (227 KB)
 SM_SMEM = 233_472  # bytes of shared memory of one SM (228 KB), 1 KB of it reserved per resident block
@@ -227,7 +240,13 @@ def smem_bytes(head_dim: int, tiles, q_stages: int = 1) -> int:
     """One block's dynamic shared memory: the Q buffers, the K and V rings, the barriers and work
     slots (Smem), and 1 KB of slack to align the tiles to 1024 bytes."""
     bn, stages, consumers = tiles
-    return (q_stages * 64 * consumers + 2 * stages * bn) * head_dim * 2 + 8 * (3 * q_stages + 4 * stages) + 1024
+    return (q_stages * 64 * consumers + 2 * stages * bn) * smem_width(head_dim) * 2 + 8 * (3 * q_stages + 4 * stages) + 1024
+
+
+def smem_width(head_dim: int) -> int:
+    """Elements a row of Q, K or V takes in shared memory: whole 64-column (128-byte) blocks, so
+    D96 takes 128 (stages/stage6.cu: ATOMS)."""
+    return 64 * -(-head_dim // 64)
 
 
 def fits(head_dim: int, tiles, q_stages: int = 1) -> bool:
@@ -296,7 +315,7 @@ def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, 
     queue (their 160 registers spill 28-40 bytes, NVRTC 13.0's ptxas), nor with one Q buffer and
     the TMA-store epilogue (the carried O is staged in the Q buffer the next tile's Q must wait
     for: a deadlock, which config refuses)."""
-    wanted = CARRY_PV_DEFAULT or (head_dim == 128 and q_stages == 3)
+    wanted = CARRY_PV_DEFAULT or (head_dim in (96, 128) and q_stages == 3)
     return (wanted and persistent and bool(switches["INTRA_OVERLAP"]) and bool(switches["WARP_SPECIALIZED"])
             and not (consumers == 3 and switches["DYNAMIC_WORK"]) and not (tma_store and q_stages == 1))
 
@@ -356,8 +375,9 @@ INFO = StageInfo(
     backend="nvrtc",
     min_cc=(9, 0),
     dtypes=(torch.float16, torch.bfloat16),
-    head_dims=(64, 128),
-    sources=("stages/stage6.py", "stages/stage6_decoding.py", "lib/tma.py", "stages/stage6.cu", "stages/hopper.cuh",
+    head_dims=(64, 96, 128, 256),
+    sources=("stages/stage6.py", "stages/stage6_decoding.py", "stages/stage6_variants.py", "lib/tma.py",
+             "stages/stage6.cu", "stages/hopper.cuh",
              "stages/pdl.cuh", "stages/work_queue.cuh",
              "stages/attention.cuh"),
     gqa=True,
@@ -385,7 +405,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            exp2_poly: int | None = None, lazy_rescale: int | None = None, pack_gqa: bool = False,
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
-           blocks_per_sm: int = 1, skip_past_end: bool | None = None) -> dict:
+           blocks_per_sm: int = 1, skip_past_end: bool | None = None, softcap: int = 0,
+           window: bool = False, sinks: bool = False) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -394,7 +415,11 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     split-KV block of a work tile may combine (None: the packed build, which has registers to
     spare; at D64 the prefill build's consumers spill with it); carry_pv: a work tile's last
     P·V issued with the next one's first S (None: carries_pv's rule); skip_past_end:
-    SKIP_ROWS_PAST_END (None: the module's default)."""
+    SKIP_ROWS_PAST_END (None: the module's default). The models' variants (stages/stage6_variants.py):
+    softcap 0, 1 or 2 (SOFTCAP: off, tanh.approx, tanh from ex2), window and sinks (WINDOW,
+    SINKS); each define is there only when on, so the build without any is the one before them."""
+    if head_dim not in INFO.head_dims:
+        raise ValueError(f"stage 6 builds head dims {INFO.head_dims_text}; got {head_dim}")
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
     if schedule not in ALL_SCHEDULES:
         raise ValueError(f"schedule must be one of {list(ALL_SCHEDULES)}, got {schedule!r}")
@@ -441,6 +466,10 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                ("O_TMA_STORE", int(tma)), ("CARRY_PV", int(carry)),
                ("COMBINE_IN_BLOCK", int(pack_gqa if combine_in_block is None else combine_in_block)),
                ("BLOCKS_PER_SM", blocks_per_sm), ("SKIP_ROWS_PAST_END", int(SKIP_ROWS_PAST_END if skip_past_end is None else bool(skip_past_end))))
+    if softcap not in (0, 1, 2):
+        raise ValueError(f"softcap is the SOFTCAP build: 0 (off), 1 (tanh.approx) or 2 (tanh from ex2); got {softcap!r}")
+    defines += ((("SOFTCAP", int(softcap)),) if softcap else ()) + ((("WINDOW", 1),) if window else ()) \
+        + ((("SINKS", 1),) if sinks else ())
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -449,16 +478,19 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
                 schedule: str | None = None, timeline: bool = False, exp2_poly: int | None = None,
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
                 q_stages: int | None = None, tma_store: bool | None = None,
-                carry_pv: bool | None = None, blocks_per_sm: int = 1) -> dict:
+                carry_pv: bool | None = None, blocks_per_sm: int = 1, softcap: int = 0,
+                window: bool = False, sinks: bool = False) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
-    lengths). Only sm_90a has the instructions; any other arch is refused."""
+    lengths; softcap, window, sinks: the models' variant builds, as config takes them). Only
+    sm_90a has the instructions; any other arch is refused."""
     if arch != ARCH:
         raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
-                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm)
+                 lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm,
+                 softcap=softcap, window=window, sinks=sinks)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -496,7 +528,7 @@ def _check_arch(q) -> None:
 
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
-           pack_gqa=None, blocks_per_sm=None) -> dict:
+           pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
@@ -504,14 +536,25 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     blocks of one consumer with one query block: splits_causal) and, when packed, the
     blocks per SM (shares_sms' rule unless `blocks_per_sm` is given; their tiles
     DECODE_SHARED_TILES unless `tiles` are given), or blocks without a producer
-    (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given)."""
+    (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given). `variants`: the
+    call's model variants (stages/stage6_variants.py): with a window, work tiles read only the key
+    tiles their rows' windows reach (key_span), and the splits are planned over those; tiles not
+    given lose a consumer or their 176-key width where the variants' registers would spill
+    (variant_tiles)."""
+    window = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles, given_schedule = tiles is not None, schedule is not None
     few = not pack and not given_tiles and schedule is None and few_rows(B, H, Sq, sms)
     if few:
         tiles, schedule = FEW_ROWS_TILES[D], DECODE_SCHEDULE
     tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
-    key_tiles = (Sk + tiles[0] - 1) // tiles[0]
+    if not given_tiles:
+        tiles = variant_tiles(tiles, variants)
+
+    def key_span(tiles):  # the key tiles a work tile reads, at most
+        return window_span(Sq if pack else min(Sq, 64 * tiles[2]), Sk, tiles[0], window)
+
+    key_tiles = key_span(tiles)
     block_m = 64 * tiles[2]
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
@@ -519,7 +562,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
         schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms)
         short = None if pack or given_tiles else short_tiles(D, Sk, schedule, bool(causal))
         if short is not None:
-            tiles, key_tiles = short, (Sk + short[0] - 1) // short[0]
+            short = variant_tiles(short, variants)
+            tiles, key_tiles = short, key_span(short)
             block_m = 64 * tiles[2]
             work = B * H * ((Sq + block_m - 1) // block_m)
     if pack and (H // Hk) * Sq > block_m:
@@ -535,18 +579,33 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     if (pack and not given_tiles and not given_schedule and blocks_per_sm is None
             and few_keys_per_block(D, -(-key_tiles // n))):
         tiles, schedule, blocks_per_sm = FEW_KEYS_TILES[D], FEW_KEYS_SCHEDULE, FEW_KEYS_BLOCKS
-        key_tiles = (Sk + tiles[0] - 1) // tiles[0]
+        key_tiles = key_span(tiles)
     if pack and blocks_per_sm is None:
-        blocks_per_sm = 2 if schedule == DECODE_SCHEDULE and shares_sms(work, n, sms) else 1
+        blocks_per_sm = 2 if (schedule == DECODE_SCHEDULE and D in DECODE_SHARED_TILES
+                              and shares_sms(work, n, sms)) else 1
+    if pack and blocks_per_sm == 2 and not given_tiles and D not in DECODE_SHARED_TILES:
+        raise NotImplementedError(f"two decoding blocks per SM have no tiles at D{D} (DECODE_SHARED_TILES: "
+                                  f"D{', D'.join(map(str, DECODE_SHARED_TILES))}); pass tiles, or blocks_per_sm=1")
     if pack and blocks_per_sm == 2 and not given_tiles:
         # the same blocks (the split count planned for one per SM), with the smaller ring
         tiles = DECODE_SHARED_TILES[D]
-        key_tiles = (Sk + tiles[0] - 1) // tiles[0]
+        key_tiles = key_span(tiles)
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
             "blocks_per_sm": blocks_per_sm or 1,
             "splits": -(-key_tiles // per_split), "per_split": per_split,
             "q_stages": q_stages_for(D, tiles, schedule, Sk, pack)}
+
+
+def window_span(rows: int, Sk: int, bn: int, window=None) -> int:
+    """The key tiles of bn keys a work tile of `rows` consecutive query positions reads: all
+    ceil(Sk / bn), or with a window (finite (left, right): stages/stage6_variants.finite_window)
+    those its rows' windows reach, rows + left + right keys starting anywhere in a tile (one tile
+    more), at most all."""
+    tiles = -(-Sk // bn)
+    if window is None:
+        return tiles
+    return min(tiles, -(-(rows + window[0] + window[1]) // bn) + 1)
 
 
 class _Plan:
@@ -557,7 +616,7 @@ class _Plan:
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
                  "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_tma",
-                 "combine_in_block")
+                 "combine_in_block", "variant_args", "combine_sink_args")
 
 
 _plans: dict = {}
@@ -566,7 +625,7 @@ _plans: dict = {}
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
                combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
-               skip_past_end=None) -> _Plan:
+               skip_past_end=None, variants: Variants = NO_VARIANTS) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -579,7 +638,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         raise ValueError(f"carry_pv must be True, False or None (carries_pv's rule), got {carry_pv!r}")
     kernel_pdl, combine_pdl = pdl_launches(pdl)
     plan = _Plan()
-    plan.varlen = varlen is not None
+    plan.varlen, plan.variant_args, plan.combine_sink_args = varlen is not None, None, None
     if varlen is None:
         scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
         B, H, Sq, D = q.shape
@@ -590,6 +649,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         B, H, Sq, D = varlen.n_seqs, q.shape[1], varlen.max_q, q.shape[3]
         Hk, Sk = k.shape[1], varlen.max_k
     _check_arch(q)
+    win = finite_window(variants.window, Sq, Sk) if variants.window is not None else None  # the kernel's
     if Sq <= 1 and causal:
         # One query per sequence is its last position: bottom-right it sees every key (full
         # attention, which may be split), top-left only the first.
@@ -599,11 +659,12 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         return plan
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
-                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm)
+                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, variants=variants)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
-                 combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end)
+                 combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end,
+                 softcap=variants.softcap_build, window=variants.window is not None, sinks=variants.sinks)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -617,6 +678,12 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan.args = (np.int32(Sq), np.int32(Sk), np.int32(H), np.int32(G),
                  np.float32(scale * math.log2(math.e)), np.int32(causal), np.int32(n_work),
                  np.int32(n), np.int32(per_split), np.int32(tail_heads))
+    # A variant build's own arguments (VARIANT_PARAMS), the sinks' pointer added per call (_launch)
+    left, right = win or (Sk, Sq)  # no window: every key
+    plan.variant_args = ((*softcap_args(variants, scale), np.int32(left), np.int32(right))
+                         if variants.any else None)
+    # the SINKS build's combine kernel finds a row's head from H, Sq and the rows' order (sinks, H, Sq, by token)
+    plan.combine_sink_args = (np.int32(H), np.int32(Sq), np.int32(varlen is not None)) if variants.sinks else None
     rows = H * q.shape[2] if varlen is not None else B * H * Sq  # the output's rows
     plan.partial_shape = (rows, n, D)
     block_rows = G * Sq if pack else cfg["block_m"]
@@ -637,6 +704,18 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     # last block resets it). One per stream: launches on two streams at once must not share one.
     plan.queues = {} if dict(cfg["defines"])["DYNAMIC_WORK"] else None
     return plan
+
+
+def softcap_args(variants: Variants, scale: float) -> tuple:
+    """The SOFTCAP build's cap_mul and cap_log2 (stages/stage6.cu: cap_scores): the raw product
+    q·k times cap_mul is tanh's argument (|scale| / c; for the ex2 form, SOFTCAP=2, times 2·log2 e),
+    and cap_log2 = c·log2 e the softmax's scale on t. Scale 0 gives cap_mul 0: every visible key the
+    same weight, as the reference gives. (1, 1) without a softcap (unread)."""
+    if variants.softcap is None:
+        return np.float32(1.0), np.float32(1.0)
+    c = variants.softcap
+    mul = abs(scale) / c * (2 * math.log2(math.e) if variants.softcap_build == 2 else 1.0)
+    return np.float32(mul), np.float32(c * math.log2(math.e))
 
 
 def _q_view(q, plan: _Plan):
@@ -671,7 +750,8 @@ def _queue(plan: _Plan, device) -> int:
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True,
               seqlens_k=None, tiles=None, schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None,
               splits=None, pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
-              blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None):
+              blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None, window=None, softcap=None,
+              sinks=None, softcap_tanh=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -703,8 +783,18 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     lib.inputs.refuse_grad); stages.autograd.attention(q, k, v, forward=6) adds stage 8's
     backward, from the log-sum-exp this forward writes: `lse`, a contiguous float32 [B, H, Sq] tensor on q's device,
     receives the rows' log-sum-exp (natural log, −∞ for a row that sees no key; the keys are
-    then never split)."""
+    then never split).
+    The models' variants (stages/stage6_variants.py, issue 51), each its own build of the kernel:
+    `softcap` (a finite c > 0: the scaled scores become c·tanh(s / c) before the mask, Gemma 2;
+    `softcap_tanh` "approx" or "exp2" picks the tanh, None SOFTCAP_TANH's rule per dtype);
+    `sinks` (a contiguous float32 [H] tensor on q's device: one logit per query head in every row's
+    softmax denominator, gpt-oss; with split-KV the combine adds it once; `lse` includes it);
+    `window` (left, right), ints >= -1 (-1: unbounded): query i, at key position i + Sk − Sq,
+    sees keys i + Sk − Sq − left … i + Sk − Sq + right (FlashAttention's window_size; transformers'
+    sliding window of W keys is (W − 1, 0)), with `causal` the intersection; with seqlens_k, Sk is
+    each entry's own key count. Key tiles outside every row's window are skipped."""
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
+    variants = check_variants(q, window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh)
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
     if lse is not None:
@@ -721,7 +811,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end)
+               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end, variants)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -737,7 +827,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
                           blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
-                          skip_past_end=skip_past_end)
+                          skip_past_end=skip_past_end, variants=variants)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -745,13 +835,16 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     if plan.trivial:
         if lse is not None:
             lse.fill_(-math.inf)  # no key: the log of an empty sum
+            if sinks is not None:
+                lse.copy_(sinks[None, :, None].expand_as(lse))  # the sink's term alone
         return trivial_output(q, k)
     used_k = check_seqlens_k(seqlens_k, q) if seqlens_k is not None else 0
-    return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse)
+    return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse, sinks)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
-                     causal=False, scale=None, splits=None, pack_gqa=None):
+                     causal=False, scale=None, splits=None, pack_gqa=None, window=None, softcap=None,
+                     sinks=None, softcap_tanh=None):
     """Packed sequences of different lengths, as FlashAttention's flash_attn_varlen_func takes
     them: q [total_q, H, D], k and v [total_k, H_kv, D] (GQA: H a multiple of H_kv), sequence b
     being rows cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1 of q and cu_seqlens_k[b] … of k and v
@@ -766,29 +859,32 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     count, not the box, bounds the softmax) and its queries' rows are never stored. The grid is
     that of the longest sequence for every one; work tiles past a shorter one's end do nothing.
     Reads the offsets on the host to check them (lib.inputs.validate_varlen): one copy per call.
-    `splits` and `pack_gqa` as in attention(); the rules use the longest lengths."""
+    `splits` and `pack_gqa` as in attention(); the rules use the longest lengths. `window`,
+    `softcap`, `sinks` and `softcap_tanh` as in attention(), within each sequence (a window is
+    aligned to each sequence's own last query and key)."""
     call = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            causal=causal, scale=scale, info=INFO)
+    variants = check_variants(q, window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh)
     key = ("varlen", call.q.shape, call.q.stride(), q.dtype, q.device, call.k.shape, call.k.stride(),
            call.v.stride(), call.n_seqs, call.max_q, call.max_k, call.causal, call.scale, splits,
-           pack_gqa)
+           pack_gqa, variants)
     plan = _plans.get(key)
     ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
     if plan is None:
         plan = _plans[key] = _make_plan(call.q, call.k, call.v, call.causal, call.scale, None, None,
-                                        False, None, None, splits, pack_gqa, varlen=call)
+                                        False, None, None, splits, pack_gqa, varlen=call, variants=variants)
         ptrs = None
     out = new_output(q)  # [total_q, H, D]
     if plan.trivial:
         return out.zero_()  # no query rows, or no keys anywhere: zeros, as SDPA gives
     return _launch(plan, call.q, call.k, call.v, ptrs, out,
-                   (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0), None)
+                   (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0), None, sinks=sinks)
 
 
-def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None):
+def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=None):
     """Run a plan on these tensors (same layout as it was made for): the kernel, and split-KV's
     combine. `seqs`: the kernel's cu_q, cu_k and used_k pointers (0: none); `lse`: the rows'
-    log-sum-exp tensor, or None."""
+    log-sum-exp tensor, or None; `sinks`: the sinks tensor of a SINKS build, or None."""
     if ptrs is not None:
         for i, t in enumerate((q, k, v)):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
@@ -800,10 +896,14 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None):
                           (*plan.maps[:3], plan.maps[3] if plan.o_tma else plan.maps[0], out.data_ptr(),
                            o_part, lse_part, *plan.args,
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device),
-                           counts, *seqs, 0 if lse is None else lse.data_ptr()))
+                           counts, *seqs, 0 if lse is None else lse.data_ptr(),
+                           *(() if plan.variant_args is None else
+                             (*plan.variant_args, 0 if sinks is None else sinks.data_ptr()))))
     if plan.combine_config is not None:
         nvrtc.launch_prepared(plan.combine, plan.combine_config,
-                              (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits)))
+                              (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits),
+                               *(() if plan.combine_sink_args is None else
+                                 (0 if sinks is None else sinks.data_ptr(), *plan.combine_sink_args))))
     return out
 
 

@@ -34,10 +34,14 @@ import torch
 # so a second would only multiply zeros; its registers and the shared memory go to a deeper ring
 # (the producer keeps STAGES tiles in flight while the one consumer works).
 DECODE_TILES = {64: (128, 4, 1), 128: (128, 3, 1)}
+# D96 as D128 (the same shared memory and O registers); D256: 64-key tiles (O is 128 registers, a
+# 128-key S and P 96 more), three stages (230.5 of 232.4 KB). Compiled offline, not yet measured
+# (experiments/model_variants/head_dims.md).
+DECODE_TILES.update({96: DECODE_TILES[128], 256: (64, 3, 1)})
 # Decoding whose blocks fill the GPU (shares_sms): two blocks per SM (BLOCKS_PER_SM), each with a
 # ring small enough for both to fit in the SM's shared memory (two buffers of 64 keys at D128: 83
 # KB; of 128 keys at D64: 75 KB).
-DECODE_SHARED_TILES = {64: (128, 2, 1), 128: (64, 2, 1)}
+DECODE_SHARED_TILES = {64: (128, 2, 1), 96: (64, 2, 1), 128: (64, 2, 1)}  # none at D256: one block per SM
 DECODE_SCHEDULE = "overlap without ping-pong"  # one consumer: nobody to take turns with
 
 MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O row in fp32

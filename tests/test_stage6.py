@@ -23,7 +23,7 @@ on_hopper = pytest.mark.skipif(not HAS_GPU or torch.cuda.get_device_capability()
 SERIALIZING = re.compile(r"C75(08|10|11|12|15)|wgmma.*serializ", re.I)
 
 
-VARIANTS = [(D, dtype, sched) for D in s6.INFO.head_dims for dtype in s6.INFO.dtypes for sched in s6.ALL_SCHEDULES]
+VARIANTS = [(D, dtype, sched) for D in s6.TUNED_HEAD_DIMS for dtype in s6.INFO.dtypes for sched in s6.ALL_SCHEDULES]
 
 
 # Without a GPU, every schedule, head dim and dtype in one build at least, and each head dim's
@@ -109,7 +109,7 @@ def test_config_checks_schedule_and_shared_memory():
         s6.config(64, schedule="fastest")
     with pytest.raises(ValueError, match="shared memory"):
         s6.config(128, (128, 3, 3))
-    assert all(s6.fits(D, s6.TILES[D]) for D in s6.INFO.head_dims)
+    assert all(s6.fits(D, s6.TILES[D]) for D in s6.TUNED_HEAD_DIMS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,7 +120,7 @@ SHAPES = [(1, 1, 1, 1), (2, 3, 129, 77), (1, 2, 300, 1000), (1, 1, 1000, 300), (
 
 @on_hopper
 @pytest.mark.parametrize("schedule", list(s6.ALL_SCHEDULES))
-@pytest.mark.parametrize("D", s6.INFO.head_dims)
+@pytest.mark.parametrize("D", s6.TUNED_HEAD_DIMS)
 def test_every_schedule_matches_reference(schedule, D, seed):
     assert_matches_reference(s6.attention, s6.INFO.dtypes, SHAPES, D, seed, schedule,
                              schedule=schedule)
@@ -129,7 +129,7 @@ def test_every_schedule_matches_reference(schedule, D, seed):
 @on_hopper
 @pytest.mark.parametrize("tiles", s6.CHOICES)
 def test_every_tile_choice_matches_reference(tiles, seed):
-    for D in [d for d in s6.INFO.head_dims if s6.fits(d, tiles)]:
+    for D in [d for d in s6.TUNED_HEAD_DIMS if s6.fits(d, tiles)]:
         for causal in (False, True):
             q, k, v = make_qkv(2, 2, 333, D, Sk=517, dtype=torch.bfloat16, seed=seed)
             # one consumer warpgroup (the decode tiles) has nobody to take turns with
@@ -142,7 +142,7 @@ def test_every_tile_choice_matches_reference(tiles, seed):
 @on_hopper
 @pytest.mark.parametrize("eighths", [2, 8])
 def test_polynomial_exp2_matches_reference(eighths, seed):
-    for D in s6.INFO.head_dims:
+    for D in s6.TUNED_HEAD_DIMS:
         for dtype in s6.INFO.dtypes:
             for causal in (False, True):
                 q, k, v = make_qkv(2, 3, 300, D, Sk=517, dtype=dtype, seed=seed)
@@ -157,7 +157,7 @@ def test_lazy_rescale_matches_reference(lazy, seed):
     """Scores that keep growing along the keys (row maxima rise by far more than 2^8 over the
     sequence, so O is rescaled in the lazy builds too), plain random ones (the lazy build then
     keeps the first tile's max to the end) and odd lengths, causal and not."""
-    for D in s6.INFO.head_dims:
+    for D in s6.TUNED_HEAD_DIMS:
         for dtype in s6.INFO.dtypes:
             for causal in (False, True):
                 for grow in (0.0, 12.0):
@@ -296,7 +296,7 @@ def test_work_queue_hands_out_every_tile_once(schedule, seed):
     must be back at zero after every launch, or the next launch would skip tiles."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     side = torch.cuda.Stream()
-    for D in s6.INFO.head_dims:
+    for D in s6.TUNED_HEAD_DIMS:
         B, Sq, Sk = 2, 333, 517
         n_qb = -(-Sq // s6.config(D, schedule=schedule)["block_m"])
         H = 3 * sms // (B * n_qb) + 1  # about 3 work tiles per SM
@@ -329,7 +329,7 @@ def test_q_buffers_match_reference(schedule, q_stages, tma_store, carry_pv, seed
             s6.config(64, (128, 2, 2), schedule, q_stages=1, tma_store=True, carry_pv=True)
         return  # refused: the carried O would hold the one Q buffer the next tile waits for
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for D in s6.INFO.head_dims:
+    for D in s6.TUNED_HEAD_DIMS:
         tiles = (128, 2, 2)
         B, Sq, Sk = 3, 257, 389
         H = 5 * sms // (B * 3) + 1  # 3 query blocks of 128 rows per head
@@ -352,7 +352,7 @@ def test_carried_pv_where_rows_see_no_key(schedule, seed):
     single key tile (its only P·V is the carried one), and key lengths of one tile plus one row.
     Several work tiles per block, ping-pong and not; the output starts NaN-poisoned."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for D in s6.INFO.head_dims:
+    for D in s6.TUNED_HEAD_DIMS:
         for tiles in ((128, 2, 3), (128, 2, 2)):
             if not s6.fits(D, tiles, 2):
                 continue
@@ -513,7 +513,7 @@ def test_call_schedule_rule():
     """Full attention: persistent blocks (the same kernel, O stored by TMA); causal: the work
     queue up to QUEUE_KEYS keys (D64 without ping-pong), the head dim's default beyond; the short
     tiles (D128, and D64 causal); what choose() runs."""
-    for D in s6.INFO.head_dims:
+    for D in s6.TUNED_HEAD_DIMS:
         queue = s6.QUEUE_KEYS[D]
         assert s6.call_schedule(D, False, 512, 500, 132) == s6.call_schedule(D, False, 65536, 500, 132) \
             == "+ persistent blocks"
@@ -533,7 +533,7 @@ def test_call_schedule_rule():
     assert s6.choose(32, 16, 16, 512, 512, 64, True, 132)["schedule"] == "work queue without ping-pong"
     assert s6.choose(4, 16, 16, 8192, 8192, 128, True, 132)["schedule"] == s6.default_schedule(128)
     assert s6.choose(1, 32, 8, 1, 4096, 128, False, 132)["schedule"] == s6.DECODE_SCHEDULE
-    for D in s6.INFO.head_dims:  # the latency shape: 64 blocks of one consumer, each with an SM
+    for D in s6.TUNED_HEAD_DIMS:  # the latency shape: 64 blocks of one consumer, each with an SM
         latency = s6.choose(1, 8, 8, 512, 512, D, False, 132)
         assert (latency["schedule"], latency["tiles"], latency["work"], latency["splits"]) == \
             (s6.DECODE_SCHEDULE, s6.FEW_ROWS_TILES[D], 64, 1), latency
