@@ -15,7 +15,8 @@
 // compiles against a CPU torch (checked there) and a CUDA one alike.
 //
 // The node works with both spellings of autograd's node pointer: std::shared_ptr<Node> (torch up
-// to at least 2.11) and c10::intrusive_ptr<Node> (torch 2.13's headers): NodePtr below.
+// to 2.11 at least) and c10::intrusive_ptr<Node> (pytorch/pytorch#181782, April 2026; torch 2.13's
+// headers): NodePtr below.
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -365,10 +366,18 @@ struct IsShared : std::false_type {};
 template <typename T>
 struct IsShared<std::shared_ptr<T>> : std::true_type {};
 
+// torch <= 2.11 deletes nodes through torch::autograd::deleteNode (no deep recursion when a
+// long chain of nodes dies), found here by argument-dependent lookup: 2.13 has none, and this is
+// instantiated only where nodes are shared_ptrs.
+template <typename T>
+struct NodeDeleter {
+  void operator()(T* n) const { deleteNode(n); }
+};
+
 template <typename T, typename... A>
 NodePtr make_node(A&&... a) {
   if constexpr (IsShared<NodePtr>::value) {
-    return std::shared_ptr<T>(new T(std::forward<A>(a)...));
+    return std::shared_ptr<T>(new T(std::forward<A>(a)...), NodeDeleter<T>{});
   } else {
     return c10::make_intrusive<T>(std::forward<A>(a)...);
   }
