@@ -43,12 +43,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from lib import nvrtc  # noqa: E402
 from lib.inputs import wants_grad  # noqa: E402
 from stages import autograd as stages_autograd  # noqa: E402
 from stages import stage6, stage8  # noqa: E402
 
 SOURCE = Path(__file__).with_name("node.cpp")
 NODE_NAME = "StagesAttentionBackward"  # node.cpp's AttentionBackward::name()
+# How node.cpp reads the current stream: "guard" (c10's device-guard interface, no CUDA headers;
+# builds against a CPU torch too) or "c10_cuda" (c10::cuda::getCurrentCUDAStream: CUDA's headers
+# and libc10_cuda, for a torch whose CUDAGuardImpl lacks getStreamNativeHandle).
+STREAM_API = os.environ.get("FA_CPP_NODE_STREAM", "guard")
 BUILD = {"seconds": None, "error": None}  # the extension's build (or cache load) time, and why it failed
 _ext = None
 
@@ -59,11 +64,15 @@ def extension():
     why and how long it took."""
     global _ext
     if _ext is None and BUILD["error"] is None:
-        from torch.utils.cpp_extension import load
+        from torch.utils.cpp_extension import CUDA_HOME, load
         started = time.perf_counter()
+        name, cflags, ldflags, includes = "fa_cpp_autograd_node", ["-O2"], ["-ldl"], []
+        if STREAM_API == "c10_cuda":
+            name, cflags, ldflags = name + "_c10cuda", cflags + ["-DNODE_C10_CUDA_STREAM"], ldflags + ["-lc10_cuda"]
+            includes = [str(Path(CUDA_HOME or "/usr/local/cuda") / "include")]
         try:
-            _ext = load(name="fa_cpp_autograd_node", sources=[str(SOURCE)], extra_cflags=["-O2"],
-                        extra_ldflags=["-ldl"], verbose=os.environ.get("FA_CPP_NODE_VERBOSE") == "1")
+            _ext = load(name=name, sources=[str(SOURCE)], extra_cflags=cflags, extra_ldflags=ldflags,
+                        extra_include_paths=includes, verbose=os.environ.get("FA_CPP_NODE_VERBOSE") == "1")
         except Exception as e:  # noqa: BLE001 (a prototype: say why, fall back)
             BUILD["error"] = f"{type(e).__name__}: {e}"
             warnings.warn(f"experiments/cpp_autograd_node: the C++ extension did not build ({BUILD['error'][:300]}); "
@@ -175,8 +184,9 @@ def _make_plan(q, k, v, causal, scale, key):
     def slots(*names):
         return [(K["slot"], S[n]) for n in names]
 
+    nvrtc._device()  # this thread's context bound (stage 8 bound it loading its kernels, if it loaded them here)
     plan = ext.Plan()
-    plan.capture_context()  # the primary context, bound on this thread when stage 8 loaded its kernels
+    plan.capture_context()  # that context: the device's primary one, torch's and cuda.core's
     plan.set_layout(list(q.shape), list(k.shape), p.work_floats, 0, p.rows_pad, p.acc_at)
     # The argument lists of stages/stage8.py `_run`, in its order (the kernels' signatures):
     #   preprocess (dout, out, lse, delta, lse2, dq_zero, *pre_args)

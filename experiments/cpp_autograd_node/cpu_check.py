@@ -33,7 +33,7 @@ def tma_rule(t: torch.Tensor, rows: int):
 def main():
     started = time.perf_counter()
     ext = A.extension()
-    print(f"extension: {'built/loaded' if ext else 'FAILED'} in {A.BUILD['seconds']:.1f} s "
+    print(f"extension: {'built/loaded' if ext else 'FAILED'} in {A.BUILD['seconds']:.2f} s "
           f"(torch {torch.__version__}){'' if ext else ': ' + str(A.BUILD['error'])}")
     if ext is None:
         sys.exit(1)

@@ -12,7 +12,9 @@
 // No CUDA headers and no link to CUDA: the driver is reached through dlopen("libcuda.so.1") and
 // dlsym, and the current stream through c10's device-guard interface (DeviceGuardImplInterface::
 // getStream + getStreamNativeHandle, which a CPU build of torch declares too), so the extension
-// compiles against a CPU torch (checked there) and a CUDA one alike.
+// compiles against a CPU torch (checked there) and a CUDA one alike. (With NODE_C10_CUDA_STREAM
+// defined the stream comes from c10::cuda::getCurrentCUDAStream instead: CUDA's headers and
+// libc10_cuda needed, a CUDA build of torch only.)
 //
 // The node works with both spellings of autograd's node pointer: std::shared_ptr<Node> (torch up
 // to 2.11 at least) and c10::intrusive_ptr<Node> (pytorch/pytorch#181782, April 2026; torch 2.13's
@@ -27,6 +29,10 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/utils/pybind.h>
+
+#ifdef NODE_C10_CUDA_STREAM  // the alternative (attention.py: FA_CPP_NODE_STREAM=c10_cuda): CUDA headers, libc10_cuda
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <dlfcn.h>
 
@@ -307,9 +313,18 @@ struct Plan {
     return {dq, dk, dv};
   }
 
+  // The raw cudaStream_t of the calling thread's current stream on `device`: on the engine's
+  // thread, the stream the forward ran on (the engine sets it from the node's input metadata,
+  // recorded by set_history). Through c10's device-guard interface, which every build of torch
+  // declares (a CPU build too) and the CUDA build implements (CUDAGuardImpl: getCurrentCUDAStream,
+  // then CUDAStream::stream()). Stream::id() is not the handle for torch's pooled streams.
   static void* current_stream(c10::Device device) {
+#ifdef NODE_C10_CUDA_STREAM
+    return reinterpret_cast<void*>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
+#else
     const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(device.type());
     return impl->getStreamNativeHandle(impl->getStream(device));
+#endif
   }
 
  private:
