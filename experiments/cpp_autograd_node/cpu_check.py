@@ -2,14 +2,16 @@
 node.cpp builds and imports; that its tensor-map parameters are lib/tma.tensor_map's (the
 dimensions, byte strides and box cuda.core hands cuTensorMapEncodeTiled, in the driver's order);
 that a launch's argument words hold the scalars' bits; that attach() makes the output's grad_fn
-the node with edges to q, k and v; and that its backward without a driver raises a clear error
-instead of crashing. The first build takes about a minute on two cores (then cached).
+the node with edges to q, k and v; and that its backward (no driver here, and an empty plan)
+raises a clear error instead of crashing. The first build takes about a minute on two cores (then cached).
 
     python3 experiments/cpp_autograd_node/cpu_check.py
 """
+import gc
 import struct
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -83,9 +85,20 @@ def main():
         failures += 1
     except RuntimeError as e:
         msg = str(e).splitlines()[0]
-        ok = "cpp_autograd_node" in msg
+        ok = "cpp_autograd_node" in msg  # no driver here; with one, the plan (no launches) is refused
         failures += not ok
-        print(f"  backward without a driver raises: {msg[:160]}")
+        print(f"  backward of an empty plan on CPU tensors raises: {msg[:160]}")
+    # nothing kept alive: the node (and with it the saved lse) dies with the output
+    with torch.no_grad():
+        out2 = torch.empty_like(q)
+    lse2 = torch.empty(1, 2, 8)
+    ext.attach(out2, q, k, v, lse2, plan)
+    gone = weakref.ref(lse2)
+    del lse2, out2
+    gc.collect()
+    ok = gone() is None
+    failures += not ok
+    print(f"  the node and its saved tensors freed with the output: {'ok' if ok else 'NO (a reference cycle?)'}")
     print(f"{'PASS' if not failures else f'FAIL ({failures})'} in {time.perf_counter() - started:.1f} s")
     sys.exit(1 if failures else 0)
 

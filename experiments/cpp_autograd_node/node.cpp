@@ -280,12 +280,12 @@ struct Plan {
                                          const Tensor& lse) {
     const Driver& d = driver();
     d.require();
-    TORCH_CHECK(ctx_ != nullptr && !launches_.empty(), "the plan is not complete");
+    TORCH_CHECK(ctx_ != nullptr && !launches_.empty(), "experiments/cpp_autograd_node: the plan is not complete");
     TORCH_CHECK(q.sizes() == at::IntArrayRef(q_shape_) && k.sizes() == at::IntArrayRef(k_shape_) &&
                     v.sizes() == at::IntArrayRef(k_shape_) && dout.sizes() == q.sizes() && out.sizes() == q.sizes(),
-                "shapes differ from the plan's");
+                "experiments/cpp_autograd_node: shapes differ from the plan's");
     TORCH_CHECK(dout.scalar_type() == q.scalar_type() && dout.device() == q.device(),
-                "dout must have q's dtype and device");
+                "experiments/cpp_autograd_node: dout must have q's dtype and device");
     c10::DeviceGuard device_guard(q.device());
     bind_context(d);
     // The plan was made for a contiguous dO and output (stage 8 reads any aligned layout, but its
