@@ -105,7 +105,10 @@ def test_launcher_builds_compile_without_spills(D, dtype):
     for b in builds:
         c = b.compile()
         for kern in ("attention_wgmma", "attention_combine_splits"):
-            u = c.resource_usage()[kern]
+            usage = c.resource_usage()
+            # once seen on the H200 under pytest-xdist: a log without this kernel's ptxas report
+            assert kern in usage, (b, sorted(usage), c.log[-1500:])
+            u = usage[kern]
             assert u["spill_stores"] == 0 and u["spill_loads"] == 0 and u["stack_bytes"] == 0, (b, kern, u)
         assert not SERIALIZING.search(c.log), (b, c.log)
 
