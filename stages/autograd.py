@@ -12,6 +12,15 @@ the forward and the backward.
     out = A.attention(q, k, v, forward=6, causal=True)   # stage 6's forward ...
     out.backward(dout)                                     # ... and stage 8's backward
 
+With forward 6 on an H100/H200 the backward's autograd node is C++ (stages/autograd_node.py,
+built at first use from stages/stage8_node.cpp with the host's g++): no Python runs on the
+autograd engine's thread, which at short shapes is most of a training step's host time. It
+launches stage 8's own kernels (the same gradients, dK and dV the same bits). Elsewhere, for
+what the node does not take (stage 6's options, other GPUs, other head dims, ...), and when
+the extension cannot be built, the backward is stage 8's Python autograd.Function
+(`stage8.with_grad`). FA_AUTOGRAD_NODE=0 in the environment forces the Python Function, to
+measure one against the other; `stages.autograd_node.route(q, k, v, causal)` says which runs.
+
 Packed sequences train through `attention_varlen`, one sequence at a time (its docstring says
 what that costs).
 """
@@ -24,7 +33,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from lib.inputs import NoBackwardError, causal_from_mask, host_offsets, sdpa_causal, validate_varlen, wants_grad
-from stages import stage5, stage6, stage8
+from stages import autograd_node, stage5, stage6, stage8
 
 FORWARDS = {5: stage5, 6: stage6}  # the stages whose forward writes the log-sum-exp stage 8 needs
 
@@ -44,7 +53,9 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     output whose grad_fn runs stage 8's backward from the log-sum-exp the forward saved.
     Otherwise it is the forward stage's own call, at its own cost. `options` go to the forward
     (its measuring keywords: tiles, schedule, ...); `seqlens_k` has no backward (stage 8 takes
-    every key of each entry) and is refused when gradients are asked for."""
+    every key of each entry) and is refused when gradients are asked for. With forward 6 and no
+    options the grad_fn is stage 8's C++ node where it applies (the module docstring says when),
+    else stage 8's Python autograd.Function."""
     stage = _forward_stage(forward)
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)
     if not wants_grad(q, k, v):
@@ -55,6 +66,10 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
                               "torch.no_grad() for inference, or without seqlens_k to train.")
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, stage.INFO)
+    if forward == 6 and not options:  # the C++ node where it applies (stages/autograd_node.py)
+        out = autograd_node.attention(q, k, v, causal, scale)
+        if out is not None:
+            return out
     forward_call = partial(stage.attention, **options) if options else stage.attention
     return stage8.with_grad(forward_call, q, k, v, causal=causal, scale=scale)
 

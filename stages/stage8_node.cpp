@@ -1,13 +1,17 @@
-// Issue 48, item 3 (prototype): stage 8's backward as a C++ autograd node.
+// Stage 8's backward as a C++ autograd node: the backward of stages.autograd.attention(...,
+// forward=6) when it applies (stages/autograd_node.py says when, builds this file at first use and
+// makes the plans; FA_AUTOGRAD_NODE=0 runs the Python autograd.Function instead). Training
+// plumbing, not a stage: the kernels are stage 8's, compiled and loaded by stages/stage8.py.
 //
-// A training step through stages.autograd.attention runs its backward as a Python
-// torch.autograd.Function on the autograd engine's device thread: about 35 µs a step for the
+// Why C++: a training step through the Python autograd.Function (stages/stage8.py `_Attention`)
+// runs its backward in Python on the autograd engine's device thread: about 35 µs a step for the
 // Python Function itself and 70 µs of Python in the backward (experiments/train_step_host). This
 // node does the same work without Python on that thread: three allocations (one float32
 // workspace, dq, dk, dv), two tensor-map retargets when q or dO moved, and three launches through
 // the driver's cuLaunchKernel of the kernels stage 8 compiled and loaded (their handles, launch
 // configurations and scalar arguments come from stage 8's own plan, stages/stage8.py
-// `_make_launch`, once per layout: experiments/cpp_autograd_node/attention.py).
+// `_make_launch`, once per layout: stages/autograd_node.py). The probe that measured it:
+// experiments/cpp_autograd_node.
 //
 // No CUDA headers and no link to CUDA: the driver is reached through dlopen("libcuda.so.1") and
 // dlsym, and the current stream through c10's device-guard interface (DeviceGuardImplInterface::
@@ -26,11 +30,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
-#ifdef NODE_C10_CUDA_STREAM  // the alternative (attention.py: FA_CPP_NODE_STREAM=c10_cuda): CUDA headers, libc10_cuda
+#ifdef NODE_C10_CUDA_STREAM  // the alternative (autograd_node.py: FA_AUTOGRAD_NODE_STREAM=c10_cuda): CUDA headers, libc10_cuda
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -108,14 +113,14 @@ struct Driver {
   }
 
   void require() const {
-    TORCH_CHECK(problem.empty(), "experiments/cpp_autograd_node: the CUDA driver is not usable: ", problem);
+    TORCH_CHECK(problem.empty(), "stage 8's C++ autograd node (stages/stage8_node.cpp): the CUDA driver is not usable: ", problem);
   }
 
   void check(CUresult r, const char* what) const {
     if (r == 0) return;
     const char* name = nullptr;
     if (error_name != nullptr) error_name(r, &name);
-    TORCH_CHECK(false, "experiments/cpp_autograd_node: ", what, " failed: ", name ? name : "CUresult", " (", r, ")");
+    TORCH_CHECK(false, "stage 8's C++ autograd node (stages/stage8_node.cpp): ", what, " failed: ", name ? name : "CUresult", " (", r, ")");
   }
 };
 
@@ -280,12 +285,12 @@ struct Plan {
                                          const Tensor& lse) {
     const Driver& d = driver();
     d.require();
-    TORCH_CHECK(ctx_ != nullptr && !launches_.empty(), "experiments/cpp_autograd_node: the plan is not complete");
+    TORCH_CHECK(ctx_ != nullptr && !launches_.empty(), "stage 8's C++ autograd node (stages/stage8_node.cpp): the plan is not complete");
     TORCH_CHECK(q.sizes() == at::IntArrayRef(q_shape_) && k.sizes() == at::IntArrayRef(k_shape_) &&
                     v.sizes() == at::IntArrayRef(k_shape_) && dout.sizes() == q.sizes() && out.sizes() == q.sizes(),
-                "experiments/cpp_autograd_node: shapes differ from the plan's");
+                "stage 8's C++ autograd node (stages/stage8_node.cpp): shapes differ from the plan's");
     TORCH_CHECK(dout.scalar_type() == q.scalar_type() && dout.device() == q.device(),
-                "experiments/cpp_autograd_node: dout must have q's dtype and device");
+                "stage 8's C++ autograd node (stages/stage8_node.cpp): dout must have q's dtype and device");
     c10::DeviceGuard device_guard(q.device());
     bind_context(d);
     // The plan was made for a contiguous dO and output (stage 8 reads any aligned layout, but its
@@ -414,11 +419,6 @@ struct AttentionBackward final : Node {
   std::string name() const override { return "StagesAttentionBackward"; }
 
   variable_list apply(variable_list&& grads) override {
-    // The engine runs a backward with grad mode on only for create_graph=True: these gradients
-    // would then need a backward of their own, which this prototype does not have.
-    TORCH_CHECK(!at::GradMode::is_enabled(),
-                "experiments/cpp_autograd_node: no double backward (create_graph=True); use "
-                "stages.autograd.attention");
     TORCH_CHECK(grads.size() == 1, "one output, one gradient");
     if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
     Tensor q, k, v, out, lse;
@@ -430,8 +430,23 @@ struct AttentionBackward final : Node {
       out = out_.unpack(self_ptr(this));
       lse = lse_.unpack();
     }
-    auto g = plan_->run(q, k, v, out, grads[0], lse);
-    return {std::get<0>(g), std::get<1>(g), std::get<2>(g)};
+    variable_list g(3);
+    {
+      at::AutoGradMode no_graph(false);  // the kernels' outputs: plain tensors, as once_differentiable makes them
+      std::tie(g[0], g[1], g[2]) = plan_->run(q, k, v, out, grads[0], lse);
+    }
+    // The engine runs a backward with grad mode on only for create_graph=True. Then, as the
+    // Python Function's once_differentiable does when dO requires grad, the gradients get a
+    // grad_fn whose own backward raises: differentiating them again is an error, never a
+    // silently missing term.
+    if (at::GradMode::is_enabled() && grads[0].requires_grad()) {
+      NodePtr error = make_node<torch::autograd::Error>(
+          std::string("stage 8's backward is differentiable once (as @once_differentiable): no double backward "
+                      "through stages.autograd.attention's gradients (create_graph=True)"),
+          torch::autograd::edge_list{});
+      for (auto& t : g) torch::autograd::set_history(t, error);
+    }
+    return g;
   }
 
   void release_variables() override {
@@ -464,7 +479,7 @@ void attach(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "stage 8's backward as a C++ autograd node (experiments/cpp_autograd_node)";
+  m.doc() = "stage 8's backward as a C++ autograd node (stages/autograd_node.py builds and uses it)";
   pybind11::class_<Plan, std::shared_ptr<Plan>>(m, "Plan")
       .def(pybind11::init<>())
       .def("capture_context", &Plan::capture_context)

@@ -10,7 +10,7 @@ import torch
 from conftest import compile_cases, cpu_only, gpu
 from lib.inputs import make_qkv
 from lib.reference import attention_lse, check_gradients
-from stages import autograd, stage5, stage6, stage8
+from stages import autograd, autograd_node, stage5, stage6, stage8
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -450,20 +450,25 @@ def test_stage6_saves_the_log_sum_exp(shape, seed):
 
 
 @gpu
-@pytest.mark.parametrize("entry", ["stage5", "stage6", "stage8"])
-def test_autograd_through_the_stages(entry, seed):
+@pytest.mark.parametrize("entry", ["stage5", "stage6", "stage6-python", "stage8"])
+def test_autograd_through_the_stages(entry, seed, monkeypatch):
     """attention() on inputs that require grad: an output with a grad_fn whose backward gives
     the reference's gradients; the same call under no_grad gives a plain output; a second
-    backward through the gradients raises instead of returning something wrong."""
-    if entry == "stage6" and not HOPPER:
+    backward through the gradients raises instead of returning something wrong. Stage 6's
+    backward node is C++ on an H100/H200 (stages/autograd_node.py); "stage6-python" forces the
+    Python autograd.Function (FA_AUTOGRAD_NODE=0)."""
+    if entry.startswith("stage6") and not HOPPER:
         pytest.skip("stage 6 needs an sm_90 GPU (H100/H200)")
+    monkeypatch.setenv("FA_AUTOGRAD_NODE", "0" if entry == "stage6-python" else "1")
     attend = {"stage5": partial(autograd.attention, forward=5), "stage6": partial(autograd.attention, forward=6),
-              "stage8": stage8.attention}[entry]
+              "stage6-python": partial(autograd.attention, forward=6), "stage8": stage8.attention}[entry]
+    node = entry == "stage6"
     for causal in (False, True):
         q, k, v = make_qkv(2, 8, 75, 128, Sk=75, Hkv=2, dtype=torch.bfloat16, seed=seed)
         leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
         out = attend(*leaves, is_causal=causal)  # SDPA's keyword, as a port from SDPA writes it
         assert out.grad_fn is not None
+        assert (out.grad_fn.name() == autograd_node.NODE_NAME) == node, out.grad_fn.name()
         dout = torch.randn_like(out)
         out.backward(dout)
         grads = [t.grad for t in leaves]
@@ -826,7 +831,7 @@ import sys, threading
 import torch
 from lib.inputs import make_qkv
 from lib.reference import check_gradients
-from stages import autograd, stage2, stage3, stage4, stage5, stage8
+from stages import autograd, autograd_node, stage2, stage3, stage4, stage5, stage6, stage8
 seed, hopper = int(sys.argv[1]), sys.argv[2] == "1"
 fwd = 6 if hopper else 5
 q, k, v = make_qkv(2, 4, 70, 64, Sk=90, Hkv=2, dtype=torch.bfloat16, seed=seed)
@@ -841,8 +846,11 @@ lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
 out = stage5.attention(q, k, v, lse=lse)
 check(stage8.attention_backward(q, k, v, out, dout, lse), "a direct call")
 leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-autograd.attention(*leaves, forward=fwd).backward(dout)
-check([t.grad for t in leaves], f"autograd after a direct call (stage {fwd})")
+out = autograd.attention(*leaves, forward=fwd)
+want = autograd_node.NODE_NAME if hopper and autograd_node.enabled() else "_AttentionBackward"
+assert out.grad_fn.name() == want, (out.grad_fn.name(), want, autograd_node.route(*leaves))
+out.backward(dout)
+check([t.grad for t in leaves], f"autograd after a direct call (stage {fwd}, {want})")
 # (b) forward calls of stages 2-4, then torch.autograd.grad through stage 5
 for s in (stage2, stage3, stage4):
     s.attention(q, k, v)
@@ -883,21 +891,45 @@ t.start(); t.join()
 if "error" in box:
     raise box["error"]
 check(box["bare"], "a thread without a context")
+if want == autograd_node.NODE_NAME:  # the node's own backward (its plan, no autograd) on such a thread
+    plan = autograd_node.plan_for(q, k, v)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
+    out = stage6.attention(q, k, v, lse=lse)
+    torch.cuda.synchronize()
+    def bare_node():
+        try:
+            (err,) = driver.cuCtxSetCurrent(driver.CUcontext(0))
+            assert err == driver.CUresult.CUDA_SUCCESS, err
+            box["bare_node"] = autograd_node.backward(plan, q, k, v, out, dout, lse)
+            torch.cuda.synchronize()
+        except BaseException as e:
+            box["error"] = e
+    t = threading.Thread(target=bare_node)
+    t.start(); t.join()
+    if "error" in box:
+        raise box["error"]
+    check(box["bare_node"], "the node's plan on a thread without a context")
 print("fresh-thread backward ok")
 '''
 
 
 @gpu
-def test_backward_on_a_thread_without_a_context(seed):
+@pytest.mark.parametrize("path", ["node", "python"])
+def test_backward_on_a_thread_without_a_context(seed, path):
     """Issue 48's crash: launches on a thread where no CUDA context is bound yet (autograd's
-    backward thread, a new Python thread) bind the device's primary context first."""
+    backward thread, a new Python thread) bind the device's primary context first. On an
+    H100/H200 stage 6's backward is the C++ node ("node": stages/stage8_node.cpp binds the
+    context itself) or the Python autograd.Function ("python": FA_AUTOGRAD_NODE=0)."""
     import subprocess
     import sys
     from pathlib import Path
+    if path == "node" and not HOPPER:
+        pytest.skip("the C++ node runs on an sm_90 GPU (H100/H200); the python case covers this GPU")
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run([sys.executable, "-c", _FRESH_THREAD_SCRIPT, str(seed), "1" if HOPPER else "0"],
                        cwd=root, capture_output=True, text=True, timeout=600,
-                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+                       env={**__import__("os").environ, "PYTHONPATH": str(root),
+                            "FA_AUTOGRAD_NODE": "1" if path == "node" else "0"})
     assert r.returncode == 0 and "fresh-thread backward ok" in r.stdout, r.stdout[-3000:] + r.stderr[-5000:]
 
 
