@@ -1,5 +1,7 @@
-"""Issue 48, item 3: does stage 8's backward as a C++ autograd node (node.cpp, attention.py) bring a
-training step's host time within 1.2x SDPA's at the latency shape?
+"""Issue 48, item 3: does stage 8's backward as a C++ autograd node bring a training step's host
+time within 1.2x SDPA's at the latency shape? The node is now stages.autograd.attention's default
+backward (stages/autograd_node.py, stages/stage8_node.cpp); this probe compares it with the Python
+autograd.Function through the FA_AUTOGRAD_NODE switch (1: the node, 0: the Python Function).
 
 In order (an H100/H200; the GPU session runs it as is):
   1. the extension's build, timed (g++ and ninja through torch.utils.cpp_extension; a build
@@ -9,11 +11,11 @@ In order (an H100/H200; the GPU session runs it as is):
   3. gradients against lib.reference.check_gradients (the float64 autograd rule) on odd shapes
      first: B2 H4/2 Sq130 Sk200 at D 64 and D 128, full and causal both ways; then a [B, S, H, D]
      layout with a strided dO, the latency shape, a side stream, retain_graph. Beside the rule,
-     dK and dV must be the same bits as stages.autograd.attention's (the same kernels on the same
-     inputs; dQ's bulk sums may differ in their last bits from run to run);
+     dK and dV must be the same bits as the Python Function's (FA_AUTOGRAD_NODE=0: the same
+     kernels on the same inputs; dQ's bulk sums may differ in their last bits from run to run);
   4. host time per step as experiments/train_step_host/breakdown.py measures it (wall time per
      call of 300 back-to-back calls, one synchronization at the end), SDPA's step, the stage 6+8
-     step through the Python autograd.Function and this prototype's step in the same run, their
+     step through the Python autograd.Function and through the C++ node in the same run, their
      repeats interleaved; each row's ratio to SDPA's is the median of the per-round ratios.
 
     python3 experiments/cpp_autograd_node/probe.py [--repeats 7] [--calls 300]
@@ -21,6 +23,7 @@ In order (an H100/H200; the GPU session runs it as is):
 import argparse
 import contextlib
 import ctypes
+import os
 import statistics
 import sys
 import time
@@ -29,14 +32,38 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from experiments.cpp_autograd_node import attention as A  # noqa: E402
 from lib import nvrtc  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import check_gradients  # noqa: E402
 from lib.tma import tensor_map  # noqa: E402
 from stages import autograd, stage6, stage8  # noqa: E402
+from stages import autograd_node as A  # noqa: E402
 
 DT = torch.bfloat16
+
+
+@contextlib.contextmanager
+def switch(value: str):
+    """FA_AUTOGRAD_NODE=value inside: "1" the C++ node, "0" the Python autograd.Function."""
+    before = os.environ.get("FA_AUTOGRAD_NODE")
+    os.environ["FA_AUTOGRAD_NODE"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("FA_AUTOGRAD_NODE", None)
+        else:
+            os.environ["FA_AUTOGRAD_NODE"] = before
+
+
+def node_attention(q, k, v, **kw):
+    with switch("1"):
+        return autograd.attention(q, k, v, forward=6, **kw)
+
+
+def python_attention(q, k, v, **kw):
+    with switch("0"):
+        return autograd.attention(q, k, v, forward=6, **kw)
 
 
 def build():
@@ -83,13 +110,14 @@ def check(B, H, Hk, Sq, Sk, D, causal, *, layout="contiguous", dout_layout="cont
     dout = torch.randn(q.shape, device=q.device, dtype=DT)
     if dout_layout == "strided":
         dout = torch.randn(B, Sq, H, D, device=q.device, dtype=DT).transpose(1, 2)
-    why = A.why_not(q, k, v, causal)
+    with switch("1"):
+        route = A.route(q, k, v, causal)
     if stream is not None:
         stream.wait_stream(torch.cuda.current_stream())  # the inputs were made on this one
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-        out, got = grads_of(A.attention, q, k, v, dout, causal=causal)
+        out, got = grads_of(node_attention, q, k, v, dout, causal=causal)
         node = out.grad_fn.name()
-        out_ref, ref = grads_of(autograd.attention, q, k, v, dout, forward=6, causal=causal)
+        out_ref, ref = grads_of(python_attention, q, k, v, dout, causal=causal)
     if stream is not None:
         stream.synchronize()
     verdicts = check_gradients(got, q, k, v, dout, causal=causal)
@@ -98,10 +126,10 @@ def check(B, H, Hk, Sq, Sk, D, causal, *, layout="contiguous", dout_layout="cont
     ok = all(c.passed for c in verdicts.values()) and node == A.NODE_NAME and same
     name = f"B{B} H{H}/{Hk} Sq{Sq} Sk{Sk} D{D} causal={causal}" + (f" {layout}" if layout != "contiguous" else "") \
         + (f" dO {dout_layout}" if dout_layout != "contiguous" else "") + (" side stream" if stream is not None else "")
-    print(f"  {'PASS' if ok else 'FAIL'} {name}: node {node}{'' if why is None else f' (fell back: {why})'}; "
+    print(f"  {'PASS' if ok else 'FAIL'} {name}: node {node} (route: {route}); "
           + "; ".join(f"{n} {'ok' if c.passed else 'FAIL'} {c.max_abs_err:.2e} <= {c.tolerance:.2e}"
                       for n, c in verdicts.items())
-          + f"; out, dK, dV {'same bits as' if same else 'DIFFER from'} stages.autograd's; dQ max diff {dq:.2e}",
+          + f"; out, dK, dV {'same bits as' if same else 'DIFFER from'} the Python Function's; dQ max diff {dq:.2e}",
           flush=True)
     return ok
 
@@ -123,7 +151,7 @@ def checks(ext):
     # retain_graph: twice the same dK, dV; then the saved tensors are gone
     q, k, v = (t.requires_grad_() for t in make_qkv(1, 4, 130, 64, Sk=200, dtype=DT))
     dout = torch.randn_like(q)
-    out = A.attention(q, k, v)
+    out = node_attention(q, k, v)
     g1 = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
     g2 = torch.autograd.grad(out, (q, k, v), dout)
     try:
@@ -138,19 +166,23 @@ def checks(ext):
 
 def interleaved(rows: dict, calls: int, repeats: int) -> dict:
     """Host µs per call of each row: `repeats` rounds, each running every row `calls` times back to
-    back with one synchronization at its end (breakdown.py's wall())."""
-    for fn in rows.values():
-        for _ in range(5):
-            fn()
+    back with one synchronization at its end (breakdown.py's wall()). A row is a function, or
+    (FA_AUTOGRAD_NODE's value, function): the switch is set outside the timed loop."""
+    rows = {name: row if isinstance(row, tuple) else ("1", row) for name, row in rows.items()}
+    for value, fn in rows.values():
+        with switch(value):
+            for _ in range(5):
+                fn()
     torch.cuda.synchronize()
     times = {name: [] for name in rows}
     for _ in range(repeats):
-        for name, fn in rows.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - t0) / calls * 1e6)
+        for name, (value, fn) in rows.items():
+            with switch(value):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+                times[name].append((time.perf_counter() - t0) / calls * 1e6)
     return times
 
 
@@ -166,13 +198,14 @@ def timing(calls: int, repeats: int):
     for B, H, S, D in ((1, 8, 512, 64), (8, 16, 1024, 64)):
         q, k, v = (t.requires_grad_() for t in make_qkv(B, H, S, D, dtype=DT))
         do = torch.randn_like(q)
-        print(f"node at B{B} H{H} S{S} D{D}: {A.attention(q, k, v).grad_fn.name()} "
-              f"({A.why_not(q, k, v) or 'no fallback'})")
+        with switch("1"):
+            print(f"node at B{B} H{H} S{S} D{D}: {node_attention(q, k, v).grad_fn.name()} "
+                  f"(route: {A.route(q, k, v)})")
+        step = lambda: torch.autograd.grad(autograd.attention(q, k, v, forward=6), (q, k, v), do)  # noqa: E731
         steps = {
             "SDPA step": lambda: torch.autograd.grad(sdpa(q, k, v), (q, k, v), do),
-            "stage 6+8 step (Python autograd.Function)":
-                lambda: torch.autograd.grad(autograd.attention(q, k, v, forward=6), (q, k, v), do),
-            "stage 6 + C++ node step (this prototype)": lambda: torch.autograd.grad(A.attention(q, k, v), (q, k, v), do),
+            "stage 6+8 step (Python autograd.Function, FA_AUTOGRAD_NODE=0)": ("0", step),
+            "stage 6+8 step (C++ node, the default)": ("1", step),
         }
         report(f"B{B} H{H} S{S} D{D} bf16 step: host µs per call", interleaved(steps, calls, repeats), "SDPA step")
         if (B, H, S, D) != (1, 8, 512, 64):
@@ -187,10 +220,11 @@ def timing(calls: int, repeats: int):
             }
             report("  the backward alone (no autograd)", interleaved(parts, calls, repeats),
                    "stage 8 backward, called directly")
+        fwd_only = lambda: autograd.attention(q, k, v, forward=6)  # noqa: E731
         fwd = {
             "SDPA forward, graph kept": lambda: sdpa(q, k, v),
-            "stage 6 forward + Python Function, graph kept": lambda: autograd.attention(q, k, v, forward=6),
-            "stage 6 forward + C++ node, graph kept": lambda: A.attention(q, k, v),
+            "stage 6 forward + Python Function, graph kept": ("0", fwd_only),
+            "stage 6 forward + C++ node, graph kept": ("1", fwd_only),
         }
         report("  the forward alone", interleaved(fwd, calls, repeats), "SDPA forward, graph kept")
 
