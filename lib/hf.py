@@ -1,11 +1,13 @@
 """The stages inside a Hugging Face model: each registered as a transformers attention
-implementation ("fa_stage5", ...), a tiny randomly initialised Llama-style model to run them in,
-and a comparison of whole forward passes (logits and time) against SDPA.
+implementation ("fa_stage5", ...), tiny randomly initialised models to run them in
+(lib.hf_models: Llama, Mistral, Gemma 2 and 3, gpt-oss), and comparisons of whole forward passes
+and of generate() (logits, tokens and time) against SDPA (eager for Gemma 2 and gpt-oss, which
+transformers runs no other way).
 
     import lib.hf
-    lib.hf.register()                                   # every stage, as "fa_stage0" ... 
-    model = lib.hf.tiny_llama(torch.float16, "cuda")
-    model.set_attn_implementation("fa_stage5")
+    lib.hf.register()                                   # every stage, as "fa_stage0" ...
+    model = lib.hf.tiny_model("mistral", torch.float16, "cuda")
+    model.set_attn_implementation("fa_stage6")
     logits = model(input_ids).logits
 
 transformers is optional (the `hf` extra): importing this module works without it, and the
@@ -13,38 +15,33 @@ functions that need it say so.
 
 What the adapter does with what transformers hands an attention function: q [B, H, S, D] and
 k, v [B, H_kv, S_kv, D] (GQA: fewer K/V heads; the stages take them as they are, a stage without
-GQA would get them repeated), the module's scale, and the attention mask. The stages compute
-causal attention (top-left aligned, SDPA's is_causal) or full attention, nothing else: the mask is
-registered to be built like SDPA's, which leaves it out (None) exactly when is_causal says it all;
-a real mask (padding, or queries offset into a longer cache) is a clear NotImplementedError,
-never a silently wrong answer. The output goes back as transformers expects: [B, S, H, D],
-contiguous.
+GQA would get them repeated), the module's scale, and the attention mask, built as SDPA's (None
+exactly when is_causal says it all). A mask is read (mask_layout) as padding plus full or
+bottom-right causal attention per batch entry, with the layer's sliding window if it has one:
+one call when nothing is padded, else packed sequences (attention_varlen). The models' variants
+(model_variants) go to stage 6: sliding_window, softcap (Gemma 2) and s_aux (gpt-oss's sinks),
+for inference. Refused with a clear error, never a silently wrong answer: an arbitrary mask
+pattern, dropout, the variants on a stage without them or with gradients (stage 8 has no
+backward for them), padding on a stage without packed sequences. The output goes back as
+transformers expects: [B, S, H, D], contiguous.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import itertools
 import math
 import time
-import weakref
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 
+from lib.hf_masks import MaskLayout, mask_layout  # noqa: F401
+from lib.hf_models import (BASELINE, KINDS, require_transformers, tiny_config, tiny_llama,  # noqa: F401
+                           tiny_model)
 from lib.inputs import wants_grad
 
 PREFIX = "fa_stage"
-
-
-def require_transformers():
-    try:
-        import transformers
-    except ImportError:
-        raise ImportError("lib.hf needs transformers: pip install 'transformers>=4.45' "
-                          "(the project's `hf` extra)") from None
-    return transformers
 
 
 def trainable(stage):
@@ -66,24 +63,68 @@ def trainable_varlen(stage):
     return stage.attention_varlen
 
 
+VARIANTS = ("window", "softcap", "sinks")  # the model variants' keywords of a stage's attention()
+
+
+def takes_variants(stage) -> bool:
+    """Whether the stage's attention() takes window=, softcap= and sinks= (stage 6)."""
+    return all(k in inspect.signature(stage.attention).parameters for k in VARIANTS)
+
+
+def model_variants(info, takes: bool, query, key, value, sliding_window=None, softcap=None,
+                   s_aux=None) -> tuple[int | None, dict]:
+    """What a layer asks for beyond plain attention, as stage 6 takes it: (the sliding window's
+    left keys, W − 1 for transformers' window of W keys, or None; {softcap=, sinks=}). The window
+    is dropped when the keys are no more than W (it cannot cut one: transformers' own
+    FlashAttention path has the same rule). Refused: a stage without the keywords, and gradients
+    (stage 8, the backward, has none of the variants)."""
+    window = None
+    if sliding_window is not None and key.shape[2] > sliding_window:
+        window = int(sliding_window) - 1
+    asked = [f"sliding_window={sliding_window}"] if window is not None else []
+    asked += [f"softcap={softcap}"] if softcap is not None else []
+    asked += ["s_aux (attention sinks)"] if s_aux is not None else []
+    if not asked:
+        return None, {}
+    if not takes:
+        raise NotImplementedError(
+            f"stage {info.number} computes plain causal or full attention; this layer asks for "
+            f"{', '.join(asked)}, which stage 6 computes (attn_implementation='{PREFIX}6')")
+    if wants_grad(query, key, value) or (torch.is_grad_enabled() and getattr(s_aux, "requires_grad", False)):
+        from lib.inputs import NoBackwardError
+        raise NoBackwardError(
+            f"stage {info.number} computes {', '.join(asked)} forward only: stage 8 has no backward "
+            "for sliding windows, softcap or sinks yet. Run the model for inference, in eval() "
+            "mode under torch.no_grad() or torch.inference_mode() (generate() does), or train "
+            "with attn_implementation='eager'")
+    extra = {}
+    if softcap is not None:
+        extra["softcap"] = float(softcap)
+    if s_aux is not None:  # a parameter in the model's dtype: the kernel takes float32 logits
+        extra["sinks"] = s_aux.detach().to(device=query.device, dtype=torch.float32).contiguous()
+    return window, extra
+
+
 def attention_function(stage):
     """A transformers attention function that runs `stage` (a stage module: attention() and INFO).
 
     transformers calls it as f(module, query, key, value, attention_mask, scaling=..., dropout=...,
-    **kwargs) and expects (output [B, S, H, D], attention weights or None)."""
+    sliding_window=..., softcap=..., s_aux=..., **kwargs) and expects (output [B, S, H, D],
+    attention weights or None). The models' variants go to a stage whose attention() takes them
+    (stage 6: model_variants): sliding_window W → window=(W − 1, 0) with causal (transformers
+    keeps keys kv_idx > q_idx − W), softcap → softcap (Gemma 2), s_aux → sinks, float32 (gpt-oss);
+    inference only (model_variants refuses gradients)."""
     info = stage.INFO
     takes_seqlens = "seqlens_k" in inspect.signature(stage.attention).parameters
+    takes = takes_variants(stage)
     attend = trainable(stage)
 
-    def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                sliding_window=None, softcap=None, s_aux=None, **kwargs):
         if dropout:
             raise NotImplementedError(f"stage {info.number} has no attention dropout (got "
                                       f"dropout={dropout}): run the model in eval() mode")
-        for name in ("softcap", "sliding_window"):
-            if kwargs.get(name) is not None:
-                raise NotImplementedError(f"stage {info.number} computes plain causal or full "
-                                          f"attention; this layer asks for {name}="
-                                          f"{kwargs[name]}")
+        window, extra = model_variants(info, takes, query, key, value, sliding_window, softcap, s_aux)
         Sq, Sk = query.shape[2], key.shape[2]
         if key.shape[1] != query.shape[1] and not info.gqa:
             group = query.shape[1] // key.shape[1]
@@ -92,118 +133,27 @@ def attention_function(stage):
             is_causal = kwargs.get("is_causal")
             is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
             # As SDPA's adapter: one query (decoding) sees every key, causal or not.
-            out = attend(query, key, value, causal=bool(is_causal) and Sq > 1, scale=scaling)
+            causal = bool(is_causal) and Sq > 1
+            if window is not None:  # stage 6's window is aligned bottom-right, as FlashAttention's
+                if not is_causal or (causal and Sq != Sk):
+                    raise NotImplementedError(
+                        f"a sliding window without a mask on {'full' if not is_causal else 'top-left causal'} "
+                        f"attention (Sq {Sq}, Sk {Sk}): the stages' window is causal and aligned "
+                        "bottom-right (register the adapter's mask function: lib.hf.register)")
+                extra["window"] = (window, 0)
+                causal = "bottom_right" if causal else False
+            out = (stage.attention if extra else attend)(query, key, value, causal=causal,
+                                                         scale=scaling, **extra)
             return out.transpose(1, 2).contiguous(), None
-        layout = mask_layout(attention_mask, Sq, Sk)
-        return run_layout(stage, layout, query, key, value, scaling, takes_seqlens), None
+        layout = mask_layout(attention_mask, Sq, Sk, window)
+        return run_layout(stage, layout, query, key, value, scaling, takes_seqlens, **extra), None
 
     forward.__name__ = f"{PREFIX}{info.number}_attention"
     forward.__doc__ = f"transformers attention function running stage {info.number} ({info.title})."
     return forward
 
 
-@dataclass
-class MaskLayout:
-    """What a transformers attention mask [B, 1 or H, Sq, Sk] says, as the stages take it:
-    batch entry b's real queries are rows q_start[b] … q_end[b] − 1 and they see keys
-    k_start[b] … k_end[b] − 1 — all of them (causal False), or bottom-right causal within
-    those ranges (query row q_end − 1 sees key k_end − 1; one row back, one key fewer).
-    Rows outside a q range (padding) see no key."""
-
-    causal: bool
-    q_start: list[int]
-    q_end: list[int]
-    k_start: list[int]
-    k_end: list[int]
-    Sq: int
-    Sk: int
-
-    @property
-    def unpadded(self) -> bool:
-        """Every entry has all its rows and starts its keys at 0 (only the key ends may differ)."""
-        return (all(s == 0 for s in self.q_start + self.k_start)
-                and all(e == self.Sq for e in self.q_end))
-
-    def cu(self, starts, ends):
-        return [0, *itertools.accumulate(e - s for s, e in zip(starts, ends))]
-
-    def packing(self, device):
-        """The unpad/pad indices and offsets of attention_varlen for this layout, made once
-        (every layer of a forward pass gets the same mask): (q rows, k rows, cu_q, cu_k,
-        max_q, max_k), the rows as (batch index, position) tensors."""
-        if getattr(self, "_packing", None) is None:
-            from lib.inputs import offsets_tensor  # made from host values: checked without a read-back
-            self._packing = (_rows(self.q_start, self.q_end, device), _rows(self.k_start, self.k_end, device),
-                             offsets_tensor(self.cu(self.q_start, self.q_end), device),
-                             offsets_tensor(self.cu(self.k_start, self.k_end), device),
-                             max((e - s for s, e in zip(self.q_start, self.q_end)), default=0),
-                             max((e - s for s, e in zip(self.k_start, self.k_end)), default=0))
-        return self._packing
-
-
-_last_layout: list = [None]  # (weakref to the mask, its version, Sq, Sk, layout): the last one read
-
-
-def mask_layout(mask: torch.Tensor, Sq: int, Sk: int) -> MaskLayout:
-    """Read a boolean or additive attention mask as padding (a key range per entry, and the
-    query rows that see any key) plus either full attention or causal attention aligned to the
-    bottom right within each entry (a cache offset), by building that mask from the ranges and
-    comparing. Anything else (an arbitrary pattern) is refused. One copy to the host per mask:
-    a model's layers get the same mask object, and the layout read for it is kept."""
-    last = _last_layout[0]
-    # An inference tensor has no version counter: a model builds a new mask per forward anyway.
-    version = -1 if mask.is_inference() else mask._version
-    if last is not None and last[0]() is mask and last[1] == version and last[2:4] == (Sq, Sk):
-        return last[4]
-    visible = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
-    if visible.dim() != 4 or visible.shape[-2:] != (Sq, Sk):
-        raise NotImplementedError(f"an attention mask of shape {tuple(mask.shape)}: the stages "
-                                  f"read masks of shape [B, 1 or H, {Sq}, {Sk}]")
-    heads_differ = visible.shape[1] > 1 and not bool((visible == visible[:, :1]).all())
-    vis = visible[:, 0]  # [B, Sq, Sk]
-    i = torch.arange(Sq, device=vis.device)[:, None]
-    j = torch.arange(Sk, device=vis.device)
-    seen_key = vis.any(1)                                                # [B, Sk]
-    ks = torch.where(seen_key.any(1), seen_key.int().argmax(1), Sk)      # first key anyone sees
-    ke = torch.where(seen_key.any(1), Sk - 1 - seen_key.flip(1).int().argmax(1), -1)  # last
-    row_any = vis.any(2)                                                 # [B, Sq]
-    row_last = torch.where(row_any, Sk - 1 - vis.flip(2).int().argmax(2), -1)
-    first_row = row_any.int().argmax(1)                                  # first row seeing a key
-    off = row_last.gather(1, first_row[:, None])[:, 0] - first_row       # its diagonal: j <= i + off
-    in_range = (j >= ks[:, None, None]) & (j <= ke[:, None, None])
-    causal_mask = in_range & (j <= i + off[:, None, None])
-    full_mask = in_range & row_any[:, :, None]
-    facts = torch.stack([ks, ke, off, (vis == causal_mask).all((1, 2)).long(),
-                         (vis == full_mask).all((1, 2)).long()]).tolist()  # the one sync
-    ks_, ke_, off_, is_causal, is_full = facts
-    B = vis.shape[0]
-    if heads_differ or not (all(is_causal) or all(is_full)):
-        raise NotImplementedError(
-            f"this attention mask (shape {tuple(mask.shape)}) is neither padding nor causal "
-            "attention aligned to the cache (bottom-right), per batch entry: an arbitrary pattern "
-            "that the stages do not compute. Use attn_implementation='sdpa' for it")
-    # Full attention also passes the causal test when every row's diagonal lies past the last key:
-    # read it as full then (decoding's one query included).
-    causal = not all(is_full)
-    q_start, q_end = [], []
-    for b in range(B):
-        if ke_[b] < 0:  # an entry that sees nothing
-            q_start.append(0), q_end.append(0)
-        elif causal:  # rows whose diagonal reaches the first and the last key
-            q_start.append(max(0, ks_[b] - off_[b])), q_end.append(min(Sq, ke_[b] - off_[b] + 1))
-        else:
-            rows = row_any[b].nonzero()[:, 0].tolist()
-            if rows != list(range(rows[0], rows[-1] + 1)):
-                raise NotImplementedError("this attention mask pads rows in the middle of a "
-                                          "sequence: the stages take one range of rows per entry")
-            q_start.append(rows[0]), q_end.append(rows[-1] + 1)
-    layout = MaskLayout(causal, q_start, q_end, [min(s, e + 1) for s, e in zip(ks_, ke_)],
-                        [e + 1 for e in ke_], Sq, Sk)
-    _last_layout[0] = (weakref.ref(mask), version, Sq, Sk, layout)
-    return layout
-
-
-def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = False):
+def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = False, **variants):
     """Attention as `layout` says, output [B, Sq, H, D] (what transformers takes) with zeros in
     padding rows: one call on the tensors as they are when nothing is padded (bottom-right
     causal for a cache offset; the keys cut to their common end, a view, when a static cache
@@ -212,9 +162,13 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
     attention_varlen and put back (pad), as transformers' own FlashAttention-2 path does. With
     gradients (a model in train()), stages 5 and 6 run through stages.autograd (trainable,
     trainable_varlen), and key ends that differ go through the packed path too: seqlens_k has
-    no backward."""
+    no backward. `variants` (softcap=, sinks=: model_variants) and the layout's window go to
+    every path as they are (stage 6; forward only: then the stage's own calls)."""
     info = stage.INFO
-    attend = trainable(stage)
+    if layout.window is not None:
+        variants["window"] = (layout.window, 0)
+    attend = stage.attention if variants else trainable(stage)
+    attend_varlen = (lambda: stage.attention_varlen) if variants else (lambda: trainable_varlen(stage))
     grad = wants_grad(q, k, v)
     B, H, Sq, D = q.shape
     causal = "bottom_right" if layout.causal else False
@@ -222,11 +176,11 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
         end = layout.k_end[0]
         if end < k.shape[2]:
             k, v = k[:, :, :end], v[:, :, :end]
-        out = attend(q, k, v, causal=causal, scale=scale)
+        out = attend(q, k, v, causal=causal, scale=scale, **variants)
         return out.transpose(1, 2).contiguous()
     if layout.unpadded and takes_seqlens and not grad:
         lens = torch.tensor(layout.k_end, dtype=torch.int32, device=q.device)
-        out = attend(q, k, v, causal=causal, scale=scale, seqlens_k=lens)
+        out = attend(q, k, v, causal=causal, scale=scale, seqlens_k=lens, **variants)
         return out.transpose(1, 2).contiguous()
     if not info.varlen:
         from lib.inputs import stages_with
@@ -236,20 +190,12 @@ def run_layout(stage, layout: MaskLayout, q, k, v, scale, takes_seqlens: bool = 
             f"{stages_with(lambda i: i.varlen)}). Run one prompt at a time, or use "
             "attn_implementation='sdpa'")
     (qb, qi), (kb, kj), cu_q, cu_k, max_q, max_k = layout.packing(q.device)
-    packed = trainable_varlen(stage)(q.transpose(1, 2)[qb, qi], k.transpose(1, 2)[kb, kj],
-                                     v.transpose(1, 2)[kb, kj], cu_q, cu_k, max_q, max_k,
-                                     causal=causal, scale=scale)
+    packed = attend_varlen()(q.transpose(1, 2)[qb, qi], k.transpose(1, 2)[kb, kj],
+                             v.transpose(1, 2)[kb, kj], cu_q, cu_k, max_q, max_k,
+                             causal=causal, scale=scale, **variants)
     out = torch.zeros(B, Sq, H, D, dtype=q.dtype, device=q.device)
     out[qb, qi] = packed
     return out
-
-
-def _rows(starts, ends, device):
-    """(batch index, row index) of every row start[b] … end[b] − 1, in order, for gathering."""
-    b = [bb for bb, (s, e) in enumerate(zip(starts, ends)) for _ in range(s, e)]
-    r = [x for s, e in zip(starts, ends) for x in range(s, e)]
-    return (torch.tensor(b, dtype=torch.long, device=device),
-            torch.tensor(r, dtype=torch.long, device=device))
 
 
 def names(numbers=None) -> list[str]:
@@ -279,20 +225,10 @@ def register_stage(stage, name: str) -> str:
     return name
 
 
-def tiny_llama(dtype=torch.float16, device="cuda", *, seed: int = 0, layers: int = 2,
-               attn_implementation: str = "sdpa"):
-    """A small Llama-style causal LM with random weights (no download): hidden 256, 4 query heads
-    and 2 K/V heads (GQA) of head dim 64, `layers` layers, vocabulary 1000; in eval mode."""
-    require_transformers()
-    from transformers import LlamaConfig, LlamaForCausalLM
-    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=64, num_hidden_layers=layers,
-                         vocab_size=1000, max_position_embeddings=4096)
-    config._attn_implementation = attn_implementation
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    return model.to(device=device, dtype=dtype).eval()
+def baseline(model) -> str:
+    """The implementation to judge the stages against in `model`: SDPA, or eager for a model
+    transformers runs no other way (Gemma 2's softcap, gpt-oss's sinks)."""
+    return "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
 
 
 def set_attention(model, name: str) -> None:
@@ -333,10 +269,12 @@ def compare_forward(implementations=None, *, dtype=torch.float16, device="cuda",
     The rule is the project's one, at the level of the model: an implementation passes when
     max|logits − ref| ≤ 2·max|logits_sdpa − ref| + noise, noise = 4 roundings of `dtype` at the
     logits' magnitude (the last layers' rounding, which no attention implementation avoids).
-    SDPA in `dtype` shows how far a correct attention in that dtype lands from float64."""
+    SDPA in `dtype` shows how far a correct attention in that dtype lands from float64. A model
+    without an SDPA path (Gemma 2, gpt-oss) has eager in SDPA's place throughout (baseline)."""
     require_transformers()
     implementations = register() if implementations is None else list(implementations)
     model = tiny_llama(dtype, device) if model is None else model
+    base = baseline(model)
     gen = torch.Generator().manual_seed(seed if seed is not None else
                                         int.from_bytes(__import__("os").urandom(4), "little"))
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen).to(device)
@@ -350,17 +288,17 @@ def compare_forward(implementations=None, *, dtype=torch.float16, device="cuda",
         with torch.inference_mode():
             return model(ids, use_cache=False).logits.double()
 
-    sdpa_err = (logits("sdpa") - ref).abs().max().item()
+    sdpa_err = (logits(base) - ref).abs().max().item()
     noise = 4 * torch.finfo(dtype).eps * ref.abs().max().item()
     timed = torch.cuda.is_available() and torch.device(device).type == "cuda"
     results = []
-    for name in ["sdpa", *implementations]:
+    for name in [base, *implementations]:
         out = logits(name)
         err = (out - ref).abs().max().item() if torch.isfinite(out).all() else math.inf
         bound = 2 * sdpa_err + noise
         ms = _time_forward(model, ids, runs) if timed else None
         results.append(ForwardResult(name, err, bound, err <= bound, ms))
-    set_attention(model, "sdpa")
+    set_attention(model, base)
     return results
 
 
@@ -450,15 +388,17 @@ def compare_generate(implementations, *, dtype=torch.float16, device="cuda", cac
     step teacher-forced on SDPA's tokens (through generate() itself, _ForceTokens) against the
     same weights in float64 with SDPA, within 2·max|logits_sdpa − ref| + noise (noise as in
     compare_forward). Time: generate()'s wall time per new token, the implementations and SDPA
-    in interleaved rounds, medians (GPU only)."""
+    in interleaved rounds, medians (GPU only). A model without an SDPA path (Gemma 2, gpt-oss)
+    has eager in SDPA's place throughout (baseline)."""
     require_transformers()
     model = tiny_llama(dtype, device) if model is None else model
+    base = baseline(model)
     ids, mask = left_padded_prompts(lengths, model.config.vocab_size, device, seed)
     ref_model = _float64_copy(model)
     timed = torch.device(device).type == "cuda" and torch.cuda.is_available()
     results = []
     for cache in caches:
-        set_attention(model, "sdpa")
+        set_attention(model, base)
         tokens, sdpa_logits = _generate(model, ids, mask, new_tokens, cache)
         _, ref = _generate(ref_model, ids, mask, new_tokens, cache, force=tokens)
         noise = 4 * torch.finfo(dtype).eps * ref.abs().max().item()
@@ -488,7 +428,7 @@ def compare_generate(implementations, *, dtype=torch.float16, device="cuda", cac
             if timed:
                 mine, theirs = [], []
                 for _ in range(rounds):  # interleaved: SDPA, this implementation, SDPA, ...
-                    set_attention(model, "sdpa")
+                    set_attention(model, base)
                     theirs.append(_ms_per_token(model, ids, mask, new_tokens, cache))
                     set_attention(model, name)
                     mine.append(_ms_per_token(model, ids, mask, new_tokens, cache))
@@ -497,7 +437,7 @@ def compare_generate(implementations, *, dtype=torch.float16, device="cuda", cac
                                           ties, err, bound, err <= bound, ms, sdpa_ms,
                                           own[:, :SAMPLE_TOKENS].tolist(),
                                           tokens[:, :SAMPLE_TOKENS].tolist()))
-    set_attention(model, "sdpa")
+    set_attention(model, base)
     return results
 
 
@@ -571,10 +511,40 @@ def plot_ms_per_token(rec: dict):
 
 
 def _float64_copy(model):
+    """The model in float64, run by its baseline implementation (eager as EAGER64 for the models
+    that have no SDPA path) and, for a mixture of experts, by the eager experts (torch's grouped
+    matrix product takes no float64)."""
     import copy
     ref = copy.deepcopy(model).double()
-    set_attention(ref, "sdpa")
+    base = baseline(model)
+    set_attention(ref, _register_eager64() if base == "eager" else base)
+    if hasattr(ref, "set_experts_implementation") and getattr(ref.config, "_experts_implementation", None):
+        ref.set_experts_implementation("eager")
     return ref
+
+
+EAGER64 = "eager_float64"
+
+
+def _register_eager64() -> str:
+    """Register EAGER64: a model's own eager attention, with the eager additive mask made of
+    float32's most negative number rather than float64's. transformers' eager softmax runs in
+    float32, which turns float64's into -inf, so that a padding row that sees no key becomes NaN
+    and spreads to every row through the cache (Gemma 2 in float64, left-padded)."""
+    import sys
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    def attention(module, *args, **kwargs):
+        return sys.modules[type(module).__module__].eager_attention_forward(module, *args, **kwargs)
+
+    def mask(*args, dtype=torch.float32, **kwargs):
+        m = eager_mask(*args, dtype=torch.float32, **kwargs)
+        return None if m is None else m.to(dtype)
+
+    AttentionInterface.register(EAGER64, attention)
+    AttentionMaskInterface.register(EAGER64, mask)
+    return EAGER64
 
 
 def loss_and_gradients(model, ids, attention: str, attention_mask=None) -> tuple[float, dict]:
@@ -602,7 +572,7 @@ def gradient_rule(got: dict, sdpa: dict, ref: dict, dtype) -> dict:
 
 def table(results: list[ForwardResult]) -> str:
     """The comparison as a text table (for notebooks)."""
-    sdpa_ms = next((r.ms for r in results if r.implementation == "sdpa"), None)
+    sdpa_ms = next((r.ms for r in results if r.implementation in ("sdpa", "eager")), None)
     lines = [f"{'implementation':<14} {'max|err|':>10} {'bound':>10} {'passed':>6} {'ms':>8} "
              f"{'vs sdpa':>8}"]
     for r in results:
