@@ -100,12 +100,28 @@ def _load():
         name, cflags, ldflags = name + "_c10cuda", cflags + ["-DNODE_C10_CUDA_STREAM"], ldflags + ["-lc10_cuda"]
         includes = [str(Path(CUDA_HOME or "/usr/local/cuda") / "include")]
     where = build_directory()
+    _clear_stale_lock(where)
     built = where / f"{name}.so"
     if not built.exists() or built.stat().st_mtime < SOURCE.stat().st_mtime:
         _building(where)
     return load(name=name, sources=[str(SOURCE)], extra_cflags=cflags, extra_ldflags=ldflags,
                 extra_include_paths=includes, build_directory=str(where),
                 verbose=os.environ.get("FA_AUTOGRAD_NODE_VERBOSE") == "1")
+
+
+STALE_LOCK_SECONDS = 600  # a build takes 20-60 s: a lock this old is a killed build's
+
+
+def _clear_stale_lock(where: Path):
+    """torch's load() waits, without limit, while its build folder's `lock` file exists, and a
+    build killed midway (Ctrl-C, a CI timeout) leaves one behind: every later process would hang
+    at its first training step. A lock older than any build is removed."""
+    lock = where / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+            lock.unlink()
+    except OSError:
+        pass  # no lock (the usual case), or another process removed it first
 
 
 def _building(where: Path):

@@ -204,6 +204,21 @@ def test_the_build_goes_to_the_kernel_cache(monkeypatch, tmp_path):
     assert d.is_dir() and d.parent == tmp_path / "torch_extensions" and torch.__version__ in d.name
 
 
+def test_a_killed_builds_lock_is_cleared_and_a_live_one_kept(tmp_path):
+    """torch's load() waits forever on its folder's lock file: one older than any build (a build
+    killed midway) is removed, a fresh one (a build running in another process) is not."""
+    import time
+    lock = tmp_path / "lock"
+    lock.touch()
+    autograd_node._clear_stale_lock(tmp_path)
+    assert lock.exists()
+    old = time.time() - autograd_node.STALE_LOCK_SECONDS - 5
+    os.utime(lock, (old, old))
+    autograd_node._clear_stale_lock(tmp_path)
+    assert not lock.exists()
+    autograd_node._clear_stale_lock(tmp_path)  # no lock: nothing to do
+
+
 def test_the_build_is_announced_as_compiles_are(monkeypatch, tmp_path, capsys):
     """One line to stderr (as lib.nvrtc's _compiling: FA_COMPILE_PROGRESS=1 forces it, 0 silences it)."""
     monkeypatch.setenv("FA_COMPILE_PROGRESS", "1")
