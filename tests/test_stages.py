@@ -237,7 +237,7 @@ def _good(info, device):
 
 
 def _unsupported_dim(info):
-    return next(d for d in (96, 257, 512, 3) if d not in info.head_dims)
+    return next(d for d in (96, 80, 257, 512, 3) if d not in info.head_dims)
 
 
 def _unsupported_dtype(info):
