@@ -35,7 +35,18 @@ from torch.autograd.function import once_differentiable
 from lib.inputs import NoBackwardError, causal_from_mask, host_offsets, sdpa_causal, validate_varlen, wants_grad
 from stages import autograd_node, stage5, stage6, stage8
 
-FORWARDS = {5: stage5, 6: stage6}  # the stages whose forward writes the log-sum-exp stage 8 needs
+FORWARDS = {5: stage5, 6: stage6}
+# stage 6's model variants (issue 51): forward only, refused with gradients until stage 8 has them
+MODEL_VARIANTS = ("window", "softcap", "sinks")  # the stages whose forward writes the log-sum-exp stage 8 needs
+
+
+def _refuse_variants(forward: int, options: dict) -> None:
+    variants = [name for name in MODEL_VARIANTS if options.get(name) is not None]
+    if variants:
+        raise NoBackwardError(f"stage {forward} with {', '.join(variants)} has no backward pass yet: "
+                              "stage 8 computes plain full or causal attention, and its gradients "
+                              "would not be those of this forward. Call it under torch.no_grad() for "
+                              "inference.")
 
 
 def _forward_stage(forward: int):
@@ -64,6 +75,7 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
         raise NoBackwardError(f"stage {forward} with seqlens_k (per-entry key lengths) has no backward "
                               "pass: stage 8 takes every key of each entry. Call it under "
                               "torch.no_grad() for inference, or without seqlens_k to train.")
+    _refuse_variants(forward, options)
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, stage.INFO)
     if forward == 6 and not options:  # the C++ node where it applies (stages/autograd_node.py)
@@ -105,6 +117,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if not wants_grad(q, k, v):
         return stage.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       causal=causal, scale=scale, **options)
+    _refuse_variants(forward, options)
     # The stage's checks, on the tensors without their graph (the stage refuses grad itself).
     plain = [t.detach() if isinstance(t, torch.Tensor) else t for t in (q, k, v)]
     call = validate_varlen(*plain, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

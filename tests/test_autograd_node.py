@@ -474,3 +474,21 @@ print("node on fresh threads ok")
     r = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=600,
                        env={**os.environ, "PYTHONPATH": str(root), "FA_AUTOGRAD_NODE": "1"})
     assert r.returncode == 0 and "node on fresh threads ok" in r.stdout, r.stdout[-3000:] + r.stderr[-5000:]
+
+
+@pytest.mark.parametrize("variant", [{"window": (8, 0)}, {"softcap": 30.0}, {"sinks": "tensor"}])
+@pytest.mark.parametrize("packed", [False, True], ids=["batch", "varlen"])
+def test_model_variants_with_gradients_are_refused(variant, packed):
+    """Stage 6's window, softcap and sinks have no backward in stage 8: with gradients wanted the
+    call is refused (before any launch, so on the CPU too), never run with plain gradients."""
+    from lib.inputs import NoBackwardError
+    from stages import autograd
+    q, k, v = (torch.randn(1, 2, 8, 64, requires_grad=True) for _ in range(3))
+    if "sinks" in variant:
+        variant = {"sinks": torch.zeros(2)}
+    with pytest.raises(NoBackwardError, match=next(iter(variant))):
+        if packed:
+            cu = torch.tensor([0, 8], dtype=torch.int32)
+            autograd.attention_varlen(*(t[0].transpose(0, 1) for t in (q, k, v)), cu, cu, 8, 8, **variant)
+        else:
+            autograd.attention(q, k, v, causal=True, **variant)
