@@ -111,6 +111,7 @@ for s in "$@"; do case $s in
                 --report-api-errors no python3 experiments/model_variants/sanitize.py; done ;;
   dims) step dims python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_head_dims.py ;;
   variants) step variants python3 scripts/variants_bench.py --record ;;
+  nodeprobe) step nodeprobe timeout 240 python3 experiments/cpp_autograd_node/probe.py ;;
   node) step node python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_autograd_node.py tests/test_backward.py -k "node or autograd or thread or same_error or differentiable_once or flashattention3s" ;;
   bench0) step bench0 record_stages "${FA_BENCH_BUDGET:-540}" 0 ;;
   bench16) step bench16 record_stages "${FA_BENCH_BUDGET:-540}" ${FA_BENCH_STAGES:-1 2 3 4 5 6} ;;
