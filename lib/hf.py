@@ -247,14 +247,14 @@ class ForwardResult:
     ms: float | None        # median time of a whole forward pass (GPU only)
 
 
-def _time_forward(model, ids, runs: int) -> float:
+def _time_forward(model, ids, runs: int, mask=None) -> float:
     """Median wall time of a forward pass in ms, synchronised (the model waits on every call)."""
     times = []
-    with torch.inference_mode():
+    with torch.inference_mode() if mask is None else torch.no_grad():  # as compare_forward
         for _ in range(runs):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            model(ids, use_cache=False)
+            model(ids, attention_mask=mask, use_cache=False)
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
     return sorted(times)[len(times) // 2]
@@ -262,9 +262,11 @@ def _time_forward(model, ids, runs: int) -> float:
 
 def compare_forward(implementations=None, *, dtype=torch.float16, device="cuda", batch: int = 2,
                     seq: int = 256, runs: int = 20, seed: int | None = None,
-                    model=None) -> list[ForwardResult]:
+                    model=None, lengths=None) -> list[ForwardResult]:
     """Run the tiny Llama (or `model`) on random tokens with each attention implementation and
-    with SDPA, and judge the logits against the same weights in float64 with SDPA.
+    with SDPA, and judge the logits against the same weights in float64 with SDPA. `lengths`
+    (prompt lengths): a left-padded batch of them instead (left_padded_prompts), judged at the
+    real tokens.
 
     The rule is the project's one, at the level of the model: an implementation passes when
     max|logits − ref| ≤ 2·max|logits_sdpa − ref| + noise, noise = 4 roundings of `dtype` at the
@@ -277,16 +279,21 @@ def compare_forward(implementations=None, *, dtype=torch.float16, device="cuda",
     base = baseline(model)
     gen = torch.Generator().manual_seed(seed if seed is not None else
                                         int.from_bytes(__import__("os").urandom(4), "little"))
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen).to(device)
+    if lengths is None:
+        ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen).to(device)
+        mask, real, grad_off = None, slice(None), torch.inference_mode
+    else:  # no_grad, as generate(): packed offsets want tensors with a version counter
+        ids, mask = left_padded_prompts(lengths, model.config.vocab_size, device, gen.initial_seed())
+        real, grad_off = mask.bool(), torch.no_grad
     ref_model = _float64_copy(model)
-    with torch.inference_mode():
-        ref = ref_model(ids, use_cache=False).logits.double()
+    with grad_off():
+        ref = ref_model(ids, attention_mask=mask, use_cache=False).logits.double()[real]
     del ref_model
 
     def logits(name):
         set_attention(model, name)
-        with torch.inference_mode():
-            return model(ids, use_cache=False).logits.double()
+        with grad_off():
+            return model(ids, attention_mask=mask, use_cache=False).logits.double()[real]
 
     sdpa_err = (logits(base) - ref).abs().max().item()
     noise = 4 * torch.finfo(dtype).eps * ref.abs().max().item()
@@ -296,7 +303,7 @@ def compare_forward(implementations=None, *, dtype=torch.float16, device="cuda",
         out = logits(name)
         err = (out - ref).abs().max().item() if torch.isfinite(out).all() else math.inf
         bound = 2 * sdpa_err + noise
-        ms = _time_forward(model, ids, runs) if timed else None
+        ms = _time_forward(model, ids, runs, mask) if timed else None
         results.append(ForwardResult(name, err, bound, err <= bound, ms))
     set_attention(model, base)
     return results

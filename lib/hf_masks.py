@@ -106,37 +106,47 @@ def mask_layout(mask: torch.Tensor, Sq: int, Sk: int, window: int | None = None)
             f"{'' if window is None else f' with a sliding window of {window + 1} keys'}, per batch "
             "entry: an arbitrary pattern that the stages do not compute. Use "
             "attn_implementation='sdpa' (or 'eager') for it")
+    layout = _causal_reading(ks_, ke_, off_, Sq, Sk, window) if all(is_causal) else None
     # Full attention also passes the causal test when every row's diagonal lies past the last key:
-    # read it as full then (decoding's one query included).
-    causal = not all(is_full)
-    q_start, q_end = [], []
-    for b in range(B):
-        if ke_[b] < 0:  # an entry that sees nothing
-            q_start.append(0), q_end.append(0)
-        elif causal:  # rows whose diagonal reaches the first and the last key
-            q_start.append(max(0, ks_[b] - off_[b])), q_end.append(min(Sq, ke_[b] - off_[b] + 1))
-        else:
+    # read it as full then (decoding's one query included), unless the causal reading has a
+    # window that cuts keys (decoding past the window: the window alone hides the first keys, the
+    # keys start at 0, one call).
+    if all(is_full) and (layout is None or layout.window is None):
+        q_start, q_end = [], []
+        for b in range(B):
+            if ke_[b] < 0:  # an entry that sees nothing
+                q_start.append(0), q_end.append(0)
+                continue
             rows = row_any[b].nonzero()[:, 0].tolist()
             if rows != list(range(rows[0], rows[-1] + 1)):
                 raise NotImplementedError("this attention mask pads rows in the middle of a "
                                           "sequence: the stages take one range of rows per entry")
             q_start.append(rows[0]), q_end.append(rows[-1] + 1)
-    k_start = [min(s, e + 1) for s, e in zip(ks_, ke_)]
-    cuts = False
-    if causal and window is not None:
-        for b in range(B):
-            if q_end[b] <= q_start[b]:
-                continue
-            # The window alone hides keys before k_start (the entry's rows are those of keys from
-            # 0): the keys may start at 0.
-            if q_start[b] == max(0, -off_[b]) and q_start[b] + off_[b] - window >= k_start[b]:
-                k_start[b] = 0
-            cuts |= q_end[b] - 1 + off_[b] - window > k_start[b]  # the last row's window starts later
-    layout = MaskLayout(causal, q_start, q_end, k_start, [e + 1 for e in ke_], Sq, Sk,
-                        window if cuts else None)
+        layout = MaskLayout(False, q_start, q_end, [min(s, e + 1) for s, e in zip(ks_, ke_)],
+                            [e + 1 for e in ke_], Sq, Sk)
     _last_layouts.insert(0, (weakref.ref(mask), version, Sq, Sk, window, layout))
     del _last_layouts[KEPT_LAYOUTS:]
     return layout
+
+
+def _causal_reading(ks, ke, off, Sq: int, Sk: int, window: int | None) -> MaskLayout:
+    """The causal layout of entries whose keys ks[b] … ke[b] are seen by rows along the diagonal
+    j = i + off[b] (and `window` keys behind it): the real rows are those whose diagonal reaches
+    the first and the last key. The window is kept where it cuts a key; where it alone hides the
+    keys before ks (the entry's rows are those of keys from 0 on), the keys start at 0."""
+    q_start, q_end, k_start, cuts = [], [], [], False
+    for b in range(len(ks)):
+        if ke[b] < 0:  # an entry that sees nothing
+            q_start.append(0), q_end.append(0), k_start.append(0)
+            continue
+        qs, qe, k0 = max(0, ks[b] - off[b]), min(Sq, ke[b] - off[b] + 1), ks[b]
+        if window is not None:
+            if qs == max(0, -off[b]) and qs + off[b] - window >= k0:
+                k0 = 0
+            cuts |= qe - 1 + off[b] - window > k0  # the last row's window starts latest
+        q_start.append(qs), q_end.append(qe), k_start.append(k0)
+    return MaskLayout(True, q_start, q_end, k_start, [e + 1 for e in ke], Sq, Sk,
+                      window if cuts else None)
 
 
 def _rows(starts, ends, device):
