@@ -78,6 +78,8 @@ def tiny_model(kind: str, dtype=torch.float16, device="cuda", *, seed: int = 0, 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(config)
+    if getattr(config, "_experts_implementation", None) and hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("eager")  # gpt-oss: a loop over experts, any dtype and device
     return model.to(device=device, dtype=dtype).eval()
 
 
