@@ -90,7 +90,8 @@ def model_variants(info, takes: bool, query, key, value, sliding_window=None, so
         raise NotImplementedError(
             f"stage {info.number} computes plain causal or full attention; this layer asks for "
             f"{', '.join(asked)}, which stage 6 computes (attn_implementation='{PREFIX}6')")
-    if wants_grad(query, key, value) or (torch.is_grad_enabled() and getattr(s_aux, "requires_grad", False)):
+    sinks_grad = torch.is_grad_enabled() and getattr(s_aux, "requires_grad", False)
+    if wants_grad(query, key, value) or sinks_grad:
         from lib.inputs import NoBackwardError
         raise NoBackwardError(
             f"stage {info.number} computes {', '.join(asked)} forward only: stage 8 has no backward "
