@@ -143,7 +143,7 @@ def variant_tiles(tiles, variants: Variants):
     D128's 176-key tiles (24-40 bytes) 128 keys, three stages (CHOICES; within the noise of the
     176-key tiles at full attention and faster causal, measured on the H100). Other tiles, and
     calls without heavy variants, keep theirs. The cost of the switch is the GPU session's to
-    measure (BRANCH_NOTES.md)."""
+    measure (experiments/model_variants/branch_notes.md)."""
     bn, stages, consumers = tiles
     if not heavy(variants):
         return tuple(tiles)

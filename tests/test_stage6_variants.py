@@ -128,7 +128,7 @@ def test_softcap_plan_and_launch_on_the_cpu(monkeypatch):
 
 # Each variant's build of the launch the head dim runs by default (its tiles as variant_tiles
 # gives them), and all three together: none may spill. Every build the launcher runs, with and
-# without each variant: experiments/model_variants/variant_builds.py (BRANCH_NOTES.md's table).
+# without each variant: experiments/model_variants/variant_builds.py (experiments/model_variants/branch_notes.md's table).
 VARIANT_BUILDS = [(D, dtype, name) for D in (64, 128) for dtype in (torch.float16, torch.bfloat16)
                   for name in ("softcap approx", "softcap exp2", "window", "sinks", "all three")]
 
