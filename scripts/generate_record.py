@@ -10,6 +10,10 @@ generated token of both, in interleaved rounds (medians).
 
     python scripts/generate_record.py            # print the table
     python scripts/generate_record.py --record   # and store under "generate" in results/<gpu>.json
+    python scripts/generate_record.py --models --record   # the models with stage 6's variants
+        (tiny Mistral, Gemma 2 at head dims 64 and 256, Gemma 3, gpt-oss: lib.hf.tiny_model, random
+        weights, no download; stage 6 against SDPA, or eager where transformers has no SDPA path),
+        stored under "generate_models"
 """
 from __future__ import annotations
 
@@ -26,6 +30,10 @@ from lib import hf  # noqa: E402
 from lib import results as R  # noqa: E402
 
 STAGES = (5, 6)  # the stages with packed sequences (INFO.varlen)
+# --models: (kind, head dim) of lib.hf.tiny_model, through stage 6 (the one stage with the variants).
+# Gemma 2's softcap is 1.0 (at its real 50 random weights never reach it, and the rows would not
+# test it); the sliding windows are 8 keys, so that the prompts and the cache run past them.
+MODELS = (("mistral", 64), ("gemma2", 64), ("gemma2", 256), ("gemma3", 128), ("gpt_oss", 64))
 DTYPES = ("float16", "bfloat16")
 
 
@@ -35,10 +43,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=DTYPES)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (median)")
     ap.add_argument("--record", action="store_true", help='store under "generate" in results/<gpu>.json')
+    ap.add_argument("--models", action="store_true", help="the tiny Mistral, Gemma 2/3 and gpt-oss "
+                    'through stage 6 instead, stored under "generate_models"')
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("generate_record.py times generate() on a GPU; none here")
         return 3
+    if a.models:
+        return models(a)
     names = hf.register(a.stages)
     env = R.capture_env()
     rows = []
@@ -55,6 +67,34 @@ def main(argv=None) -> int:
         path = R.save_extra(env["gpu"], "generate", {
             "env": env, "sha256": {str(n): R.stage_sha256(stages.get(n).INFO) for n in a.stages},
             "model": "lib.hf.tiny_llama: hidden 256, 4 heads / 2 K/V heads, head dim 64, 2 layers",
+            "prompts": [5, 37, 128, 300], "new_tokens": 64, "rounds": a.rounds, "rows": rows})
+        print(f"recorded in {path}" + (" (with failing rows)" if bad else ""))
+    return 1 if bad else 0
+
+
+def models(a) -> int:
+    """generate() in the tiny models with the variants (MODELS), stage 6 against the baseline."""
+    (name,) = hf.register([6])
+    env = R.capture_env()
+    rows = []
+    for kind, head_dim in MODELS:
+        for dtype in a.dtype:
+            model = hf.tiny_model(kind, getattr(torch, dtype), "cuda", head_dim=head_dim, softcap=1.0)
+            res = hf.compare_generate([name], dtype=getattr(torch, dtype), device="cuda", rounds=a.rounds,
+                                      model=model)
+            print(f"{kind} D{head_dim}\n" + hf.generate_table(res), flush=True)
+            rows += [{**r.as_row(), "stage": 6, "model": kind, "head_dim": head_dim,
+                      "baseline": hf.baseline(model)} for r in res]
+            del model
+    bad = [r for r in rows if not (r["tokens_equal"] and r["logits_ok"])]
+    for r in bad:
+        print(f"{r['model']} D{r['head_dim']} {r['dtype']} {r['cache']}: tokens_equal {r['tokens_equal']}, "
+              f"logits {r['max_logit_err']:.2e} against {r['bound']:.2e}")
+    if a.record:
+        path = R.save_extra(env["gpu"], "generate_models", {
+            "env": env, "sha256": {"6": R.stage_sha256(stages.get(6).INFO)},
+            "model": "lib.hf.tiny_model(kind, head_dim=..., softcap=1.0): hidden 256, 4 heads / 2 K/V "
+                     "heads, 2 layers, sliding windows of 8 keys, random weights",
             "prompts": [5, 37, 128, 300], "new_tokens": 64, "rounds": a.rounds, "rows": rows})
         print(f"recorded in {path}" + (" (with failing rows)" if bad else ""))
     return 1 if bad else 0
