@@ -110,7 +110,7 @@ for s in "$@"; do case $s in
               step "sanitize-variants-$tool" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
                 --report-api-errors no python3 experiments/model_variants/sanitize.py; done ;;
   dims) step dims python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_head_dims.py ;;
-  variants) step variants python3 scripts/variants_bench.py --record ;;
+  variants) step variants python3 scripts/stage6_schedules.py --features --record ;;
   nodeprobe) step nodeprobe timeout 240 python3 experiments/cpp_autograd_node/probe.py ;;
   node) step node python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_autograd_node.py tests/test_backward.py -k "node or autograd or thread or same_error or differentiable_once or flashattention3s" ;;
   bench0) step bench0 record_stages "${FA_BENCH_BUDGET:-540}" 0 ;;
