@@ -255,6 +255,20 @@ def packed_inputs(lens_q, lens_k, H, Hk, D, *, dtype, device, seed=None):
     return q, k, v, cu[0], cu[1]
 
 
+def reference_varlen(q, k, v, cu_q, cu_k, **kw) -> torch.Tensor:
+    """reference_attention for packed sequences (q [Σ Sq, H, D], k and v [Σ Sk, Hkv, D], int32
+    offsets cu_q, cu_k), each sequence alone, `kw` passed on (causal, scale, window, softcap,
+    sinks); rows of a sequence without keys are zeros. In q's dtype."""
+    out = torch.zeros_like(q)
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(cq) - 1):
+        qs = q[cq[b]:cq[b + 1]].transpose(0, 1)[None]
+        ks, vs = (t[ck[b]:ck[b + 1]].transpose(0, 1)[None] for t in (k, v))
+        if qs.shape[2] and ks.shape[2]:
+            out[cq[b]:cq[b + 1]] = reference_attention(qs, ks, vs, **kw)[0].transpose(0, 1).to(q.dtype)
+    return out
+
+
 def check_varlen_output(out, q, k, v, cu_q, cu_k, *, causal=False, scale=None) -> list[Check]:
     """Judge a varlen output sequence by sequence, each against the float64 reference of that
     sequence alone (the error rule above); a sequence with queries but no keys must be zeros

@@ -37,6 +37,15 @@ MODELS = (("mistral", 64), ("gemma2", 64), ("gemma2", 256), ("gemma3", 128), ("g
 DTYPES = ("float16", "bfloat16")
 
 
+def failing(rows: list[dict], label) -> list[dict]:
+    """The rows whose tokens or logits failed, each printed with what failed."""
+    bad = [r for r in rows if not (r["tokens_equal"] and r["logits_ok"])]
+    for r in bad:
+        print(f"{label(r)} {r['dtype']} {r['cache']}: tokens_equal {r['tokens_equal']}, "
+              f"logits {r['max_logit_err']:.2e} against {r['bound']:.2e}")
+    return bad
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stages", type=int, nargs="+", default=list(STAGES))
@@ -59,10 +68,7 @@ def main(argv=None) -> int:
         print(hf.generate_table(res), flush=True)
         for r in res:
             rows.append({**r.as_row(), "stage": int(r.stage.removeprefix(hf.PREFIX))})
-    bad = [r for r in rows if not (r["tokens_equal"] and r["logits_ok"])]
-    for r in bad:
-        print(f"stage {r['stage']} {r['dtype']} {r['cache']}: tokens_equal {r['tokens_equal']}, "
-              f"logits {r['max_logit_err']:.2e} against {r['bound']:.2e}")
+    bad = failing(rows, lambda r: f"stage {r['stage']}")
     if a.record:
         path = R.save_extra(env["gpu"], "generate", {
             "env": env, "sha256": {str(n): R.stage_sha256(stages.get(n).INFO) for n in a.stages},
@@ -86,10 +92,7 @@ def models(a) -> int:
             rows += [{**r.as_row(), "stage": 6, "model": kind, "head_dim": head_dim,
                       "baseline": hf.baseline(model)} for r in res]
             del model
-    bad = [r for r in rows if not (r["tokens_equal"] and r["logits_ok"])]
-    for r in bad:
-        print(f"{r['model']} D{r['head_dim']} {r['dtype']} {r['cache']}: tokens_equal {r['tokens_equal']}, "
-              f"logits {r['max_logit_err']:.2e} against {r['bound']:.2e}")
+    bad = failing(rows, lambda r: f"{r['model']} D{r['head_dim']}")
     if a.record:
         path = R.save_extra(env["gpu"], "generate_models", {
             "env": env, "sha256": {"6": R.stage_sha256(stages.get(6).INFO)},

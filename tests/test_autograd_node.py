@@ -417,65 +417,6 @@ def test_bad_inputs_get_the_same_error_on_both_paths(monkeypatch):
             assert errors[0] is not None, label
 
 
-@gpu
-@hopper
-def test_node_backward_on_a_thread_without_a_context():
-    """Issue 48's crash, for the node (tests/test_backward.py's fresh-thread test runs both paths
-    too): in a fresh process, a forward and backward through the node on a new Python thread
-    (the node planned there, its backward on autograd's thread), then the node's plan run on a
-    thread whose context was unbound (cuCtxSetCurrent(NULL)): it binds the primary context itself."""
-    import subprocess
-    root = Path(__file__).resolve().parent.parent
-    script = r'''
-import threading, torch
-from cuda.bindings import driver
-from lib.inputs import make_qkv
-from lib.reference import check_gradients
-from stages import autograd, autograd_node, stage6
-q, k, v = make_qkv(2, 4, 70, 64, Sk=90, Hkv=2, dtype=torch.bfloat16, seed=3)
-dout = torch.randn_like(q)
-box = {}
-def check(grads, label):
-    for name, c in check_gradients(grads, q, k, v, dout, causal=False).items():
-        assert c.passed, f"{label} {name}: {c.summary()}"
-def step():
-    try:
-        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        out = autograd.attention(*leaves, forward=6)
-        assert out.grad_fn.name() == autograd_node.NODE_NAME, autograd_node.route(*leaves)
-        out.backward(dout)
-        box["grads"] = [t.grad for t in leaves]
-    except BaseException as e:
-        box["error"] = e
-def bare():
-    try:
-        (err,) = driver.cuCtxSetCurrent(driver.CUcontext(0))
-        assert err == driver.CUresult.CUDA_SUCCESS, err
-        box["bare"] = autograd_node.backward(plan, q, k, v, out, dout, lse)
-        torch.cuda.synchronize()
-    except BaseException as e:
-        box["error"] = e
-t = threading.Thread(target=step)
-t.start(); t.join()
-if "error" in box:
-    raise box["error"]
-check(box["grads"], "forward and backward on a new thread")
-plan = autograd_node.plan_for(q, k, v)
-lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
-out = stage6.attention(q, k, v, lse=lse)
-torch.cuda.synchronize()
-t = threading.Thread(target=bare)
-t.start(); t.join()
-if "error" in box:
-    raise box["error"]
-check(box["bare"], "the plan on a thread without a context")
-print("node on fresh threads ok")
-'''
-    r = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PYTHONPATH": str(root), "FA_AUTOGRAD_NODE": "1"})
-    assert r.returncode == 0 and "node on fresh threads ok" in r.stdout, r.stdout[-3000:] + r.stderr[-5000:]
-
-
 @pytest.mark.parametrize("variant", [{"window": (8, 0)}, {"softcap": 30.0}, {"sinks": "tensor"}])
 @pytest.mark.parametrize("packed", [False, True], ids=["batch", "varlen"])
 def test_model_variants_with_gradients_are_refused(variant, packed):

@@ -13,7 +13,7 @@ pytest.importorskip("transformers", reason="lib.hf needs transformers (pip insta
 import stages  # noqa: E402
 from conftest import gpu  # noqa: E402
 from lib import hf  # noqa: E402
-from lib.reference import reference_attention  # noqa: E402
+from lib.reference import reference_attention, reference_varlen  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
 
 
@@ -35,15 +35,7 @@ class StandIn:
     def _varlen(self, q, k, v, cu_q, cu_k, max_q, max_k, *, causal=False, scale=None):
         self.calls.append({"q": q.shape, "k": k.shape, "causal": causal, "scale": scale,
                            "varlen": (cu_q.tolist(), cu_k.tolist())})
-        out = torch.zeros_like(q)
-        cq, ck = cu_q.tolist(), cu_k.tolist()
-        for b in range(len(cq) - 1):
-            qs = q[cq[b]:cq[b + 1]].transpose(0, 1)[None]
-            ks, vs = (t[ck[b]:ck[b + 1]].transpose(0, 1)[None] for t in (k, v))
-            if qs.shape[2] and ks.shape[2]:
-                o = reference_attention(qs, ks, vs, causal=causal, scale=scale)
-                out[cq[b]:cq[b + 1]] = o[0].transpose(0, 1).to(q.dtype)
-        return out
+        return reference_varlen(q, k, v, cu_q, cu_k, causal=causal, scale=scale)
 
 
 @pytest.fixture(scope="module")

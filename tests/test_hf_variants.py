@@ -18,7 +18,7 @@ import stages  # noqa: E402
 from conftest import gpu  # noqa: E402
 from lib import hf  # noqa: E402
 from lib.inputs import NoBackwardError  # noqa: E402
-from lib.reference import reference_attention  # noqa: E402
+from lib.reference import reference_attention, reference_varlen  # noqa: E402
 
 
 class Stage6StandIn:
@@ -46,16 +46,8 @@ class Stage6StandIn:
                          window=None, softcap=None, sinks=None):
         self.calls.append(dict(path="varlen", cu=(cu_q.tolist(), cu_k.tolist()), causal=causal,
                                window=window, softcap=softcap, sinks=sinks))
-        out = torch.zeros_like(q)
-        cq, ck = cu_q.tolist(), cu_k.tolist()
-        for b in range(len(cq) - 1):
-            qs = q[cq[b]:cq[b + 1]].transpose(0, 1)[None]
-            ks, vs = (t[ck[b]:ck[b + 1]].transpose(0, 1)[None] for t in (k, v))
-            if qs.shape[2] and ks.shape[2]:
-                o = reference_attention(qs, ks, vs, causal=causal, scale=scale, window=window,
-                                        softcap=softcap, sinks=sinks)
-                out[cq[b]:cq[b + 1]] = o[0].transpose(0, 1).to(q.dtype)
-        return out
+        return reference_varlen(q, k, v, cu_q, cu_k, causal=causal, scale=scale, window=window,
+                                softcap=softcap, sinks=sinks)
 
 
 class PlainStandIn(Stage6StandIn):
