@@ -878,37 +878,29 @@ from cuda.bindings import driver
 lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
 out = stage5.attention(q, k, v, lse=lse)
 torch.cuda.synchronize()
-def bare():
-    try:
-        (err,) = driver.cuCtxSetCurrent(driver.CUcontext(0))
-        assert err == driver.CUresult.CUDA_SUCCESS, err
-        box["bare"] = stage8.attention_backward(q, k, v, out, dout, lse)
-        torch.cuda.synchronize()
-    except BaseException as e:
-        box["error"] = e
-t = threading.Thread(target=bare)
-t.start(); t.join()
-if "error" in box:
-    raise box["error"]
-check(box["bare"], "a thread without a context")
+def on_a_bare_thread(backward, what):
+    """`backward()` on a new thread whose context was unbound (cuCtxSetCurrent(NULL)), checked."""
+    def run():
+        try:
+            (err,) = driver.cuCtxSetCurrent(driver.CUcontext(0))
+            assert err == driver.CUresult.CUDA_SUCCESS, err
+            box["bare"] = backward()
+            torch.cuda.synchronize()
+        except BaseException as e:
+            box["error"] = e
+    t = threading.Thread(target=run)
+    t.start(); t.join()
+    if "error" in box:
+        raise box["error"]
+    check(box["bare"], what)
+on_a_bare_thread(lambda: stage8.attention_backward(q, k, v, out, dout, lse), "a thread without a context")
 if want == autograd_node.NODE_NAME:  # the node's own backward (its plan, no autograd) on such a thread
     plan = autograd_node.plan_for(q, k, v)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
     out = stage6.attention(q, k, v, lse=lse)
     torch.cuda.synchronize()
-    def bare_node():
-        try:
-            (err,) = driver.cuCtxSetCurrent(driver.CUcontext(0))
-            assert err == driver.CUresult.CUDA_SUCCESS, err
-            box["bare_node"] = autograd_node.backward(plan, q, k, v, out, dout, lse)
-            torch.cuda.synchronize()
-        except BaseException as e:
-            box["error"] = e
-    t = threading.Thread(target=bare_node)
-    t.start(); t.join()
-    if "error" in box:
-        raise box["error"]
-    check(box["bare_node"], "the node's plan on a thread without a context")
+    on_a_bare_thread(lambda: autograd_node.backward(plan, q, k, v, out, dout, lse),
+                     "the node's plan on a thread without a context")
 print("fresh-thread backward ok")
 '''
 
