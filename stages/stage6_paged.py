@@ -53,8 +53,13 @@ def paged_tiles(tiles):
     tiles (the kernel copies a tile page by page, or a slice of one page), and the page sizes
     are powers of two, so 64- and 128-key tiles run as chosen and D128's 176-key tiles run 128
     keys, three stages (the choice variant_tiles makes for the same reason of its own; within the
-    noise of the 176-key tiles at full attention on the H100, faster causal)."""
+    noise of the 176-key tiles at full attention on the H100, faster causal). D64's blocks of three
+    consumers take two: their producer has 32 registers (128·32 + 384·160 = 64K), and the page ids
+    spilled 8-44 bytes there (16-key pages; every page size with the work queue), as heavy variants'
+    registers do (variant_tiles)."""
     bn, stages, consumers = tiles
+    if consumers == 3:
+        return (bn, stages, 2)
     return (128, 3, consumers) if bn == 176 else tuple(tiles)
 
 
