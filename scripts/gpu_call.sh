@@ -109,6 +109,11 @@ for s in "$@"; do case $s in
   sanvariants) for tool in memcheck racecheck synccheck; do  # stage 6's window, softcap and sinks (issue 51)
               step "sanitize-variants-$tool" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
                 --report-api-errors no python3 experiments/model_variants/sanitize.py; done ;;
+  paged) step paged python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_paged.py ;;  # issue 50
+  pagedbench) step pagedbench timeout 540 python3 scripts/paged_bench.py --record ;;
+  sanpaged) for tool in memcheck racecheck synccheck; do  # stage 6's paged KV cache (issue 50)
+              step "sanitize-paged-$tool" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
+                --report-api-errors no python3 experiments/paged_kv/sanitize.py; done ;;
   dims) step dims python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_head_dims.py ;;
   variants) step variants python3 scripts/stage6_schedules.py --features --record ;;
   nodeprobe) step nodeprobe timeout 240 python3 experiments/cpp_autograd_node/probe.py ;;

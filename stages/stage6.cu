@@ -87,6 +87,11 @@
 //                       sum and the log-sum-exp the kernel writes includes it. Split-KV: the
 //                       split blocks leave it out and the combine (combine_part, or the combine
 //                       kernel) adds it once, as one more partial whose O is zero.
+//   8. PAGE_SIZE (issue 50): a paged KV cache, K and V in pages of PAGE_SIZE keys that a per-entry
+//      table (page_table [B][max_pages]) maps to a [num_pages, page_size, H_kv, D] cache, as vLLM's and
+//      FlashAttention's. Only the producer changes: a key tile is copied one box per page (or a slice
+//      of one page), from ids it reads a tile ahead (load_tile, tile_pages); the consumers see the
+//      same ring. The build without it (0, the default) is the kernel above, unchanged.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -155,6 +160,9 @@ static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx)
 #ifndef SINKS
 #define SINKS 0  // 1: a logit per query head in each row's softmax denominator (see close_rows)
 #endif
+#ifndef PAGE_SIZE
+#define PAGE_SIZE 0  // 16-256: K and V in pages of that many keys, found through a page table (see tile_pages)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -188,10 +196,12 @@ constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // end (Q's wait, the epilogue's stores) run while another streams K and V, as cuDNN's decoding
 // kernels do with 2-4 small blocks per SM. Each block then gets 1/BLOCKS_PER_SM of the registers:
 // two blocks 128·40 + 128·216 = 32,768 each; three 128·24 + 128·136 = 20,480 (80 per thread at launch).
+// PAGE_SIZE: the producer holds a key tile's page ids (up to 8) besides, and spilled 16 bytes with
+// 24 (D128, 16-key pages): 40 as with the work queue.
 constexpr int PRODUCER_REGS = BLOCKS_PER_SM == 3 ? 24 : BLOCKS_PER_SM == 2 ? 40
-                            : CONSUMERS == 3 ? 32 : DYNAMIC_WORK ? 40 : 24;
+                            : CONSUMERS == 3 ? 32 : DYNAMIC_WORK && PAGE_SIZE ? 56 : DYNAMIC_WORK || PAGE_SIZE ? 40 : 24;
 constexpr int CONSUMER_REGS = BLOCKS_PER_SM == 3 ? 136 : BLOCKS_PER_SM == 2 ? 216
-                            : CONSUMERS == 3 ? 160 : DYNAMIC_WORK ? 232 : 240;
+                            : CONSUMERS == 3 ? 160 : DYNAMIC_WORK && PAGE_SIZE ? 224 : DYNAMIC_WORK || PAGE_SIZE ? 232 : 240;
 static_assert(BLOCKS_PER_SM == 1 || (CONSUMERS == 1 && BLOCKS_PER_SM <= (WARP_SPECIALIZED ? 3 : 4)),
               "several blocks per SM: one consumer, and a producer in two or three blocks or none in up to four");
 constexpr int TURN_BAR = 4;  // named barriers TURN_BAR + c: consumer c's turn to issue products
@@ -200,6 +210,15 @@ static_assert(CONSUMERS <= 3, "named barriers 1-3 and 4-6 are the consumers' own
 static_assert(D == 64 || D == 96 || D == 128 || D == 256, "head dims 64, 96, 128 and 256");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "key tiles of 64, 128 or 176");
 static_assert(Q_STAGES >= 1 && Q_STAGES <= 3, "one to three Q buffers (Q_STAGES)");
+#if PAGE_SIZE
+static_assert(SEQS, "a paged cache is read through per-entry key counts (seqlens_k): the SEQS build");
+static_assert(PAGE_SIZE >= 16 && PAGE_SIZE <= 256 && (PAGE_SIZE & (PAGE_SIZE - 1)) == 0,
+              "pages of 16, 32, 64, 128 or 256 keys");
+static_assert(BLOCK_N % PAGE_SIZE == 0 || PAGE_SIZE % BLOCK_N == 0,
+              "a key tile is whole pages, or a page whole key tiles (no 176-key tiles)");
+constexpr int PAGE_BOX = PAGE_SIZE < BLOCK_N ? PAGE_SIZE : BLOCK_N;  // rows per copy
+constexpr int TILE_PAGES = BLOCK_N / PAGE_BOX;                        // copies per key tile and column block
+#endif
 
 // Shared memory. A tile is stored as ATOMS blocks of [rows][64] elements: each row of a block
 // is 128 bytes, the width of one 128-byte swizzle pattern (TMA box width ≤ 128 B with that
@@ -318,14 +337,45 @@ __device__ __forceinline__ void load_q(Smem& sm, const CUtensorMap* map, int cou
 // once buffer pos % STAGES is free again: when its previous use, pos − STAGES, was released —
 // the ((pos / STAGES) − 1)-th phase of its empty barrier. For the first STAGES positions the
 // parity asked for is that of the phase "before the first", which counts as completed.
+// PAGE_SIZE (issue 50: a paged KV cache, vLLM's and FlashAttention's page_table): K and V are
+// [num_pages, page_size, H_kv, D] caches, whose maps stages/stage6_paged.py encodes as [num_pages,
+// H_kv, page_size, D] (innermost first: D, page row, head, page), boxes of PAGE_BOX rows; batch
+// entry b's key j is row j % PAGE_SIZE of page page_table[b][j / PAGE_SIZE]. A key tile is then
+// TILE_PAGES copies per 64-column block (pages smaller than a tile) into successive PAGE_BOX-row
+// slices of the ring buffer, or one copy from row key0 % PAGE_SIZE of its page (pages of several
+// tiles). Every slice starts a multiple of 16 rows (2 KB) in: the 128-byte swizzle, which the copy
+// engine applies from the shared address, repeats every 8 rows, so wgmma reads the tile as if one
+// copy had brought it. The copies still count KV_BYTES on the full barrier.
+// The producer looks a tile's page ids up (tile_pages) one key tile ahead, as it issues the copies of
+// the tile before, so their latency hides under its wait for a free buffer. Pages the last tile
+// reaches wholly past the entry's used keys get id -1, which the copy engine fills with zeros
+// (out of the map's bounds: no read, the bytes still counted), so neither their table entries nor
+// their contents matter; an id out of [0, num_pages) reads zeros the same way. The rows of the last
+// used page past the used keys are read and masked (P = 0) — P·V then multiplies them by 0, so they
+// must be finite, as in the contiguous build's rows past seqlens_k.
+#if PAGE_SIZE
+struct PageTable { const int* table; int max_pages; };  // int32 [B][max_pages]
+struct Pages { int id[TILE_PAGES]; int row; };           // one key tile's pages, its first row in the first
+#else
+struct PageTable {};
+struct Pages {};
+#endif
 __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], unsigned long long* full,
                                           unsigned long long* empty, const CUtensorMap* map,
-                                          int pos, int key_tile, int hk, int b, int k_start) {
+                                          int pos, int key_tile, int hk, int b, int k_start, const Pages& pg) {
     const int st = pos % STAGES;
     mbar_wait(&empty[st], ((pos / STAGES) & 1) ^ 1);
     mbar_arrive_expect_bytes(&full[st], KV_BYTES);
+#if PAGE_SIZE
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a)
+#pragma unroll
+        for (int i = 0; i < TILE_PAGES; ++i)
+            tma_load_4d(&ring[st][a][i * PAGE_BOX][0], map, &full[st], 64 * a, pg.row, hk, pg.id[i]);
+#else
 #pragma unroll
     for (int a = 0; a < ATOMS; ++a) tma_load_4d(&ring[st][a][0][0], map, &full[st], 64 * a, k_start + key_tile * BLOCK_N, hk, b);
+#endif
 }
 
 // A block's work tile: BLOCK_M query rows of one (batch, head) — with PACK_GQA the G·Sq rows of
@@ -434,6 +484,28 @@ __device__ __forceinline__ Work work_tile(int w, const WorkDivs<Div>& dv, const 
     t.n_tiles = max(0, min((n_keys + BLOCK_N - 1) / BLOCK_N, t.t0 + per_split) - t.t0);
 #endif
     return t;
+}
+
+// PAGE_SIZE: the pages of key tile `key_tile` of work tile t (see load_tile). The ids are read
+// unconditionally, the index clamped into the entry's table row, and only then those past the
+// entry's last used page (from t.len_k, itself a read of used_k) replaced by -1: the table's read
+// does not wait for used_k's. Without PAGE_SIZE: nothing.
+__device__ __forceinline__ Pages tile_pages(const PageTable& pt, const Work& t, int key_tile) {
+#if PAGE_SIZE
+    Pages pg;
+    const int key0 = key_tile * BLOCK_N, first = key0 / PAGE_SIZE;
+    const int last = (t.len_k - 1) / PAGE_SIZE;  // the last used page (a tile exists only when len_k > 0)
+    const int* const row = pt.table + (size_t)t.b * pt.max_pages;
+    pg.row = PAGE_SIZE > BLOCK_N ? key0 % PAGE_SIZE : 0;
+#pragma unroll
+    for (int i = 0; i < TILE_PAGES; ++i) {
+        const int id = __ldg(row + min(first + i, pt.max_pages - 1));
+        pg.id[i] = first + i <= last ? id : -1;
+    }
+    return pg;
+#else
+    return {};
+#endif
 }
 
 // ---- the consumers' products ----------------------------------------------------------------
@@ -666,6 +738,12 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
 #else
 #define VARIANT_PARAMS
 #endif
+// PAGE_SIZE: the page table (int32 [B][max_pages]) and its row length, after those.
+#if PAGE_SIZE
+#define PAGED_PARAMS , const int* __restrict__ page_table, int max_pages
+#else
+#define PAGED_PARAMS
+#endif
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -673,11 +751,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, int tail_heads, long long* timeline,
                 int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k,
-                float* __restrict__ lse_out VARIANT_PARAMS) {
+                float* __restrict__ lse_out VARIANT_PARAMS PAGED_PARAMS) {
 #if WINDOW
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal, win_left, win_right};
 #else
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal};
+#endif
+#if PAGE_SIZE
+    const PageTable pages{page_table, max_pages};
+#else
+    const PageTable pages{};
 #endif
     // Work tiles: (batch·head, query block) pairs, n_qb query blocks per head. A launch with
     // one block per work tile runs each once; a persistent launch (one block per SM) walks
@@ -744,13 +827,15 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 // back the second K, which the consumers need right then.
                 bool next_q = next >= n_work;
                 const int q_after = CARRY_PV && t.n_tiles > 1 ? 1 : 0;
+                Pages pg = tile_pages(pages, t, t.t0);  // PAGE_SIZE: the first tile's pages (K's and V's)
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {  // stamps: K, V copied; the waits before them
                     STAMP(0, pos, 2);
-                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
+                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
                     STAMP(0, pos, 0);
                     STAMP(0, pos, 3);
-                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
+                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
                     STAMP(0, pos, 1);
+                    if (PAGE_SIZE && j + 1 < t.n_tiles) pg = tile_pages(pages, t, t.t0 + j + 1);  // read ahead
                     if (Q_STAGES >= 2 && !next_q && j == q_after) work_q(next, count + 1), next_q = true;
                 }
                 if (!next_q) work_q(next, count + 1);
@@ -1025,8 +1110,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
             load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
             for (int j = 0; j < min(STAGES, n_tiles); ++j) {
-                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos + j, t.t0 + j, t.hk, t.bmap, t.k_start);
-                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos + j, t.t0 + j, t.hk, t.bmap, t.k_start);
+                const Pages pg = tile_pages(pages, t, t.t0 + j);
+                load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos + j, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
+                load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos + j, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
             }
         }
 #endif
@@ -1249,8 +1335,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 STAMP(role, cur, 3);
 #if !WARP_SPECIALIZED
                 if (threadIdx.x == 0 && j + STAGES < n_tiles) {  // refill these buffers once all are done
-                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, cur + STAGES, t.t0 + j + STAGES, t.hk, t.bmap, t.k_start);
-                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, cur + STAGES, t.t0 + j + STAGES, t.hk, t.bmap, t.k_start);
+                    const Pages pg = tile_pages(pages, t, t.t0 + j + STAGES);
+                    load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, cur + STAGES, t.t0 + j + STAGES, t.hk, t.bmap, t.k_start, pg);
+                    load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, cur + STAGES, t.t0 + j + STAGES, t.hk, t.bmap, t.k_start, pg);
                 }
 #endif
             }

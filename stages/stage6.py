@@ -35,6 +35,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     FEW_KEYS_SCHEDULE, FEW_KEYS_TILES, MAX_SPLITS, check_seqlens_k,
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
+from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, paged_tiles
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
@@ -376,7 +377,8 @@ INFO = StageInfo(
     min_cc=(9, 0),
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 96, 128, 256),
-    sources=("stages/stage6.py", "stages/stage6_decoding.py", "stages/stage6_variants.py", "lib/tma.py",
+    sources=("stages/stage6.py", "stages/stage6_decoding.py", "stages/stage6_variants.py",
+             "stages/stage6_paged.py", "lib/tma.py",
              "stages/stage6.cu", "stages/hopper.cuh",
              "stages/pdl.cuh", "stages/work_queue.cuh",
              "stages/attention.cuh"),
@@ -406,7 +408,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
            blocks_per_sm: int = 1, skip_past_end: bool | None = None, softcap: int = 0,
-           window: bool = False, sinks: bool = False) -> dict:
+           window: bool = False, sinks: bool = False, page_size: int = 0) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -417,7 +419,9 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     P·V issued with the next one's first S (None: carries_pv's rule); skip_past_end:
     SKIP_ROWS_PAST_END (None: the module's default). The models' variants (stages/stage6_variants.py):
     softcap 0, 1 or 2 (SOFTCAP: off, tanh.approx, tanh from ex2), window and sinks (WINDOW,
-    SINKS); each define is there only when on, so the build without any is the one before them."""
+    SINKS); each define is there only when on, so the build without any is the one before them.
+    page_size: the paged cache's build (PAGE_SIZE, stages/stage6_paged.py), with seqs; 0: none
+    (no define, the build before it)."""
     if head_dim not in INFO.head_dims:
         raise ValueError(f"stage 6 builds head dims {INFO.head_dims_text}; got {head_dim}")
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
@@ -470,6 +474,12 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
         raise ValueError(f"softcap is the SOFTCAP build: 0 (off), 1 (tanh.approx) or 2 (tanh from ex2); got {softcap!r}")
     defines += ((("SOFTCAP", int(softcap)),) if softcap else ()) + ((("WINDOW", 1),) if window else ()) \
         + ((("SINKS", 1),) if sinks else ())
+    if page_size:
+        if page_size not in PAGE_SIZES or not seqs or (bn % page_size and page_size % bn):
+            raise ValueError(f"page_size is one of {PAGE_SIZES}, with seqs and a key tile that is whole "
+                             f"pages or a page whole key tiles; got {page_size!r} with tiles "
+                             f"{(bn, stages, consumers)}, seqs={seqs!r}")
+        defines += (("PAGE_SIZE", int(page_size)),)
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -479,18 +489,21 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
                 q_stages: int | None = None, tma_store: bool | None = None,
                 carry_pv: bool | None = None, blocks_per_sm: int = 1, softcap: int = 0,
-                window: bool = False, sinks: bool = False) -> dict:
+                window: bool = False, sinks: bool = False, page_size: int = 0) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
-    lengths; softcap, window, sinks: the models' variant builds, as config takes them). Only
+    lengths; softcap, window, sinks: the models' variant builds, as config takes them; page_size:
+    the paged cache's build, seqs implied, tiles as paged_tiles makes them). Only
     sm_90a has the instructions; any other arch is refused."""
     if arch != ARCH:
         raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
+    if page_size:
+        tiles, seqs = paged_tiles(tiles or TILES[head_dim]), True
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
                  lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm,
-                 softcap=softcap, window=window, sinks=sinks)
+                 softcap=softcap, window=window, sinks=sinks, page_size=page_size)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -528,7 +541,7 @@ def _check_arch(q) -> None:
 
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
-           pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS) -> dict:
+           pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS, paged: bool = False) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
@@ -540,7 +553,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     call's model variants (stages/stage6_variants.py): with a window, work tiles read only the key
     tiles their rows' windows reach (key_span), and the splits are planned over those; tiles not
     given lose a consumer or their 176-key width where the variants' registers would spill
-    (variant_tiles)."""
+    (variant_tiles). `paged`: a paged cache's call (stages/stage6_paged.py): tiles not given run
+    as paged_tiles makes them."""
     window = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles, given_schedule = tiles is not None, schedule is not None
@@ -550,6 +564,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
     if not given_tiles:
         tiles = variant_tiles(tiles, variants)
+        if paged:
+            tiles = paged_tiles(tiles)
 
     def key_span(tiles):  # the key tiles a work tile reads, at most
         return window_span(Sq if pack else min(Sq, 64 * tiles[2]), Sk, tiles[0], window)
@@ -563,6 +579,7 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
         short = None if pack or given_tiles else short_tiles(D, Sk, schedule, bool(causal))
         if short is not None:
             short = variant_tiles(short, variants)
+            short = paged_tiles(short) if paged else short
             tiles, key_tiles = short, key_span(short)
             block_m = 64 * tiles[2]
             work = B * H * ((Sq + block_m - 1) // block_m)
@@ -616,7 +633,7 @@ class _Plan:
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
                  "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_tma",
-                 "combine_in_block", "variant_args", "combine_sink_args")
+                 "combine_in_block", "variant_args", "combine_sink_args", "max_pages")
 
 
 _plans: dict = {}
@@ -625,7 +642,7 @@ _plans: dict = {}
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
                combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
-               skip_past_end=None, variants: Variants = NO_VARIANTS) -> _Plan:
+               skip_past_end=None, variants: Variants = NO_VARIANTS, paged: Paged | None = None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -639,7 +656,15 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     kernel_pdl, combine_pdl = pdl_launches(pdl)
     plan = _Plan()
     plan.varlen, plan.variant_args, plan.combine_sink_args = varlen is not None, None, None
-    if varlen is None:
+    plan.max_pages = None if paged is None else paged.max_pages
+    if paged is not None:  # checked by check_paged; k, v: its [num_pages, H_kv, page_size, D] views
+        if tiles is not None and tuple(tiles) != paged_tiles(tiles):
+            raise ValueError(f"a paged cache runs key tiles that are whole pages or a page whole key "
+                             f"tiles (64 or 128 keys); got tiles {tuple(tiles)}")
+        B, H, Sq, D = q.shape
+        Hk, Sk = k.shape[1], paged.capacity  # the keys a table row can address play Sk's part
+        causal = causal_mode(causal, Sq, Sk, INFO)
+    elif varlen is None:
         scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
         B, H, Sq, D = q.shape
         Hk, Sk = k.shape[1], k.shape[2]
@@ -654,17 +679,20 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
         # One query per sequence is its last position: bottom-right it sees every key (full
         # attention, which may be split), top-left only the first.
         causal = NO_MASK if causal == 2 else causal
-    plan.trivial = B * H * Sq == 0 or Sk == 0  # no queries, or no keys: what SDPA returns
+    # no queries, or no keys: what SDPA returns (a cache of no pages: every id out of range reads zeros)
+    plan.trivial = B * H * Sq == 0 or Sk == 0 or (paged is not None and paged.num_pages == 0)
     if plan.trivial:
         return plan
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
-                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, variants=variants)
+                splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, variants=variants,
+                paged=paged is not None)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
                  combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end,
-                 softcap=variants.softcap_build, window=variants.window is not None, sinks=variants.sinks)
+                 softcap=variants.softcap_build, window=variants.window is not None, sinks=variants.sinks,
+                 page_size=0 if paged is None else paged.page_size)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -695,7 +723,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     bn = ch["tiles"][0]
     # boxes of q, k, v and (O_TMA_STORE) the output: its map is made on the first call and
     # pointed at each call's new output (_launch); other builds take q's map there, unread
-    plan.rows = ((G, Sq) if pack else cfg["block_m"], bn, bn, 64)
+    kv_rows = bn if paged is None else min(bn, paged.page_size)  # paged: a box per page, or a tile of a page
+    plan.rows = ((G, Sq) if pack else cfg["block_m"], kv_rows, kv_rows, 64)
     plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
                  for i, (t, r) in enumerate(zip((q, k, v), plan.rows))] + [None]
     plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0]
@@ -751,7 +780,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
               seqlens_k=None, tiles=None, schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None,
               splits=None, pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
               blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None, window=None, softcap=None,
-              sinks=None, softcap_tanh=None):
+              sinks=None, softcap_tanh=None, page_table=None, check_pages=False):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -792,8 +821,31 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     `window` (left, right), ints >= -1 (-1: unbounded): query i, at key position i + Sk − Sq,
     sees keys i + Sk − Sq − left … i + Sk − Sq + right (FlashAttention's window_size; transformers'
     sliding window of W keys is (W − 1, 0)), with `causal` the intersection; with seqlens_k, Sk is
-    each entry's own key count. Key tiles outside every row's window are skipped."""
-    causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)  # SDPA's keywords
+    each entry's own key count. Key tiles outside every row's window are skipped.
+    A paged KV cache (`page_table`, stages/stage6_paged.py, issue 50): k and v are then caches
+    [num_pages, page_size, H_kv, D] (page_size 16, 32, 64, 128 or 256; any strides with a
+    unit-stride head dim, 16-byte aligned), `page_table` a contiguous int32 [B, max_pages] tensor on
+    q's device (entry b's key j: row j % page_size of page page_table[b, j // page_size]) and
+    `seqlens_k` is required; the keys' capacity max_pages·page_size plays Sk's part (the causal
+    alignment of a row is at its entry's own seqlens_k, as without pages). Splits, packed GQA and the
+    variants work as without pages; `attn_mask` and `lse` are not taken. What the device trusts (no
+    read-back: the call may be captured in a CUDA graph and replayed with new values in the same
+    tensors): seqlens_k is clamped to 0 … max_pages·page_size as without pages; page ids are read
+    only from each entry's row, and only those of its first ceil(seqlens_k[b] / page_size) pages are
+    used (the others may hold anything); a used id outside [0, num_pages) reads zeros (the copy
+    engine's out-of-bounds fill: no fault, a wrong result). The rows of an entry's last page past
+    seqlens_k[b] are read and masked, so they must be finite (P·V multiplies them by 0): a cache
+    allocated with torch.zeros, or slots written before. `check_pages=True` copies the table and
+    seqlens_k to the host and refuses an out-of-range id or length with a ValueError (it waits for
+    the GPU; not while capturing a graph)."""
+    if page_table is not None:
+        if attn_mask is not None:
+            raise NotImplementedError("a paged cache takes causal= (False, True, 'top_left', "
+                                      "'bottom_right'), not attn_mask")
+        if lse is not None:
+            raise ValueError("lse is not written with page_table (stage 8 takes every key of each entry)")
+    causal = sdpa_causal(q, k.permute(0, 2, 1, 3) if page_table is not None and isinstance(k, torch.Tensor)
+                         and k.dim() == 4 else k, causal, is_causal, enable_gqa)  # SDPA's keywords
     variants = check_variants(q, window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh)
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, INFO)
@@ -811,7 +863,9 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                v.shape, v.stride(), v.dtype, v.device, causal, type(causal), scale, type(scale),
                None if tiles is None else tuple(tiles), schedule, timeline is not None, exp2_poly,
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
-               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end, variants)
+               combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end, variants,
+               None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype,
+                                                page_table.device))
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -822,12 +876,16 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
         ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr()]
         if (ptrs[0] | ptrs[1] | ptrs[2]) % INFO.align_bytes:
             plan = None  # validate() explains the misaligned pointer
+    paged = None
     if plan is None:
-        plan = _make_plan(q, k, v, causal, scale, tiles, schedule, timeline is not None, exp2_poly,
+        if page_table is not None:  # the caches as the maps see them, [num_pages, H_kv, page_size, D]
+            paged, scale = check_paged(q, k, v, page_table, seqlens_k, causal=causal, scale=scale, info=INFO)
+        plan = _make_plan(q, k if paged is None else paged.k, v if paged is None else paged.v, causal, scale,
+                          tiles, schedule, timeline is not None, exp2_poly,
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
                           blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
-                          skip_past_end=skip_past_end, variants=variants)
+                          skip_past_end=skip_past_end, variants=variants, paged=paged)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -837,9 +895,16 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
             lse.fill_(-math.inf)  # no key: the log of an empty sum
             if sinks is not None:
                 lse.copy_(sinks[None, :, None].expand_as(lse))  # the sink's term alone
+        if page_table is not None:  # no queries, no keys, or no pages
+            return torch.zeros(q.shape, dtype=q.dtype, device=q.device)
         return trivial_output(q, k)
     used_k = check_seqlens_k(seqlens_k, q) if seqlens_k is not None else 0
-    return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse, sinks)
+    if page_table is None:
+        return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse, sinks)
+    if check_pages:
+        check_page_ids(page_table, seqlens_k, k.shape[0], k.shape[1])
+    return _launch(plan, q, k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), ptrs, new_output(q), (0, 0, used_k),
+                   timeline, lse, sinks, page_table)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
@@ -881,10 +946,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                    (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0), None, sinks=sinks)
 
 
-def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=None):
+def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=None, page_table=None):
     """Run a plan on these tensors (same layout as it was made for): the kernel, and split-KV's
     combine. `seqs`: the kernel's cu_q, cu_k and used_k pointers (0: none); `lse`: the rows'
-    log-sum-exp tensor, or None; `sinks`: the sinks tensor of a SINKS build, or None."""
+    log-sum-exp tensor, or None; `sinks`: the sinks tensor of a SINKS build, or None; `page_table`:
+    a paged plan's table (k and v then the caches' [num_pages, H_kv, page_size, D] views)."""
     if ptrs is not None:
         for i, t in enumerate((q, k, v)):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
@@ -898,7 +964,8 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=Non
                            timeline.data_ptr() if timeline is not None else 0, _queue(plan, q.device),
                            counts, *seqs, 0 if lse is None else lse.data_ptr(),
                            *(() if plan.variant_args is None else
-                             (*plan.variant_args, 0 if sinks is None else sinks.data_ptr()))))
+                             (*plan.variant_args, 0 if sinks is None else sinks.data_ptr())),
+                           *(() if plan.max_pages is None else (page_table.data_ptr(), np.int32(plan.max_pages)))))
     if plan.combine_config is not None:
         nvrtc.launch_prepared(plan.combine, plan.combine_config,
                               (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits),
