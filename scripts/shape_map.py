@@ -31,10 +31,12 @@ SDPA's time over stage 6's (> 1: stage 6 faster).
     python scripts/shape_map.py --record         # and store under "shape_map" in results/<gpu>.json
     python scripts/shape_map.py --quick          # a few rows of each part (a smoke run)
     python scripts/shape_map.py --record --resume  # finish a recorded run that was cut short
+    python scripts/shape_map.py --paged [--record] # the paged KV cache against contiguous (PAGED_DOC)
     python scripts/shape_map.py --parts splits --dtype bfloat16 --out splits.json  # ~4 min (--budget-s)
 """
 import argparse
 import json
+import random
 import sys
 import time
 from functools import partial
@@ -46,7 +48,7 @@ import torch  # noqa: E402
 import stages.stage6 as s6  # noqa: E402
 import stages.stage6_decoding as s6d  # noqa: E402
 from lib import results as R  # noqa: E402
-from lib.inputs import ALIGNMENTS, make_qkv  # noqa: E402
+from lib.inputs import ALIGNMENTS, make_qkv, paged_cache  # noqa: E402
 from lib.reference import attention_flops, check_output  # noqa: E402
 from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 
@@ -517,9 +519,86 @@ def run_splits(plan, out, env, rows) -> list:
     return got
 
 
+
+# --------------------------------------------------------------------------------------------
+# --paged: the paged KV cache against the same cache contiguous (issue 50)
+
+PAGED_DOC = """--paged: Stage 6's paged KV cache against the same cache contiguous (issue 50), on the GPU, same-run ratios.
+
+Each row: a decoding (or speculative-decoding) call against caches of Sk keys per entry, the keys
+once in pages (shuffled, page_table) and once contiguous ([B, H_kv, Sk, D] with seqlens_k), timed
+in the same interleaved rounds (lib.timing.time_interleaved); each paged call is checked against
+the float64 reference of the gathered keys first, on the same inputs. The target: paged at least
+0.95x contiguous (contiguous_us / us >= 0.95) at every row, page size 16 included.
+"""
+PAGED_DTYPE = torch.bfloat16
+PAGED_D, PAGED_H, PAGED_HKV = 128, 32, 8
+PAGE_SIZES = (16, 64, 256)
+# (B, Sq, Sk): decoding over batch and cache length, and a few speculative (bottom-right) rows
+PAGED_ROWS = [(B, 1, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768) if B * Sk <= 64 * 16384] \
+    + [(1, 4, 8192), (8, 4, 4096), (1, 16, 8192), (8, 16, 4096)]
+PAGED_QUICK = [(1, 1, 4096), (8, 1, 16384), (64, 1, 1024), (8, 4, 4096)]
+
+
+def paged_checked(out, q, k, v, lens, causal) -> bool:
+    """The paged call's output against the reference of each entry's keys (a sample of entries)."""
+    for b in sorted({0, len(lens) - 1, len(lens) // 2}):
+        n = lens[b]
+        c = check_output(out[b:b + 1], q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal=causal)
+        if not c.passed:
+            print(f"  entry {b} ({n} keys): {c.summary()}", flush=True)
+            return False
+    return True
+
+
+def paged(a) -> int:
+    """--paged: PAGED_DOC's rows, recorded under "paged"."""
+    rows, ok, t0 = [], True, time.time()
+    g = random.Random(50)
+    for B, Sq, Sk in (PAGED_QUICK if a.quick else PAGED_ROWS):
+        causal = "bottom_right" if Sq > 1 else False
+        q, k, v = make_qkv(B, PAGED_H, Sq, PAGED_D, Sk=Sk, Hkv=PAGED_HKV, dtype=PAGED_DTYPE, seed=B + Sq + Sk)
+        lens = [Sk] * B  # every entry full: the same work paged and contiguous
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+        fns, passed, caches = {}, {}, {}
+        for ps in PAGE_SIZES:
+            kc, vc, table = paged_cache(k, v, lens, ps, spare=0, shared=False, generator=g)
+            caches[ps] = (kc, vc, table)
+            out = s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table)
+            passed[ps] = paged_checked(out, q, k, v, lens, causal)
+            fns[f"paged {ps}"] = (lambda kc=kc, vc=vc, table=table:
+                                  s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table))
+        fns["contiguous"] = lambda: s6.attention(q, k, v, causal=causal, seqlens_k=seqlens)
+        times = time_interleaved(fns, rounds=5, budget_s=0.3)
+        base = times["contiguous"]
+        print(f"B{B} H{PAGED_H}/{PAGED_HKV} Sq{Sq} Sk{Sk} D{PAGED_D} bf16: contiguous {base.median_us:,.1f} µs "
+              f"({time.time() - t0:.0f} s)", flush=True)
+        for ps in PAGE_SIZES:
+            t = times[f"paged {ps}"]
+            ratio = base.median_us / t.median_us
+            rows.append({"B": B, "H": PAGED_H, "Hkv": PAGED_HKV, "Sq": Sq, "Sk": Sk, "D": PAGED_D, "dtype": "bfloat16",
+                         "causal": bool(causal), "page_size": ps, "us": t.median_us,
+                         "us_rounds": t.round_medians_us, "contiguous_us": base.median_us,
+                         "contiguous_us_rounds": base.round_medians_us, "ratio": ratio,
+                         "passed": passed[ps]})
+            ok &= passed[ps]
+            print(f"  page {ps:3d}: {t.median_us:10,.1f} µs  {ratio:5.3f}x contiguous "
+                  f"{'(target >= 0.95) ' if ratio < 0.95 else ''}{'pass' if passed[ps] else 'FAIL'}", flush=True)
+        del q, k, v, caches, fns
+    worst = min(rows, key=lambda r: r["ratio"])
+    print(f"worst: {worst['ratio']:.3f}x at B{worst['B']} Sq{worst['Sq']} Sk{worst['Sk']} page {worst['page_size']}")
+    if a.record:
+        env = R.capture_env()
+        path = R.save_extra(env["gpu"], "paged", {"env": env, "sha256": R.stage_sha256(s6.INFO), "rows": rows})
+        print(f"recorded in {path}")
+    return 0 if ok else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--record", action="store_true", help='store under "shape_map" in results/<gpu>.json')
+    ap.add_argument("--paged", action="store_true", help="only the paged KV cache against contiguous "
+                    '(PAGED_DOC); with --record stored under "paged", with --quick a few rows')
     ap.add_argument("--quick", action="store_true", help="a few rows of each part")
     ap.add_argument("--resume", action="store_true",
                     help="with --record: keep the rows of a run cut short (shape_map_partial) when it had this "
@@ -545,6 +624,8 @@ def main() -> int:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("shape_map.py times stage 6, which runs on sm_90 GPUs (H100/H200) only", file=sys.stderr)
         return 2
+    if a.paged:
+        return paged(a)
     splits = splits_part(a) if "splits" in a.parts else None
     plan = []
     if "decode" in a.parts:

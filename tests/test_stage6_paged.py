@@ -14,7 +14,7 @@ import stages.stage6 as s6
 import stages.stage6_paged as sp
 from conftest import compile_cases, compile_subset, cpu_only
 from lib import inputs, nvrtc
-from lib.inputs import make_qkv, poisoned_outputs
+from lib.inputs import make_qkv, paged_cache, poisoned_outputs
 from lib.sass import inspect_cubin, sass_text
 from lib.simulator import HAS_GPU
 
@@ -26,43 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------------------------
 # helpers: a paged cache made from a contiguous one, and back
-
-def paged_cache(k, v, lens, page_size, *, spare=3, shared=True, generator=None):
-    """k, v [B, H_kv, Sk, D] → (k_cache, v_cache [num_pages, page_size, H_kv, D], page_table
-    int32 [B, max_pages]): entry b's first lens[b] keys copied to pages in shuffled order, some
-    pages spare (never mapped), the table's unused entries pointing anywhere (garbage ids, out of
-    range too) and, with `shared`, entries whose keys are equal sharing their first page. Slots
-    past a length are finite (random), as the contract asks."""
-    g = generator or random.Random(0)
-    B, Hk, Sk, D = k.shape
-    max_pages = -(-Sk // page_size)
-    need = [-(-int(n) // page_size) for n in lens]
-    share = shared and B > 1 and min(int(lens[0]), int(lens[1])) >= page_size
-    if share:  # entry 1's first page is entry 0's (their first page_size keys made equal)
-        k[1, :, :page_size], v[1, :, :page_size] = k[0, :, :page_size], v[0, :, :page_size]
-    num_pages = sum(need) + spare
-    order = list(range(num_pages))
-    g.shuffle(order)
-    kc = torch.randn(num_pages, page_size, Hk, D, dtype=k.dtype, device=k.device)
-    vc = torch.randn_like(kc)
-    table = torch.tensor([[g.randrange(-5, num_pages + 5) for _ in range(max_pages)] for _ in range(B)],
-                         dtype=torch.int32)
-    nxt = 0
-    for b in range(B):
-        n = int(lens[b])
-        ids = order[nxt:nxt + need[b]]
-        nxt += need[b]
-        full = n // page_size
-        idx = torch.tensor(ids[:full], dtype=torch.long, device=k.device)
-        for src, dst in ((k, kc), (v, vc)):  # whole pages at once, then the last one's rows
-            dst[idx] = src[b, :, :full * page_size].reshape(Hk, full, page_size, D).permute(1, 2, 0, 3)
-            if n % page_size:
-                dst[ids[full], :n % page_size] = src[b, :, full * page_size:n].transpose(0, 1)
-        table[b, :need[b]] = torch.tensor(ids, dtype=torch.int32)
-    if share:
-        table[1, 0] = table[0, 0]
-    return kc, vc, table.to(k.device)
-
 
 def gather(cache, table_row, n):
     """Entry's first n keys from a paged cache, as [H_kv, n, D]: row j of page table_row[j // page_size]."""
