@@ -361,6 +361,21 @@ def assert_matches_reference(attention, dtypes, shapes, D, seed, label, **kwargs
                                   f"seed {seed}: {c.summary()}")
 
 
+def captured(call):
+    """call() captured in a CUDA graph after one run on the side stream that captures, outside the
+    capture (compiles, plans and allocations happen there, as torch's docs ask): (graph, its output)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    return graph, out
+
+
 def assert_graph_replays(call, qkv, new_inputs, *, causal, label):
     """`call(q, k, v)` captured into a CUDA graph (compiled and planned first on the stream that
     captures, outside the capture), then replayed on each set of `new_inputs` copied into the
@@ -371,14 +386,7 @@ def assert_graph_replays(call, qkv, new_inputs, *, causal, label):
 
     from lib.reference import check_output
     q, k, v = qkv
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call(q, k, v)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call(q, k, v)
+    graph, out = captured(lambda: call(q, k, v))
     for i, new in enumerate(new_inputs):
         for t, x in zip((q, k, v), new):
             t.copy_(x)

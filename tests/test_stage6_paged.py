@@ -12,7 +12,7 @@ import torch
 
 import stages.stage6 as s6
 import stages.stage6_paged as sp
-from conftest import compile_cases, compile_subset, cpu_only
+from conftest import captured, compile_cases, compile_subset, cpu_only
 from lib import inputs, nvrtc
 from lib.inputs import make_qkv, paged_cache, poisoned_outputs
 from lib.sass import inspect_cubin, sass_text
@@ -414,14 +414,7 @@ def test_paged_graph_replays_new_tables():
     kc, vc, table = paged_cache(k, v, lens, ps, spare=20, shared=False)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
     call = lambda: s6.attention(q, kc, vc, seqlens_k=seqlens, page_table=table)  # noqa: E731
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call()
+    graph, out = captured(call)
     for lens2, perm in (([5, 2048, 1, 1000], True), ([0, 64, 65, 2047], False)):
         g = random.Random(len(lens2))
         kc2, vc2, table2 = paged_cache(k, v, lens2, ps, spare=kc.shape[0] - sum(-(-n // ps) for n in lens2),

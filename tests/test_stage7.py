@@ -18,7 +18,7 @@ import torch
 
 import stages.stage6 as s6
 import stages.stage7 as s7
-from conftest import compile_cases, cpu_only, gpu
+from conftest import captured, compile_cases, cpu_only, gpu
 from lib import fp8
 from lib.inputs import NoBackwardError, validate
 from lib.reference import reference_attention
@@ -565,14 +565,7 @@ def test_cuda_graph_replays(v_in_kernel, seed):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 8, 333, 128, generator=g).to("cuda", torch.bfloat16) for _ in range(3))
     call = lambda: s7.attention(q, k, v, causal=True, v_in_kernel=v_in_kernel)  # noqa: E731
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call()
+    graph, out = captured(call)
     for _ in range(2):
         for t in (q, k, v):
             t.copy_(torch.randn(t.shape, generator=g).to("cuda", torch.bfloat16))
