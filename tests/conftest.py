@@ -184,8 +184,8 @@ def _start_compiling_ahead(session):
 
 def _notebook_builds():
     """The offline compiles the notebooks make most of (their cells call these: stage 5's
-    variants and tile choices, stage 4's tile choices, stage 6's schedules; about 70 of the 85
-    kernels they compile), made on the second core once the tests' own builds are done, so that
+    variants and tile choices, stage 4's tile choices, stage 6's schedules and model features;
+    most of the kernels they compile), made on the second core once the tests' own builds are done, so that
     nbval, which runs the notebooks last and one at a time, finds them in the kernel cache."""
     import torch
 
@@ -200,6 +200,12 @@ def _notebook_builds():
             yield lambda D=D, t=t: nb.ptxas_of(s4, D, t)
         for t in (None, *s5.CHOICES):
             yield lambda D=D, t=t: s5.compile_for("sm_90a", torch.float16, D, t, True)
+    # the model-features notebook (stage6c): each switch's MUFU count, and head dims 96 and 256
+    for D in (64, 128):
+        for kw in ({}, {"softcap": 1}, {"softcap": 2}, {"sinks": True}):
+            yield lambda D=D, kw=kw: s6.compile_for(s6.ARCH, torch.bfloat16, D, **kw)
+    for D in (96, 256):
+        yield lambda D=D: s6.compile_for(s6.ARCH, torch.bfloat16, D)
 
 
 def _compile_ahead(order, notebooks=False):
