@@ -38,8 +38,8 @@ from torch.autograd.function import once_differentiable
 from lib import nvrtc
 from lib.tma import Address, tensor_map
 from stages import stage5  # the forward this stage's attention() takes gradients through
-from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_softcap, check_window, finite_window, \
-    softcap_build
+from stages.stage6_variants import NONE as NO_VARIANTS, Variants
+from stages.stage8_variants import check_backward_variants, sinks_gradient, variant_args, variant_switches  # noqa: F401
 from lib.inputs import StageInfo, causal_from_mask, causal_mode, sdpa_causal, validate_cached, wants_grad
 
 SOURCE = Path(__file__).with_suffix(".cu")
@@ -122,6 +122,7 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage8.py", "lib/tma.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/stage8_preprocess.cu",
+             "stages/stage8_variants.py", "stages/stage6_variants.py",
              "stages/stage8_postprocess.cu",
              "stages/mma.cuh",
              "stages/hopper.cuh", "stages/attention.cuh"),
@@ -338,7 +339,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
     stage 6 takes it: the same tanh the forward used) — the WGMMA build's SOFTCAP and WINDOW
     builds — and `sinks` (float32 [H]): then the call returns (dq, dk, dv, dsinks), dsinks the
     float32 [H] gradient of the sinks (sinks_gradient), the other three unchanged by them."""
-    variants = _backward_variants(q, window, softcap, sinks, softcap_tanh)
+    variants = check_backward_variants(q, window, softcap, sinks, softcap_tanh)
     with torch.no_grad():
         if sinks is None:
             return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
@@ -347,35 +348,6 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
                                       dq_atomics=dq_atomics, wgmma=wgmma, variants=variants, want_delta=True,
                                       **switches)
         return dq, dk, dv, sinks_gradient(sinks, lse, delta)
-
-
-def _backward_variants(q, window, softcap, sinks, softcap_tanh) -> Variants:
-    """The variants of a backward call, checked as stage 6 checks them (the sinks may require grad:
-    this is their gradient)."""
-    cap, win = check_softcap(softcap), check_window(window)
-    if sinks is not None:
-        H = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 4 else None
-        if not (isinstance(sinks, torch.Tensor) and sinks.dtype == torch.float32 and tuple(sinks.shape) == (H,)
-                and sinks.device == getattr(q, "device", None)):
-            raise ValueError(f"sinks must be a float32 tensor of shape [H] = [{H}] on q's device; got "
-                             f"{getattr(sinks, 'dtype', type(sinks).__name__)} {tuple(getattr(sinks, 'shape', ()))}")
-    if softcap_tanh is not None and cap is None:
-        raise ValueError("softcap_tanh chooses the softcap's tanh: give softcap too")
-    if cap is None and win is None and sinks is None:
-        return NO_VARIANTS
-    return Variants(softcap=cap, window=win, sinks=sinks is not None,
-                    softcap_build=softcap_build(getattr(q, "dtype", None), softcap_tanh) if cap is not None else 0)
-
-
-def sinks_gradient(sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """dσ_h = −Σ_(b, rows) exp(σ_h − lse_row)·δ_row: the sink's weight in each row's softmax times
-    the row's −δ = −rowsum(dO ∘ O) (the sink has no value, so its dP is 0 and its dS is −p·δ).
-    lse [B, H, Sq] (the forward's, which includes the sink), δ [B, H, Sq] float32; float32 [H].
-    On the host's side of the kernels: a few torch ops over B·H·Sq numbers."""
-    if lse.numel() == 0:
-        return torch.zeros_like(sinks, dtype=torch.float32)
-    p_sink = torch.exp(sinks.detach().float()[None, :, None] - lse.float())
-    return -(p_sink * delta.float()).sum(dim=(0, 2))
 
 
 class _Launch:
@@ -489,33 +461,6 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
         p.dq_kernel = kerns["attention_backward_dq"]
         p.dq_config = nvrtc.launch_config((n_dq_blocks, 1, 1), (128, 1, 1), cfg["dq_smem"])
     return p
-
-
-def variant_switches(head_dim: int, variants: Variants) -> dict:
-    """The WGMMA build's switches a call's variants change (unless the call names dq_atomics or
-    dq_bulk): at D 128 the softcap's ex2 form (SOFTCAP 2, fp16's) with a window spills 36 bytes in
-    the stage's build (NVRTC 13.0's ptxas, 255 registers, experiments/model_variants/
-    sass_digest_backward.py --variants); with dQ summed by vector reductions instead of bulk
-    ones (dq_bulk=0) it spills none. Every other variant build is the stage's own. The cost of
-    the switch is the GPU session's to measure."""
-    if head_dim == 128 and variants.softcap_build == 2 and variants.window is not None:
-        return {"dq_bulk": 0}
-    return {}
-
-
-def variant_args(variants: Variants, scale: float, Sq: int, Sk: int) -> tuple:
-    """The variant builds' VARIANT_PARAMS (stages/stage8_wgmma.cu): cap_mul = scale / c (times
-    2·log2 e for the ex2 tanh, SOFTCAP 2), so that t = tanh(q·k·scale / c) keeps the score's sign
-    at any scale's; cap_log2 = c·log2 e; the window made finite (stage6_variants.finite_window;
-    no window: every key)."""
-    if variants.softcap is None:
-        mul, cap_log2 = 1.0, 1.0  # unread
-    else:
-        c = variants.softcap
-        mul = scale / c * (2 * math.log2(math.e) if variants.softcap_build == 2 else 1.0)
-        cap_log2 = c * math.log2(math.e)
-    left, right = finite_window(variants.window, Sq, Sk) if variants.window is not None else (Sk, Sq)
-    return np.float32(mul), np.float32(cap_log2), np.int32(left), np.int32(right)
 
 
 def _run(p: _Launch, q, k, v, out, dout, lse, want_delta=False):

@@ -82,7 +82,7 @@
 //            the dQ pass only the key tiles its rows see, and the tiles cut by an edge mask per score.
 //   Sinks    change nothing here: the forward's O and lse already hold the sink's share, and its
 //            gradient, dσ_h = −Σ_rows exp(σ_h − lse)·δ, is taken on the host from lse and δ
-//            (stages/stage8.py, sinks_gradient).
+//            (stages/stage8_variants.py, sinks_gradient).
 #include "hopper.cuh"
 #include "mma.cuh"
 
