@@ -379,7 +379,18 @@ def variant_backward_baseline(q, k, v, dout, dtype, *, causal=False, scale=None,
         out = reference_attention(*leaves, causal=causal, scale=scale, dtype=torch.float32, window=window,
                                   softcap=softcap, sinks=s32, round_p=lambda p: p + (p.to(dtype).float() - p).detach())
         out.backward(dout.to(dtype).float())
-    return tuple(t.grad.to(dtype) for t in leaves) + (() if s32 is None else (s32.grad,))
+    if s32 is None:
+        return tuple(t.grad.to(dtype) for t in leaves)
+    # dsinks as a kernel gets it (stages/stage8_variants.sinks_gradient): −Σ_rows p_sink·δ with δ
+    # from the 16-bit output, p_sink = 1 − the row's weights (V a column of ones)
+    with torch.no_grad():
+        ones = torch.ones((*k.shape[:3], 1), dtype=torch.float32, device=k.device)
+        p_sink = 1.0 - reference_attention(*(t.detach() for t in leaves[:2]), ones, causal=causal, scale=scale,
+                                           dtype=torch.float32, window=window, softcap=softcap,
+                                           sinks=s32.detach())[..., 0]
+        delta = (dout.to(dtype).float() * out.to(dtype).float()).sum(-1)
+        dsinks = -(p_sink * delta).sum(dim=(0, 2))
+    return tuple(t.grad.to(dtype) for t in leaves) + (dsinks,)
 
 
 def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None, window=None, softcap=None,
@@ -416,16 +427,17 @@ def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None, window=No
         out[name] = judge(got, ref, sd, noise)
     if sinks is not None and len(grads) > 3:  # (dq, dk, dv) alone: dsinks not judged
         got, ref, sd = grads[3], want[3], base[3]
-        # dσ_h = −Σ_rows p_sink·δ, δ = dO·O with O the kernel's 16-bit output: each row's δ off by
-        # up to |dO|·|O rounding| (Cauchy–Schwarz), weighted by the row's p_sink (1 − the row's
-        # weights, from the reference with V a column of ones), plus float32 sums over D and rows
+        # dσ_h = −Σ_rows p_sink·δ, δ = dO·O with O the kernel's 16-bit output (the baseline rounds O
+        # the same way, so its error holds most of it): each product dO_d·O_d off by up to the
+        # dtype's rounding of O_d, summed as a random walk over D and the rows, weighted by the row's
+        # p_sink (1 − the row's weights: the reference with V a column of ones); float32 sums
         o64 = reference_attention(q, k, v, causal=causal, scale=scale, **kw)
         ones = torch.ones((*k.shape[:3], 1), dtype=torch.float64, device=k.device)
         p_sink = 1.0 - reference_attention(q, k, ones, causal=causal, scale=scale, **kw)[..., 0]
-        eps = torch.finfo(grads[0].dtype).eps + math.sqrt(q.shape[-1]) * torch.finfo(torch.float32).eps
-        per_head = (p_sink * dout.to(torch.float64).norm(dim=-1) * o64.norm(dim=-1)).sum(dim=(0, 2))
+        walk = (p_sink * (dout.to(torch.float64) * o64).norm(dim=-1)).square().sum(dim=(0, 2)).sqrt()
         rows = q.shape[0] * q.shape[2]
-        noise = eps * float(per_head.max()) + torch.finfo(torch.float32).eps * math.sqrt(rows) * amax(ref)
+        noise = (torch.finfo(grads[0].dtype).eps * float(walk.max())
+                 + torch.finfo(torch.float32).eps * math.sqrt(rows * q.shape[-1]) * amax(ref))
         out["dsinks"] = judge(got, ref, sd, noise)
     return out
 

@@ -436,3 +436,66 @@ def test_packed_sequences_train_with_variants(seed):
                                            sinks=sinks, **kw)[3]
     err = float((sinks.grad.double() - total_dsinks).abs().max())
     assert err <= 2e-2 * (1 + float(total_dsinks.abs().max())), f"dsinks error {err:.3e}"
+
+
+@pytest.mark.parametrize("variant", [{"softcap": 5.0}, {"softcap": 30.0, "window": (6, 2)}, {"window": (0, -1)},
+                                     {"softcap": 5.0, "sinks": True}], ids=lambda d: "-".join(d))
+@pytest.mark.parametrize("scale", [None, -0.2])
+def test_the_kernels_math_matches_float64_autograd(variant, scale):
+    """The backward as stages/stage8_wgmma.cu computes it, in float64 on the CPU: t = tanh(q·k·scale
+    / c) (cap_mul keeps the scale's sign), P = exp(c·t − lse) masked as the forward masks, dS =
+    P ∘ (dP − δ) ∘ (1 − t²), dQ = dS·K·scale, dK = dSᵀ·Q·scale, dV = Pᵀ·dO, the sinks only through
+    lse: equal to float64 autograd of lib.reference (GQA summed, bottom-right, Sq ≠ Sk)."""
+    B, H, Hk, Sq, Sk, D = 1, 4, 2, 23, 41, 64
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(B, h, s, D, generator=g, dtype=torch.float64) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+    q = q * 3
+    dout = torch.randn(B, H, Sq, D, generator=g, dtype=torch.float64)
+    kw = dict(variant)
+    if kw.get("sinks") is True:
+        kw["sinks"] = torch.randn(H, generator=g, dtype=torch.float64)
+    sc = 1 / math.sqrt(D) if scale is None else scale
+    out = reference_attention(q, k, v, causal="bottom_right", scale=sc, **kw)
+    lse = _lse(q, k, causal="bottom_right", scale=sc, window=kw.get("window"), softcap=kw.get("softcap"),
+               sinks=kw.get("sinks", torch.full((H,), -math.inf, dtype=torch.float64)))
+    kk, vv = (t.repeat_interleave(H // Hk, dim=1) for t in (k, v))
+    raw = q @ kk.transpose(-1, -2)
+    c = kw.get("softcap")
+    t = torch.tanh(raw * (sc / c)) if c else None
+    s = c * t if c else raw * sc
+    visible = causal_mask(Sq, Sk, "cpu", "bottom_right")
+    if "window" in kw:
+        visible &= window_mask(Sq, Sk, kw["window"], "cpu")
+    p = torch.exp(s - lse[..., None]).masked_fill(~visible, 0.0)
+    delta = (dout * out).sum(-1, keepdim=True)
+    ds = p * (dout @ vv.transpose(-1, -2) - delta) * ((1 - t * t) if c else 1.0) * sc
+    dq = ds @ kk
+    dk = (ds.transpose(-1, -2) @ q).view(B, Hk, H // Hk, Sk, D).sum(2)
+    dv = (p.transpose(-1, -2) @ dout).view(B, Hk, H // Hk, Sk, D).sum(2)
+    want = reference_backward(q, k, v, dout, causal="bottom_right", scale=sc, **kw)
+    for name, got, w in zip(("dq", "dk", "dv"), (dq, dk, dv), want):
+        torch.testing.assert_close(got, w, rtol=1e-9, atol=1e-9, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", [{"window": (3, 3)}, {"softcap": 5.0}, {"window": (3, 3), "sinks": True},
+                                     {"softcap": 30.0, "sinks": True}], ids=lambda d: "-".join(d))
+def test_check_gradients_judges_the_variants(variant, dtype):
+    """lib.reference.check_gradients with variants (the GPU tests' judge): the float64 gradients
+    rounded to the dtype pass, and each one 5% off fails (dsinks too)."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, h, s, 64, generator=g).to(dtype) for h, s in ((4, 50), (2, 30), (2, 30)))
+    if "softcap" in variant:
+        q = (q.float() * 4).to(dtype)
+    kw = dict(variant)
+    if kw.get("sinks") is True:
+        kw["sinks"] = torch.randn(4, generator=g) + 1
+    dout = torch.randn(q.shape, generator=g).to(dtype)
+    ref = reference_backward(q, k, v, dout, causal="bottom_right", **kw)
+    grads = tuple(r.to(dtype) for r in ref[:3]) + tuple(r.float() for r in ref[3:])
+    checks = check_gradients(grads, q, k, v, dout, causal="bottom_right", **kw)
+    assert set(checks) == {"dq", "dk", "dv"} | ({"dsinks"} if "sinks" in kw else set())
+    assert all(c.passed for c in checks.values()), {n: c.summary() for n, c in checks.items()}
+    for i, name in enumerate(checks):
+        bad = tuple(t * 1.05 if j == i else t for j, t in enumerate(grads))
+        assert not check_gradients(bad, q, k, v, dout, causal="bottom_right", **kw)[name].passed, name
