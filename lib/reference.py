@@ -367,7 +367,34 @@ def sdpa_backward(q, k, v, dout, *, causal=False, scale=None):
     return got
 
 
-def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None) -> dict:
+def variant_backward_baseline(q, k, v, dout, dtype, *, causal=False, scale=None, window=None, softcap=None,
+                              sinks=None):
+    """The baseline gradients of a model variant where SDPA cannot compute them (check_gradients):
+    autograd through variant_baseline's 16-bit kernel emulation (q, k, v and dout rounded to
+    `dtype`, float32 math, P rounded to `dtype` before P·V), each gradient rounded to `dtype`
+    (dsinks kept float32). (dq, dk, dv) and, with sinks, dsinks."""
+    leaves = [t.detach().to(dtype).float().requires_grad_(True) for t in (q, k, v)]
+    s32 = None if sinks is None else sinks.detach().float().requires_grad_(True)
+    with torch.enable_grad():
+        out = reference_attention(*leaves, causal=causal, scale=scale, dtype=torch.float32, window=window,
+                                  softcap=softcap, sinks=s32, round_p=lambda p: p + (p.to(dtype).float() - p).detach())
+        out.backward(dout.to(dtype).float())
+    if s32 is None:
+        return tuple(t.grad.to(dtype) for t in leaves)
+    # dsinks as a kernel gets it (stages/stage8_variants.sinks_gradient): −Σ_rows p_sink·δ with δ
+    # from the 16-bit output, p_sink = 1 − the row's weights (V a column of ones)
+    with torch.no_grad():
+        ones = torch.ones((*k.shape[:3], 1), dtype=torch.float32, device=k.device)
+        p_sink = 1.0 - reference_attention(*(t.detach() for t in leaves[:2]), ones, causal=causal, scale=scale,
+                                           dtype=torch.float32, window=window, softcap=softcap,
+                                           sinks=s32.detach())[..., 0]
+        delta = (dout.to(dtype).float() * out.to(dtype).float()).sum(-1)
+        dsinks = -(p_sink * delta).sum(dim=(0, 2))
+    return tuple(t.grad.to(dtype) for t in leaves) + (dsinks,)
+
+
+def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None, window=None, softcap=None,
+                    sinks=None) -> dict:
     """Judge (dq, dk, dv) by the error rule of the module docstring, gradient by gradient:
     at most twice SDPA's own gradient error against float64 autograd of the reference, plus
     the dtype's rounding at the gradient's magnitude (with float32 sums over the keys for dq and
@@ -375,9 +402,18 @@ def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None) -> dict:
     cancel where a row's P is concentrated (one visible key: dP = δ exactly): their rounding,
     float32 eps at |dO|·|V|·√D, reaches dq through scale·K (P sums to 1 over a row's keys) and
     dk through scale·Q over the queries (√Sq, as a random walk); that is added to the noise.
-    Returns {"dq": Check, "dk": Check, "dv": Check}."""
-    want = reference_backward(q, k, v, dout, causal=causal, scale=scale)
-    base = sdpa_backward(q, k, v, dout, causal=causal, scale=scale)
+    Returns {"dq": Check, "dk": Check, "dv": Check}.
+    With a model variant (window, softcap, sinks: reference_attention's) the reference is float64
+    autograd through it and the baseline variant_backward_baseline (a 16-bit kernel's roundings
+    emulated; SDPA has no softcap or sinks); with sinks and `grads` (dq, dk, dv, dsinks) the
+    result has "dsinks" too, its noise float32's rounding of a sum over the B·Sq rows."""
+    variants = window is not None or softcap is not None or sinks is not None
+    kw = dict(window=window, softcap=softcap, sinks=sinks) if variants else {}
+    want = reference_backward(q, k, v, dout, causal=causal, scale=scale, **kw)
+    if variants:
+        base = variant_backward_baseline(q, k, v, dout, grads[0].dtype, causal=causal, scale=scale, **kw)
+    else:
+        base = sdpa_backward(q, k, v, dout, causal=causal, scale=scale)
     sums = {"dq": k.shape[2], "dk": q.shape[2], "dv": q.shape[2]}
     amax = (lambda t: float(t.abs().max()) if t.numel() else 0.0)
     sc = abs(1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale))
@@ -389,6 +425,20 @@ def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None) -> dict:
             raise ValueError(f"{name} has shape {tuple(got.shape)}, expected {tuple(ref.shape)}")
         noise = dtype_noise(got.dtype, amax(ref), q.shape[-1], sums[name]) + cancel[name]
         out[name] = judge(got, ref, sd, noise)
+    if sinks is not None and len(grads) > 3:  # (dq, dk, dv) alone: dsinks not judged
+        got, ref, sd = grads[3], want[3], base[3]
+        # dσ_h = −Σ_rows p_sink·δ, δ = dO·O with O the kernel's 16-bit output (the baseline rounds O
+        # the same way, so its error holds most of it): each product dO_d·O_d off by up to the
+        # dtype's rounding of O_d, summed as a random walk over D and the rows, weighted by the row's
+        # p_sink (1 − the row's weights: the reference with V a column of ones); float32 sums
+        o64 = reference_attention(q, k, v, causal=causal, scale=scale, **kw)
+        ones = torch.ones((*k.shape[:3], 1), dtype=torch.float64, device=k.device)
+        p_sink = 1.0 - reference_attention(q, k, ones, causal=causal, scale=scale, **kw)[..., 0]
+        walk = (p_sink * (dout.to(torch.float64) * o64).norm(dim=-1)).square().sum(dim=(0, 2)).sqrt()
+        rows = q.shape[0] * q.shape[2]
+        noise = (torch.finfo(grads[0].dtype).eps * float(walk.max())
+                 + torch.finfo(torch.float32).eps * math.sqrt(rows * q.shape[-1]) * amax(ref))
+        out["dsinks"] = judge(got, ref, sd, noise)
     return out
 
 

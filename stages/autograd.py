@@ -23,6 +23,11 @@ measure one against the other; `stages.autograd_node.route(q, k, v, causal)` say
 
 Packed sequences train through `attention_varlen`, one sequence at a time (its docstring says
 what that costs).
+
+Stage 6's model variants (window, softcap, softcap_tanh, sinks; issue 51) train too, with forward
+6: the call goes to stage 8's Python Function (stage8.with_grad), never the C++ node, and stage
+8's backward takes the same variants (its WGMMA build: an H100/H200); sinks that require grad get
+their gradient. Packed sequences carry them per sequence.
 """
 from __future__ import annotations
 
@@ -35,18 +40,25 @@ from torch.autograd.function import once_differentiable
 from lib.inputs import NoBackwardError, causal_from_mask, host_offsets, sdpa_causal, validate_varlen, wants_grad
 from stages import autograd_node, stage5, stage6, stage8
 
-FORWARDS = {5: stage5, 6: stage6}
-# stage 6's model variants (issue 51): forward only, refused with gradients until stage 8 has them
-MODEL_VARIANTS = ("window", "softcap", "sinks")  # the stages whose forward writes the log-sum-exp stage 8 needs
+FORWARDS = {5: stage5, 6: stage6}  # the stages whose forward writes the log-sum-exp stage 8 needs
+# stage 6's model variants (issue 51), which stage 8's backward takes too (its WGMMA build: window
+# and softcap; sinks, a host-side gradient, in either)
+MODEL_VARIANTS = ("window", "softcap", "sinks")
 
 
-def _refuse_variants(forward: int, options: dict) -> None:
-    variants = [name for name in MODEL_VARIANTS if options.get(name) is not None]
-    if variants:
-        raise NoBackwardError(f"stage {forward} with {', '.join(variants)} has no backward pass yet: "
-                              "stage 8 computes plain full or causal attention, and its gradients "
-                              "would not be those of this forward. Call it under torch.no_grad() for "
-                              "inference.")
+def _split_variants(forward: int, options: dict) -> tuple[dict, dict]:
+    """(the model variants among `options`, the other options); a forward without them refuses them."""
+    variants = {n: options[n] for n in stage8.VARIANT_KEYWORDS if options.get(n) is not None}
+    rest = {n: v for n, v in options.items() if n not in stage8.VARIANT_KEYWORDS}
+    if variants and forward != 6:
+        raise NotImplementedError(f"stage {forward}'s forward has no model variants ({', '.join(variants)}); "
+                                  "forward=6 has them, with stage 8's backward")
+    return variants, rest
+
+
+def _sinks_want_grad(options: dict) -> bool:
+    sinks = options.get("sinks")
+    return torch.is_grad_enabled() and isinstance(sinks, torch.Tensor) and sinks.requires_grad
 
 
 def _forward_stage(forward: int):
@@ -69,21 +81,22 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     else stage 8's Python autograd.Function."""
     stage = _forward_stage(forward)
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)
-    if not wants_grad(q, k, v):
+    if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, **options)
     if options.get("seqlens_k") is not None:
         raise NoBackwardError(f"stage {forward} with seqlens_k (per-entry key lengths) has no backward "
                               "pass: stage 8 takes every key of each entry. Call it under "
                               "torch.no_grad() for inference, or without seqlens_k to train.")
-    _refuse_variants(forward, options)
+    variants, options = _split_variants(forward, options)
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, stage.INFO)
-    if forward == 6 and not options:  # the C++ node where it applies (stages/autograd_node.py)
+    if forward == 6 and not options and not variants:  # the C++ node where it applies (stages/autograd_node.py)
         out = autograd_node.attention(q, k, v, causal, scale)
         if out is not None:
             return out
+    # the model variants: stage 8's Python Function (the C++ node takes the plain case only)
     forward_call = partial(stage.attention, **options) if options else stage.attention
-    return stage8.with_grad(forward_call, q, k, v, causal=causal, scale=scale)
+    return stage8.with_grad(forward_call, q, k, v, causal=causal, scale=scale, **variants)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, forward: int = 6,
@@ -114,10 +127,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     call unless made by lib.inputs.offsets_tensor), so this path cannot be captured in a CUDA
     graph."""
     stage = _forward_stage(forward)
-    if not wants_grad(q, k, v):
+    if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       causal=causal, scale=scale, **options)
-    _refuse_variants(forward, options)
+    variants, options = _split_variants(forward, options)  # each sequence's forward and backward take them
     # The stage's checks, on the tensors without their graph (the stage refuses grad itself).
     plain = [t.detach() if isinstance(t, torch.Tensor) else t for t in (q, k, v)]
     call = validate_varlen(*plain, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -128,7 +141,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                               "CUDA graph. Capture the forward alone under torch.no_grad().")
     cq, ck = host_offsets(cu_seqlens_q), host_offsets(cu_seqlens_k)
     seqs = [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(call.n_seqs)]
-    return _PackedAttention.apply(q, k, v, stage, seqs, causal, scale, options)
+    sinks = variants.pop("sinks", None)
+    return _PackedAttention.apply(q, k, v, sinks, stage, seqs, causal, scale, options, variants)
 
 
 def _seq(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
@@ -137,14 +151,18 @@ def _seq(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
 
 
 class _PackedAttention(torch.autograd.Function):
-    """Packed sequences, each run alone: the stage's forward with lse, stage 8's backward."""
+    """Packed sequences, each run alone: the stage's forward with lse, stage 8's backward. Stage
+    6's model variants go to both per sequence (a window is bottom-right within each sequence, as
+    stage 6's attention_varlen takes it); the sinks' gradient is the sum of the sequences'."""
 
     @staticmethod
-    def forward(ctx, q, k, v, stage, seqs, causal, scale, options):
+    def forward(ctx, q, k, v, sinks, stage, seqs, causal, scale, options, variants):
         total_q, H, D = q.shape
         # one buffer for every row's log-sum-exp: sequence b's [1, H, S_b] is its slice
         lse = torch.full((H * total_q,), -math.inf, dtype=torch.float32, device=q.device)
         parts = []
+        plain_sinks = None if sinks is None else sinks.detach()
+        var_kw = {**variants, **({"sinks": plain_sinks} if sinks is not None else {})}
         for q0, q1, k0, k1 in seqs:
             if q1 == q0:
                 continue
@@ -152,28 +170,32 @@ class _PackedAttention(torch.autograd.Function):
                 parts.append(torch.zeros((q1 - q0, H, D), dtype=q.dtype, device=q.device))
                 continue
             o = stage.attention(_seq(q, q0, q1), _seq(k, k0, k1), _seq(v, k0, k1), causal=causal,
-                                scale=scale, lse=lse[H * q0:H * q1].view(1, H, q1 - q0), **options)
+                                scale=scale, lse=lse[H * q0:H * q1].view(1, H, q1 - q0), **options, **var_kw)
             parts.append(o[0].transpose(0, 1))
         out = torch.cat(parts) if parts else torch.empty((0, H, D), dtype=q.dtype, device=q.device)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.seqs, ctx.causal, ctx.scale = seqs, causal, scale
+        ctx.save_for_backward(q, k, v, out, lse, plain_sinks)
+        ctx.seqs, ctx.causal, ctx.scale, ctx.variants = seqs, causal, scale, variants
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
         H = q.shape[1]
         dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
         dk, dv = torch.zeros((2, *k.shape), dtype=q.dtype, device=q.device)
+        dsinks = None if sinks is None else torch.zeros_like(sinks)
+        var_kw = {**ctx.variants, **({"sinks": sinks} if sinks is not None else {})}
         for q0, q1, k0, k1 in ctx.seqs:
             if q1 == q0 or k1 == k0:
                 continue  # nothing attended: zero gradients
             g = stage8.attention_backward(_seq(q, q0, q1), _seq(k, k0, k1), _seq(v, k0, k1), _seq(out, q0, q1),
                                           _seq(dout, q0, q1), lse[H * q0:H * q1].view(1, H, q1 - q0),
-                                          causal=ctx.causal, scale=ctx.scale)
+                                          causal=ctx.causal, scale=ctx.scale, **var_kw)
             for packed, one, (a, b) in zip((dq, dk, dv), g, ((q0, q1), (k0, k1), (k0, k1))):
                 packed[a:b] = one[0].transpose(0, 1)
+            if dsinks is not None:  # a sequence without keys has O = 0, δ = 0: no share
+                dsinks += g[3]
         need = ctx.needs_input_grad
         return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
-                None, None, None, None, None)
+                dsinks if need[3] else None, None, None, None, None, None, None)

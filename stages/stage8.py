@@ -38,6 +38,8 @@ from torch.autograd.function import once_differentiable
 from lib import nvrtc
 from lib.tma import Address, tensor_map
 from stages import stage5  # the forward this stage's attention() takes gradients through
+from stages.stage6_variants import NONE as NO_VARIANTS, Variants
+from stages.stage8_variants import check_backward_variants, sinks_gradient, variant_args, variant_switches  # noqa: F401
 from lib.inputs import StageInfo, causal_from_mask, causal_mode, sdpa_causal, validate_cached, wants_grad
 
 SOURCE = Path(__file__).with_suffix(".cu")
@@ -120,6 +122,7 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 128),
     sources=("stages/stage8.py", "lib/tma.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/stage8_preprocess.cu",
+             "stages/stage8_variants.py", "stages/stage6_variants.py",
              "stages/stage8_postprocess.cu",
              "stages/mma.cuh",
              "stages/hopper.cuh", "stages/attention.cuh"),
@@ -156,11 +159,19 @@ def _capability(index: int) -> tuple[int, int]:  # asked once per device, not on
 
 @lru_cache(maxsize=None)
 def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int | None = None,
-           wgmma: int = 0, **switches) -> dict:
+           wgmma: int = 0, softcap: int = 0, window: bool = False, **switches) -> dict:
     """Launch settings and defines for one build: tiles and the dQ switch (defaults: the stage's
     build) of the mma.sync kernels, or the WGMMA build (wgmma=1: fixed 64-row tiles, with
     dq_atomics and its own switches, WGMMA_SWITCHES by lower-case name; defaults
-    WGMMA_BUILD[head_dim])."""
+    WGMMA_BUILD[head_dim]). `softcap` (0, 1 or 2: SOFTCAP, stage 6's tanh forms) and `window`
+    (WINDOW) are the models' variant builds (stages/stage8_wgmma.cu says how), WGMMA only; each
+    define is there only when on, so that the builds without them are the kernels as they were."""
+    if isinstance(softcap, bool) or softcap not in (0, 1, 2):
+        raise ValueError(f"softcap must be 0, 1 or 2 (SOFTCAP: off, tanh.approx, tanh from ex2), got {softcap!r}")
+    variant_defines = (("SOFTCAP", int(softcap)),) * bool(softcap) + (("WINDOW", 1),) * bool(window)
+    if variant_defines and not wgmma:
+        raise NotImplementedError("stage 8's model variants (softcap, window) are in the WGMMA build only "
+                                  "(wgmma=1, an sm_90 GPU); the mma.sync build (stages/stage8.cu) has none")
     unknown = set(switches) - {n.lower() for n in WGMMA_SWITCHES}
     if unknown:
         raise TypeError(f"unknown switch(es) {sorted(unknown)}; the WGMMA build's are "
@@ -201,7 +212,7 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         return {"block_n": keys, "block_m": r, "threads": 128 * wgs, "dq_atomics": atomics, "wgmma": 1,
                 "dq_bulk": chosen["DQ_BULK"], "tma_loads": chosen["TMA_LOADS"],
                 "smem": smem, "dq_smem": 0 if atomics else 6 * r * head_dim * 2 + 1024,
-                "defines": tuple(sorted(chosen.items()))}
+                "defines": tuple(sorted(chosen.items())) + variant_defines, "variants": bool(variant_defines)}
     if any(v is not None for v in switches.values()):
         raise ValueError(f"{', '.join(sorted(switches))}: switch(es) of the WGMMA build (wgmma=1)")
     dq_atomics = SWITCHES["DQ_ATOMICS"][0] if dq_atomics is None else int(dq_atomics)
@@ -217,11 +228,11 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
 
 
 def compile_for(arch: str, dtype=torch.float16, head_dim: int = 64, tiles=None, dq_atomics=None,
-                wgmma=None, **switches):
+                wgmma=None, softcap: int = 0, window: bool = False, **switches):
     """The kernels built for `arch` (no GPU needed), for reading their ptxas log and SASS. The
-    WGMMA build for an sm_90 arch unless wgmma=0."""
+    WGMMA build for an sm_90 arch unless wgmma=0; softcap (0, 1, 2) and window: config's."""
     wgmma = arch.startswith("sm_90") if wgmma is None else bool(wgmma)
-    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma), **switches)
+    cfg = config(head_dim, tiles and tuple(tiles), dq_atomics, int(wgmma), softcap, bool(window), **switches)
     if wgmma:
         compiled = nvrtc.compile_stage(WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=head_dim,
                                        defines=dict(cfg["defines"]))
@@ -311,7 +322,8 @@ def _aligned_strides(t: torch.Tensor, align: int = 16) -> bool:
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
-                       dq_atomics=None, wgmma=None, **switches):
+                       dq_atomics=None, wgmma=None, window=None, softcap=None, sinks=None, softcap_tanh=None,
+                       **switches):
     """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
     output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
     that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
@@ -320,10 +332,22 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
     an sm_90 GPU), `tiles` (one of CHOICES) and `dq_atomics` (0: the separate dQ pass) are for
     measuring the alternatives; tiles apply to the mma.sync build (wgmma=0), the keyword
     `switches` (WGMMA_SWITCHES by lower-case name: overlap=0, warpgroups=2, …) to the WGMMA
-    build, dq_atomics to both (each build has its own default)."""
+    build, dq_atomics to both (each build has its own default).
+
+    Stage 6's model variants (stages/stage6_variants.py; the forward that wrote `out` and `lse`
+    must have had the same ones): `window` (left, right), `softcap` c (with `softcap_tanh`, as
+    stage 6 takes it: the same tanh the forward used) — the WGMMA build's SOFTCAP and WINDOW
+    builds — and `sinks` (float32 [H]): then the call returns (dq, dk, dv, dsinks), dsinks the
+    float32 [H] gradient of the sinks (sinks_gradient), the other three unchanged by them."""
+    variants = check_backward_variants(q, window, softcap, sinks, softcap_tanh)
     with torch.no_grad():
-        return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
-                         dq_atomics=dq_atomics, wgmma=wgmma, **switches)
+        if sinks is None:
+            return _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
+                             dq_atomics=dq_atomics, wgmma=wgmma, variants=variants, **switches)
+        dq, dk, dv, delta = _backward(q, k, v, out, dout, lse, causal=causal, scale=scale, tiles=tiles,
+                                      dq_atomics=dq_atomics, wgmma=wgmma, variants=variants, want_delta=True,
+                                      **switches)
+        return dq, dk, dv, sinks_gradient(sinks, lse, delta)
 
 
 class _Launch:
@@ -342,28 +366,31 @@ class _Launch:
 _launches: dict = {}
 
 
-def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None, **switches):
+def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=None, wgmma=None,
+              variants: Variants = NO_VARIANTS, want_delta=False, **switches):
+    """(dq, dk, dv), and δ ([B, H, Sq] float32, a view of the workspace) when want_delta."""
     try:  # attributes a non-tensor lacks: the full validation in _make_launch says what is wrong
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
                v.stride(), v.dtype, v.device, out.shape, out.stride(), out.dtype, out.device, dout.shape,
                dout.stride(), dout.dtype, dout.device, lse.shape, lse.stride(), lse.dtype, causal,
                type(causal), scale, type(scale), tiles and tuple(tiles), dq_atomics, wgmma,
-               tuple(sorted(switches.items())))
+               tuple(sorted(switches.items()))) + ((variants,) if variants.any else ())
         plan = _launches.get(key)
     except Exception:
         key, plan = None, None
     if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % INFO.align_bytes:
         plan = None  # a misaligned pointer: validate() explains
     if plan is None:
-        plan = _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmma, switches)
+        plan = _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmma, switches, variants)
         if key is not None:
             if len(_launches) > 1024:
                 _launches.clear()
             _launches[key] = plan
-    return _run(plan, q, k, v, out, dout, lse)
+    return _run(plan, q, k, v, out, dout, lse, want_delta)
 
 
-def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmma, switches) -> _Launch:
+def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmma, switches,
+                 variants: Variants = NO_VARIANTS) -> _Launch:
     scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -379,12 +406,20 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
                          "row log-sum-exp)")
     if wgmma is None:  # the Hopper build on an H100, unless an mma.sync choice was asked for
         wgmma = (wgmma_here() and tiles is None) or any(v is not None for v in switches.values())
+    kernel_variants = variants.softcap is not None or variants.window is not None
+    if kernel_variants and not wgmma:
+        raise NotImplementedError("stage 8's backward takes window and softcap in its WGMMA build only "
+                                  "(an sm_90 GPU: H100/H200); the mma.sync build (stages/stage8.cu) has "
+                                  "neither. Sinks alone work in both.")
     if wgmma and not wgmma_here():
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
-    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)), **switches)
+    if wgmma and dq_atomics is None and switches.get("dq_bulk") is None:
+        switches = {**switches, **variant_switches(D, variants)}
+    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)),
+                 variants.softcap_build, variants.window is not None, **switches)
     p = _Launch()
-    p.call = (causal, scale, tiles, dq_atomics, wgmma, switches)  # to plan again for copies (_run)
+    p.call = (causal, scale, tiles, dq_atomics, wgmma, switches, variants)  # to plan again for copies (_run)
     p.shape, p.k_shape = tuple(q.shape), tuple(k.shape)
     p.empty = B * H * Sq * Sk * D == 0  # no products: zero gradients of the inputs' shapes
     if p.empty:
@@ -411,6 +446,8 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     p.shape_args = (np.int32(Sq), np.int32(Sk), np.int32(p.sq_pad), np.float32(scale * math.log2(math.e)),
                     np.float32(scale), np.int32(mode), np.int32(H), np.int32(H // Hk),
                     *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v), *nvrtc.layout_args(dout_l))
+    if kernel_variants:  # VARIANT_PARAMS: cap_mul, cap_log2, win_left, win_right
+        p.shape_args += variant_args(variants, scale, Sq, Sk)
     p.tma = bool(cfg.get("tma_loads"))  # the copy engine's descriptions of q and dout: boxes of 64 rows
     p.maps = (tensor_map(q, DQ_ROWS), tensor_map(dout_l, DQ_ROWS)) if p.tma else ()
     p.map_ptrs = [q.data_ptr(), dout_l.data_ptr()]  # where the maps point now (_run retargets them)
@@ -426,20 +463,22 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     return p
 
 
-def _run(p: _Launch, q, k, v, out, dout, lse):
+def _run(p: _Launch, q, k, v, out, dout, lse, want_delta=False):
     """One backward with a plan: four allocations (one float32 workspace for δ, lse·log2 e and,
     with the atomics, dQ's sum, addressed by offsets; dQ, dK, dV), the preprocess, the dK/dV
     kernel, and the dQ pass or the postprocess. A training step at a short shape is bound by the host's
     time, so each allocation and launch saved counts (experiments/train_step_host)."""
     dev, dtype = q.device, q.dtype
     if p.empty:
-        return (torch.zeros(p.shape, dtype=dtype, device=dev), torch.zeros(p.k_shape, dtype=dtype, device=dev),
-                torch.zeros(p.k_shape, dtype=dtype, device=dev))
+        zeros = (torch.zeros(p.shape, dtype=dtype, device=dev), torch.zeros(p.k_shape, dtype=dtype, device=dev),
+                 torch.zeros(p.k_shape, dtype=dtype, device=dev))
+        # no products: O is zero where a row has no key, so δ is too
+        return zeros + (torch.zeros(p.shape[:3], dtype=torch.float32, device=dev),) if want_delta else zeros
     # autograd may hand a broadcast or strided gradient (its layout planned as a copy), or
     # rarely one whose rows start misaligned: then fresh copies, planned for this call alone
     if (dout.data_ptr() | out.data_ptr()) % 16:
         out, dout = (t.clone(memory_format=torch.contiguous_format) if t.data_ptr() % 16 else t for t in (out, dout))
-        return _run(_make_launch(q, k, v, out, dout, lse, *p.call), q, k, v, out, dout, lse)
+        return _run(_make_launch(q, k, v, out, dout, lse, *p.call), q, k, v, out, dout, lse, want_delta)
     if p.copy_dout:
         dout = dout.contiguous()
     if p.copy_out:
@@ -479,6 +518,9 @@ def _run(p: _Launch, q, k, v, out, dout, lse):
         dq.copy_(work[p.acc_at:].view(p.acc_shape)[:, :, :p.shape[2]])
     else:
         nvrtc.launch_prepared(p.dq_kernel, p.dq_config, (*inputs, dq.data_ptr(), *p.shape_args))
+    if want_delta:  # the preprocess's δ, the first Sq of each (b, h)'s sq_pad rows
+        B, H, Sq = p.shape[:3]
+        return dq, dk, dv, work[:p.rows_pad].view(B, H, p.sq_pad)[:, :, :Sq]
     return dq, dk, dv
 
 
@@ -525,10 +567,44 @@ def _gradients(ctx, dout):
 _gradients_once = once_differentiable(_gradients)
 
 
-def with_grad(forward, q, k, v, *, causal, scale):
+class _VariantAttention(torch.autograd.Function):
+    """_Attention for stage 6's model variants (window, softcap, softcap_tanh, sinks): the same
+    variants to the forward and to attention_backward; the sinks an input of their own, so that
+    they get their gradient (dsinks, attention_backward's fourth result) when they require it.
+    The forward sees them detached (stage 6's forward refuses sinks that require grad)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, forward, causal, scale, variant_kw):
+        B, H, Sq, _ = q.shape
+        lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+        plain_sinks = None if sinks is None else sinks.detach()
+        out = forward(q, k, v, causal=causal, scale=scale, lse=lse, sinks=plain_sinks, **variant_kw)
+        ctx.save_for_backward(q, k, v, out, lse, plain_sinks)
+        ctx.causal, ctx.scale, ctx.variant_kw = causal, scale, variant_kw
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        g = attention_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale, sinks=sinks,
+                               **ctx.variant_kw)
+        dsinks = g[3] if sinks is not None and ctx.needs_input_grad[3] else None
+        return g[0], g[1], g[2], dsinks, None, None, None, None
+
+
+VARIANT_KEYWORDS = ("window", "softcap", "sinks", "softcap_tanh")  # stage 6's, which the backward takes
+
+
+def with_grad(forward, q, k, v, *, causal, scale, window=None, softcap=None, sinks=None, softcap_tanh=None):
     """forward(q, k, v, causal=, scale=, lse=) — a forward that writes the log-sum-exp into
-    `lse` — run so that its output has a grad_fn whose backward is this stage's."""
-    return _Attention.apply(q, k, v, forward, causal, scale)
+    `lse` — run so that its output has a grad_fn whose backward is this stage's. With stage 6's
+    model variants (window, softcap, softcap_tanh, sinks) forward takes them too, and the sinks
+    get a gradient when they require grad."""
+    if window is None and softcap is None and sinks is None and softcap_tanh is None:
+        return _Attention.apply(q, k, v, forward, causal, scale)
+    variant_kw = {"window": window, "softcap": softcap, "softcap_tanh": softcap_tanh}
+    return _VariantAttention.apply(q, k, v, sinks, forward, causal, scale, variant_kw)
 
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True):

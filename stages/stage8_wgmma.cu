@@ -64,6 +64,25 @@
 //     the step before's dQ tiles out.
 // Not here yet (FlashAttention-3 has them): a producer warpgroup with setmaxnreg, and the next
 // query block's Sᵀ and dPᵀ issued before this block's dK is waited for.
+//
+// The models' variants (issue 51; stage 6's forward has them, stages/stage6.cu section 7), each a
+// compile-time switch whose build without it (the define absent) is the kernel above, unchanged;
+// a build with either takes four more arguments (VARIANT_PARAMS: cap_mul, cap_log2, win_left,
+// win_right). With P = exp(S' − lse), S' the capped and masked score and lse the forward's:
+//     dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS' = P ∘ (dP − δ),  δ = rowsum(dO ∘ O)   (as without variants)
+//   SOFTCAP  S' = c·tanh(S / c), S = q·k·scale: dS = dS' ∘ (1 − t²), t = tanh(S / c) = S' / c.
+//            t is recomputed per score as the forward computes it (1: tanh.approx, 2: from ex2
+//            and rcp; cap_mul = scale / c, times 2·log2 e for 2, so t has the sign of S whatever
+//            the scale's), P = 2^(t·cap_log2 − lse·log2 e) with cap_log2 = c·log2 e. The 16-bit P
+//            that dV's product reads is packed first; the float P ∘ (1 − t²) stays for dS.
+//   WINDOW   query q (key position q + Sk − Sq, bottom-right) sees keys q + lo_off … q + hi_off
+//            (lo_off = Sk − Sq − left, hi_off = Sk − Sq + right, with causal the nearer of that and
+//            the diagonal): the same mask per score as the forward; a key block walks only the
+//            query blocks whose rows see one of its keys (the mirror of the forward's key range),
+//            the dQ pass only the key tiles its rows see, and the tiles cut by an edge mask per score.
+//   Sinks    change nothing here: the forward's O and lse already hold the sink's share, and its
+//            gradient, dσ_h = −Σ_rows exp(σ_h − lse)·δ, is taken on the host from lse and δ
+//            (stages/stage8_variants.py, sinks_gradient).
 #include "hopper.cuh"
 #include "mma.cuh"
 
@@ -90,6 +109,33 @@
 #endif
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 1
+#endif
+#ifndef SOFTCAP
+#define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
+#endif
+#ifndef WINDOW
+#define WINDOW 0  // 1: a sliding window, win_left and win_right keys either side of a row's position
+#endif
+static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx) or 2 (tanh from ex2)");
+#if SOFTCAP || WINDOW
+#define VARIANT_PARAMS , float cap_mul, float cap_log2, int win_left, int win_right
+#else
+#define VARIANT_PARAMS
+#endif
+#if SOFTCAP
+// t = tanh(x / c) from x·cap_mul, as stage 6's cap_scores: tanh.approx.f32 (SOFTCAP 1) or
+// 1 − 2 / (2^(2x·log2 e / c) + 1) with one MUFU.EX2 and one MUFU.RCP (SOFTCAP 2).
+__device__ __forceinline__ float cap_tanh(float x_mul) {
+    float y;
+    if (SOFTCAP == 1) {
+        asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x_mul));
+    } else {
+        float r;
+        asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(fast_exp2(x_mul) + 1.0f));
+        y = fmaf(-2.0f, r, 1.0f);
+    }
+    return y;
+}
 #endif
 
 constexpr int D = HEAD_DIM;
@@ -229,7 +275,8 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
                    const float* lse2, const float* delta, float* dq_accum, elem_t* dk, elem_t* dv,
                    int Sq, int Sk, int Sq_pad, float scale_log2, float scale, int causal, int H, int group,
                    long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head, int k_row,
-                   long long v_batch, long long v_head, int v_row, long long o_batch, long long o_head, int o_row) {
+                   long long v_batch, long long v_head, int v_row, long long o_batch, long long o_head, int o_row
+                   VARIANT_PARAMS) {
     extern __shared__ unsigned char smem_raw[];
     KeySmem& sm = aligned_smem<KeySmem>(smem_raw);
     const int tid = threadIdx.x, wg = tid / THREADS, warp = tid % THREADS / 32, lane = tid % 32;
@@ -242,8 +289,19 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 
     const int diag = causal_diagonal(causal, Sq, Sk);
     const int n_q_blocks = (Sq + ROWS - 1) / ROWS;
+#if WINDOW
+    // query q sees keys q + lo_off … q + hi_off (win_left, win_right finite: the host clamps an
+    // unbounded side to reach every key). The block's keys n0 … n_end − 1 are seen by queries
+    // n0 − hi_off … n_end − 1 − lo_off: the query blocks first … first + per_head − 1.
+    const int hi_off = causal ? min(diag, Sk - Sq + win_right) : Sk - Sq + win_right;
+    const int lo_off = Sk - Sq - win_left;
+    const int q_end = min(Sq, min(n0 + KEYS, Sk) - lo_off);  // one past the last query that sees a key
+    const int first = min(n_q_blocks, max(0, n0 - hi_off) / ROWS);
+    const int per_head = max(0, (max(0, q_end) + ROWS - 1) / ROWS - first);
+#else
     const int first = causal ? min(n_q_blocks, max(0, n0 - diag) / ROWS) : 0;
     const int per_head = n_q_blocks - first;
+#endif
     const int n_iter = per_head * group;
     auto head_of = [&](int it) { return hk * group + it / per_head; };
     auto m0_of = [&](int it) { return (first + it % per_head) * ROWS; };
@@ -316,16 +374,53 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         fence_registers(s);
 
         // Pᵀ: element i is key key0 + 8·((i / 2) % 2) and query 8·(i / 4) + 2·i4 + i % 2.
+#if WINDOW
+        // a tile cut by a row's window edge (or the causal diagonal within it) masks per score:
+        // key − query > hi_off or < lo_off, i.e. (over, under below) over + 8·hh − c > 0 or
+        // under + 8·hh − c < 0, c = 8·(i / 4) + i % 2 known at compile time
+        const bool straddles = nw + ROWS - 1 > m0 + hi_off || nw < m0 + ROWS - 1 + lo_off;
+        const int over = key0 - m0 - 2 * i4 - hi_off, under = key0 - m0 - 2 * i4 - lo_off;
+#else
         const bool straddles = causal && m0 + diag < nw + ROWS - 1;
+#endif
+        unsigned pa[ROWS / 16][4], dsa[ROWS / 16][4];
+#if SOFTCAP
+        // t = tanh(S / c) per score, P from the capped score; the 16-bit P of dV's product packed
+        // two by two (pack_a's layout), s[i] keeping P·(1 − t²) for dS.
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+            float p2[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = 8 * ((i + e) / 4) + 2 * i4 + (i + e) % 2;
+                const float t = cap_tanh(s[i + e] * cap_mul);
+                float p = fast_exp2(fmaf(t, cap_log2, -sm.lse[buf][col]));
+#if WINDOW
+                const int c = 8 * ((i + e) / 4) + (i + e) % 2 - 8 * (((i + e) / 2) % 2);
+                if (straddles && (over - c > 0 || under - c < 0)) p = 0.0f;
+#else
+                if (straddles && key0 + 8 * (((i + e) / 2) % 2) > m0 + col + diag) p = 0.0f;
+#endif
+                p2[e] = p;
+                s[i + e] = p * fmaf(-t, t, 1.0f);
+            }
+            pa[i / 8][(i % 8) / 2] = pack2(p2[0], p2[1]);
+        }
+#else
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = 8 * (i / 4) + 2 * i4 + i % 2;
             float p = fast_exp2(fmaf(s[i], scale_log2, -sm.lse[buf][col]));
+#if WINDOW
+            const int c = 8 * (i / 4) + i % 2 - 8 * ((i / 2) % 2);
+            if (straddles && (over - c > 0 || under - c < 0)) p = 0.0f;
+#else
             if (straddles && key0 + 8 * ((i / 2) % 2) > m0 + col + diag) p = 0.0f;
+#endif
             s[i] = p;
         }
-        unsigned pa[ROWS / 16][4], dsa[ROWS / 16][4];
         pack_a(pa, s);
+#endif
         // dV += Pᵀ·dO (64 keys × D over the 64 queries, dO MN-major): with OVERLAP issued now, to
         // run under dPᵀ's end and the dS below.
         if (OVERLAP) {
@@ -337,7 +432,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             wgmma_wait<1>();  // dPᵀ is done (groups complete in order); dV may still be running
         }
         fence_registers(dp);
-        // dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale
+        // dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale (SOFTCAP: s holds Pᵀ ∘ (1 − t²))
 #pragma unroll
         for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]) * scale;
         pack_a(dsa, dp);
@@ -462,7 +557,8 @@ attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const e
                       const float* lse2, const float* delta, elem_t* dq,
                       int Sq, int Sk, int Sq_pad, float scale_log2, float scale, int causal, int H, int group,
                       long long q_batch, long long q_head, int q_row, long long k_batch, long long k_head, int k_row,
-                      long long v_batch, long long v_head, int v_row, long long o_batch, long long o_head, int o_row) {
+                      long long v_batch, long long v_head, int v_row, long long o_batch, long long o_head, int o_row
+                      VARIANT_PARAMS) {
     extern __shared__ unsigned char smem_raw[];
     QuerySmem& sm = aligned_smem<QuerySmem>(smem_raw);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -473,14 +569,24 @@ attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const e
     k += b * k_batch + h / group * k_head;
     v += b * v_batch + h / group * v_head;
     const int diag = causal_diagonal(causal, Sq, Sk);
+#if WINDOW
+    // rows m0 … m0 + 63 see keys m0 + lo_off … m0 + 63 + hi_off: key tiles j0 … n_tiles − 1
+    const int hi_off = causal ? min(diag, Sk - Sq + win_right) : Sk - Sq + win_right;
+    const int lo_off = Sk - Sq - win_left;
+    const int n_keys = max(0, min(Sk, m0 + ROWS + hi_off));
+    const int n_tiles = (n_keys + ROWS - 1) / ROWS;
+    const int j0 = min(n_tiles, max(0, m0 + lo_off) / ROWS);
+#else
     const int n_keys = causal ? max(0, min(Sk, m0 + ROWS + diag)) : Sk;
     const int n_tiles = (n_keys + ROWS - 1) / ROWS;
+    constexpr int j0 = 0;
+#endif
 
     copy_tile<ROWS>(&sm.q[0][0][0], q + b * q_batch + h * q_head, m0, Sq, q_row);
     copy_tile<ROWS>(&sm.dout[0][0][0], dout + b * o_batch + h * o_head, m0, Sq, o_row);
-    if (n_tiles > 0) {
-        copy_tile<ROWS>(&sm.k[0][0][0][0], k, 0, Sk, k_row);
-        copy_tile<ROWS>(&sm.v[0][0][0][0], v, 0, Sk, v_row);
+    if (n_tiles > j0) {
+        copy_tile<ROWS>(&sm.k[0][0][0][0], k, j0 * ROWS, Sk, k_row);
+        copy_tile<ROWS>(&sm.v[0][0][0][0], v, j0 * ROWS, Sk, v_row);
     }
     cp_async_commit();
     const int query0 = m0 + 16 * warp + g;  // this thread's rows: query0 and query0 + 8
@@ -492,16 +598,16 @@ attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const e
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dq_acc[i] = 0.0f;
 
-    for (int j = 0; j < n_tiles; ++j) {
+    for (int j = j0; j < n_tiles; ++j) {
         cp_async_wait<0>();
         fence_proxy_async();
         __syncthreads();
         if (j + 1 < n_tiles) {
-            copy_tile<ROWS>(&sm.k[(j + 1) % 2][0][0][0], k, (j + 1) * ROWS, Sk, k_row);
-            copy_tile<ROWS>(&sm.v[(j + 1) % 2][0][0][0], v, (j + 1) * ROWS, Sk, v_row);
+            copy_tile<ROWS>(&sm.k[(j + 1 - j0) % 2][0][0][0], k, (j + 1) * ROWS, Sk, k_row);
+            copy_tile<ROWS>(&sm.v[(j + 1 - j0) % 2][0][0][0], v, (j + 1) * ROWS, Sk, v_row);
         }
         cp_async_commit();
-        const int buf = j % 2, k0 = j * ROWS;
+        const int buf = (j - j0) % 2, k0 = j * ROWS;
 
         float s[32], dp[32];
         wgmma_fence();
@@ -515,13 +621,31 @@ attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const e
 
         // P, then dS in place of dP: element i is row query0 + 8·((i / 2) % 2), key
         // k0 + 8·(i / 4) + 2·i4 + i % 2.
+#if WINDOW
+        const bool straddles = k0 + ROWS - 1 > m0 + hi_off || k0 < m0 + ROWS - 1 + lo_off;
+#else
         const bool straddles = causal && k0 + ROWS - 1 > m0 + diag;
+#endif
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int hh = (i / 2) % 2;
+#if SOFTCAP
+            const float t = cap_tanh(s[i] * cap_mul);  // P from the capped score, dS from P·(1 − t²)
+            float p = fast_exp2(fmaf(t, cap_log2, -lse_r[hh]));
+#else
             float p = fast_exp2(fmaf(s[i], scale_log2, -lse_r[hh]));
+#endif
+#if WINDOW
+            const int key = k0 + 8 * (i / 4) + 2 * i4 + i % 2, row = query0 + 8 * hh;
+            if (straddles && (key > row + hi_off || key < row + lo_off)) p = 0.0f;
+#else
             if (straddles && k0 + 8 * (i / 4) + 2 * i4 + i % 2 > query0 + 8 * hh + diag) p = 0.0f;
+#endif
+#if SOFTCAP
+            s[i] = p * fmaf(-t, t, 1.0f);
+#else
             s[i] = p;
+#endif
         }
         wgmma_wait<0>();
         fence_registers(dp);

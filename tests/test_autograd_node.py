@@ -419,17 +419,43 @@ def test_bad_inputs_get_the_same_error_on_both_paths(monkeypatch):
 
 @pytest.mark.parametrize("variant", [{"window": (8, 0)}, {"softcap": 30.0}, {"sinks": "tensor"}])
 @pytest.mark.parametrize("packed", [False, True], ids=["batch", "varlen"])
-def test_model_variants_with_gradients_are_refused(variant, packed):
-    """Stage 6's window, softcap and sinks have no backward in stage 8: with gradients wanted the
-    call is refused (before any launch, so on the CPU too), never run with plain gradients."""
-    from lib.inputs import NoBackwardError
-    from stages import autograd
+def test_model_variants_with_gradients_go_to_the_python_function(variant, packed, monkeypatch):
+    """Stage 6's window, softcap and sinks train through stage 8's Python Function (branch
+    bwd-variants), never the C++ node, which takes the plain case only: with gradients wanted the
+    node is not asked, and the variants reach the Function (checked before any launch, on the CPU)."""
+    from stages import autograd, autograd_node, stage8
     q, k, v = (torch.randn(1, 2, 8, 64, requires_grad=True) for _ in range(3))
     if "sinks" in variant:
         variant = {"sinks": torch.zeros(2)}
-    with pytest.raises(NoBackwardError, match=next(iter(variant))):
-        if packed:
-            cu = torch.tensor([0, 8], dtype=torch.int32)
+    seen = []
+
+    def no_node(*a, **kw):
+        raise AssertionError("the C++ node was asked for a call with model variants")
+
+    class Stop(Exception):
+        pass
+
+    def fake_with_grad(forward, q, k, v, **kw):
+        seen.append(kw)
+        raise Stop
+    monkeypatch.setattr(autograd_node, "attention", no_node)
+    monkeypatch.setattr(stage8, "with_grad", fake_with_grad)
+    if packed:
+        cu = torch.tensor([0, 8], dtype=torch.int32)
+        calls = []
+
+        def fake_apply(*args):
+            calls.append(args)
+            raise Stop
+        monkeypatch.setattr(autograd, "validate_varlen", lambda *a, **kw: type("C", (), {"n_seqs": 1})())
+        monkeypatch.setattr(autograd._PackedAttention, "apply", fake_apply)
+        with pytest.raises(Stop):
             autograd.attention_varlen(*(t[0].transpose(0, 1) for t in (q, k, v)), cu, cu, 8, 8, **variant)
-        else:
+        sinks, variants = calls[0][3], calls[0][-1]
+        name = next(iter(variant))
+        assert (sinks is variant["sinks"]) if name == "sinks" else variants[name] == variant[name]
+    else:
+        with pytest.raises(Stop):
             autograd.attention(q, k, v, causal=True, **variant)
+        name = next(iter(variant))
+        assert seen[0][name] is variant[name]
