@@ -344,6 +344,7 @@ def _paged_base_source():
 OFF_BUILDS = [b for b in BUILDS if "PAGE_IDS_AHEAD" not in dict(b[2])]
 
 
+@cpu_only  # an offline check: 300 compiles the GPU session need not spend its time on
 @compile_cases("D,dt,defines", OFF_BUILDS, ids=[f"D{D}-{dt}-{i}" for i, (D, dt, _) in enumerate(OFF_BUILDS)],
                switches=lambda c: {("D", c[0]), ("dt", c[1])} | set(c[2]))
 def test_paged_builds_without_ids_ahead_unchanged(D, dt, defines):
