@@ -111,6 +111,7 @@ for s in "$@"; do case $s in
                 --report-api-errors no python3 experiments/model_variants/sanitize.py; done ;;
   paged) step paged python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_paged.py ;;  # issue 50
   pagedbench) step pagedbench timeout 540 python3 scripts/shape_map.py --paged --record ;;
+  pagedideas) step pagedideas timeout 560 python3 scripts/shape_map.py --paged --paged-ideas --out "$OUT/paged_ideas.json" ;;  # issue 50 item 3: PAGE_IDS_AHEAD on/off, 16-key pages
   sanpaged) for tool in memcheck racecheck synccheck; do  # stage 6's paged KV cache (issue 50)
               step "sanitize-paged-$tool" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
                 --report-api-errors no python3 experiments/paged_kv/sanitize.py; done ;;

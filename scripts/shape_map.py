@@ -594,11 +594,68 @@ def paged(a) -> int:
     return 0 if ok else 1
 
 
+# --paged-ideas: a producer idea for small pages, on and off in the same rounds (issue 50 item 3)
+IDEAS_PAGE = 16
+# name -> stage6.attention options: the build the rule picks now against the idea left off
+IDEAS = {"ids ahead (rule)": {}, "ids ahead off": {"page_ids_ahead": 0}, "ids ahead 2": {"page_ids_ahead": 2},
+         "ids ahead 8": {"page_ids_ahead": 8}}
+
+
+def paged_ideas(a) -> int:
+    """--paged-ideas: PAGED_ROWS at IDEAS_PAGE-key pages, each of IDEAS and contiguous timed in the
+    same interleaved rounds (each paged call checked first); ratios to contiguous, and of each idea
+    to "ids ahead off" (the build before PAGE_IDS_AHEAD). Rows also to --out."""
+    rows, ok, t0 = [], True, time.time()
+    g = random.Random(50)
+    for B, Sq, Sk in (PAGED_QUICK if a.quick else PAGED_ROWS):
+        causal = "bottom_right" if Sq > 1 else False
+        q, k, v = make_qkv(B, PAGED_H, Sq, PAGED_D, Sk=Sk, Hkv=PAGED_HKV, dtype=PAGED_DTYPE, seed=B + Sq + Sk)
+        lens = [Sk] * B
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+        kc, vc, table = paged_cache(k, v, lens, IDEAS_PAGE, spare=0, shared=False, generator=g)
+        fns, passed = {}, {}
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        chosen = s6.choose(B, PAGED_H, PAGED_HKV, Sq, Sk, PAGED_D, s6.causal_mode(causal, Sq, Sk, s6.INFO) if Sq > 1
+                           else 0, sms, paged=True)["splits"]
+        ideas = {**IDEAS, "ids ahead, 2x splits": {"splits": 2 * chosen}}  # twice the blocks: two per SM in flight
+        for name, opts in ideas.items():
+            out = s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table, **opts)
+            passed[name] = paged_checked(out, q, k, v, lens, causal)
+            fns[name] = (lambda opts=opts: s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens,
+                                                        page_table=table, **opts))
+        fns["contiguous"] = lambda: s6.attention(q, k, v, causal=causal, seqlens_k=seqlens)
+        times = time_interleaved(fns, rounds=5, budget_s=0.3)
+        base, off = times["contiguous"], times["ids ahead off"]
+        print(f"B{B} H{PAGED_H}/{PAGED_HKV} Sq{Sq} Sk{Sk} D{PAGED_D} bf16 page {IDEAS_PAGE}: contiguous "
+              f"{base.median_us:,.1f} µs ({time.time() - t0:.0f} s)", flush=True)
+        for name in ideas:
+            t = times[name]
+            ratio, vs_off = base.median_us / t.median_us, off.median_us / t.median_us
+            rows.append({"B": B, "Sq": Sq, "Sk": Sk, "page_size": IDEAS_PAGE, "idea": name, "opts": ideas[name],
+                         "us": t.median_us, "us_rounds": t.round_medians_us, "contiguous_us": base.median_us,
+                         "ratio": ratio, "vs_off": vs_off, "passed": passed[name]})
+            ok &= passed[name]
+            print(f"  {name:18s}: {t.median_us:10,.1f} µs  {ratio:5.3f}x contiguous  {vs_off:5.3f}x off "
+                  f"{'(target >= 0.95) ' if ratio < 0.95 else ''}{'pass' if passed[name] else 'FAIL'}", flush=True)
+        del q, k, v, kc, vc, table, fns
+    for name in dict.fromkeys(r["idea"] for r in rows):
+        mine = [r for r in rows if r["idea"] == name]
+        worst = min(mine, key=lambda r: r["ratio"])
+        print(f"{name}: worst {worst['ratio']:.3f}x contiguous at B{worst['B']} Sq{worst['Sq']} Sk{worst['Sk']}; "
+              f"{sum(r['ratio'] < 0.95 for r in mine)} of {len(mine)} rows below 0.95x")
+    if a.out:
+        a.out.write_text(json.dumps({"env": R.capture_env(), "rows": rows}, indent=1))
+        print(f"rows in {a.out}")
+    return 0 if ok else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--record", action="store_true", help='store under "shape_map" in results/<gpu>.json')
     ap.add_argument("--paged", action="store_true", help="only the paged KV cache against contiguous "
                     '(PAGED_DOC); with --record stored under "paged", with --quick a few rows')
+    ap.add_argument("--paged-ideas", action="store_true", help="with --paged: a producer idea for "
+                    f"{IDEAS_PAGE}-key pages on and off in the same rounds (IDEAS; rows to --out, not recorded)")
     ap.add_argument("--quick", action="store_true", help="a few rows of each part")
     ap.add_argument("--resume", action="store_true",
                     help="with --record: keep the rows of a run cut short (shape_map_partial) when it had this "
@@ -624,8 +681,10 @@ def main() -> int:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("shape_map.py times stage 6, which runs on sm_90 GPUs (H100/H200) only", file=sys.stderr)
         return 2
+    if a.paged_ideas and (not a.paged or a.record):
+        ap.error("--paged-ideas goes with --paged, without --record (an experiment: its rows go to --out)")
     if a.paged:
-        return paged(a)
+        return paged_ideas(a) if a.paged_ideas else paged(a)
     splits = splits_part(a) if "splits" in a.parts else None
     plan = []
     if "decode" in a.parts:

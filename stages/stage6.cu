@@ -163,6 +163,9 @@ static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx)
 #ifndef PAGE_SIZE
 #define PAGE_SIZE 0  // 16-256: K and V in pages of that many keys, found through a page table (see tile_pages)
 #endif
+#ifndef PAGE_IDS_AHEAD
+#define PAGE_IDS_AHEAD 0  // PAGE_SIZE, producer: >0 copies the page ids that many key tiles ahead into shared memory (see fetch_page_ids)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -219,6 +222,8 @@ static_assert(BLOCK_N % PAGE_SIZE == 0 || PAGE_SIZE % BLOCK_N == 0,
 constexpr int PAGE_BOX = PAGE_SIZE < BLOCK_N ? PAGE_SIZE : BLOCK_N;  // rows per copy
 constexpr int TILE_PAGES = BLOCK_N / PAGE_BOX;                        // copies per key tile and column block
 #endif
+static_assert(PAGE_IDS_AHEAD == 0 || (PAGE_SIZE && WARP_SPECIALIZED && PAGE_IDS_AHEAD <= 8),
+              "page ids ahead in shared memory: a paged build's producer warpgroup, 1-8 key tiles ahead");
 
 // Shared memory. A tile is stored as ATOMS blocks of [rows][64] elements: each row of a block
 // is 128 bytes, the width of one 128-byte swizzle pattern (TMA box width ≤ 128 B with that
@@ -233,6 +238,9 @@ struct Smem {
     unsigned long long k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
     int work[Q_STAGES];  // DYNAMIC_WORK: the work tile whose Q is in that buffer (n_work: none left)
     int last_split;      // split-KV: this block was the last of its work tile's splits to finish
+#if PAGE_IDS_AHEAD
+    int page_ids[PAGE_IDS_AHEAD][TILE_PAGES];  // the producer's next key tiles' page ids (fetch_page_ids)
+#endif
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {  // one MUFU.EX2, as in stage 5
@@ -507,6 +515,38 @@ __device__ __forceinline__ Pages tile_pages(const PageTable& pt, const Work& t, 
     return {};
 #endif
 }
+
+// PAGE_IDS_AHEAD (small pages): the producer copies key tile j's ids into shared memory with
+// cp.async (4 bytes each, index clamped into the row as in tile_pages) PAGE_IDS_AHEAD tiles before
+// it issues tile j's copies, one cp.async group per key tile (empty past the work tile's last tile),
+// and before tile j waits for all but the latest PAGE_IDS_AHEAD − 1 groups — tile j's — then reads
+// the ids from shared memory (page_ids_at). No register waits on a table read across the loop:
+// the register read-ahead one tile ahead (tile_pages) stalls the producer on its id loads
+// (R2UR of the loaded ids) whenever a table read takes longer than the wait for a free buffer.
+#if PAGE_IDS_AHEAD
+__device__ __forceinline__ void fetch_page_ids(int* slot, const PageTable& pt, const Work& t, int key_tile, bool any) {
+    if (any) {
+        const int first = key_tile * BLOCK_N / PAGE_SIZE;
+        const int* const row = pt.table + (size_t)t.b * pt.max_pages;
+#pragma unroll
+        for (int i = 0; i < TILE_PAGES; ++i)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"
+                         :: "r"((unsigned)__cvta_generic_to_shared(slot + i)), "l"(row + min(first + i, pt.max_pages - 1))
+                         : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ Pages page_ids_at(const int* slot, const Work& t, int key_tile) {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(PAGE_IDS_AHEAD - 1) : "memory");
+    Pages pg;
+    const int key0 = key_tile * BLOCK_N, first = key0 / PAGE_SIZE;
+    const int last = (t.len_k - 1) / PAGE_SIZE;
+    pg.row = PAGE_SIZE > BLOCK_N ? key0 % PAGE_SIZE : 0;
+#pragma unroll
+    for (int i = 0; i < TILE_PAGES; ++i) pg.id[i] = first + i <= last ? slot[i] : -1;
+    return pg;
+}
+#endif
 
 // ---- the consumers' products ----------------------------------------------------------------
 // Descriptor offsets (in the 16-byte units of the start-address field) of k-step kk (16 of D):
@@ -827,15 +867,30 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 // back the second K, which the consumers need right then.
                 bool next_q = next >= n_work;
                 const int q_after = CARRY_PV && t.n_tiles > 1 ? 1 : 0;
+#if PAGE_IDS_AHEAD
+#pragma unroll
+                for (int a = 0; a < PAGE_IDS_AHEAD; ++a)  // the first tiles' ids, a group each
+                    fetch_page_ids(sm.page_ids[a], pages, t, t.t0 + a, a < t.n_tiles);
+#else
                 Pages pg = tile_pages(pages, t, t.t0);  // PAGE_SIZE: the first tile's pages (K's and V's)
+#endif
                 for (int j = 0; j < t.n_tiles; ++j, ++pos) {  // stamps: K, V copied; the waits before them
+#if PAGE_IDS_AHEAD
+                    const Pages pg = page_ids_at(sm.page_ids[j % PAGE_IDS_AHEAD], t, t.t0 + j);
+#endif
                     STAMP(0, pos, 2);
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
                     STAMP(0, pos, 0);
                     STAMP(0, pos, 3);
                     load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
                     STAMP(0, pos, 1);
+#if PAGE_IDS_AHEAD
+                    // this slot's ids are in the copies above; refill it with tile j + PAGE_IDS_AHEAD's
+                    fetch_page_ids(sm.page_ids[j % PAGE_IDS_AHEAD], pages, t, t.t0 + j + PAGE_IDS_AHEAD,
+                                   j + PAGE_IDS_AHEAD < t.n_tiles);
+#else
                     if (PAGE_SIZE && j + 1 < t.n_tiles) pg = tile_pages(pages, t, t.t0 + j + 1);  // read ahead
+#endif
                     if (Q_STAGES >= 2 && !next_q && j == q_after) work_q(next, count + 1), next_q = true;
                 }
                 if (!next_q) work_q(next, count + 1);

@@ -35,7 +35,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     FEW_KEYS_SCHEDULE, FEW_KEYS_TILES, MAX_SPLITS, check_seqlens_k,
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
-from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, paged_tiles
+from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, ids_ahead, paged_tiles
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
@@ -408,7 +408,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            seqs: bool = False, q_stages: int | None = None, tma_store: bool | None = None,
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
            blocks_per_sm: int = 1, skip_past_end: bool | None = None, softcap: int = 0,
-           window: bool = False, sinks: bool = False, page_size: int = 0) -> dict:
+           window: bool = False, sinks: bool = False, page_size: int = 0,
+           page_ids_ahead: int | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -421,7 +422,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     softcap 0, 1 or 2 (SOFTCAP: off, tanh.approx, tanh from ex2), window and sinks (WINDOW,
     SINKS); each define is there only when on, so the build without any is the one before them.
     page_size: the paged cache's build (PAGE_SIZE, stages/stage6_paged.py), with seqs; 0: none
-    (no define, the build before it)."""
+    (no define, the build before it); page_ids_ahead: PAGE_IDS_AHEAD, the page ids that many key
+    tiles ahead in shared memory (None: ids_ahead's rule, small pages only; 0: off, no define)."""
     if head_dim not in INFO.head_dims:
         raise ValueError(f"stage 6 builds head dims {INFO.head_dims_text}; got {head_dim}")
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
@@ -480,6 +482,12 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                              f"pages or a page whole key tiles; got {page_size!r} with tiles "
                              f"{(bn, stages, consumers)}, seqs={seqs!r}")
         defines += (("PAGE_SIZE", int(page_size)),)
+    ahead = ids_ahead(page_size, bool(sw["WARP_SPECIALIZED"]), page_ids_ahead)
+    if ahead:
+        defines += (("PAGE_IDS_AHEAD", ahead),)
+        smem += 4 * ahead * (bn // min(bn, page_size))  # Smem.page_ids, within the slack's alignment
+        if smem > MAX_SMEM or blocks_per_sm * (smem + 1024) > SM_SMEM:
+            raise ValueError(f"page_ids_ahead={ahead}: {smem:,} bytes of shared memory do not fit")
     return {"block_m": block_m, "threads": 128 * (consumers + sw["WARP_SPECIALIZED"]), "persistent": persistent,
             "smem": smem, "defines": defines}
 
@@ -642,7 +650,8 @@ _plans: dict = {}
 def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, lazy_rescale,
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
                combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
-               skip_past_end=None, variants: Variants = NO_VARIANTS, paged: Paged | None = None) -> _Plan:
+               skip_past_end=None, variants: Variants = NO_VARIANTS, paged: Paged | None = None,
+               page_ids_ahead=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -692,7 +701,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
                  combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end,
                  softcap=variants.softcap_build, window=variants.window is not None, sinks=variants.sinks,
-                 page_size=0 if paged is None else paged.page_size)
+                 page_size=0 if paged is None else paged.page_size, page_ids_ahead=page_ids_ahead)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -780,7 +789,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
               seqlens_k=None, tiles=None, schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None,
               splits=None, pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
               blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None, window=None, softcap=None,
-              sinks=None, softcap_tanh=None, page_table=None, check_pages=False):
+              sinks=None, softcap_tanh=None, page_table=None, check_pages=False, page_ids_ahead=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -837,7 +846,9 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     seqlens_k[b] are read and masked, so they must be finite (P·V multiplies them by 0): a cache
     allocated with torch.zeros, or slots written before. `check_pages=True` copies the table and
     seqlens_k to the host and refuses an out-of-range id or length with a ValueError (it waits for
-    the GPU; not while capturing a graph)."""
+    the GPU; not while capturing a graph). `page_ids_ahead` (None: ids_ahead's rule, on for pages
+    of 16 and 32 keys; 0: off; 1-8: key tiles ahead) is for measuring PAGE_IDS_AHEAD, the
+    producer's page ids copied into shared memory ahead (stages/stage6_paged.py: ids_ahead)."""
     if page_table is not None:
         if attn_mask is not None:
             raise NotImplementedError("a paged cache takes causal= (False, True, 'top_left', "
@@ -865,7 +876,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
                combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end, variants,
                None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype,
-                                                page_table.device))
+                                                page_table.device), page_ids_ahead)
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -885,7 +896,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                           lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
                           blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
-                          skip_past_end=skip_past_end, variants=variants, paged=paged)
+                          skip_past_end=skip_past_end, variants=variants, paged=paged,
+                          page_ids_ahead=page_ids_ahead)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

@@ -48,6 +48,27 @@ def cache_view(cache: torch.Tensor) -> torch.Tensor:
     return cache.permute(0, 2, 1, 3)
 
 
+IDS_AHEAD = 4  # PAGE_IDS_AHEAD where ids_ahead's rule turns it on: key tiles of ids in shared memory
+IDS_AHEAD_BELOW = 64  # ... for pages smaller than this (16 and 32 keys: 2-8 ids a key tile)
+
+
+def ids_ahead(page_size: int, warp_specialized: bool, choice: int | None = None) -> int:
+    """PAGE_IDS_AHEAD (stages/stage6.cu: fetch_page_ids), the rule: pages below IDS_AHEAD_BELOW keys
+    with a producer warpgroup copy their ids IDS_AHEAD key tiles ahead into shared memory (cp.async),
+    the others keep the register read-ahead one tile ahead (0, no define: the build before it).
+    choice: None (the rule), 0 (off) or 1-8 (tiles ahead) — on needs a page table and a producer.
+    Predicted, not measured: at 16-key pages the one-tile register read-ahead stalls the producer
+    on its id loads whenever a table read outlasts its wait for a free buffer (B8 decoding: 0.85x)."""
+    if choice is None:
+        return IDS_AHEAD if page_size and page_size < IDS_AHEAD_BELOW and warp_specialized else 0
+    if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice <= 8:
+        raise ValueError(f"page_ids_ahead is None (the rule), 0 (off) or 1-8 key tiles; got {choice!r}")
+    if choice and not (page_size and warp_specialized):
+        raise ValueError("page_ids_ahead: the ids in shared memory are a paged build's producer's (a page "
+                         "table and a schedule with a producer warpgroup)")
+    return choice
+
+
 def paged_tiles(tiles):
     """The tiles of a paged call, the rule: a key tile must be whole pages or a page whole key
     tiles (the kernel copies a tile page by page, or a slice of one page), and the page sizes

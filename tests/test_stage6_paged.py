@@ -204,6 +204,39 @@ def test_default_builds_take_no_page_define():
     assert s6.choose(4, 16, 16, 8192, 8192, 128, 0, 132, paged=True)["tiles"][0] == 128
 
 
+def test_page_ids_ahead_rule(on_cpu):
+    """PAGE_IDS_AHEAD (the producer's page ids in shared memory, stages/stage6_paged.py: ids_ahead):
+    defined only where the rule turns it on (pages of 16 and 32 keys, a producer warpgroup) or a
+    call asks for it; its shared memory counted; off (0) leaves the build of the page size as it was;
+    asked for without a table or a producer, refused."""
+    for D in (64, 128):
+        for ps in sp.PAGE_SIZES:
+            tiles = (128 if D == 128 else 64, 2, 1)
+            d = dict(s6.config(D, tiles, s6.DECODE_SCHEDULE, seqs=True, pack_gqa=True, page_size=ps)["defines"])
+            want = sp.IDS_AHEAD if ps < sp.IDS_AHEAD_BELOW else None
+            assert d.get("PAGE_IDS_AHEAD") == want, (D, ps, d)
+            off = s6.config(D, tiles, s6.DECODE_SCHEDULE, seqs=True, pack_gqa=True, page_size=ps, page_ids_ahead=0)
+            assert "PAGE_IDS_AHEAD" not in dict(off["defines"])
+            on = s6.config(D, tiles, s6.DECODE_SCHEDULE, seqs=True, pack_gqa=True, page_size=ps, page_ids_ahead=2)
+            assert dict(on["defines"])["PAGE_IDS_AHEAD"] == 2
+            assert on["smem"] - off["smem"] == 4 * 2 * (tiles[0] // min(tiles[0], ps))
+        assert "PAGE_IDS_AHEAD" not in dict(s6.config(D, seqs=True)["defines"])  # no pages: nothing
+        assert "PAGE_IDS_AHEAD" not in dict(s6.config(D, seqs=True, page_ids_ahead=0)["defines"])
+    with pytest.raises(ValueError, match="page_ids_ahead"):
+        s6.config(128, seqs=True, page_ids_ahead=4)  # no page table
+    with pytest.raises(ValueError, match="page_ids_ahead"):
+        s6.config(128, (128, 2, 1), "no warp specialization", seqs=True, page_size=16, page_ids_ahead=4)
+    with pytest.raises(ValueError, match="page_ids_ahead"):
+        s6.config(128, (128, 2, 1), s6.DECODE_SCHEDULE, seqs=True, page_size=16, page_ids_ahead=9)
+    assert "PAGE_IDS_AHEAD" not in dict(s6.config(128, (128, 2, 1), "no warp specialization", seqs=True, page_size=16)["defines"])
+    launched, boxes, cfgs = on_cpu
+    for ps, ahead, want in ((16, None, sp.IDS_AHEAD), (16, 0, None), (32, 3, 3), (64, None, None), (64, 1, 1)):
+        cfgs.clear()
+        q, kc, vc, table, lens = _call(B=3, H=32, Hk=8, page_size=ps, num_pages=50, max_pages=-(-4096 // ps))
+        s6.attention(q, kc, vc, seqlens_k=lens, page_table=table, page_ids_ahead=ahead)
+        assert dict(cfgs[-1]["defines"]).get("PAGE_IDS_AHEAD") == want, (ps, ahead)
+
+
 # --------------------------------------------------------------------------------------------
 # CPU: the producer's addressing, modelled
 
@@ -252,7 +285,7 @@ SHAPES = [(1, 32, 8, 1, 4096), (64, 32, 8, 1, 1024), (8, 8, 1, 1, 1024), (1, 8, 
 
 def paged_builds():
     """(D, dtype name, defines) of every PAGE_SIZE build the launcher picks at SHAPES, each causal
-    mode, each page size."""
+    mode, each page size, PAGE_IDS_AHEAD by the rule and off."""
     seen = {}
     for D in (64, 128):
         for B, H, Hk, Sq, Sk in SHAPES:
@@ -263,10 +296,12 @@ def paged_builds():
                         ch = s6.choose(B, H, Hk, Sq, Sk, D, mode, 132, paged=True)
                     except (ValueError, NotImplementedError):
                         continue
-                    cfg = s6.config(D, ch["tiles"], ch["schedule"], False, None, None, ch["pack_gqa"], True,
-                                    ch["q_stages"], None, None, None, ch["blocks_per_sm"], None, page_size=ps)
-                    for dt in ("float16", "bfloat16"):
-                        seen[(D, dt, cfg["defines"])] = None
+                    for ahead in (None, 0):  # the rule's build, and PAGE_IDS_AHEAD off (--paged-ideas)
+                        cfg = s6.config(D, ch["tiles"], ch["schedule"], False, None, None, ch["pack_gqa"], True,
+                                        ch["q_stages"], None, None, None, ch["blocks_per_sm"], None, page_size=ps,
+                                        page_ids_ahead=ahead)
+                        for dt in ("float16", "bfloat16"):
+                            seen[(D, dt, cfg["defines"])] = None
     return list(seen)
 
 
@@ -291,6 +326,37 @@ def test_paged_builds_compile_clean(D, dt, defines):
     assert ins.mix["LDL"] == 0 and ins.mix["STL"] == 0
     assert not SERIALIZING.search(compiled.log), compiled.log
     assert ins.mix["UTMALDG"] > 0
+    ahead = dict(defines).get("PAGE_IDS_AHEAD", 0)
+    assert (ins.mix["LDGSTS"] > 0) == bool(ahead), (defines, ins.mix["LDGSTS"])  # the ids' cp.async, only with it
+
+
+PAGED_BASE = "98ede15"  # main before PAGE_IDS_AHEAD: the paged builds it leaves off must not change
+
+
+def _paged_base_source():
+    try:
+        return subprocess.run(["git", "show", f"{PAGED_BASE}:stages/stage6.cu"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+OFF_BUILDS = [b for b in BUILDS if "PAGE_IDS_AHEAD" not in dict(b[2])]
+
+
+@cpu_only  # an offline check: 300 compiles the GPU session need not spend its time on
+@compile_cases("D,dt,defines", OFF_BUILDS, ids=[f"D{D}-{dt}-{i}" for i, (D, dt, _) in enumerate(OFF_BUILDS)],
+               switches=lambda c: {("D", c[0]), ("dt", c[1])} | set(c[2]))
+def test_paged_builds_without_ids_ahead_unchanged(D, dt, defines):
+    """The paged builds without PAGE_IDS_AHEAD (pages of 64-256 keys, and 16/32 with it off)
+    compile to the SASS of the commit before it, byte for byte."""
+    base = _paged_base_source()
+    if base is None:
+        pytest.skip(f"git or commit {PAGED_BASE} not available here")
+    now = _paged_build(D, dt, defines)
+    before = nvrtc.compile_cuda(base, arch=s6.ARCH, name="stage6.cu",
+                                defines=nvrtc.stage_defines(getattr(torch, dt), D, dict(defines)))
+    assert sass_text(now.cubin) == sass_text(before.cubin), f"D{D} {dt} {dict(defines)}"
 
 
 BASE = "56cb79d"  # the commit this branch (issue 50's paged cache) started from
@@ -424,3 +490,32 @@ def test_paged_graph_replays_new_tables():
         graph.replay()
         torch.cuda.synchronize()
         _check_entries(out, q, k, v, lens2, False, f"replay {lens2}")
+
+
+IDS_CASES = [(D, ps) for D in (64, 128) for ps in (16, 32)]
+
+
+@on_hopper
+@pytest.mark.parametrize("D,page_size", IDS_CASES, ids=[f"D{D}-p{ps}" for D, ps in IDS_CASES])
+def test_page_ids_ahead_matches_and_equals_off(D, page_size, seed):
+    """PAGE_IDS_AHEAD on (1, 2, the rule's 4, 8 tiles ahead) at pages of 16 and 32 keys: lengths
+    0, 1, a page and three, fewer tiles than the ids ahead, not a multiple of the page, the whole
+    table; Sq 1 (packed GQA, split-KV forced, unpacked) and 4 (bottom-right); against the float64
+    reference of the gathered keys, and bit for bit the build with it off (same keys, same order)."""
+    g = random.Random(seed + page_size)
+    for B, H, Hk, Sq, Sk in ((6, 32, 8, 1, 3000), (3, 8, 1, 4, 1000)):
+        cap = -(-Sk // page_size) * page_size
+        lens = [0, 1, page_size + 3, 3 * 64 + 5, cap, g.randrange(1, cap + 1)][:B]
+        q, k, v = make_qkv(B, H, Sq, D, Sk=cap, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
+        kc, vc, table = paged_cache(k, v, lens, page_size, generator=g)
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+        causal = "bottom_right" if Sq > 1 else False
+        for opts in ({}, {"splits": g.randrange(3, 8)}, {"splits": 2}, {"pack_gqa": False}):
+            off = s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table, page_ids_ahead=0, **opts)
+            for ahead in (1, 2, None, 8):
+                with poisoned_outputs():
+                    out = s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table,
+                                       page_ids_ahead=ahead, **opts)
+                label = f"D{D} p{page_size} ahead {ahead} {(B, H, Hk, Sq, Sk)} {opts} seed {seed}"
+                _check_entries(out, q, k, v, lens, causal, label)
+                assert torch.equal(out, off), label

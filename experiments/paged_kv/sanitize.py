@@ -31,6 +31,8 @@ CASES = [  # (B, H, Hkv, Sq, Sk, D), page size, causal, options
     ((2, 16, 4, 16, 777, 64), 16, "bottom_right", {"pack_gqa": False, "splits": 4}),
     ((2, 16, 4, 600, 900, 128), 16, "bottom_right", {}),                   # prefill against a cache
     ((2, 16, 16, 520, 520, 64), 64, False, {}),                            # three consumers
+    ((3, 32, 8, 1, 1000, 128), 32, False, {"page_ids_ahead": 1, "splits": 5}),  # ids one tile ahead (paged-fast)
+    ((2, 32, 8, 1, 3000, 128), 16, False, {"page_ids_ahead": 8}),          # ids more tiles ahead than a split has
 ]
 g = random.Random(50)
 for (B, H, Hkv, Sq, Sk, D), ps, causal, opts in CASES:
