@@ -51,7 +51,8 @@ def window_mask(sq: int, sk: int, window, device) -> torch.Tensor:
 
 
 def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float64,
-                        max_scores=1 << 27, window=None, softcap=None, sinks=None, round_p=None):
+                        max_scores=1 << 27, window=None, softcap=None, sinks=None, round_p=None,
+                        round_ds=None):
     """softmax(q·kᵀ·scale)·v computed in `dtype` (float64 by default) on upcast inputs.
 
     The models' variants, with transformers' eager attention as the definition:
@@ -61,7 +62,8 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     - sinks, float [H]: one logit per query head that joins every row's softmax denominator and
       no numerator (gpt-oss: softmax over [scores, sink], the sink's column dropped), so a row's
       weights sum to less than 1; a row that sees no key gives 0 either way.
-    round_p, if given, rounds P before P·V (variant_baseline: a 16-bit kernel's P).
+    round_p, if given, rounds P before P·V (variant_baseline: a 16-bit kernel's P); round_ds, the
+    gradient of the scaled scores under autograd (a 16-bit kernel's dS before dS·K and dSᵀ·Q).
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if softcap is not None and not softcap > 0:
@@ -88,6 +90,8 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     step = max(1, max_scores // (Sq * Sk))
     for a in range(0, B * H, step):
         scores = (q[a:a + step] @ k[a:a + step].transpose(-1, -2)) * scale
+        if round_ds is not None and scores.requires_grad:
+            scores.register_hook(round_ds)
         if softcap is not None:
             scores = softcap * torch.tanh(scores / softcap)
         if mask is not None:
@@ -371,13 +375,14 @@ def variant_backward_baseline(q, k, v, dout, dtype, *, causal=False, scale=None,
                               sinks=None):
     """The baseline gradients of a model variant where SDPA cannot compute them (check_gradients):
     autograd through variant_baseline's 16-bit kernel emulation (q, k, v and dout rounded to
-    `dtype`, float32 math, P rounded to `dtype` before P·V), each gradient rounded to `dtype`
+    `dtype`, float32 math, P rounded to `dtype` before P·V, dS before dS·K and dSᵀ·Q), each gradient rounded to `dtype`
     (dsinks kept float32). (dq, dk, dv) and, with sinks, dsinks."""
     leaves = [t.detach().to(dtype).float().requires_grad_(True) for t in (q, k, v)]
     s32 = None if sinks is None else sinks.detach().float().requires_grad_(True)
     with torch.enable_grad():
         out = reference_attention(*leaves, causal=causal, scale=scale, dtype=torch.float32, window=window,
-                                  softcap=softcap, sinks=s32, round_p=lambda p: p + (p.to(dtype).float() - p).detach())
+                                  softcap=softcap, sinks=s32, round_p=lambda p: p + (p.to(dtype).float() - p).detach(),
+                                  round_ds=lambda g: g.to(dtype).float())
         out.backward(dout.to(dtype).float())
     if s32 is None:
         return tuple(t.grad.to(dtype) for t in leaves)

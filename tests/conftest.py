@@ -350,6 +350,27 @@ def seed():
     return random.SystemRandom().randrange(2**31)
 
 
+def assert_no_local_memory(compiled, kernels, label=""):
+    """No spills and no stack in `kernels` of a Compiled build, read from ptxas's report; where
+    NVRTC handed back a good cubin with an empty log (seen on the H100 and the H200 under
+    pytest-xdist, with the second core compiling ahead), from the cubin itself (cuobjdump):
+    spilled registers live in local memory, so LOCAL and STACK must be 0. Returns the ptxas
+    report ({} when it was empty)."""
+    usage = compiled.resource_usage()
+    if not usage:
+        from lib.sass import resource_usage
+        cub = resource_usage(compiled.cubin)
+        for kern in kernels:
+            assert kern in cub, (label, kern, sorted(cub))
+            assert cub[kern]["LOCAL"] == 0 and cub[kern]["STACK"] == 0, (label, kern, cub[kern])
+        return usage
+    for kern in kernels:
+        assert kern in usage, (label, kern, sorted(usage), compiled.log[-1500:])
+        u = usage[kern]
+        assert u["spill_stores"] == 0 and u["spill_loads"] == 0 and u["stack_bytes"] == 0, (label, kern, u)
+    return usage
+
+
 def assert_matches_reference(attention, dtypes, shapes, D, seed, label, **kwargs):
     """`attention(q, k, v, causal=…, **kwargs)` against the reference for every dtype, every
     (B, H, Sq, Sk) in `shapes` and both masks, on fresh inputs from `seed`, with NaN-poisoned

@@ -503,6 +503,7 @@ def test_page_ids_ahead_matches_and_equals_off(D, page_size, seed):
     table; Sq 1 (packed GQA, split-KV forced, unpacked) and 4 (bottom-right); against the float64
     reference of the gathered keys, and bit for bit the build with it off (same keys, same order)."""
     g = random.Random(seed + page_size)
+    ran, refused = [], []
     for B, H, Hk, Sq, Sk in ((6, 32, 8, 1, 3000), (3, 8, 1, 4, 1000)):
         cap = -(-Sk // page_size) * page_size
         lens = [0, 1, page_size + 3, 3 * 64 + 5, cap, g.randrange(1, cap + 1)][:B]
@@ -514,8 +515,17 @@ def test_page_ids_ahead_matches_and_equals_off(D, page_size, seed):
             off = s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table, page_ids_ahead=0, **opts)
             for ahead in (1, 2, None, 8):
                 with poisoned_outputs():
-                    out = s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table,
-                                       page_ids_ahead=ahead, **opts)
+                    try:
+                        out = s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table,
+                                           page_ids_ahead=ahead, **opts)
+                    except ValueError as e:  # the call's schedule has no producer warpgroup: refused, not run
+                        assert ahead and "producer warpgroup" in str(e), (ahead, opts, e)
+                        refused.append((B, Sq, ahead, str(opts)))
+                        continue
+                ran.append((B, Sq, ahead, str(opts)))
                 label = f"D{D} p{page_size} ahead {ahead} {(B, H, Hk, Sq, Sk)} {opts} seed {seed}"
                 _check_entries(out, q, k, v, lens, causal, label)
                 assert torch.equal(out, off), label
+    # refused only where the chosen schedule has no producer (D64's decoding may run blocks
+    # without one); at least one call ran each case with the ids ahead
+    assert any(a for _, _, a, _ in ran), (ran, refused)
