@@ -201,7 +201,7 @@ def test_default_builds_take_no_page_define():
         s6.config(128, (128, 3, 2), seqs=True, page_size=48)
     assert s6.TILES[128][0] == 176 and sp.paged_tiles(s6.TILES[128]) == (128, 3, 2)
     assert s6.choose(4, 16, 16, 8192, 8192, 128, 0, 132)["tiles"][0] == 176
-    assert s6.choose(4, 16, 16, 8192, 8192, 128, 0, 132, paged=True)["tiles"][0] == 128
+    assert s6.choose(4, 16, 16, 8192, 8192, 128, 0, 132, paged=64)["tiles"][0] == 128
 
 
 def test_page_ids_ahead_rule(on_cpu):
@@ -293,7 +293,7 @@ def paged_builds():
                 mode = causal if Sq > 1 else (0 if causal == 2 else causal)
                 for ps in sp.PAGE_SIZES:
                     try:
-                        ch = s6.choose(B, H, Hk, Sq, Sk, D, mode, 132, paged=True)
+                        ch = s6.choose(B, H, Hk, Sq, Sk, D, mode, 132, paged=ps)
                     except (ValueError, NotImplementedError):
                         continue
                     for ahead in (None, 0):  # the rule's build, and PAGE_IDS_AHEAD off (--paged-ideas)
