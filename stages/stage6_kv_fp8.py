@@ -112,7 +112,7 @@ def check_kv_fp8(q, k, v, k_descale, v_descale, *, causal, scale, info) -> float
                         f"{DTYPE_NAMES.get(q.dtype, q.dtype)}")
     # the shapes, causal and the scale, against stand-ins of q's dtype with k's and v's shapes
     # (one row of D elements seen at every position: no memory the size of the cache)
-    row = torch.empty(max(q.shape[-1], 1), dtype=q.dtype, device=q.device)
+    row = torch.empty(max(q.shape[-1], k.shape[-1], v.shape[-1], 1), dtype=q.dtype, device=q.device)
     k16, v16 = (row.as_strided(tuple(t.shape), (0, 0, 0, 1)) for t in (k, v))
     scale = inputs.validate(q, k16, v16, causal=causal, scale=scale, info=info)
     for name, t in (("k", k), ("v", v)):
