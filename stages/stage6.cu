@@ -212,8 +212,9 @@ constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // two blocks 128·40 + 128·216 = 32,768 each; three 128·24 + 128·136 = 20,480 (80 per thread at launch).
 // PAGE_SIZE: the producer holds a key tile's page ids (up to 8) besides, and spilled 16 bytes with
 // 24 (D128, 16-key pages): 40 as with the work queue.
-// KV_FP8: the producer's warps 1-3 widen tiles, four loads' worth in flight each (widen_tile): 56
-// with one block per SM (one consumer: 128·56 + 128·240, far below 64K); two blocks per SM keep 40.
+// KV_FP8: the producer's warps 1-3 widen tiles, four rows' loads in flight each (widen_tile): 56
+// with one block per SM (one consumer: 128·56 + 128·240, far below 64K); two blocks per SM keep 40
+// (and two rows in flight).
 constexpr int PRODUCER_REGS = BLOCKS_PER_SM == 3 ? 24 : BLOCKS_PER_SM == 2 ? 40
                             : KV_FP8 ? 56
                             : CONSUMERS == 3 ? 32 : DYNAMIC_WORK && PAGE_SIZE ? 56 : DYNAMIC_WORK || PAGE_SIZE ? 40 : 24;
@@ -462,25 +463,29 @@ __device__ __forceinline__ uint2 widen4(unsigned w) {
     return r;
 }
 // One staged tile (BLOCK_N rows of D e4m3 bytes) widened into its ring buffer by the producer's
-// warps 1-3: unit u is 8 consecutive elements, row u / (D/8), 16-byte chunk c = u % (D/8) of the
-// row, which lands in column block c / 8 at chunk (c % 8) ^ (row % 8), the copy engine's 128-byte
-// swizzle that the consumers' descriptors describe. A warp's 32 units are consecutive: its 8-byte
-// loads read 256 contiguous bytes and each quarter of its 16-byte stores one whole swizzled row
-// (all 8 bank groups), so neither conflicts. Each thread makes its stores visible to the tensor
-// cores (fence.proxy.async) and arrives on `full` (WIDEN_THREADS arrivals complete it).
+// warps 1-3. Thread i takes 16-byte chunk c = i % (D/8) (8 elements) of rows i / (D/8), then every
+// WIDEN_THREADS / (D/8)-th row after it (6 at D128, 12 at D64): the chunk lands in column block
+// c / 8 at chunk (c % 8) ^ (row % 8), the copy engine's 128-byte swizzle that the consumers'
+// descriptors describe. A warp's 32 chunks are consecutive in the staged tile: its 8-byte loads
+// read 256 contiguous bytes, and each quarter of its 16-byte stores one whole swizzled row (all 8
+// bank groups), so neither conflicts. Each thread makes its stores visible to the tensor cores
+// (fence.proxy.async) and arrives on `full` (WIDEN_THREADS arrivals complete it).
 __device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t (*dst)[BLOCK_N][64],
                                            unsigned long long* staged, unsigned long long* full, unsigned parity) {
-    constexpr int UNITS = BLOCK_N * D / 8;
-    static_assert(UNITS % 32 == 0, "whole warps of units: a warp's lanes all widen, or none");
+    constexpr int CHUNKS = D / 8, STEP = WIDEN_THREADS / CHUNKS;  // chunks per row; rows per step
+    static_assert(WIDEN_THREADS % CHUNKS == 0, "each thread keeps its chunk of every row it widens");
+    const unsigned i = threadIdx.x - 32, c = i % CHUNKS;
+    const unsigned char* from = &src[i / CHUNKS][8 * c];
+    unsigned char* const to = reinterpret_cast<unsigned char*>(&dst[c / 8][0][0]);
     mbar_wait(staged, parity);
-    const unsigned char* const from = &src[0][0];
-#pragma unroll 4
-    for (int u = threadIdx.x - 32; u < UNITS; u += WIDEN_THREADS) {
-        const uint2 x = *reinterpret_cast<const uint2*>(from + 8 * u);
+    // Four rows' loads in flight per thread; two with two blocks per SM, whose producer keeps 40
+    // registers (four spilled 4 bytes there, the fp16 build at D64).
+    constexpr int UNROLL = BLOCKS_PER_SM == 1 ? 4 : 2;
+#pragma unroll UNROLL
+    for (unsigned row = i / CHUNKS; row < BLOCK_N; row += STEP, from += STEP * D) {
+        const uint2 x = *reinterpret_cast<const uint2*>(from);
         const uint2 a = widen4(x.x), b = widen4(x.y);
-        const int row = u / (D / 8), c = u % (D / 8);
-        unsigned char* const to = reinterpret_cast<unsigned char*>(&dst[c / 8][row][0]);
-        *reinterpret_cast<uint4*>(to + (((c % 8) ^ (row % 8)) * 16)) = make_uint4(a.x, a.y, b.x, b.y);
+        *reinterpret_cast<uint4*>(to + 128 * row + 16 * ((c % 8) ^ (row % 8))) = make_uint4(a.x, a.y, b.x, b.y);
     }
     fence_proxy_async();  // generic-proxy writes, read next by wgmma
     mbar_arrive(full);
