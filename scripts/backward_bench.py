@@ -9,7 +9,8 @@ shape, every sequence length as timed) — and again after timing.
     python scripts/backward_bench.py --features --record     # the models' variants, under "backward_variants"
 
 By default it times bf16 and then fp16 (`--dtype` picks one); `--variants` times the other
-builds in the first of them only.
+builds in the first of them only (`--variants producer`: the producer warpgroup's builds alone,
+experiments/backward_producer).
 
 Each side's time is one whole backward: stage 8's preprocess (δ, lse in log2 units), kernel
 and postprocess (dQ to q's dtype); SDPA's autograd backward of one forward call (whatever
@@ -81,10 +82,11 @@ def variants(D, which="all"):
     the WGMMA build's warpgroups, dQ and load switches (the stage's own included, so that every
     shape has the same columns), two warpgroups taking turns at dQ (D 64), the stage's build
     with the overlap switch flipped (at D 64, whose build has none, the combinations above have it;
-    there also three blocks per SM) and with its dQ product issued early (DQ_EARLY); and (which="all") every tile choice of the mma.sync build, with dQ by
+    there also three blocks per SM) and with its dQ product issued early (DQ_EARLY); the producer
+    warpgroup's builds (producer_variants; which="producer": those alone); and (which="all") every tile choice of the mma.sync build, with dQ by
     atomics and by its own pass."""
     out = []
-    if stage8.wgmma_here():
+    if stage8.wgmma_here() and which != "producer":
         out += [(wgmma_label(w, a, b, t), {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b,
                                             "tma_loads": t, "overlap": 1, "dq_turns": 0})
                 for t in stage8.SWITCHES["TMA_LOADS"] for w in stage8.SWITCHES["WARPGROUPS"] for a, b in _DQ]
@@ -101,11 +103,25 @@ def variants(D, which="all"):
         if D == 64:  # three blocks per SM, which fit only without the overlap
             out.append((without_overlap + ", 3 blocks per SM", {**as_built, "overlap": 0, "blocks_per_sm": 3}))
         out.append(("WGMMA, dQ issued before dV and dK are done", {"wgmma": 1, "dq_early": 1}))
-    if which == "wgmma":
+    if stage8.wgmma_here():
+        out += producer_variants(D)
+    if which in ("wgmma", "producer"):
         return out
     return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
                    {"tiles": tiles, "dq_atomics": atomics, "wgmma": 0})
                   for tiles in stage8.CHOICES for atomics in stage8.SWITCHES["DQ_ATOMICS"]]
+
+
+def producer_variants(D):
+    """The stage's build with a producer warpgroup (PRODUCER: loads and dQ's bulk reductions
+    issued by a warpgroup of their own, setmaxnreg) and, at D 64, with two warpgroups that
+    multiply, which the producer's registers make room for (alone, and taking turns at dQ)."""
+    out = [("WGMMA, producer warpgroup", {"wgmma": 1, "producer": 1})]
+    if D == 64:
+        out += [("WGMMA 2 warpgroups, producer warpgroup", {"wgmma": 1, "producer": 1, "warpgroups": 2}),
+                ("WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
+                 {"wgmma": 1, "producer": 1, "warpgroups": 2, "dq_turns": 1})]
+    return out
 
 
 # --train-step: the training map -----------------------------------------------------------------
@@ -343,9 +359,10 @@ def main() -> int:
                     help="both (the default, what the record holds): bf16 rows, then fp16 rows; the "
                          "variants are timed in the first dtype only")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--variants", nargs="?", const="all", choices=["all", "wgmma"],
+    ap.add_argument("--variants", nargs="?", const="all", choices=["all", "wgmma", "producer"],
                     help="also time the other builds: every switch of the WGMMA build and (all, the "
-                         "default) every tile choice and dQ switch of the mma.sync build (stage8.CHOICES, SWITCHES)")
+                         "default) every tile choice and dQ switch of the mma.sync build (stage8.CHOICES, SWITCHES); "
+                         "producer: only the producer warpgroup's builds (PRODUCER)")
     a = ap.parse_args()
     if not HAS_GPU:
         ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU and none was found\n")
