@@ -66,7 +66,7 @@ def check(B, H, S, D, causal, dtype, seed) -> dict:
 # The WGMMA build's combinations that --variants times: (label, switches). Warpgroups × how dQ
 # is summed × how Q and dO are loaded, then the stage's build with its overlap switch flipped.
 _DQ = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}
-WGMMA_PATH = {  # the switches turned one at a time from the first build to the stage's, per head dim
+WGMMA_PATH = {  # the switches turned one at a time from the first build to the one before the producer's (PRODUCER_PATH)
     64: [(1, 0, 0, 0), (1, 1, 0, 0), (1, 1, 1, 0), (1, 1, 1, 1), (1, 1, 1, 1, 0)],
     128: [(1, 0, 0, 0), (2, 0, 0, 0), (2, 1, 0, 0), (2, 1, 1, 0), (2, 1, 1, 1)],
 }
@@ -88,12 +88,13 @@ def variants(D, which="all"):
     out = []
     if stage8.wgmma_here() and which != "producer":
         out += [(wgmma_label(w, a, b, t), {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b,
-                                            "tma_loads": t, "overlap": 1, "dq_turns": 0})
+                                            "tma_loads": t, "overlap": 1, "dq_turns": 0, "producer": 0})
                 for t in stage8.SWITCHES["TMA_LOADS"] for w in stage8.SWITCHES["WARPGROUPS"] for a, b in _DQ]
         if D == 64:  # two warpgroups taking turns at dQ over all 128 keys (DQ_TURNS)
             out.append((wgmma_label(2, 1, 1, 1) + ", dQ in turns",
-                        {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1}))
-        build = stage8.WGMMA_BUILD[D]
+                        {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1,
+                         "producer": 0}))
+        build = stage8.BEFORE_PRODUCER[D]  # the comparisons below are the build before the producer's
         as_built = {"wgmma": 1, **{name.lower(): value for name, value in build.items()}}
         without_overlap = wgmma_label(build["WARPGROUPS"], build["DQ_ATOMICS"], build["DQ_BULK"], build["TMA_LOADS"], 0)
         if build["OVERLAP"]:
@@ -102,9 +103,9 @@ def variants(D, which="all"):
             out.append((without_overlap, as_built))
         if D == 64:  # three blocks per SM, which fit only without the overlap
             out.append((without_overlap + ", 3 blocks per SM", {**as_built, "overlap": 0, "blocks_per_sm": 3}))
-        out.append(("WGMMA, dQ issued before dV and dK are done", {"wgmma": 1, "dq_early": 1}))
+        out.append(("WGMMA, dQ issued before dV and dK are done", {**as_built, "dq_early": 1}))
     if stage8.wgmma_here():
-        out += producer_variants(D)
+        out += producer_variants(D) + [("WGMMA, the stage's build again", {"wgmma": 1})]
     if which in ("wgmma", "producer"):
         return out
     return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
@@ -116,12 +117,19 @@ def producer_variants(D):
     """The stage's build with a producer warpgroup (PRODUCER: loads and dQ's bulk reductions
     issued by a warpgroup of their own, setmaxnreg) and, at D 64, with two warpgroups that
     multiply, which the producer's registers make room for (alone, and taking turns at dQ)."""
-    out = [("WGMMA, producer warpgroup", {"wgmma": 1, "producer": 1})]
+    before = {"wgmma": 1, **{name.lower(): value for name, value in stage8.BEFORE_PRODUCER[D].items()}}
+    out = [("WGMMA, producer warpgroup", {**before, "producer": 1})]
     if D == 64:
-        out += [("WGMMA 2 warpgroups, producer warpgroup", {"wgmma": 1, "producer": 1, "warpgroups": 2}),
+        out += [("WGMMA 2 warpgroups, producer warpgroup", {**before, "producer": 1, "warpgroups": 2}),
                 ("WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
-                 {"wgmma": 1, "producer": 1, "warpgroups": 2, "dq_turns": 1})]
+                 {**before, "producer": 1, "warpgroups": 2, "dq_turns": 1})]
     return out
+
+
+# The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup (the stage's build at D 128),
+# then at D 64 the two warpgroups its registers make room for, taking turns at dQ (the stage's build)
+PRODUCER_PATH = {64: ["WGMMA, producer warpgroup", "WGMMA 2 warpgroups, producer warpgroup, dQ in turns"],
+                 128: ["WGMMA, producer warpgroup"]}
 
 
 # --train-step: the training map -----------------------------------------------------------------

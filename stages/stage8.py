@@ -104,12 +104,20 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     found the kernel's L2 at 78% of its peak, half of it the bulk reductions into dQ (s37call2).
 #   Both: DQ_EARLY off. The dQ product issued while dV and dK still run ran 0.98-1.03x of the
 #     build without it at the four standard rows (results/logs/2026-11-26-s36call11/backward.log).
-#   Both: PRODUCER off until measured (experiments/backward_producer).
-WGMMA_BUILD = {
+#   Both: PRODUCER on (H200, same rounds, bf16, the standard rows; results/logs/2026-11-29-c76a9ce-
+#     h200-producer/pbench.txt). The build above with a producer warpgroup ran 1.13-1.15x (D 64) and
+#     1.09-1.10x (D 128) its speed. With the producer's registers given to them, two warpgroups at
+#     D 64 taking turns at dQ ran 1.17x (full) and 1.13x (causal): that is D 64's build now. The
+#     builds before it stay measurable (BEFORE_PRODUCER, the record's comparisons).
+BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0},
+}
+WGMMA_BUILD = {
+    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1},
 }
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
@@ -193,6 +201,12 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen[name] = WGMMA_BUILD[head_dim][name] if value is None else value
             if isinstance(chosen[name], bool) or chosen[name] not in SWITCHES[name]:
                 raise ValueError(f"{name.lower()} must be one of {SWITCHES[name]}, got {chosen[name]!r}")
+        # the build's DQ_TURNS and PRODUCER need other switches of the build: where a call turns one
+        # of those off and leaves these unsaid, they go off too (a dQ pass, one warpgroup, ...)
+        if given.get("dq_turns") is None and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+            chosen["DQ_TURNS"] = 0
+        if given.get("producer") is None and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+            chosen["PRODUCER"] = 0
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:

@@ -55,14 +55,14 @@ def test_producer_config():
     TMA loads or the bulk reductions it issues, and with three blocks per SM."""
     for D in (64, 128):
         for w in (1, 2):
-            plain = stage8.config(D, wgmma=1, warpgroups=w)
-            cfg = stage8.config(D, wgmma=1, warpgroups=w, producer=1)
+            plain = stage8.config(D, wgmma=1, warpgroups=w, producer=0, dq_turns=0)
+            cfg = stage8.config(D, wgmma=1, warpgroups=w, producer=1, dq_turns=0)
             assert dict(cfg["defines"]) == {**dict(plain["defines"]), "PRODUCER": 1}
             assert cfg["threads"] == plain["threads"] + 128 == 128 * (w + 1)
             assert cfg["smem"] == plain["smem"] + 2 * 2 * w * 8
             assert cfg["smem"] + 1024 <= SM_SMEM
-        assert dict(stage8.config(D, wgmma=1)["defines"])["PRODUCER"] == 0  # off in the stage's build
-    assert 2 * (stage8.config(64, wgmma=1, warpgroups=1, producer=1)["smem"] + 1024) <= SM_SMEM
+        assert dict(stage8.config(D, wgmma=1)["defines"])["PRODUCER"] == 1  # on in the stage's build
+    assert 2 * (stage8.config(64, wgmma=1, warpgroups=1, producer=1, dq_turns=0)["smem"] + 1024) <= SM_SMEM
     for bad in ({"tma_loads": 0}, {"dq_bulk": 0}, {"dq_atomics": 0}):
         with pytest.raises(ValueError, match="producer=1"):
             stage8.config(128, wgmma=1, producer=1, **bad)
