@@ -437,8 +437,7 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
     if wgmma and dq_atomics is None and switches.get("dq_bulk") is None and not switches.get("producer"):
-        # (the producer's builds need dq_bulk=1 and spill in none of the variant builds: their
-        # warpgroups hold fewer registers, experiments/backward_producer)
+        # (a call that asks for the producer keeps it: variant_switches is the stage's rule)
         switches = {**switches, **variant_switches(D, variants)}
     cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)),
                  variants.softcap_build, variants.window is not None, **switches)
