@@ -13,6 +13,8 @@ from conftest import assert_no_local_memory, compile_cases, gpu
 from lib.inputs import make_qkv
 from lib.reference import check_gradients
 from stages import stage5, stage6, stage8
+from test_backward import SHAPES as BACKWARD_SHAPES
+from test_backward_variants import _assert_passes, _check, _inputs as variant_inputs
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 hopper = pytest.mark.skipif(not HOPPER, reason="the WGMMA build needs an sm_90 GPU (H100/H200)")
@@ -111,17 +113,7 @@ def test_producer_builds_compile_offline(D, dtype, w, variant, extra):
 
 # ---- GPU -------------------------------------------------------------------------------------
 
-# (B, H, H_kv, Sq, Sk, D, causal): one element; lengths no multiple of 64; Sq ≠ Sk both ways; GQA
-# 2, 4 and 16; both causal alignments (bottom-right with Sq > Sk: rows that see no key); several
-# query blocks per key block
-SHAPES = [
-    (1, 1, 1, 1, 1, 64, False),
-    (2, 4, 2, 37, 45, 64, True),
-    (1, 8, 2, 129, 67, 128, "bottom_right"),
-    (1, 4, 1, 200, 130, 64, "bottom_right"),
-    (2, 2, 2, 64, 64, 128, False),
-    (1, 16, 1, 77, 300, 128, True),
-    (1, 2, 2, 333, 333, 64, True),
+SHAPES = BACKWARD_SHAPES + [  # tests/test_backward.py's, and two of several query blocks per key block
     (2, 4, 1, 250, 520, 128, "bottom_right"),
     (1, 4, 2, 520, 250, 64, False),
 ]
@@ -135,11 +127,6 @@ def _inputs(shape, dtype, seed):
     lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
     out = stage5.attention(q, k, v, causal=causal, lse=lse)
     return q, k, v, out, dout, lse
-
-
-def _assert_passes(checks, label):
-    for name, c in checks.items():
-        assert c.passed, f"{label} {name}: {c.summary()}"
 
 
 @gpu
@@ -206,19 +193,11 @@ def test_producer_with_variants(shape, variant, dtype, w, seed):
     D 128 fp16's ex2 tanh with a window keeps its bulk reductions, unlike the build without the
     producer, stage8_variants.variant_switches): gradients by the rule, dk and dv bit-equal to the
     same build without the producer."""
-    B, H, Hk, Sq, Sk, D, causal = shape
-    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dtype, seed=seed)
-    if "softcap" in variant:
-        q = (q.float() * 4).to(dtype)  # scores that reach the cap
-    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
-    dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=dtype)
-    kw = dict(variant)
-    if kw.get("sinks") is True:
-        kw["sinks"] = torch.randn(H, generator=gen, device="cuda") + 1.0
+    q, k, v, dout, causal, kw = variant_inputs(shape, dtype, seed, variant)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
     out = stage6.attention(q, k, v, causal=causal, lse=lse, **kw)
     grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, warpgroups=w, producer=1, **kw)
-    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal, **kw), f"{shape} {variant} {dtype} wg{w}")
+    _assert_passes(_check(grads, q, k, v, dout, causal, kw), f"{shape} {variant} {dtype} wg{w}")
     plain = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, warpgroups=w, producer=0,
                                       dq_atomics=1, dq_bulk=1, **kw)
     assert torch.equal(grads[1], plain[1]) and torch.equal(grads[2], plain[2]), f"{shape} {variant} {dtype} wg{w}"
