@@ -325,6 +325,13 @@ def attention_flops(B, H, Sq, Sk, D, causal=False) -> float:
     return flops / 2 if causal else flops
 
 
+def visible_scores(S: int, left: int) -> int:
+    """Keys each of S rows sees under causal attention with a window of `left` keys before the
+    diagonal (bottom-right, Sq = Sk): row i sees min(i, left) + 1; their sum."""
+    full = min(S, left + 1)
+    return full * (full + 1) // 2 + (S - full) * (left + 1)
+
+
 def attention_min_bytes(B, H, Sq, Sk, D, itemsize, Hkv=None) -> float:
     """The fewest bytes a forward must move through device memory: read q, k, v once,
     write o once."""
