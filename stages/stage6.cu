@@ -177,6 +177,9 @@ static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx)
 #ifndef KV_FP8
 #define KV_FP8 0  // 1: K and V in e4m3, widened to 16 bits in shared memory by the producer (see widen_tile)
 #endif
+#ifndef KV_FP8_STAGED
+#define KV_FP8_STAGED 2  // KV_FP8: e4m3 staging buffers of K (and of V), each freed once widened
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -244,6 +247,7 @@ static_assert(WARP_SPECIALIZED && SETMAXNREG && PACK_GQA && SEQS && CONSUMERS ==
               && !O_TMA_STORE && !CARRY_PV && !SOFTCAP && !WINDOW && !SINKS && !TIMELINE,
               "KV_FP8: the packed decoding build with a producer warpgroup, walking a fixed stride of work tiles");
 static_assert(D == 64 || D == 128, "KV_FP8: head dims 64 and 128");
+static_assert(KV_FP8_STAGED >= 1 && KV_FP8_STAGED <= 8, "KV_FP8: one to eight staging buffers");
 constexpr int WIDEN_THREADS = 96;  // the producer's warps 1-3
 #endif
 
@@ -260,9 +264,10 @@ struct Smem {
     // KV_FP8: each ring buffer's e4m3 tile as the copy engine brings it, rows of D bytes (no
     // swizzle), and the barriers its bytes complete; k_full and v_full then complete when the
     // producer's warps 1-3 have widened it into the ring (widen_tile).
-    unsigned char k8[STAGES][BLOCK_N][D];
-    unsigned char v8[STAGES][BLOCK_N][D];
-    unsigned long long k_staged[STAGES], v_staged[STAGES];
+    unsigned char k8[KV_FP8_STAGED][BLOCK_N][D];
+    unsigned char v8[KV_FP8_STAGED][BLOCK_N][D];
+    unsigned long long k_staged[KV_FP8_STAGED], v_staged[KV_FP8_STAGED];      // its bytes have landed
+    unsigned long long k_unstaged[KV_FP8_STAGED], v_unstaged[KV_FP8_STAGED];  // it has been widened
 #endif
     unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
     unsigned long long k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
@@ -421,18 +426,22 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
 // cache's bytes over the memory bandwidth, and an e4m3 cache has half the bytes of a 16-bit one.
 // The tensor cores would take e4m3 only with Q in e4m3 too (stage 7's product); here the products
 // stay 16-bit and each tile is widened on its way: the producer's thread 0 copies key tile j of
-// K (and of V) with the copy engine into staging buffer j % STAGES (load_staged: one box of
-// BLOCK_N rows × D bytes, unswizzled), its bytes completing k_staged; warps 1-3, idle in the
-// build without it, wait for it, write the tile widened to 16 bits into ring buffer j % STAGES in
-// the 128-byte swizzle the copy engine would have written (widen_tile), and complete k_full, on
-// which the consumers wait as before. The consumers' k_empty frees both buffers: a staging buffer
-// is refilled only once its ring buffer is free, which is after it was widened.
+// K (and of V) with the copy engine into staging buffer j % KV_FP8_STAGED (load_staged: one box
+// of BLOCK_N rows × D bytes, unswizzled), its bytes completing k_staged; warps 1-3, idle in the
+// build without it, wait for ring buffer j % STAGES to be free (k_empty, from the consumers) and
+// for the staged bytes, write the tile widened to 16 bits into the ring in the 128-byte swizzle
+// the copy engine would have written (widen_tile), complete k_full, on which the consumers wait
+// as before, and k_unstaged, on which thread 0 waits before it copies into that staging buffer
+// again. The staging buffers are half a ring buffer's bytes and are freed as soon as they are
+// read, so a block keeps more of the cache's bytes on their way from memory than its ring holds:
+// what a memory-bound loop needs to reach the bandwidth (with staging freed only with its ring
+// buffer, D128 held two 128-key tiles, 64 KB, and read 1.5-1.7 TB/s on the H200).
 #if KV_FP8
 __device__ __forceinline__ void load_staged(unsigned char (*stage)[BLOCK_N][D], unsigned long long* staged,
-                                            unsigned long long* empty, const CUtensorMap* map,
+                                            unsigned long long* unstaged, const CUtensorMap* map,
                                             int pos, int key_tile, int hk, int b, int k_start) {
-    const int st = pos % STAGES;
-    mbar_wait(&empty[st], ((pos / STAGES) & 1) ^ 1);
+    const int st = pos % KV_FP8_STAGED;
+    mbar_wait(&unstaged[st], ((pos / KV_FP8_STAGED) & 1) ^ 1);
     mbar_arrive_expect_bytes(&staged[st], BLOCK_N * D);
     tma_load_4d(&stage[st][0][0], map, &staged[st], 0, k_start + key_tile * BLOCK_N, hk, b);
 }
@@ -471,13 +480,15 @@ __device__ __forceinline__ uint2 widen4(unsigned w) {
 // bank groups), so neither conflicts. Each thread makes its stores visible to the tensor cores
 // (fence.proxy.async) and arrives on `full` (WIDEN_THREADS arrivals complete it).
 __device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t (*dst)[BLOCK_N][64],
-                                           unsigned long long* staged, unsigned long long* full, unsigned parity) {
+                                           unsigned long long* staged, unsigned long long* unstaged, unsigned staged_parity,
+                                           unsigned long long* empty, unsigned long long* full, unsigned ring_parity) {
     constexpr int CHUNKS = D / 8, STEP = WIDEN_THREADS / CHUNKS;  // chunks per row; rows per step
     static_assert(WIDEN_THREADS % CHUNKS == 0, "each thread keeps its chunk of every row it widens");
     const unsigned i = threadIdx.x - 32, c = i % CHUNKS;
     const unsigned char* from = &src[i / CHUNKS][8 * c];
     unsigned char* const to = reinterpret_cast<unsigned char*>(&dst[c / 8][0][0]);
-    mbar_wait(staged, parity);
+    mbar_wait(empty, ring_parity ^ 1);  // the consumers are done with this ring buffer
+    mbar_wait(staged, staged_parity);
     // Four rows' loads in flight per thread; two with two blocks per SM, whose producer keeps 40
     // registers (four spilled 4 bytes there, the fp16 build at D64).
     constexpr int UNROLL = BLOCKS_PER_SM == 1 ? 4 : 2;
@@ -487,7 +498,8 @@ __device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t
         const uint2 a = widen4(x.x), b = widen4(x.y);
         *reinterpret_cast<uint4*>(to + 128 * row + 16 * ((c % 8) ^ (row % 8))) = make_uint4(a.x, a.y, b.x, b.y);
     }
-    fence_proxy_async();  // generic-proxy writes, read next by wgmma
+    mbar_arrive(unstaged);  // this thread's loads are done: the copy engine may refill the staging buffer
+    fence_proxy_async();    // generic-proxy writes, read next by wgmma
     mbar_arrive(full);
 }
 #endif
@@ -938,10 +950,16 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             mbar_init(&sm.q_full[qs], 1);
             mbar_init(&sm.q_empty[qs], 128 * CONSUMERS);  // every consumer thread: see release_q
         }
-        for (int st = 0; st < STAGES; ++st) {
 #if KV_FP8
+        for (int st = 0; st < KV_FP8_STAGED; ++st) {
             mbar_init(&sm.k_staged[st], 1);  // the copy's bytes
             mbar_init(&sm.v_staged[st], 1);
+            mbar_init(&sm.k_unstaged[st], WIDEN_THREADS);  // every widening thread's loads
+            mbar_init(&sm.v_unstaged[st], WIDEN_THREADS);
+        }
+#endif
+        for (int st = 0; st < STAGES; ++st) {
+#if KV_FP8
             mbar_init(&sm.k_full[st], WIDEN_THREADS);  // every widening thread
             mbar_init(&sm.v_full[st], WIDEN_THREADS);
 #else
@@ -999,8 +1017,8 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
 #endif
                     STAMP(0, pos, 2);
 #if KV_FP8  // into the staging buffers; warps 1-3 widen them into the ring (below)
-                    load_staged(sm.k8, sm.k_staged, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
-                    load_staged(sm.v8, sm.v_staged, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
+                    load_staged(sm.k8, sm.k_staged, sm.k_unstaged, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
+                    load_staged(sm.v8, sm.v_staged, sm.v_unstaged, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
 #else
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
                     STAMP(0, pos, 0);
@@ -1044,10 +1062,12 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
                 const int n_tiles = work_tile(w, dv, seqs, per_split).n_tiles;
                 for (int j = 0; j < n_tiles; ++j, ++pos) {
-                    const int st = pos % STAGES;
-                    const unsigned parity = (pos / STAGES) & 1;
-                    widen_tile(sm.k8[st], sm.k[st], &sm.k_staged[st], &sm.k_full[st], parity);
-                    widen_tile(sm.v8[st], sm.v[st], &sm.v_staged[st], &sm.v_full[st], parity);
+                    const int st = pos % STAGES, sst = pos % KV_FP8_STAGED;
+                    const unsigned parity = (pos / STAGES) & 1, sparity = (pos / KV_FP8_STAGED) & 1;
+                    widen_tile(sm.k8[sst], sm.k[st], &sm.k_staged[sst], &sm.k_unstaged[sst], sparity,
+                               &sm.k_empty[st], &sm.k_full[st], parity);
+                    widen_tile(sm.v8[sst], sm.v[st], &sm.v_staged[sst], &sm.v_unstaged[sst], sparity,
+                               &sm.v_empty[st], &sm.v_full[st], parity);
                 }
             }
         }

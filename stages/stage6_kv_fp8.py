@@ -2,7 +2,7 @@
 float32 descales per (batch entry, K/V head), FlashAttention-3's convention (the true K is
 k_fp8 · k_descale[b, h_kv], V likewise); Q and the output stay 16-bit. The kernel's build is
 KV_FP8 (stages/stage6.cu: load_staged, widen_tile); this file holds the launcher's rules for it:
-what a call must bring (check_kv_fp8), its tiles (fp8_tiles, staging_bytes), the copy engine's
+what a call must bring (check_kv_fp8), its tiles and staging buffers (fp8_tiles, staged_buffers), the copy engine's
 map of an e4m3 cache (fp8_map), and a Python model of the kernel's bf16 widening (widen_bf16_bits)
 that the CPU tests check against torch's conversion.
 
@@ -22,24 +22,30 @@ from lib.inputs import DTYPE_NAMES, check_layout
 
 FP8 = torch.float8_e4m3fn
 KV_FP8_HEAD_DIMS = (64, 128)
-# (BLOCK_N, STAGES, CONSUMERS) of the KV_FP8 build, one block per SM: each stage holds a 16-bit
-# ring buffer of K and of V and an e4m3 staging buffer of each (1.5x the 16-bit ring's bytes), so
-# D128 keeps two stages where the 16-bit build has three (DECODE_TILES): 2 x (64 + 32) KB + Q 16 KB
-# = 208 KB of 227; D64 keeps DECODE_TILES' four (4 x 48 + 8 = 200 KB). Chosen to fit, not measured.
-FP8_TILES = {64: (128, 4, 1), 128: (128, 2, 1)}
-# Two blocks per SM (shares_sms' rule): D64 as the 16-bit build (DECODE_SHARED_TILES, 105 KB with its
-# staging); none at D128, where (64, 2, 1) with staging needs 115,832 bytes, 120 more than half an
-# SM leaves a block: D128 runs one block per SM with FP8_TILES.
-FP8_SHARED_TILES = {64: (128, 2, 1)}
+# (BLOCK_N, STAGES, CONSUMERS) of the KV_FP8 build, one block per SM, and beside the 16-bit ring
+# KV_FP8_STAGED e4m3 staging buffers of K and of V (half a ring buffer's bytes each), as many as fit
+# (staged_buffers). A staging buffer is freed once widened, so the staging buffers, not the ring,
+# hold the cache's bytes on their way from memory. Chosen to fit, not measured.
+FP8_TILES = {64: (128, 2, 1), 128: (64, 2, 1)}
+# Two blocks per SM (shares_sms' rule): D64's (64, 2, 1) leaves room for 4 staging buffers in half
+# an SM; none at D128 (one block per SM).
+FP8_SHARED_TILES = {64: (64, 2, 1)}
 # tiles= a call may ask for (for measuring): these, where they fit (config checks).
-FP8_CHOICES = [(128, 2, 1), (64, 4, 1), (128, 4, 1), (64, 2, 1)]
+FP8_CHOICES = [(128, 2, 1), (64, 2, 1), (64, 3, 1), (64, 4, 1), (128, 4, 1)]
+STAGED_CHOICES = tuple(range(1, 9))  # KV_FP8_STAGED: 1-8 (the kernel's static_assert)
 
 
-def staging_bytes(head_dim: int, tiles) -> int:
-    """The KV_FP8 build's shared memory beyond the 16-bit build's (stages/stage6.cu: Smem.k8, v8,
-    k_staged, v_staged): an e4m3 tile of K and of V per stage, and their two barriers."""
-    bn, stages, _ = tiles
-    return 2 * stages * bn * head_dim + 16 * stages
+def staging_bytes(head_dim: int, tiles, staged: int) -> int:
+    """The KV_FP8 build's shared memory beyond the 16-bit build's (stages/stage6.cu: Smem.k8, v8 and
+    their four barriers each): `staged` e4m3 tiles of K and of V."""
+    bn = tiles[0]
+    return 2 * staged * bn * head_dim + 32 * staged
+
+
+def staged_buffers(head_dim: int, tiles, room: int) -> int:
+    """KV_FP8_STAGED's rule: as many staging buffers as `room` bytes (a block's shared memory beyond
+    the 16-bit build's) hold, at most 8; 0 where not even one fits."""
+    return max([n for n in STAGED_CHOICES if staging_bytes(head_dim, tiles, n) <= room], default=0)
 
 
 def fp8_tiles(D: int, blocks_per_sm: int):

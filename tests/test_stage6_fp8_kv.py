@@ -209,14 +209,31 @@ def test_define_only_when_on():
                 continue
             on = s6.config(D, tiles, s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, blocks_per_sm=bps, kv_fp8=True)
             off = s6.config(D, tiles, s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, blocks_per_sm=bps)
-            assert dict(on["defines"]) == {**dict(off["defines"]), "KV_FP8": 1}
-            assert on["smem"] - off["smem"] == f8.staging_bytes(D, tiles) and on["smem"] <= s6.MAX_SMEM
+            staged = dict(on["defines"])["KV_FP8_STAGED"]
+            assert dict(on["defines"]) == {**dict(off["defines"]), "KV_FP8": 1, "KV_FP8_STAGED": staged}
+            assert on["smem"] - off["smem"] == f8.staging_bytes(D, tiles, staged) and on["smem"] <= s6.MAX_SMEM
             assert bps * (on["smem"] + 1024) <= s6.SM_SMEM
+            # as many staging buffers as fit: one more does not (or the kernel's most, 8)
+            most = min(s6.MAX_SMEM, s6.SM_SMEM // bps - 1024)
+            assert staged == 8 or on["smem"] + f8.staging_bytes(D, tiles, 1) > most, (D, bps, staged)
+            assert staged >= 2, (D, bps, staged)  # a staging buffer refills while the other is widened
+            fixed = s6.config(D, tiles, s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, blocks_per_sm=bps,
+                              kv_fp8=True, fp8_staged=2)
+            assert dict(fixed["defines"])["KV_FP8_STAGED"] == 2
+            assert fixed["smem"] == off["smem"] + f8.staging_bytes(D, tiles, 2)
     for B, H, Hk, Sq, Sk in SHAPES:
         for D in (64, 128):
             assert s6.choose(B, H, Hk, Sq, Sk, D, 0, 132) == s6.choose(B, H, Hk, Sq, Sk, D, 0, 132, kv_fp8=False)
-    with pytest.raises(ValueError):  # D128's (64, 2, 1) with staging: 120 bytes over half an SM
-        s6.config(128, (64, 2, 1), s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, blocks_per_sm=2, kv_fp8=True)
+    with pytest.raises(ValueError, match="fp8_staged"):  # more staging than fits
+        s6.config(128, (64, 2, 1), s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, blocks_per_sm=2, kv_fp8=True,
+                  fp8_staged=2)
+    with pytest.raises(ValueError, match="fp8_staged"):  # the kernel takes 1-8
+        s6.config(64, (64, 2, 1), s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, kv_fp8=True, fp8_staged=9)
+    with pytest.raises(ValueError, match="fp8_staged"):  # a 16-bit build has none
+        s6.config(64, (64, 2, 1), s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, fp8_staged=2)
+    with pytest.raises(ValueError, match="no room"):  # not one staging buffer in half an SM
+        s6.config(128, (64, 2, 1), s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, blocks_per_sm=2, kv_fp8=True,
+                  q_stages=2)
 
 
 # --------------------------------------------------------------------------------------------
