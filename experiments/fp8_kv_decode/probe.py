@@ -20,7 +20,7 @@ from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 
 VARIANTS = {  # label: attention() keywords of the e4m3 call
     128: {"64x2 staged 8 (rule)": {}, "64x2 staged 2": {"fp8_staged": 2},
-          "64x3 staged 6": {"tiles": (64, 3, 1)}, "64x4 staged 4": {"tiles": (64, 4, 1)},
+          "64x4 staged 4": {"tiles": (64, 4, 1)},
           "128x2 staged 2": {"tiles": (128, 2, 1)}},
     64: {"rule": {}, "128x2 staged 8, 1/SM": {"tiles": (128, 2, 1), "blocks_per_sm": 1},
          "64x2 staged 8, 2/SM": {"tiles": (64, 2, 1), "blocks_per_sm": 2},
