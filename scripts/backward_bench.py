@@ -105,7 +105,8 @@ def variants(D, which="all"):
             out.append((without_overlap + ", 3 blocks per SM", {**as_built, "overlap": 0, "blocks_per_sm": 3}))
         out.append(("WGMMA, dQ issued before dV and dK are done", {**as_built, "dq_early": 1}))
     if stage8.wgmma_here():
-        out += producer_variants(D) + [("WGMMA, the stage's build again", {"wgmma": 1})]
+        out += producer_variants(D) + [("WGMMA, the stage's build again", {"wgmma": 1}),
+                                       ("WGMMA, the stage's build, dSᵀ store guarded", {"wgmma": 1, "ds_guard": 1})]
     if which in ("wgmma", "producer"):
         return out
     return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
