@@ -205,11 +205,13 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen[name] = WGMMA_BUILD[head_dim][name] if value is None else value
             if isinstance(chosen[name], bool) or chosen[name] not in SWITCHES[name]:
                 raise ValueError(f"{name.lower()} must be one of {SWITCHES[name]}, got {chosen[name]!r}")
-        # the build's DQ_TURNS and PRODUCER need other switches of the build: where a call turns one
-        # of those off and leaves these unsaid, they go off too (a dQ pass, one warpgroup, ...)
-        if given.get("dq_turns") is None and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+        # what DQ_TURNS and PRODUCER need of the other switches: where a call turns one of those off
+        # and leaves these unsaid, they go off too (a dQ pass, one warpgroup, ...); asked for, refused
+        turns_fit = chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]
+        producer_fits = chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1
+        if given.get("dq_turns") is None and not turns_fit:
             chosen["DQ_TURNS"] = 0
-        if given.get("producer") is None and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+        if given.get("producer") is None and not producer_fits:
             chosen["PRODUCER"] = 0
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
@@ -217,14 +219,14 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_early=1 issues the dQ product of the dK/dV kernel early: it needs dq_atomics=1")
-        if chosen["DQ_TURNS"] and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+        if chosen["DQ_TURNS"] and not turns_fit:
             raise ValueError("dq_turns=1 takes two warpgroups at D 64 summing dQ in the dK/dV kernel "
                              "(warpgroups=2, dq_atomics=1)")
         if chosen["BLOCKS_PER_SM"] == 3 and not (head_dim == 64 and chosen["WARPGROUPS"] == 1
                                                   and not chosen["OVERLAP"]):
             raise ValueError("blocks_per_sm=3 takes one warpgroup at D 64 without the overlap "
                              "(warpgroups=1, overlap=0): only there do three blocks' registers fit")
-        if chosen["PRODUCER"] and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+        if chosen["PRODUCER"] and not producer_fits:
             raise ValueError("producer=1 issues the TMA loads and the dQ bulk reductions: it needs tma_loads=1 "
                              "and dq_bulk=1 (with dq_atomics=1), and blocks_per_sm=1")
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
