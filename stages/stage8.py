@@ -83,9 +83,10 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #   PRODUCER    (with TMA_LOADS and DQ_BULK) a warpgroup of its own issues the loads and the dQ bulk
 #               reductions (FlashAttention-3's producer, setmaxnreg 24), the others only multiply:
 #               one more warpgroup per block (threads), a "full" and an "empty" mbarrier per dQ buffer.
-#   DS_GUARD    (with DQ_ATOMICS) a barrier of the warpgroups before each step's dSᵀ store, where a
-#               dQ product reads both warpgroups' dSᵀ: orders the store after the step before's read
-#               (without it, time does: experiments/backward_producer, "Open").
+#   DS_GUARD    (with DQ_ATOMICS, two warpgroups whose dQ products read both's dSᵀ) each step's dSᵀ
+#               store waits at a named barrier for the other warpgroup's dQ product of the step
+#               before, which arrives there once it has read (without it, time orders them:
+#               experiments/backward_producer, "Open").
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
@@ -215,6 +216,9 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen["PRODUCER"] = 0
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
+        if chosen["DS_GUARD"] and not (chosen["WARPGROUPS"] == 2 and (head_dim == 128 or chosen["DQ_TURNS"])):
+            raise ValueError("ds_guard=1 orders a warpgroup's dSᵀ store after the other's dQ product: it needs two "
+                             "warpgroups whose dQ products read both warpgroups' dSᵀ (D 128, or dq_turns=1 at D 64)")
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:

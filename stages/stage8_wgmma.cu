@@ -73,12 +73,13 @@
 //     (setmaxnreg) and gives the rest to the warpgroups that multiply (FlashAttention-3's 24 and
 //     240 with two of them); one warpgroup at D 64 takes 232 so that two blocks still share an SM.
 //   DS_GUARD 1 (where a dQ product reads both warpgroups' dSᵀ: two warpgroups at D 128, or
-//     DQ_TURNS): a barrier of the two warpgroups before each step's dSᵀ store. One buffer holds
-//     both warpgroups' dSᵀ, and the other warpgroup's dQ product of the step before may still be
-//     reading it: each warpgroup reaches this barrier only after waiting for its own dQ product,
-//     so the store cannot overtake that read. Without it only time keeps them apart (the writer
-//     first makes a whole step of products and exponentials). The price: a warpgroup that made
-//     no dQ product (DQ_TURNS) waits for the one that did.
+//     DQ_TURNS): the dSᵀ store ordered after the other warpgroup's dQ product of the step before.
+//     One buffer holds both warpgroups' dSᵀ, and that product may still be reading it; without
+//     the guard only time keeps them apart (the writer first makes a whole step of products and
+//     exponentials). The reader arrives at named barrier 4 + (the other warpgroup) once its
+//     product is waited for (bar.arrive: it does not wait); the writer waits at 4 + its own before
+//     its stores, so it waits only if that read is not done. FlashAttention-3 syncs both
+//     warpgroups there (BwdNamedBarriers::PdS with one dS stage).
 // Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
 // block's dK is waited for.
 //
@@ -175,7 +176,8 @@ constexpr int CHUNKS = D / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
 static_assert(!DQ_EARLY || DQ_ATOMICS, "DQ_EARLY: the dQ product in this kernel");
-static_assert(!DS_GUARD || DQ_ATOMICS, "DS_GUARD: guards the dSᵀ that this kernel's dQ product reads");
+static_assert(!DS_GUARD || (DQ_ATOMICS && DQ_ALL_KEYS && WARPGROUPS == 2),
+              "DS_GUARD: guards the dSᵀ that this kernel's dQ product reads from both warpgroups");
 static_assert(!PRODUCER || (TMA_LOADS && DQ_BULK && BLOCKS_PER_SM == 1),
               "PRODUCER issues the TMA loads and the bulk reductions (TMA_LOADS, DQ_BULK), two dQ buffers");
 // The block: the warpgroups that multiply (threads 0 … KEY_THREADS − 1, as without a producer),
@@ -527,8 +529,9 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         wgmma_commit();
 #if DQ_ATOMICS
 #if DS_GUARD
-        // both warpgroups' dQ products of step it − 1 are done with sm.ds (DS_GUARD, above)
-        if (DQ_ALL_KEYS && it > 0) named_bar_sync(4, KEY_THREADS);
+        // the other warpgroup's dQ product of step it − 1 is done with sm.ds (DS_GUARD, above);
+        // with DQ_TURNS it made one when this warpgroup did not
+        if (it > 0 && (!DQ_TURNS || it % 2 == wg)) named_bar_sync(4 + wg, 2 * THREADS);
 #endif
         // dSᵀ to shared memory, rows ROWS·wg + 16·warp + g (+ 8): dsa[t][j] holds queries
         // 16t + 8·(j / 2) + 2·i4 and + 1 of row + 8·(j % 2) (pack_a's layout).
@@ -593,6 +596,10 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             wgmma_commit();
             wgmma_wait<0>();
             fence_registers(dq);
+#if DS_GUARD
+            // this product has read sm.ds: the other warpgroup may store its next dSᵀ (DS_GUARD)
+            if (c + 64 >= (DQ_SPLITS_D ? c0 + 64 : D) && it + 1 < n_iter) named_bar_arrive(5 - wg, 2 * THREADS);
+#endif
 #if DQ_BULK
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
             // contiguous bytes. The launcher's postprocess reads this order back.

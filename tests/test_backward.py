@@ -978,17 +978,22 @@ def _guarded_build(D, dtype, extra):
 @compile_cases("D,extra,dtype", [(D, e, dt) for D, e in GUARDED for dt in (torch.float16, torch.bfloat16)],
                keep=lambda c: True, build=lambda D, extra, dtype: _guarded_build(D, dtype, extra))
 def test_ds_guard_compiles_offline(D, extra, dtype):
-    """DS_GUARD adds one named barrier (id 4) to the dK/dV kernel and nothing that spills; the
-    define is 0 in the stage's build (its SASS is the build without the switch)."""
+    """DS_GUARD adds named barriers 4 and 5 to the dK/dV kernel (a wait before the dSᵀ store, an
+    arrival after the dQ product) and nothing that spills; the define is 0 in the stage's build (its
+    SASS is the build without the switch); builds with nothing to guard are refused."""
     from conftest import assert_no_local_memory
     from lib.sass import sass_text
     assert dict(stage8.config(D, wgmma=1)["defines"])["DS_GUARD"] == 0
     compiled = _guarded_build(D, dtype, extra)
     assert_no_local_memory(compiled, ("attention_backward",), (D, extra, dtype))
     body = sass_text(compiled.cubin).split("Function : attention_backward\n")[-1].split("Function : ")[0]
-    assert sum("BAR.SYNC" in line and "0x4" in line for line in body.splitlines()) >= 1, "no barrier 4"
+    lines = body.splitlines()
+    assert any("BAR.SYNC" in line for line in lines), "no barrier wait"
+    assert any("BAR.ARV" in line for line in lines), "no barrier arrival"
     with pytest.raises(ValueError, match="ds_guard=1"):
         stage8.config(D, None, 0, 1, ds_guard=1)  # the dQ pass: no dSᵀ exchange to guard
+    with pytest.raises(ValueError, match="ds_guard=1"):
+        stage8.config(D, wgmma=1, warpgroups=1, ds_guard=1)  # one warpgroup reads only its own dSᵀ
 
 
 @gpu
