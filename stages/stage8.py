@@ -120,9 +120,15 @@ BEFORE_PRODUCER = {
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
 }
+#   Both: DS_GUARD on (H200, same rounds, bf16, the standard rows; results/logs/2026-11-29-6c69c51-
+#     h200-ds-guard). One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
+#     of the next step's may otherwise overtake the other's dQ product still reading this step's
+#     (FlashAttention-3 syncs its warpgroups at the same place). The guard, an arrival after the
+#     read and a wait before the store, ran 0.99-1.00x the build without it at three rows and
+#     0.94x at D 128 full, where the stage's build timed again ran 0.96x.
 WGMMA_BUILD = {
-    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1},
+    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
 }
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
@@ -214,9 +220,13 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen["DQ_TURNS"] = 0
         if given.get("producer") is None and not producer_fits:
             chosen["PRODUCER"] = 0
+        # DS_GUARD: two warpgroups whose dQ products read both's dSᵀ (D 128, or dQ in turns)
+        guard_fits = chosen["WARPGROUPS"] == 2 and chosen["DQ_ATOMICS"] and (head_dim == 128 or chosen["DQ_TURNS"])
+        if given.get("ds_guard") is None and not guard_fits:
+            chosen["DS_GUARD"] = 0
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
-        if chosen["DS_GUARD"] and not (chosen["WARPGROUPS"] == 2 and (head_dim == 128 or chosen["DQ_TURNS"])):
+        if chosen["DS_GUARD"] and not guard_fits:
             raise ValueError("ds_guard=1 orders a warpgroup's dSᵀ store after the other's dQ product: it needs two "
                              "warpgroups whose dQ products read both warpgroups' dSᵀ (D 128, or dq_turns=1 at D 64)")
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:

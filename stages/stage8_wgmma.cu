@@ -432,6 +432,12 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     for (int i = 0; i < D / 2; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
     const int key0 = nw + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
 
+#if DS_GUARD
+    // Two warpgroups that both read all of dSᵀ every step (D 128): each arrives once for a step
+    // −1 that read nothing, so that every step's store waits alike; a last wait after the loop
+    // takes the last step's arrival (no barrier is left half-arrived at the block's exit).
+    if (!DQ_TURNS) named_bar_arrive(5 - wg, 2 * THREADS);
+#endif
     for (int it = 0; it < n_iter; ++it) {
 #if TMA_LOADS
         mbar_wait(&sm.full[it % 2], (it / 2) % 2);  // this step's tiles have landed
@@ -531,7 +537,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #if DS_GUARD
         // the other warpgroup's dQ product of step it − 1 is done with sm.ds (DS_GUARD, above);
         // with DQ_TURNS it made one when this warpgroup did not
-        if (it > 0 && (!DQ_TURNS || it % 2 == wg)) named_bar_sync(4 + wg, 2 * THREADS);
+        if (DQ_TURNS ? it > 0 && it % 2 == wg : true) named_bar_sync(4 + wg, 2 * THREADS);
 #endif
         // dSᵀ to shared memory, rows ROWS·wg + 16·warp + g (+ 8): dsa[t][j] holds queries
         // 16t + 8·(j / 2) + 2·i4 and + 1 of row + 8·(j % 2) (pack_a's layout).
@@ -596,10 +602,6 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             wgmma_commit();
             wgmma_wait<0>();
             fence_registers(dq);
-#if DS_GUARD
-            // this product has read sm.ds: the other warpgroup may store its next dSᵀ (DS_GUARD)
-            if (c + 64 >= (DQ_SPLITS_D ? c0 + 64 : D) && it + 1 < n_iter) named_bar_arrive(5 - wg, 2 * THREADS);
-#endif
 #if DQ_BULK
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
             // contiguous bytes. The launcher's postprocess reads this order back.
@@ -619,6 +621,11 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
                 red_add2(dq_rows + 8 * ((i / 2) % 2) * D + c + 8 * (i / 4) + 2 * i4, dq[i], dq[i + 1]);
 #endif
         }
+#if DS_GUARD
+        // this warpgroup's dQ product has read sm.ds (waited for above): the other may store its
+        // next dSᵀ (DS_GUARD)
+        if (DQ_TURNS ? dq_turn && it + 1 < n_iter : true) named_bar_arrive(5 - wg, 2 * THREADS);
+#endif
 #if DQ_BULK
         if (dq_turn) {
             fence_proxy_async();                     // the tiles, visible to the copy engine
@@ -654,6 +661,9 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         }
 #endif
     }
+#if DS_GUARD
+    if (!DQ_TURNS) named_bar_sync(4 + wg, 2 * THREADS);  // the other's last arrival (above the loop)
+#endif
     cp_async_wait<0>();
     // (PRODUCER: the consumers issued no bulk groups, so this waits for nothing)
     if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // before the block's memory goes

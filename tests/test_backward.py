@@ -979,11 +979,13 @@ def _guarded_build(D, dtype, extra):
                keep=lambda c: True, build=lambda D, extra, dtype: _guarded_build(D, dtype, extra))
 def test_ds_guard_compiles_offline(D, extra, dtype):
     """DS_GUARD adds named barriers 4 and 5 to the dK/dV kernel (a wait before the dSᵀ store, an
-    arrival after the dQ product) and nothing that spills; the define is 0 in the stage's build (its
-    SASS is the build without the switch); builds with nothing to guard are refused."""
+    arrival after the dQ product) and nothing that spills; it is on in the stage's builds at both
+    head dims and off where a call's switches leave nothing to guard; builds with nothing to guard
+    that ask for it are refused."""
     from conftest import assert_no_local_memory
     from lib.sass import sass_text
-    assert dict(stage8.config(D, wgmma=1)["defines"])["DS_GUARD"] == 0
+    assert dict(stage8.config(D, wgmma=1)["defines"])["DS_GUARD"] == 1
+    assert dict(stage8.config(D, wgmma=1, warpgroups=1)["defines"])["DS_GUARD"] == 0
     compiled = _guarded_build(D, dtype, extra)
     assert_no_local_memory(compiled, ("attention_backward",), (D, extra, dtype))
     body = sass_text(compiled.cubin).split("Function : attention_backward\n")[-1].split("Function : ")[0]
