@@ -178,6 +178,7 @@ static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
 static_assert(!DQ_EARLY || DQ_ATOMICS, "DQ_EARLY: the dQ product in this kernel");
 static_assert(!DS_GUARD || (DQ_ATOMICS && DQ_ALL_KEYS && WARPGROUPS == 2),
               "DS_GUARD: guards the dSᵀ that this kernel's dQ product reads from both warpgroups");
+static_assert(!DS_GUARD || D == 64 || DQ_SPLITS_D, "DS_GUARD: one dQ product per warpgroup and step (its arrival)");
 static_assert(!PRODUCER || (TMA_LOADS && DQ_BULK && BLOCKS_PER_SM == 1),
               "PRODUCER issues the TMA loads and the bulk reductions (TMA_LOADS, DQ_BULK), two dQ buffers");
 // The block: the warpgroups that multiply (threads 0 … KEY_THREADS − 1, as without a producer),
@@ -602,6 +603,13 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             wgmma_commit();
             wgmma_wait<0>();
             fence_registers(dq);
+#if DS_GUARD
+            // This product has read sm.ds: the other warpgroup may store its next dSᵀ (DS_GUARD;
+            // the loop makes one product here, D 64's or this warpgroup's half of D 128's). Before
+            // the wait for a free dQ buffer below: after it, the other warpgroup waited for this
+            // one's bulk reductions too (0.93-0.94x at D 64 in a record).
+            if (DQ_TURNS ? it + 1 < n_iter : true) named_bar_arrive(5 - wg, 2 * THREADS);
+#endif
 #if DQ_BULK
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
             // contiguous bytes. The launcher's postprocess reads this order back.
@@ -621,11 +629,6 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
                 red_add2(dq_rows + 8 * ((i / 2) % 2) * D + c + 8 * (i / 4) + 2 * i4, dq[i], dq[i + 1]);
 #endif
         }
-#if DS_GUARD
-        // this warpgroup's dQ product has read sm.ds (waited for above): the other may store its
-        // next dSᵀ (DS_GUARD)
-        if (DQ_TURNS ? dq_turn && it + 1 < n_iter : true) named_bar_arrive(5 - wg, 2 * THREADS);
-#endif
 #if DQ_BULK
         if (dq_turn) {
             fence_proxy_async();                     // the tiles, visible to the copy engine
