@@ -86,7 +86,7 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #   DS_GUARD    (with DQ_ATOMICS, two warpgroups whose dQ products read both's dSᵀ) each step's dSᵀ
 #               store waits at a named barrier for the other warpgroup's dQ product of the step
 #               before, which arrives there once it has read (without it, time orders them:
-#               experiments/backward_producer, "Open").
+#               experiments/backward_producer, "Found by reading, then guarded").
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
@@ -120,12 +120,13 @@ BEFORE_PRODUCER = {
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
 }
-#   Both: DS_GUARD on (H200, same rounds, bf16, the standard rows; results/logs/2026-11-29-6c69c51-
-#     h200-ds-guard). One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
+#   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
-#     (FlashAttention-3 syncs its warpgroups at the same place). The guard, an arrival after the
-#     read and a wait before the store, ran 0.99-1.00x the build without it at three rows and
-#     0.94x at D 128 full, where the stage's build timed again ran 0.96x.
+#     (FlashAttention-3 syncs its warpgroups at the same place). The guard, an arrival right after
+#     the read and a wait before the store, ran 0.99x and 1.00x the build without it at D 64 (full,
+#     causal) and 1.03x and 0.99x at D 128 in the backward record at b6a1670 (H200, same rounds,
+#     bf16; results/logs/2026-11-29-b6a1670-h200; the forms timed before it in
+#     results/logs/2026-11-29-6c69c51-h200-ds-guard).
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
     128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
