@@ -58,7 +58,8 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
-            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1)}
+            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
+            "DS_GUARD": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -82,8 +83,12 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #   PRODUCER    (with TMA_LOADS and DQ_BULK) a warpgroup of its own issues the loads and the dQ bulk
 #               reductions (FlashAttention-3's producer, setmaxnreg 24), the others only multiply:
 #               one more warpgroup per block (threads), a "full" and an "empty" mbarrier per dQ buffer.
+#   DS_GUARD    (with DQ_ATOMICS, two warpgroups whose dQ products read both's dSᵀ) each step's dSᵀ
+#               store waits at a named barrier for the other warpgroup's dQ product of the step
+#               before, which arrives there once it has read (without it, time orders them:
+#               experiments/backward_producer, "Found by reading, then guarded").
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
-                  "BLOCKS_PER_SM", "PRODUCER")
+                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -111,13 +116,20 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     builds before it stay measurable (BEFORE_PRODUCER, the record's comparisons).
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-         "BLOCKS_PER_SM": 1, "PRODUCER": 0},
+         "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-          "BLOCKS_PER_SM": 1, "PRODUCER": 0},
+          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
 }
+#   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
+#     of the next step's may otherwise overtake the other's dQ product still reading this step's
+#     (FlashAttention-3 syncs its warpgroups at the same place). The guard, an arrival right after
+#     the read and a wait before the store, ran 0.99x and 1.00x the build without it at D 64 (full,
+#     causal) and 1.03x and 0.99x at D 128 in the backward record at b6a1670 (H200, same rounds,
+#     bf16; results/logs/2026-11-29-b6a1670-h200; the forms timed before it in
+#     results/logs/2026-11-29-6c69c51-h200-ds-guard).
 WGMMA_BUILD = {
-    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1},
+    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
 }
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
@@ -201,24 +213,35 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen[name] = WGMMA_BUILD[head_dim][name] if value is None else value
             if isinstance(chosen[name], bool) or chosen[name] not in SWITCHES[name]:
                 raise ValueError(f"{name.lower()} must be one of {SWITCHES[name]}, got {chosen[name]!r}")
-        # the build's DQ_TURNS and PRODUCER need other switches of the build: where a call turns one
-        # of those off and leaves these unsaid, they go off too (a dQ pass, one warpgroup, ...)
-        if given.get("dq_turns") is None and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+        # what DQ_TURNS and PRODUCER need of the other switches: where a call turns one of those off
+        # and leaves these unsaid, they go off too (a dQ pass, one warpgroup, ...); asked for, refused
+        turns_fit = chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]
+        producer_fits = chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1
+        if given.get("dq_turns") is None and not turns_fit:
             chosen["DQ_TURNS"] = 0
-        if given.get("producer") is None and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+        if given.get("producer") is None and not producer_fits:
             chosen["PRODUCER"] = 0
+        # DS_GUARD: two warpgroups whose dQ products read both's dSᵀ (D 128, or dQ in turns)
+        guard_fits = chosen["WARPGROUPS"] == 2 and chosen["DQ_ATOMICS"] and (head_dim == 128 or chosen["DQ_TURNS"])
+        if given.get("ds_guard") is None and not guard_fits:
+            chosen["DS_GUARD"] = 0
+        if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
+            raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
+        if chosen["DS_GUARD"] and not guard_fits:
+            raise ValueError("ds_guard=1 orders a warpgroup's dSᵀ store after the other's dQ product: it needs two "
+                             "warpgroups whose dQ products read both warpgroups' dSᵀ (D 128, or dq_turns=1 at D 64)")
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_early=1 issues the dQ product of the dK/dV kernel early: it needs dq_atomics=1")
-        if chosen["DQ_TURNS"] and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+        if chosen["DQ_TURNS"] and not turns_fit:
             raise ValueError("dq_turns=1 takes two warpgroups at D 64 summing dQ in the dK/dV kernel "
                              "(warpgroups=2, dq_atomics=1)")
         if chosen["BLOCKS_PER_SM"] == 3 and not (head_dim == 64 and chosen["WARPGROUPS"] == 1
                                                   and not chosen["OVERLAP"]):
             raise ValueError("blocks_per_sm=3 takes one warpgroup at D 64 without the overlap "
                              "(warpgroups=1, overlap=0): only there do three blocks' registers fit")
-        if chosen["PRODUCER"] and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+        if chosen["PRODUCER"] and not producer_fits:
             raise ValueError("producer=1 issues the TMA loads and the dQ bulk reductions: it needs tma_loads=1 "
                              "and dq_bulk=1 (with dq_atomics=1), and blocks_per_sm=1")
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
@@ -345,7 +368,7 @@ def _aligned_strides(t: torch.Tensor, align: int = 16) -> bool:
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
                        dq_atomics=None, wgmma=None, window=None, softcap=None, sinks=None, softcap_tanh=None,
-                       **switches):
+                       deterministic=False, **switches):
     """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
     output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
     that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
@@ -360,7 +383,21 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
     must have had the same ones): `window` (left, right), `softcap` c (with `softcap_tanh`, as
     stage 6 takes it: the same tanh the forward used) — the WGMMA build's SOFTCAP and WINDOW
     builds — and `sinks` (float32 [H]): then the call returns (dq, dk, dv, dsinks), dsinks the
-    float32 [H] gradient of the sinks (sinks_gradient), the other three unchanged by them."""
+    float32 [H] gradient of the sinks (sinks_gradient), the other three unchanged by them.
+
+    `deterministic=True`: the same gradients, bit for bit, on every run with the same inputs.
+    The stage's build sums dQ in the dK/dV kernel by bulk reductions into float32, in whatever
+    order the blocks reach them, so dq may differ in its last bits from run to run (dk and dv do
+    not: each key block's are one block's sums in a fixed order). Deterministic, dQ is made by
+    its own pass (dq_atomics=0), each row's by one block over the keys in order; the backward
+    record's row "WGMMA, deterministic (dQ by its own pass)" is its cost. FlashAttention-3's
+    deterministic mode keeps the reductions and orders them with a semaphore per query block."""
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+    if deterministic:
+        if dq_atomics:
+            raise ValueError("deterministic=True makes dQ by its own pass: dq_atomics=1 contradicts it")
+        dq_atomics = 0
     variants = check_backward_variants(q, window, softcap, sinks, softcap_tanh)
     with torch.no_grad():
         if sinks is None:
@@ -566,12 +603,12 @@ class _Attention(torch.autograd.Function):
     """A forward that saves the log-sum-exp, and this stage's backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, forward, causal, scale):
+    def forward(ctx, q, k, v, forward, causal, scale, deterministic=False):
         B, H, Sq, _ = q.shape
         lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
         out = forward(q, k, v, causal=causal, scale=scale, lse=lse)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale = causal, scale
+        ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
         return out
 
     @staticmethod
@@ -584,7 +621,10 @@ class _Attention(torch.autograd.Function):
 
 def _gradients(ctx, dout):
     q, k, v, out, lse = ctx.saved_tensors
-    return (*_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale), None, None, None)
+    if ctx.deterministic:  # dQ by its own pass (attention_backward's deterministic)
+        return (*_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale, dq_atomics=0),
+                None, None, None, None)
+    return (*_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale), None, None, None, None)
 
 
 _gradients_once = once_differentiable(_gradients)
@@ -597,13 +637,13 @@ class _VariantAttention(torch.autograd.Function):
     The forward sees them detached (stage 6's forward refuses sinks that require grad)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, forward, causal, scale, variant_kw):
+    def forward(ctx, q, k, v, sinks, forward, causal, scale, variant_kw, deterministic=False):
         B, H, Sq, _ = q.shape
         lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
         plain_sinks = None if sinks is None else sinks.detach()
         out = forward(q, k, v, causal=causal, scale=scale, lse=lse, sinks=plain_sinks, **variant_kw)
         ctx.save_for_backward(q, k, v, out, lse, plain_sinks)
-        ctx.causal, ctx.scale, ctx.variant_kw = causal, scale, variant_kw
+        ctx.causal, ctx.scale, ctx.variant_kw, ctx.deterministic = causal, scale, variant_kw, deterministic
         return out
 
     @staticmethod
@@ -611,23 +651,26 @@ class _VariantAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse, sinks = ctx.saved_tensors
         g = attention_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale, sinks=sinks,
-                               **ctx.variant_kw)
+                               deterministic=ctx.deterministic, **ctx.variant_kw)
         dsinks = g[3] if sinks is not None and ctx.needs_input_grad[3] else None
-        return g[0], g[1], g[2], dsinks, None, None, None, None
+        return g[0], g[1], g[2], dsinks, None, None, None, None, None
 
 
 VARIANT_KEYWORDS = ("window", "softcap", "sinks", "softcap_tanh")  # stage 6's, which the backward takes
 
 
-def with_grad(forward, q, k, v, *, causal, scale, window=None, softcap=None, sinks=None, softcap_tanh=None):
+def with_grad(forward, q, k, v, *, causal, scale, window=None, softcap=None, sinks=None, softcap_tanh=None,
+              deterministic=False):
     """forward(q, k, v, causal=, scale=, lse=) — a forward that writes the log-sum-exp into
     `lse` — run so that its output has a grad_fn whose backward is this stage's. With stage 6's
     model variants (window, softcap, softcap_tanh, sinks) forward takes them too, and the sinks
-    get a gradient when they require grad."""
+    get a gradient when they require grad. `deterministic`: attention_backward's."""
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
     if window is None and softcap is None and sinks is None and softcap_tanh is None:
-        return _Attention.apply(q, k, v, forward, causal, scale)
+        return _Attention.apply(q, k, v, forward, causal, scale, deterministic)
     variant_kw = {"window": window, "softcap": softcap, "softcap_tanh": softcap_tanh}
-    return _VariantAttention.apply(q, k, v, sinks, forward, causal, scale, variant_kw)
+    return _VariantAttention.apply(q, k, v, sinks, forward, causal, scale, variant_kw, deterministic)
 
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True):

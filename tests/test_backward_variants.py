@@ -45,13 +45,14 @@ def test_defines_only_when_on():
 
 
 def test_variant_switches_and_args():
-    """The launcher's rule (D 128, a softcap with a window: the build before the producer, and for
-    the ex2 softcap dq_bulk=0, which do not spill) and the kernels' scalar arguments: cap_mul
+    """The launcher's rule (D 128, a softcap with a window: the build before the producer with
+    dq_bulk=0, which does not spill) and the kernels' scalar arguments: cap_mul
     carries the scale's sign, the window made finite."""
     cap2_win = Variants(softcap=30.0, window=(5, 0), softcap_build=2)
     assert stage8.variant_switches(128, cap2_win) == {"producer": 0, "dq_bulk": 0}
     assert stage8.variant_switches(64, cap2_win) == {}
-    assert stage8.variant_switches(128, Variants(softcap=30.0, window=(5, 0), softcap_build=1)) == {"producer": 0}
+    assert stage8.variant_switches(128, Variants(softcap=30.0, window=(5, 0), softcap_build=1)) == {"producer": 0,
+                                                                                                    "dq_bulk": 0}
     assert stage8.variant_switches(128, Variants(softcap=30.0, softcap_build=2)) == {}
     log2e = math.log2(math.e)
     mul, cap_log2, left, right = stage8.variant_args(Variants(softcap=5.0, softcap_build=1), -0.125, 10, 20)
@@ -216,8 +217,9 @@ def _fake_stage6_and_backward(monkeypatch, calls):
                                    sinks=sinks).to(q.dtype)
 
     def backward(q, k, v, out, dout, lse, *, causal=False, scale=None, window=None, softcap=None, sinks=None,
-                 softcap_tanh=None):
-        calls.append(("backward", dict(window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh)))
+                 softcap_tanh=None, deterministic=False):
+        calls.append(("backward", dict(window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh,
+                                       deterministic=deterministic)))
         with torch.enable_grad():  # the engine runs a backward with grad mode off
             g = reference_backward(q, k, v, dout, causal=causal, scale=scale, window=window, softcap=softcap,
                                    sinks=sinks)
