@@ -21,7 +21,10 @@ from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 VARIANTS = {  # label: attention() keywords of the e4m3 call
     128: {"64x2 staged 8 (rule)": {}, "64x2 staged 2": {"fp8_staged": 2},
           "64x4 staged 4": {"tiles": (64, 4, 1)},
-          "128x2 staged 2": {"tiles": (128, 2, 1)}},
+          "128x2 staged 2": {"tiles": (128, 2, 1)},
+          # two blocks per SM (room for one staging buffer each), and one staging buffer at one block
+          "64x2 staged 1, 2/SM": {"tiles": (64, 2, 1), "blocks_per_sm": 2},
+          "64x2 staged 1, 1/SM": {"fp8_staged": 1}},
     64: {"rule": {}, "128x2 staged 8, 1/SM": {"tiles": (128, 2, 1), "blocks_per_sm": 1},
          "64x2 staged 8, 2/SM": {"tiles": (64, 2, 1), "blocks_per_sm": 2},
          "64x2 staged 2, 2/SM": {"tiles": (64, 2, 1), "blocks_per_sm": 2, "fp8_staged": 2}}}
