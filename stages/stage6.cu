@@ -217,11 +217,12 @@ constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // 24 (D128, 16-key pages): 40 as with the work queue.
 // KV_FP8: the producer's warps 1-3 widen tiles, up to eight rows' loads in flight each (widen_tile):
 // 96 with one block per SM (one consumer: 128·96 + 128·240, far below 64K); with two blocks per SM
-// 56 (four rows in flight; 40 spilled 16 bytes) and the consumer 200 (128·56 + 128·200 = 32,768).
-constexpr int PRODUCER_REGS = BLOCKS_PER_SM == 3 ? 24 : BLOCKS_PER_SM == 2 ? (KV_FP8 ? 56 : 40)
+// 64 and the consumer 192 (128·64 + 128·192 = 32,768): at D128 the producer spilled 20 bytes with 56
+// and 24 with 48 (ptxas, both dtypes), 40 spilled 16 bytes at D64; the consumer fits in 192 at both.
+constexpr int PRODUCER_REGS = BLOCKS_PER_SM == 3 ? 24 : BLOCKS_PER_SM == 2 ? (KV_FP8 ? 64 : 40)
                             : KV_FP8 ? 96
                             : CONSUMERS == 3 ? 32 : DYNAMIC_WORK && PAGE_SIZE ? 56 : DYNAMIC_WORK || PAGE_SIZE ? 40 : 24;
-constexpr int CONSUMER_REGS = BLOCKS_PER_SM == 3 ? 136 : BLOCKS_PER_SM == 2 ? (KV_FP8 ? 200 : 216)
+constexpr int CONSUMER_REGS = BLOCKS_PER_SM == 3 ? 136 : BLOCKS_PER_SM == 2 ? (KV_FP8 ? 192 : 216)
                             : CONSUMERS == 3 ? 160 : DYNAMIC_WORK && PAGE_SIZE ? 224 : DYNAMIC_WORK || PAGE_SIZE ? 232 : 240;
 static_assert(BLOCKS_PER_SM == 1 || (CONSUMERS == 1 && BLOCKS_PER_SM <= (WARP_SPECIALIZED ? 3 : 4)),
               "several blocks per SM: one consumer, and a producer in two or three blocks or none in up to four");

@@ -36,7 +36,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
 from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, doubles_splits, ids_ahead, paged_tiles
-from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, KV_FP8_HEAD_DIMS, STAGED_CHOICES, check_kv_fp8, fp8_map, fp8_tiles,
+from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, fp8_shares_sms, KV_FP8_HEAD_DIMS, STAGED_CHOICES, check_kv_fp8, fp8_map, fp8_tiles,
                                   is_fp8_call, refuse_options, staged_buffers, staging_bytes)
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
@@ -644,7 +644,7 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
         key_tiles = key_span(tiles)
     if pack and blocks_per_sm is None:
         blocks_per_sm = 2 if (schedule == DECODE_SCHEDULE and D in (FP8_SHARED_TILES if kv_fp8 else DECODE_SHARED_TILES)
-                              and shares_sms(work, n, sms)) else 1
+                              and (fp8_shares_sms(D, work, n, sms) if kv_fp8 else shares_sms(work, n, sms))) else 1
     if pack and blocks_per_sm == 2 and not given_tiles and D not in (FP8_SHARED_TILES if kv_fp8 else DECODE_SHARED_TILES):
         shared = FP8_SHARED_TILES if kv_fp8 else DECODE_SHARED_TILES
         raise NotImplementedError(f"two decoding blocks per SM have no tiles at D{D} ({'an e4m3 cache: ' if kv_fp8 else ''}"

@@ -19,6 +19,7 @@ import torch
 
 from lib import inputs
 from lib.inputs import DTYPE_NAMES, check_layout
+from stages.stage6_decoding import shares_sms
 
 FP8 = torch.float8_e4m3fn
 KV_FP8_HEAD_DIMS = (64, 128)
@@ -28,8 +29,9 @@ KV_FP8_HEAD_DIMS = (64, 128)
 # hold the cache's bytes on their way from memory. Chosen to fit, not measured.
 FP8_TILES = {64: (128, 2, 1), 128: (64, 2, 1)}
 # Two blocks per SM (shares_sms' rule): D64's (64, 2, 1) leaves room for 4 staging buffers in half
-# an SM; none at D128 (one block per SM).
-FP8_SHARED_TILES = {64: (64, 2, 1)}
+# an SM, D128's for one. At B64 H32/8 Sq1 D128 two blocks ran 1.33x one block per SM (Nsight Compute:
+# one block, 8 warps an SM, read 38% of DRAM's bandwidth; experiments/fp8_kv_decode/README.md).
+FP8_SHARED_TILES = {64: (64, 2, 1), 128: (64, 2, 1)}
 # tiles= a call may ask for (for measuring): these, where they fit (config checks).
 FP8_CHOICES = [(128, 2, 1), (64, 2, 1), (64, 3, 1), (64, 4, 1), (128, 4, 1)]
 STAGED_CHOICES = tuple(range(1, 9))  # KV_FP8_STAGED: 1-8 (the kernel's static_assert)
@@ -46,6 +48,15 @@ def staged_buffers(head_dim: int, tiles, room: int) -> int:
     """KV_FP8_STAGED's rule: as many staging buffers as `room` bytes (a block's shared memory beyond
     the 16-bit build's) hold, at most 8; 0 where not even one fits."""
     return max([n for n in STAGED_CHOICES if staging_bytes(head_dim, tiles, n) <= room], default=0)
+
+
+def fp8_shares_sms(D: int, work: int, n_splits: int, sms: int) -> bool:
+    """Two blocks per SM for an e4m3 cache: at D64 the 16-bit rule (shares_sms: the blocks fill 80%
+    of the SMs); at D128 only with more blocks than SMs. There half an SM holds one staging buffer
+    against the one-block build's eight, and with no second block to run beside it that lost: B8
+    H32/8 Sk16384 (128 blocks) ran 0.91x the one-block build, B64 (512 blocks) 1.33x
+    (experiments/fp8_kv_decode/h200_probe_a8a8e21.log)."""
+    return shares_sms(work, n_splits, sms) if D == 64 else work * n_splits > sms
 
 
 def fp8_tiles(D: int, blocks_per_sm: int):

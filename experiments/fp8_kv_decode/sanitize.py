@@ -1,5 +1,5 @@
 """Stage 6 decoding from an e4m3 KV cache (issue 50 item 2, KV_FP8) under compute-sanitizer: one block
-per SM at D128 and D64, two blocks per SM at D64, split-KV with the combine in the last block and in its
+per SM at D128 and D64, two blocks per SM at D64 and D128, split-KV with the combine in the last block and in its
 kernel, speculative decoding (Sq 4, bottom-right), GQA groups 1, 4 and 8, lengths 0, 1 and odd, both
 dtypes; each checked against the float64 reference of the dequantized cache. The producer's widening
 warps write the ring with ordinary stores that the consumers' wgmma read after an mbarrier: racecheck
@@ -28,6 +28,7 @@ CASES = [  # (B, H, Hkv, Sq, Sk, D), dtype, causal, options
     ((3, 32, 8, 1, 1000, 128), torch.float16, False, {"splits": 3, "combine_in_block": False}),
     ((4, 8, 1, 1, 300, 64), torch.bfloat16, False, {}),                            # D64, one block per SM
     ((16, 32, 8, 1, 700, 64), torch.float16, False, {}),                           # D64, two blocks per SM
+    ((48, 32, 8, 1, 333, 128), torch.float16, False, {}),                          # D128, two blocks per SM
     ((2, 8, 8, 1, 4097, 64), torch.bfloat16, False, {"splits": 7}),
     ((2, 32, 8, 4, 2000, 128), torch.bfloat16, "bottom_right", {}),                # speculative decoding
     ((3, 16, 4, 4, 777, 64), torch.float16, "bottom_right", {"splits": 4}),
