@@ -430,8 +430,14 @@ def show_backward_profile(shape: str = "backward-d64") -> dict | None:
 WG1_PASS, WG1_RED = "WGMMA 1 warpgroup, dQ pass", "WGMMA 1 warpgroup, dQ by red"
 NO_OVERLAP_D128 = "WGMMA without overlap"
 D64_WITH_OVERLAP = "WGMMA 1 warpgroup, dQ by bulk reduction, TMA loads"
+# the builds before the producer warpgroup (stage8.BEFORE_PRODUCER), which the switches below modify
 D64_BUILD_AGAIN = "WGMMA 1 warpgroup, dQ by bulk reduction, TMA loads, without overlap"
 D128_BUILD_AGAIN = "WGMMA 2 warpgroups, dQ by bulk reduction, TMA loads"
+BEFORE_PRODUCER = {64: D64_BUILD_AGAIN, 128: D128_BUILD_AGAIN}
+PRODUCER_LABEL = "WGMMA, producer warpgroup"  # BEFORE_PRODUCER's build with a producer warpgroup
+D64_PRODUCER_TWO_WG = "WGMMA 2 warpgroups, producer warpgroup"
+D64_PRODUCER_TURNS = "WGMMA 2 warpgroups, producer warpgroup, dQ in turns"  # D 64's build
+STAGE_AGAIN = "WGMMA, the stage's build again"  # the stage's build timed a second time: what the rounds resolve
 D64_TWO_WG = "WGMMA 2 warpgroups, dQ by bulk reduction, TMA loads"
 D64_TURNS = D64_TWO_WG + ", dQ in turns"
 D64_THREE_BLOCKS = D64_BUILD_AGAIN + ", 3 blocks per SM"

@@ -52,7 +52,7 @@ def window_mask(sq: int, sk: int, window, device) -> torch.Tensor:
 
 def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float64,
                         max_scores=1 << 27, window=None, softcap=None, sinks=None, round_p=None,
-                        round_ds=None):
+                        round_ds=None, round_tanh=None, shift_delta=None):
     """softmax(q·kᵀ·scale)·v computed in `dtype` (float64 by default) on upcast inputs.
 
     The models' variants, with transformers' eager attention as the definition:
@@ -63,7 +63,10 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
       no numerator (gpt-oss: softmax over [scores, sink], the sink's column dropped), so a row's
       weights sum to less than 1; a row that sees no key gives 0 either way.
     round_p, if given, rounds P before P·V (variant_baseline: a 16-bit kernel's P); round_ds, the
-    gradient of the scaled scores under autograd (a 16-bit kernel's dS before dS·K and dSᵀ·Q).
+    gradient of the scaled scores under autograd (a 16-bit kernel's dS before dS·K and dSᵀ·Q);
+    round_tanh, the softcap's tanh (a kernel's tanh.approx: about 11 significant bits);
+    shift_delta [B, H, Sq], what a kernel's δ = dO·O adds to autograd's (a kernel takes O in 16
+    bits): dS = P ∘ (dP − δ) under autograd gets −shift·P.
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if softcap is not None and not softcap > 0:
@@ -93,15 +96,21 @@ def reference_attention(q, k, v, *, causal=False, scale=None, dtype=torch.float6
         if round_ds is not None and scores.requires_grad:
             scores.register_hook(round_ds)
         if softcap is not None:
-            scores = softcap * torch.tanh(scores / softcap)
+            t = torch.tanh(scores / softcap)
+            scores = softcap * (t if round_tanh is None else round_tanh(t))
         if mask is not None:
             scores = scores.masked_fill(~mask, -math.inf)
+        held = []  # P, for shift_delta's hook
+        if shift_delta is not None and scores.requires_grad:
+            shift = shift_delta.reshape(B * H, Sq)[a:a + step, :, None]
+            scores.register_hook(lambda g, held=held, shift=shift: g - shift * held[0])
         if sink is None:
             # A row that sees no key (bottom-right, Sq > Sk) is 0, as SDPA gives, not softmax's NaN.
             p = torch.softmax(scores, dim=-1).nan_to_num(0.0)
         else:
             s_ = sink[a:a + step].expand(-1, Sq, 1)
             p = torch.softmax(torch.cat([scores, s_], dim=-1), dim=-1)[..., :-1]
+        held.append(p.detach())
         if round_p is not None:
             p = round_p(p)
         out[a:a + step] = p @ v[a:a + step]
@@ -316,6 +325,13 @@ def attention_flops(B, H, Sq, Sk, D, causal=False) -> float:
     return flops / 2 if causal else flops
 
 
+def visible_scores(S: int, left: int) -> int:
+    """Keys each of S rows sees under causal attention with a window of `left` keys before the
+    diagonal (bottom-right, Sq = Sk): row i sees min(i, left) + 1; their sum."""
+    full = min(S, left + 1)
+    return full * (full + 1) // 2 + (S - full) * (left + 1)
+
+
 def attention_min_bytes(B, H, Sq, Sk, D, itemsize, Hkv=None) -> float:
     """The fewest bytes a forward must move through device memory: read q, k, v once,
     write o once."""
@@ -372,18 +388,30 @@ def sdpa_backward(q, k, v, dout, *, causal=False, scale=None):
 
 
 def variant_backward_baseline(q, k, v, dout, dtype, *, causal=False, scale=None, window=None, softcap=None,
-                              sinks=None):
+                              sinks=None, approx_tanh=False):
     """The baseline gradients of a model variant where SDPA cannot compute them (check_gradients):
     autograd through variant_baseline's 16-bit kernel emulation (q, k, v and dout rounded to
-    `dtype`, float32 math, P rounded to `dtype` before P·V, dS before dS·K and dSᵀ·Q), each gradient rounded to `dtype`
-    (dsinks kept float32). (dq, dk, dv) and, with sinks, dsinks."""
+    `dtype`, float32 math, P rounded to `dtype` before P·V, δ from the 16-bit output, dS rounded
+    before dS·K and dSᵀ·Q), each gradient rounded to `dtype`
+    (dsinks kept float32). (dq, dk, dv) and, with sinks, dsinks. approx_tanh: the softcap's tanh
+    rounded to 11 significant bits (float16's), the precision of the tanh.approx.f32 a kernel's
+    SOFTCAP 1 build uses (2^-10.99 relative); at a cap of 30 that moves a logit by up to 0.015,
+    several times bfloat16's rounding of P."""
     leaves = [t.detach().to(dtype).float().requires_grad_(True) for t in (q, k, v)]
     s32 = None if sinks is None else sinks.detach().float().requires_grad_(True)
+    d16 = dout.to(dtype).float()
+    with torch.no_grad():  # a kernel's δ = dO·O from its 16-bit O; autograd's is dO·(P·V), P unrounded
+        args = dict(causal=causal, scale=scale, dtype=torch.float32, window=window, softcap=softcap,
+                    sinks=None if s32 is None else s32.detach())
+        o16 = reference_attention(*leaves, **args, round_p=lambda p: p.to(dtype).float()).to(dtype).float()
+        shift = (d16 * (o16 - reference_attention(*leaves, **args))).sum(-1)
     with torch.enable_grad():
         out = reference_attention(*leaves, causal=causal, scale=scale, dtype=torch.float32, window=window,
                                   softcap=softcap, sinks=s32, round_p=lambda p: p + (p.to(dtype).float() - p).detach(),
-                                  round_ds=lambda g: g.to(dtype).float())
-        out.backward(dout.to(dtype).float())
+                                  round_ds=lambda g: g.to(dtype).float(),
+                                  round_tanh=(lambda t: t + (t.to(torch.float16).float() - t).detach()) if approx_tanh else None,
+                                  shift_delta=shift)
+        out.backward(d16)
     if s32 is None:
         return tuple(t.grad.to(dtype) for t in leaves)
     # dsinks as a kernel gets it (stages/stage8_variants.sinks_gradient): −Σ_rows p_sink·δ with δ
@@ -399,7 +427,7 @@ def variant_backward_baseline(q, k, v, dout, dtype, *, causal=False, scale=None,
 
 
 def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None, window=None, softcap=None,
-                    sinks=None) -> dict:
+                    sinks=None, approx_tanh=False) -> dict:
     """Judge (dq, dk, dv) by the error rule of the module docstring, gradient by gradient:
     at most twice SDPA's own gradient error against float64 autograd of the reference, plus
     the dtype's rounding at the gradient's magnitude (with float32 sums over the keys for dq and
@@ -411,12 +439,14 @@ def check_gradients(grads, q, k, v, dout, *, causal=False, scale=None, window=No
     With a model variant (window, softcap, sinks: reference_attention's) the reference is float64
     autograd through it and the baseline variant_backward_baseline (a 16-bit kernel's roundings
     emulated; SDPA has no softcap or sinks); with sinks and `grads` (dq, dk, dv, dsinks) the
-    result has "dsinks" too, its noise float32's rounding of a sum over the B·Sq rows."""
+    result has "dsinks" too, its noise float32's rounding of a sum over the B·Sq rows. approx_tanh:
+    the kernel's softcap used tanh.approx (SOFTCAP 1), whose rounding the baseline then has too."""
     variants = window is not None or softcap is not None or sinks is not None
     kw = dict(window=window, softcap=softcap, sinks=sinks) if variants else {}
     want = reference_backward(q, k, v, dout, causal=causal, scale=scale, **kw)
     if variants:
-        base = variant_backward_baseline(q, k, v, dout, grads[0].dtype, causal=causal, scale=scale, **kw)
+        base = variant_backward_baseline(q, k, v, dout, grads[0].dtype, causal=causal, scale=scale, **kw,
+                                         approx_tanh=approx_tanh)
     else:
         base = sdpa_backward(q, k, v, dout, causal=causal, scale=scale)
     sums = {"dq": k.shape[2], "dk": q.shape[2], "dv": q.shape[2]}

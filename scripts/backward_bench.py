@@ -6,9 +6,11 @@ shape, every sequence length as timed) — and again after timing.
     python scripts/backward_bench.py            # print the table
     python scripts/backward_bench.py --record   # and store it under "backward" in results/<gpu>.json
     python scripts/backward_bench.py --train-step --record   # the training map instead, under "train_step"
+    python scripts/backward_bench.py --features --record     # the models' variants, under "backward_variants"
 
 By default it times bf16 and then fp16 (`--dtype` picks one); `--variants` times the other
-builds in the first of them only.
+builds in the first of them only (`--variants producer`: the producer warpgroup's builds alone,
+experiments/backward_producer).
 
 Each side's time is one whole backward: stage 8's preprocess (δ, lse in log2 units), kernel
 and postprocess (dQ to q's dtype); SDPA's autograd backward of one forward call (whatever
@@ -33,7 +35,7 @@ import torch  # noqa: E402
 
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
-from lib.reference import attention_flops, check_gradients  # noqa: E402
+from lib.reference import attention_flops, check_gradients, visible_scores  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
 from lib.timing import sdpa_backward_call, sdpa_call, time_interleaved  # noqa: E402
 from stages import autograd, stage5, stage6, stage8  # noqa: E402
@@ -64,7 +66,7 @@ def check(B, H, S, D, causal, dtype, seed) -> dict:
 # The WGMMA build's combinations that --variants times: (label, switches). Warpgroups × how dQ
 # is summed × how Q and dO are loaded, then the stage's build with its overlap switch flipped.
 _DQ = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}
-WGMMA_PATH = {  # the switches turned one at a time from the first build to the stage's, per head dim
+WGMMA_PATH = {  # the switches turned one at a time from the first build to the one before the producer's (PRODUCER_PATH)
     64: [(1, 0, 0, 0), (1, 1, 0, 0), (1, 1, 1, 0), (1, 1, 1, 1), (1, 1, 1, 1, 0)],
     128: [(1, 0, 0, 0), (2, 0, 0, 0), (2, 1, 0, 0), (2, 1, 1, 0), (2, 1, 1, 1)],
 }
@@ -80,17 +82,19 @@ def variants(D, which="all"):
     the WGMMA build's warpgroups, dQ and load switches (the stage's own included, so that every
     shape has the same columns), two warpgroups taking turns at dQ (D 64), the stage's build
     with the overlap switch flipped (at D 64, whose build has none, the combinations above have it;
-    there also three blocks per SM) and with its dQ product issued early (DQ_EARLY); and (which="all") every tile choice of the mma.sync build, with dQ by
+    there also three blocks per SM) and with its dQ product issued early (DQ_EARLY); the producer
+    warpgroup's builds (producer_variants; which="producer": those alone); and (which="all") every tile choice of the mma.sync build, with dQ by
     atomics and by its own pass."""
     out = []
-    if stage8.wgmma_here():
+    if stage8.wgmma_here() and which != "producer":
         out += [(wgmma_label(w, a, b, t), {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b,
-                                            "tma_loads": t, "overlap": 1, "dq_turns": 0})
+                                            "tma_loads": t, "overlap": 1, "dq_turns": 0, "producer": 0})
                 for t in stage8.SWITCHES["TMA_LOADS"] for w in stage8.SWITCHES["WARPGROUPS"] for a, b in _DQ]
         if D == 64:  # two warpgroups taking turns at dQ over all 128 keys (DQ_TURNS)
             out.append((wgmma_label(2, 1, 1, 1) + ", dQ in turns",
-                        {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1}))
-        build = stage8.WGMMA_BUILD[D]
+                        {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1,
+                         "producer": 0}))
+        build = stage8.BEFORE_PRODUCER[D]  # the comparisons below are the build before the producer's
         as_built = {"wgmma": 1, **{name.lower(): value for name, value in build.items()}}
         without_overlap = wgmma_label(build["WARPGROUPS"], build["DQ_ATOMICS"], build["DQ_BULK"], build["TMA_LOADS"], 0)
         if build["OVERLAP"]:
@@ -99,12 +103,33 @@ def variants(D, which="all"):
             out.append((without_overlap, as_built))
         if D == 64:  # three blocks per SM, which fit only without the overlap
             out.append((without_overlap + ", 3 blocks per SM", {**as_built, "overlap": 0, "blocks_per_sm": 3}))
-        out.append(("WGMMA, dQ issued before dV and dK are done", {"wgmma": 1, "dq_early": 1}))
-    if which == "wgmma":
+        out.append(("WGMMA, dQ issued before dV and dK are done", {**as_built, "dq_early": 1}))
+    if stage8.wgmma_here():
+        out += producer_variants(D) + [("WGMMA, the stage's build again", {"wgmma": 1})]
+    if which in ("wgmma", "producer"):
         return out
     return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
                    {"tiles": tiles, "dq_atomics": atomics, "wgmma": 0})
                   for tiles in stage8.CHOICES for atomics in stage8.SWITCHES["DQ_ATOMICS"]]
+
+
+def producer_variants(D):
+    """The stage's build with a producer warpgroup (PRODUCER: loads and dQ's bulk reductions
+    issued by a warpgroup of their own, setmaxnreg) and, at D 64, with two warpgroups that
+    multiply, which the producer's registers make room for (alone, and taking turns at dQ)."""
+    before = {"wgmma": 1, **{name.lower(): value for name, value in stage8.BEFORE_PRODUCER[D].items()}}
+    out = [("WGMMA, producer warpgroup", {**before, "producer": 1})]
+    if D == 64:
+        out += [("WGMMA 2 warpgroups, producer warpgroup", {**before, "producer": 1, "warpgroups": 2}),
+                ("WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
+                 {**before, "producer": 1, "warpgroups": 2, "dq_turns": 1})]
+    return out
+
+
+# The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup (the stage's build at D 128),
+# then at D 64 the two warpgroups its registers make room for, taking turns at dQ (the stage's build)
+PRODUCER_PATH = {64: ["WGMMA, producer warpgroup", "WGMMA 2 warpgroups, producer warpgroup, dQ in turns"],
+                 128: ["WGMMA, producer warpgroup"]}
 
 
 # --train-step: the training map -----------------------------------------------------------------
@@ -228,6 +253,105 @@ def train_map(record: bool) -> int:
     return 0
 
 
+# --features: what the models' variants cost in stage 8's backward (issue 51) ----------------------
+FEATURE_SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]  # SHAPES, bf16
+WINDOW_SHAPES, WINDOW = [(1, 16, 32768, 64), (1, 16, 32768, 128)], 4096
+SOFTCAP, SINK_SPREAD = 30.0, 2.0  # as scripts/stage6_schedules.py --features
+
+
+def feature_calls(S: int, H: int, device) -> dict:
+    """{label: variant keywords}: the plain build, then each variant (and all three) alone; the
+    window wider than the sequence, so that only the switch's cost shows."""
+    sinks = (torch.randn(H, device=device) * SINK_SPREAD).float()
+    return {"none": {}, "softcap (tanh.approx)": {"softcap": SOFTCAP, "softcap_tanh": "approx"},
+            "softcap (tanh from ex2)": {"softcap": SOFTCAP, "softcap_tanh": "exp2"},
+            "window (wider than the sequence)": {"window": (S, S)}, "sinks": {"sinks": sinks},
+            "all three": {"softcap": SOFTCAP, "window": (S, S), "sinks": sinks}}
+
+
+def variant_backward(q, k, v, dout, causal, kw):
+    """Stage 6's forward with the variants (its lse saved), then a zero-argument call of stage 8's
+    backward with the same ones, and that backward's gradients."""
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    out = stage6.attention(q, k, v, causal=causal, lse=lse, **kw)
+    call = lambda: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw)  # noqa: E731
+    return call, call()
+
+
+def check_variant(D: int, causal, kw: dict) -> bool:
+    """One odd shape (GQA, Sq != Sk, no multiple of a tile) against float64 autograd of the same
+    definition (check_gradients, told when the softcap's tanh is tanh.approx)."""
+    from stages.stage6_variants import softcap_build
+    q, k, v = make_qkv(1, 4, 300, D, Sk=517, Hkv=2, dtype=torch.bfloat16)
+    dout = torch.randn_like(q)
+    kw = dict(kw)
+    if "window" in kw:
+        kw["window"] = (517, 517) if kw["window"][1] > 0 else (97, 0)
+    if "sinks" in kw:
+        kw["sinks"] = torch.randn(4, device=q.device).float()
+    _, grads = variant_backward(q, k, v, dout, "bottom_right" if causal else False, kw)
+    approx = "softcap" in kw and softcap_build(q.dtype, kw.get("softcap_tanh")) == 1
+    ref_kw = {x: kw[x] for x in ("window", "softcap", "sinks") if x in kw}
+    checks = check_gradients(grads, q, k, v, dout, causal="bottom_right" if causal else False,
+                             approx_tanh=approx, **ref_kw)
+    return all(c.passed for c in checks.values())
+
+
+def backward_features(a) -> int:
+    """--features: each variant's backward against the plain build's at the standard shapes, and a
+    4096-key window's backward against causal's per computed score at S 32768; recorded under
+    "backward_variants". Forward not timed: each backward reads the same forward's out and lse."""
+    rows, ok, t0 = [], True, time.time()
+    for B, H, S, D in FEATURE_SHAPES:
+        q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
+        dout = torch.randn_like(q)
+        for causal in (False, True):
+            calls = feature_calls(S, H, q.device)
+            passed = {lab: check_variant(D, causal, kw) for lab, kw in calls.items()}
+            fns = {lab: variant_backward(q, k, v, dout, causal, kw)[0] for lab, kw in calls.items()}
+            t = time_interleaved(fns, rounds=a.rounds, budget_s=0.5)
+            base = t["none"]
+            print(f"backward B{B} H{H} S{S} D{D} bf16 {'causal' if causal else 'full'}: plain build "
+                  f"{base.median_us:,.1f} µs ({time.time() - t0:.0f} s)", flush=True)
+            for lab in calls:
+                rows.append({"kind": "switch", "variant": lab, "B": B, "H": H, "S": S, "D": D, "causal": causal,
+                             "dtype": "bfloat16", "us": t[lab].median_us, "us_rounds": t[lab].round_medians_us,
+                             "base_us": base.median_us, "base_us_rounds": base.round_medians_us,
+                             "passed": passed[lab]})
+                ok &= passed[lab]
+                print(f"  {lab:34s} {t[lab].median_us:10,.1f} µs  {t[lab].median_us / base.median_us:5.3f}x "
+                      f"the plain build  {'pass' if passed[lab] else 'FAIL'}", flush=True)
+            del fns
+        del q, k, v, dout
+    for B, H, S, D in WINDOW_SHAPES:
+        q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
+        dout = torch.randn_like(q)
+        passed = check_variant(D, True, {"window": (WINDOW, 0)}) and check_variant(D, True, {})
+        fns = {"causal": variant_backward(q, k, v, dout, True, {})[0],
+               f"causal, window {WINDOW}": variant_backward(q, k, v, dout, True, {"window": (WINDOW, 0)})[0]}
+        t = time_interleaved(fns, rounds=a.rounds, budget_s=1.0)
+        full, win = visible_scores(S, S), visible_scores(S, WINDOW)
+        tc, tw = t["causal"].median_us, t[f"causal, window {WINDOW}"].median_us
+        for lab in fns:
+            rows.append({"kind": "window", "variant": lab, "B": B, "H": H, "S": S, "D": D, "causal": True,
+                         "dtype": "bfloat16", "us": t[lab].median_us, "us_rounds": t[lab].round_medians_us,
+                         "window": [WINDOW, 0] if "window" in lab else None,
+                         "scores_per_head": win if "window" in lab else full, "causal_us": tc, "passed": passed})
+        ok &= passed
+        print(f"backward window B{B} H{H} S{S} D{D}: causal {tc:,.1f} µs, window {WINDOW} {tw:,.1f} µs: "
+              f"{(win / tw) / (full / tc):.3f}x causal's scores per µs {'pass' if passed else 'FAIL'} "
+              f"({time.time() - t0:.0f} s)", flush=True)
+        del q, k, v, dout, fns
+    if a.record and ok:
+        env = R.capture_env()
+        path = R.save_extra(env["gpu"], "backward_variants", {"env": env, "sha256": R.stage_sha256(stage8.INFO),
+                                                              "softcap": SOFTCAP, "window": WINDOW, "rows": rows})
+        print(f"recorded in {path}")
+    elif a.record:
+        print("not recorded: a gradient check failed", file=sys.stderr)
+    return 0 if ok else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--record", action="store_true",
@@ -235,18 +359,25 @@ def main() -> int:
     ap.add_argument("--train-step", action="store_true",
                     help="time the training map (whole steps through autograd against SDPA's) instead of the "
                          "backward table; needs an sm_90 GPU (predicted: about two minutes on an H200)")
+    ap.add_argument("--features", action="store_true",
+                    help="time the models' variants in the backward instead (window, softcap, sinks: "
+                         "each against the plain build, and a 4096-key window against causal per score); "
+                         "needs an sm_90 GPU")
     ap.add_argument("--dtype", default="both", choices=["float16", "bfloat16", "both"],
                     help="both (the default, what the record holds): bf16 rows, then fp16 rows; the "
                          "variants are timed in the first dtype only")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--variants", nargs="?", const="all", choices=["all", "wgmma"],
+    ap.add_argument("--variants", nargs="?", const="all", choices=["all", "wgmma", "producer"],
                     help="also time the other builds: every switch of the WGMMA build and (all, the "
-                         "default) every tile choice and dQ switch of the mma.sync build (stage8.CHOICES, SWITCHES)")
+                         "default) every tile choice and dQ switch of the mma.sync build (stage8.CHOICES, SWITCHES); "
+                         "producer: only the producer warpgroup's builds (PRODUCER)")
     a = ap.parse_args()
     if not HAS_GPU:
         ap.exit(2, f"{ap.prog}: times kernels, so it needs a CUDA GPU and none was found\n")
     if a.train_step:
         return train_map(a.record)
+    if a.features:
+        return backward_features(a)
     dtypes = ["bfloat16", "float16"] if a.dtype == "both" else [a.dtype]
     rows, ok = [], True
     for dtype_name, B, H, S, D, causal in ((t, *shape, c) for t in dtypes for shape in SHAPES for c in (False, True)):

@@ -94,6 +94,7 @@ for s in "$@"; do case $s in
               tests/test_stages.py tests/test_hf.py tests/test_lib_layers.py tests/test_train_map.py tests/test_causal_varlen.py ;;
   trainmap) step trainmap timeout 300 python3 scripts/backward_bench.py --train-step --record ;;
   bwdrecord) step bwdrecord timeout 420 python3 scripts/backward_bench.py --record --variants wgmma ;;
+  bwdfeatures) step bwdfeatures timeout 400 python3 scripts/backward_bench.py --features --record ;;  # issue 51: the variants' backward
   fixes) step fixes python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py -k "refused or flashattention3 or autograd or thread" ;;
   gqacausal) step gqacausal timeout 200 python3 experiments/gqa_causal_step/probe.py ;;
   sanvarlen) for tool in memcheck synccheck; do  # packed sequences' training path: per-sequence views at offsets

@@ -616,7 +616,7 @@ def paged_ideas(a) -> int:
         fns, passed = {}, {}
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         chosen = s6.choose(B, PAGED_H, PAGED_HKV, Sq, Sk, PAGED_D, s6.causal_mode(causal, Sq, Sk, s6.INFO) if Sq > 1
-                           else 0, sms, paged=True)["splits"]
+                           else 0, sms, paged=IDEAS_PAGE)["splits"]
         ideas = {**IDEAS, "ids ahead, 2x splits": {"splits": 2 * chosen}}  # twice the blocks: two per SM in flight
         for name, opts in ideas.items():
             out = s6.attention(q, kc, vc, causal=causal, seqlens_k=seqlens, page_table=table, **opts)

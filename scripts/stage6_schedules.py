@@ -31,7 +31,7 @@ import stages.stage6 as s6  # noqa: E402
 from lib import plots  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
-from lib.reference import attention_flops, check_attention, check_output  # noqa: E402
+from lib.reference import attention_flops, check_attention, check_output, visible_scores  # noqa: E402
 from lib.timing import sdpa_call, time_cuda, time_interleaved  # noqa: E402
 
 # (B, H, S, D, dtype): the throughput and long shapes; bf16 at the long shape with the defaults only
@@ -178,13 +178,6 @@ def checked(kw: dict, D: int, causal, H: int = 4) -> bool:
 def feature_row(kind, label, B, H, S, D, causal, t, **more) -> dict:
     return {"kind": kind, "variant": label, "B": B, "H": H, "S": S, "D": D, "causal": causal,
             "dtype": str(DTYPE)[6:], "us": t.median_us, "us_rounds": t.round_medians_us, **more}
-
-
-def visible_scores(S: int, left: int) -> int:
-    """Keys each of S rows sees under causal attention with a window of `left` keys before the
-    diagonal (bottom-right, Sq = Sk): row i sees min(i, left) + 1."""
-    full = min(S, left + 1)
-    return full * (full + 1) // 2 + (S - full) * (left + 1)
 
 
 def features(a) -> int:

@@ -35,7 +35,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     FEW_KEYS_SCHEDULE, FEW_KEYS_TILES, MAX_SPLITS, check_seqlens_k,
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
-from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, ids_ahead, paged_tiles
+from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, doubles_splits, ids_ahead, paged_tiles
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
@@ -549,7 +549,7 @@ def _check_arch(q) -> None:
 
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
-           pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS, paged: bool = False) -> dict:
+           pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS, paged: int = 0) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
@@ -561,8 +561,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     call's model variants (stages/stage6_variants.py): with a window, work tiles read only the key
     tiles their rows' windows reach (key_span), and the splits are planned over those; tiles not
     given lose a consumer or their 176-key width where the variants' registers would spill
-    (variant_tiles). `paged`: a paged cache's call (stages/stage6_paged.py): tiles not given run
-    as paged_tiles makes them."""
+    (variant_tiles). `paged`: the page size of a paged cache's call (stages/stage6_paged.py; 0:
+    none): tiles not given run as paged_tiles makes them, splits not given as doubles_splits says."""
     window = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles, given_schedule = tiles is not None, schedule is not None
@@ -596,6 +596,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
                          f"block's {block_m} rows")
     split_ok = not causal or splits_causal(pack, causal, tiles[2], -(-Sq // block_m))
     n = plan_splits(work, key_tiles, sms, not split_ok) if splits is None else min(splits, key_tiles, MAX_SPLITS)
+    if splits is None and doubles_splits(paged, pack, work, n, sms, Sk, (H // Hk) * Sq):
+        n = min(2 * n, key_tiles, MAX_SPLITS)
     if n > 1 and not split_ok:
         raise NotImplementedError("stage 6 splits the keys (split-KV) of full attention, and of bottom-right "
                                   "causal calls that pack a group's queries or run one query block on blocks of "
@@ -695,7 +697,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
                 splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, variants=variants,
-                paged=paged is not None)
+                paged=0 if paged is None else paged.page_size)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,

@@ -69,6 +69,25 @@ def ids_ahead(page_size: int, warp_specialized: bool, choice: int | None = None)
     return choice
 
 
+SPLITS_TWICE_ROWS = 32    # doubles_splits: packed rows per work tile (G·Sq) at most
+SPLITS_TWICE_KEYS = 4096  # ... and the call's keys at least
+
+
+def doubles_splits(page_size: int, pack: bool, work: int, splits: int, sms: int, Sk: int, rows: int) -> bool:
+    """Whether a paged decoding call runs twice the splits plan_splits chose, the rule: pages below
+    IDS_AHEAD_BELOW keys, packed work tiles of at most SPLITS_TWICE_ROWS rows whose blocks fill no
+    more than one per SM, at least SPLITS_TWICE_KEYS keys. A 16-key page costs the producer 16
+    copies and their ids a key tile where a contiguous cache costs 4, so a block spends longer
+    per tile between a buffer's release and its refill; with one block per SM that latency is
+    the rate (B8 decoding at 2 splits: 128 blocks). Twice the blocks keep two in flight per SM.
+    Measured on the H200 at 16-key pages, D128 H32/8 bf16 (shape_map.py --paged --paged-ideas,
+    the rule's build, ids ahead, at twice the splits against the chosen count): better at every
+    row the rule takes, worse where it does not — B64 (512 blocks), Sk 1024 at B8, and B1 Sq16
+    (64 packed rows); chosen from that one run, which the paged entry's re-record checks."""
+    return (0 < page_size < IDS_AHEAD_BELOW and pack and work * splits <= sms and Sk >= SPLITS_TWICE_KEYS
+            and rows <= SPLITS_TWICE_ROWS)
+
+
 def paged_tiles(tiles):
     """The tiles of a paged call, the rule: a key tile must be whole pages or a page whole key
     tiles (the kernel copies a tile page by page, or a slice of one page), and the page sizes

@@ -58,7 +58,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
-            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3)}
+            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -79,8 +79,11 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               budgeted so that three blocks share an SM instead of two (168 registers, one
 #               buffer of dQ tiles). With OVERLAP ptxas finds no room: at 168 registers it
 #               spilled 88 bytes and serialized the wgmmas (C7512).
+#   PRODUCER    (with TMA_LOADS and DQ_BULK) a warpgroup of its own issues the loads and the dQ bulk
+#               reductions (FlashAttention-3's producer, setmaxnreg 24), the others only multiply:
+#               one more warpgroup per block (threads), a "full" and an "empty" mbarrier per dQ buffer.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
-                  "BLOCKS_PER_SM")
+                  "BLOCKS_PER_SM", "PRODUCER")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -101,11 +104,20 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     found the kernel's L2 at 78% of its peak, half of it the bulk reductions into dQ (s37call2).
 #   Both: DQ_EARLY off. The dQ product issued while dV and dK still run ran 0.98-1.03x of the
 #     build without it at the four standard rows (results/logs/2026-11-26-s36call11/backward.log).
-WGMMA_BUILD = {
+#   Both: PRODUCER on (H200, same rounds, bf16, the standard rows; results/logs/2026-11-29-c76a9ce-
+#     h200-producer/pbench.txt). The build above with a producer warpgroup ran 1.13-1.15x (D 64) and
+#     1.09-1.10x (D 128) its speed. With the producer's registers given to them, two warpgroups at
+#     D 64 taking turns at dQ ran 1.17x (full) and 1.13x (causal): that is D 64's build now. The
+#     builds before it stay measurable (BEFORE_PRODUCER, the record's comparisons).
+BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-         "BLOCKS_PER_SM": 1},
+         "BLOCKS_PER_SM": 1, "PRODUCER": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-          "BLOCKS_PER_SM": 1},
+          "BLOCKS_PER_SM": 1, "PRODUCER": 0},
+}
+WGMMA_BUILD = {
+    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1},
 }
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
@@ -189,6 +201,12 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen[name] = WGMMA_BUILD[head_dim][name] if value is None else value
             if isinstance(chosen[name], bool) or chosen[name] not in SWITCHES[name]:
                 raise ValueError(f"{name.lower()} must be one of {SWITCHES[name]}, got {chosen[name]!r}")
+        # the build's DQ_TURNS and PRODUCER need other switches of the build: where a call turns one
+        # of those off and leaves these unsaid, they go off too (a dQ pass, one warpgroup, ...)
+        if given.get("dq_turns") is None and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+            chosen["DQ_TURNS"] = 0
+        if given.get("producer") is None and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+            chosen["PRODUCER"] = 0
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:
@@ -200,16 +218,20 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
                                                   and not chosen["OVERLAP"]):
             raise ValueError("blocks_per_sm=3 takes one warpgroup at D 64 without the overlap "
                              "(warpgroups=1, overlap=0): only there do three blocks' registers fit")
+        if chosen["PRODUCER"] and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+            raise ValueError("producer=1 issues the TMA loads and the dQ bulk reductions: it needs tma_loads=1 "
+                             "and dq_bulk=1 (with dq_atomics=1), and blocks_per_sm=1")
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
         dq_buffers = 1 if chosen["BLOCKS_PER_SM"] == 3 else 2  # the kernel's DQ_BUFFERS
         keys = r * wgs
         dq_tiles = wgs * (1 if head_dim // 64 == wgs else head_dim // 64)  # the kernel's DQ_TILES per warpgroup
         # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), one or
         # two buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ, four mbarriers
+        # (the producer: two more per dQ buffer and warpgroup)
         smem = ((2 * keys + 4 * r) * head_dim * 2 + (keys * r * 2 if atomics else 0)
                 + (dq_buffers * dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0)
-                + 4 * r * 4 + 32 + 1024)
-        return {"block_n": keys, "block_m": r, "threads": 128 * wgs, "dq_atomics": atomics, "wgmma": 1,
+                + 4 * r * 4 + 32 + (2 * dq_buffers * wgs * 8 if chosen["PRODUCER"] else 0) + 1024)
+        return {"block_n": keys, "block_m": r, "threads": 128 * (wgs + chosen["PRODUCER"]), "dq_atomics": atomics, "wgmma": 1,
                 "dq_bulk": chosen["DQ_BULK"], "tma_loads": chosen["TMA_LOADS"],
                 "smem": smem, "dq_smem": 0 if atomics else 6 * r * head_dim * 2 + 1024,
                 "defines": tuple(sorted(chosen.items())) + variant_defines, "variants": bool(variant_defines)}
@@ -414,7 +436,8 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     if wgmma and not wgmma_here():
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
-    if wgmma and dq_atomics is None and switches.get("dq_bulk") is None:
+    if wgmma and dq_atomics is None and switches.get("dq_bulk") is None and not switches.get("producer"):
+        # (a call that asks for the producer keeps it: variant_switches is the stage's rule)
         switches = {**switches, **variant_switches(D, variants)}
     cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)),
                  variants.softcap_build, variants.window is not None, **switches)

@@ -62,8 +62,18 @@
 //     the exponentials, dPᵀ, dS, dK and dV, the barrier, dQ, its store); a third block's chain
 //     fills more of the others' waits. The price: a step waits until the copy engine has read
 //     the step before's dQ tiles out.
-// Not here yet (FlashAttention-3 has them): a producer warpgroup with setmaxnreg, and the next
-// query block's Sᵀ and dPᵀ issued before this block's dK is waited for.
+//   PRODUCER 1 (with TMA_LOADS and DQ_BULK): a warpgroup of its own, after the others, moves the
+//     data, as FlashAttention-3's backward does: its warp 0 issues the loads of Q, dO, lse and δ
+//     into the two buffers, and warp 1 + w the bulk reductions of warpgroup w's dQ tiles, so that
+//     the copy engine's work is no longer issued (nor waited for) between a warpgroup's products.
+//     A warpgroup stores its tiles and arrives on their "full" mbarrier; the producer's thread
+//     hands them to the copy engine and, once the copy engine has read the turn before's tiles
+//     out (cp.async.bulk.wait_group.read), arrives on that buffer's "empty" one, which is all a
+//     warpgroup ever waits for before it writes a buffer again. The producer keeps 24 registers
+//     (setmaxnreg) and gives the rest to the warpgroups that multiply (FlashAttention-3's 24 and
+//     240 with two of them); one warpgroup at D 64 takes 232 so that two blocks still share an SM.
+// Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
+// block's dK is waited for.
 //
 // The models' variants (issue 51; stage 6's forward has them, stages/stage6.cu section 7), each a
 // compile-time switch whose build without it (the define absent) is the kernel above, unchanged;
@@ -110,6 +120,9 @@
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 1
 #endif
+#ifndef PRODUCER
+#define PRODUCER 0
+#endif
 #ifndef SOFTCAP
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
 #endif
@@ -152,6 +165,16 @@ constexpr int CHUNKS = D / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
 static_assert(!DQ_EARLY || DQ_ATOMICS, "DQ_EARLY: the dQ product in this kernel");
+static_assert(!PRODUCER || (TMA_LOADS && DQ_BULK && BLOCKS_PER_SM == 1),
+              "PRODUCER issues the TMA loads and the bulk reductions (TMA_LOADS, DQ_BULK), two dQ buffers");
+// The block: the warpgroups that multiply (threads 0 … KEY_THREADS − 1, as without a producer),
+// then PRODUCER's. Registers after setmaxnreg: 128·24 + 256·240 = 64,512 of the 65,536 with two
+// warpgroups; one at D 64, launched for two blocks per SM (128 a thread), 128·24 + 128·232 =
+// 32,768 (its shared memory fits twice); one at D 128 (one block per SM: 170 KB) keeps 248.
+constexpr int BLOCK_THREADS = KEY_THREADS + (PRODUCER ? THREADS : 0);
+constexpr int MIN_BLOCKS = PRODUCER ? (WARPGROUPS == 1 && D == 64 ? 2 : 1) : BLOCKS_PER_SM;
+constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = WARPGROUPS == 2 ? 240 : D == 64 ? 232 : 248;
+constexpr int LOADER = PRODUCER ? KEY_THREADS : 0;  // the thread that issues the TMA loads
 #if DQ_BULK
 constexpr int DQ_TILES = DQ_SPLITS_D ? 1 : ATOMS;  // 64 × 64 partial dQ tiles per warpgroup and step
 #endif
@@ -220,6 +243,9 @@ struct KeySmem {  // the dK/dV kernel's shared memory (1024-byte aligned members
     float lse[2][ROWS];
     float delta[2][ROWS];
     unsigned long long full[2], empty[2];  // TMA_LOADS: each buffer's mbarriers
+#if PRODUCER
+    unsigned long long dq_full[DQ_BUFFERS][WARPGROUPS], dq_empty[DQ_BUFFERS][WARPGROUPS];  // each dQ buffer's
+#endif
 };
 struct QuerySmem {  // the dQ pass's
     elem_t q[ATOMS][ROWS][64];
@@ -270,7 +296,7 @@ __device__ __forceinline__ void bulk_wait_read_buffers() {
 #else
 #define TMA_MAPS
 #endif
-extern "C" __global__ void __launch_bounds__(KEY_THREADS, BLOCKS_PER_SM)
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
 attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, const elem_t* dout,
                    const float* lse2, const float* delta, float* dq_accum, elem_t* dk, elem_t* dv,
                    int Sq, int Sk, int Sq_pad, float scale_log2, float scale, int causal, int H, int group,
@@ -305,7 +331,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     const int n_iter = per_head * group;
     auto head_of = [&](int it) { return hk * group + it / per_head; };
     auto m0_of = [&](int it) { return (first + it % per_head) * ROWS; };
-    auto issue = [&](int it) {  // Q, dO, lse and δ of step it into buffer it % 2 (TMA_LOADS: thread 0 alone)
+    auto issue = [&](int it) {  // Q, dO, lse and δ of step it into buffer it % 2 (TMA_LOADS: thread LOADER alone)
         const int h = head_of(it), m0 = m0_of(it), buf = it % 2;
 #if TMA_LOADS
         mbar_arrive_expect_bytes(&sm.full[buf], 2 * ROWS * D * 2 + 2 * ROWS * 4);
@@ -325,14 +351,23 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         else if (tid < ROWS / 2) cp_async_16(&sm.delta[buf][4 * (tid - ROWS / 4)], delta + row + 4 * (tid - ROWS / 4), 16);
 #endif
     };
-    copy_tile<KEYS, KEY_THREADS>(&sm.k[0][0][0], k, n0, Sk, k_row);
-    copy_tile<KEYS, KEY_THREADS>(&sm.v[0][0][0], v, n0, Sk, v_row);
+    if (!PRODUCER || tid < KEY_THREADS) {
+        copy_tile<KEYS, KEY_THREADS>(&sm.k[0][0][0], k, n0, Sk, k_row);
+        copy_tile<KEYS, KEY_THREADS>(&sm.v[0][0][0], v, n0, Sk, v_row);
+    }
 #if TMA_LOADS
-    if (tid == 0) {
+    if (tid == LOADER) {
         for (int i = 0; i < 2; ++i) {
             mbar_init(&sm.full[i], 1);
             mbar_init(&sm.empty[i], KEY_THREADS);  // every thread, after its last read of the buffer
         }
+#if PRODUCER
+        for (int i = 0; i < DQ_BUFFERS; ++i)
+            for (int w = 0; w < WARPGROUPS; ++w) {
+                mbar_init(&sm.dq_full[i][w], THREADS);  // every thread of warpgroup w, after its stores
+                mbar_init(&sm.dq_empty[i][w], 1);       // the producer's thread, once they are read out
+            }
+#endif
         mbar_init_fence();
         for (int i = 0; i < min(2, n_iter); ++i) issue(i);
     }
@@ -340,6 +375,40 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     cp_async_wait<0>();
     fence_proxy_async();  // K and V, visible to wgmma
     __syncthreads();      // and everybody's; the barriers initialised
+#if PRODUCER
+    if (wg == WARPGROUPS) {  // ---- the producer: one thread of warp 0 loads, one of warp 1 + w sums w's dQ ----
+        regs_release<PRODUCER_REGS>();
+        if (warp == 0 && lane == 0) {
+            // step it into buffer it % 2 once every consumer thread is done with step it − 2 (the
+            // phase before this one: on a fresh barrier, the wait for parity 1 passes at once)
+            for (int it = 2; it < n_iter; ++it) {
+                mbar_wait(&sm.empty[it % 2], ((it / 2) % 2) ^ 1);
+                issue(it);
+            }
+        } else if (warp <= WARPGROUPS && lane == 0) {
+            // warpgroup w's turns at dQ (every step, or with DQ_TURNS every other one), u-th into
+            // buffer u % 2. One thread per warpgroup, so that each has its own bulk groups: the
+            // wait for one warpgroup's reads never waits for the other's.
+            const int w = warp - 1, c0 = DQ_SPLITS_D ? 64 * w : 0;
+            int u = 0;
+            for (int it = DQ_TURNS ? w : 0; it < n_iter; it += DQ_TURNS ? 2 : 1, ++u) {
+                const int slot = u % DQ_BUFFERS;
+                mbar_wait(&sm.dq_full[slot][w], (u / DQ_BUFFERS) % 2);  // the warpgroup's stores
+                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0_of(it) / ROWS) * D * ROWS;
+                for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64)
+                    bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[slot][w][(c - c0) / 64], 64 * ROWS * 4);
+                bulk_commit();
+                if (u > 0) {  // turn u − 1's tiles read out (turn u's may still be): its buffer is free
+                    bulk_wait_read_buffers();
+                    mbar_arrive(&sm.dq_empty[(u - 1) % DQ_BUFFERS][w]);
+                }
+            }
+            asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // before the block's memory goes
+        }
+        return;
+    }
+    regs_claim<CONSUMER_REGS>();
+#endif
 #else
     if (n_iter > 0) issue(0);
     cp_async_commit();
@@ -448,12 +517,29 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #if DQ_ATOMICS
         // dSᵀ to shared memory, rows ROWS·wg + 16·warp + g (+ 8): dsa[t][j] holds queries
         // 16t + 8·(j / 2) + 2·i4 and + 1 of row + 8·(j % 2) (pack_a's layout).
+#if PRODUCER
+        {
+            // The same addresses as below, from one row pointer and chunk c at c ^ g (rows g and
+            // g + 8 share the swizzle), the XORs worked out each step: hoisted out of the loop, the
+            // 16 addresses took registers that the 240 the producer leaves a warpgroup do not have
+            // (ptxas spilled). The empty asm hides g's value, so the compiler cannot hoist them.
+            int gx = g;
+            asm volatile("" : "+r"(gx));
+            elem_t* const ds_row = &sm.ds[0][0] + (ROWS * wg + 16 * warp + g) * 64 + 2 * i4;
+#pragma unroll
+            for (int t = 0; t < ROWS / 16; ++t)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    *reinterpret_cast<unsigned*>(ds_row + 8 * 64 * (j % 2) + (((2 * t + j / 2) ^ gx) * 8)) = dsa[t][j];
+        }
+#else
 #pragma unroll
         for (int t = 0; t < ROWS / 16; ++t)
 #pragma unroll
             for (int j = 0; j < 4; ++j)
                 *reinterpret_cast<unsigned*>(&sm.ds[0][0] + sw<KEYS>(ROWS * wg + 16 * warp + g + 8 * (j % 2),
                                                                      16 * t + 8 * (j / 2) + 2 * i4)) = dsa[t][j];
+#endif
         fence_proxy_async();  // these stores, visible to wgmma
         if (!DQ_EARLY) {
             wgmma_wait<0>();  // dV and dK done: pa and dsa free their registers for dQ's
@@ -461,11 +547,17 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             fence_registers(dsa);
         }  // DQ_EARLY: pa and dsa stay live (the fences at the step's end) while dV and dK run
         // The dQ tiles of step it − 2, which this step overwrites, were read out (those of step
-        // it − 1 may still be in flight: two buffers); the barrier tells the warpgroup.
-        if (DQ_BULK && tid % THREADS == 0) bulk_wait_read_buffers();
+        // it − 1 may still be in flight: two buffers); the barrier tells the warpgroup. (PRODUCER:
+        // the buffer's empty mbarrier does, below.)
+        if (DQ_BULK && !PRODUCER && tid % THREADS == 0) bulk_wait_read_buffers();
         // Every warpgroup's dSᵀ when a dQ product reads all keys' dS; else the warpgroup's own.
-        if (DQ_ALL_KEYS) __syncthreads();
-        else named_bar_sync(1 + wg, THREADS);
+        // (PRODUCER: the consumers' threads alone, by a named barrier.)
+        if (DQ_ALL_KEYS) {
+            if (PRODUCER) named_bar_sync(3, KEY_THREADS);
+            else __syncthreads();
+        } else {
+            named_bar_sync(1 + wg, THREADS);
+        }
         // dQ rows m0 … m0 + 63, columns c0 … c0 + 63, over keys k0 … (both operands MN-major).
         const int c0 = DQ_SPLITS_D ? 64 * wg : 0, k0 = DQ_ALL_KEYS ? 0 : ROWS * wg;
         constexpr int DQ_STEPS = (DQ_ALL_KEYS ? KEYS : ROWS) / 16;
@@ -490,6 +582,10 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
             // contiguous bytes. The launcher's postprocess reads this order back.
             float* const tile = sm.dq[dq_buf][wg][(c - c0) / 64];
+#if PRODUCER
+            // the copy engine has read this buffer's tiles of two turns ago out
+            if (c == c0) mbar_wait(&sm.dq_empty[dq_buf][wg], (((DQ_TURNS ? it / 2 : it) / DQ_BUFFERS) % 2) ^ 1);
+#endif
 #pragma unroll
             for (int n = 0; n < 8; ++n)
                 *reinterpret_cast<float4*>(tile + (128 * n + tid % THREADS) * 4) =
@@ -504,6 +600,9 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #if DQ_BULK
         if (dq_turn) {
             fence_proxy_async();                     // the tiles, visible to the copy engine
+#if PRODUCER
+            mbar_arrive(&sm.dq_full[dq_buf][wg]);    // this thread's are stored: the producer sums them
+#else
             named_bar_sync(1 + wg, THREADS);         // the whole warpgroup's
             if (tid % THREADS == 0) {
                 // dQ tile (bh, query block, 64-column block): 4,096 floats from dq_accum + 4096 × its index
@@ -513,6 +612,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
                     bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[dq_buf][wg][(c - c0) / 64], 64 * ROWS * 4);
                 bulk_commit();
             }
+#endif
         }
 #endif
 #endif
@@ -526,13 +626,14 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // once every thread is, thread 0 refills it with step it + 2 (thread 0 waits for the
         // slowest thread here, the others go on).
         mbar_arrive(&sm.empty[buf]);
-        if (tid == 0 && it + 2 < n_iter) {
+        if (!PRODUCER && tid == 0 && it + 2 < n_iter) {
             mbar_wait(&sm.empty[buf], (it / 2) % 2);
             issue(it + 2);
         }
 #endif
     }
     cp_async_wait<0>();
+    // (PRODUCER: the consumers issued no bulk groups, so this waits for nothing)
     if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // before the block's memory goes
     // dK and dV, rows key0 and key0 + 8: element i at column 8·(i / 4) + 2·i4 + i % 2.
     const size_t out_rows = (size_t)bhk * Sk;

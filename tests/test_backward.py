@@ -369,12 +369,14 @@ def test_bad_choices_are_refused():
 
 
 def test_the_stages_wgmma_build_per_head_dim():
-    """The WGMMA build's defaults are the measured ones, and config honours them: two warpgroups,
-    bulk dQ and TMA loads at D 128; one warpgroup, bulk dQ and TMA loads at D 64."""
-    for D, wgs in ((64, 1), (128, 2)):
+    """The WGMMA build's defaults are the measured ones, and config honours them: two warpgroups
+    that multiply and a producer warpgroup, bulk dQ and TMA loads at both head dims, taking turns
+    at dQ at D 64."""
+    for D, wgs in ((64, 2), (128, 2)):
         cfg = stage8.config(D, wgmma=1)
         assert dict(cfg["defines"]) == stage8.WGMMA_BUILD[D]
-        assert cfg["threads"] == 128 * wgs and cfg["block_n"] == 64 * wgs and cfg["dq_smem"] == 0
+        assert stage8.WGMMA_BUILD[D]["PRODUCER"] == 1 and stage8.WGMMA_BUILD[D]["DQ_TURNS"] == (D == 64)
+        assert cfg["threads"] == 128 * (wgs + 1) and cfg["block_n"] == 64 * wgs and cfg["dq_smem"] == 0
         assert cfg["smem"] <= 227 * 1024  # what one block may have on an H100
         deterministic = stage8.config(D, None, 0, 1)  # dq_atomics=0: the dQ pass, nothing in bulk
         assert dict(deterministic["defines"])["DQ_BULK"] == 0 and deterministic["dq_smem"] > 0

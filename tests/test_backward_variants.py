@@ -14,7 +14,7 @@ from conftest import assert_no_local_memory, compile_cases, gpu
 from lib.inputs import make_qkv, validate_varlen
 from lib.reference import causal_mask, check_gradients, reference_attention, reference_backward, window_mask
 from stages import autograd, stage6, stage8
-from stages.stage6_variants import Variants, finite_window
+from stages.stage6_variants import Variants, finite_window, softcap_build
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 hopper = pytest.mark.skipif(not HOPPER, reason="stage 6 and stage 8's variant builds need an sm_90 GPU (H100/H200)")
@@ -46,12 +46,13 @@ def test_defines_only_when_on():
 
 
 def test_variant_switches_and_args():
-    """The launcher's rule (D 128, the ex2 softcap with a window: dq_bulk=0, which does not spill)
-    and the kernels' scalar arguments: cap_mul carries the scale's sign, the window made finite."""
+    """The launcher's rule (D 128, a softcap with a window: the build before the producer, and for
+    the ex2 softcap dq_bulk=0, which do not spill) and the kernels' scalar arguments: cap_mul
+    carries the scale's sign, the window made finite."""
     cap2_win = Variants(softcap=30.0, window=(5, 0), softcap_build=2)
-    assert stage8.variant_switches(128, cap2_win) == {"dq_bulk": 0}
+    assert stage8.variant_switches(128, cap2_win) == {"producer": 0, "dq_bulk": 0}
     assert stage8.variant_switches(64, cap2_win) == {}
-    assert stage8.variant_switches(128, Variants(softcap=30.0, window=(5, 0), softcap_build=1)) == {}
+    assert stage8.variant_switches(128, Variants(softcap=30.0, window=(5, 0), softcap_build=1)) == {"producer": 0}
     assert stage8.variant_switches(128, Variants(softcap=30.0, softcap_build=2)) == {}
     log2e = math.log2(math.e)
     mul, cap_log2, left, right = stage8.variant_args(Variants(softcap=5.0, softcap_build=1), -0.125, 10, 20)
@@ -348,6 +349,13 @@ def _inputs(shape, dtype, seed, variant):
     return q, k, v, dout, causal, kw
 
 
+def _check(grads, q, k, v, dout, causal, kw):
+    """check_gradients for a variant call, told whether the build's softcap is tanh.approx."""
+    approx = "softcap" in kw and softcap_build(q.dtype, kw.get("softcap_tanh")) == 1
+    return check_gradients(grads, q, k, v, dout, causal=causal, approx_tanh=approx,
+                           **{n: x for n, x in kw.items() if n != "softcap_tanh"})
+
+
 def _assert_passes(checks, label):
     for name, c in checks.items():
         assert c.passed, f"{label} {name}: {c.summary()}"
@@ -366,7 +374,7 @@ def test_variant_gradients_match_reference(shape, variant, dtype, seed):
     out = stage6.attention(q, k, v, causal=causal, lse=lse, **kw)
     grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw)
     assert len(grads) == (4 if "sinks" in kw else 3)
-    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal, **kw), f"{shape} {variant} seed {seed}")
+    _assert_passes(_check(grads, q, k, v, dout, causal, kw), f"{shape} {variant} seed {seed}")
 
 
 @gpu
@@ -386,7 +394,7 @@ def test_variant_builds_with_other_switches(D, switches, seed):
         grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw, **switches)
     except ValueError as e:  # a switch this head dim's build does not take
         pytest.skip(str(e))
-    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal, **kw), f"D{D} {switches} seed {seed}")
+    _assert_passes(_check(grads, q, k, v, dout, causal, kw), f"D{D} {switches} seed {seed}")
 
 
 @gpu
@@ -405,7 +413,7 @@ def test_autograd_variants_train(D, variant, seed):
     out = autograd.attention(*leaves, forward=6, causal=causal, **call_kw)
     out.backward(dout)
     grads = [t.grad for t in leaves] + ([call_kw["sinks"].grad] if "sinks" in kw else [])
-    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal, **kw), f"D{D} {variant} seed {seed}")
+    _assert_passes(_check(grads, q, k, v, dout, causal, kw), f"D{D} {variant} seed {seed}")
 
 
 @gpu

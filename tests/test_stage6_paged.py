@@ -2,6 +2,7 @@
 CPU, the arguments' checks, the launcher's choices, a Python model of the producer's page addressing
 against a gather of the cache, the paged builds' compiles (no spills, no serialized wgmma) and the
 default builds' SASS unchanged; on an H100/H200, outputs against the reference of the gathered cache."""
+import functools
 import random
 import re
 import subprocess
@@ -181,9 +182,10 @@ def test_launcher_choice(on_cpu, page_size):
     q, kc, vc, table, lens = _call(B=3, H=32, Hk=8, Sq=1, D=128, page_size=page_size, num_pages=50,
                                    max_pages=-(-4096 // page_size))
     s6.attention(q, kc, vc, seqlens_k=lens, page_table=table)
+    first = len(launched)  # the attention kernel, and the combine kernel where the splits need one
     t2 = table.clone()
     s6.attention(q, kc, vc, seqlens_k=lens, page_table=t2)
-    assert launched[1][2][-PARAMS_TAIL] == t2.data_ptr() and not cfgs  # the first loop case's plan, reused
+    assert launched[first][2][-PARAMS_TAIL] == t2.data_ptr() and not cfgs  # the first loop case's plan, reused
 
 
 def test_default_builds_take_no_page_define():
@@ -201,7 +203,7 @@ def test_default_builds_take_no_page_define():
         s6.config(128, (128, 3, 2), seqs=True, page_size=48)
     assert s6.TILES[128][0] == 176 and sp.paged_tiles(s6.TILES[128]) == (128, 3, 2)
     assert s6.choose(4, 16, 16, 8192, 8192, 128, 0, 132)["tiles"][0] == 176
-    assert s6.choose(4, 16, 16, 8192, 8192, 128, 0, 132, paged=True)["tiles"][0] == 128
+    assert s6.choose(4, 16, 16, 8192, 8192, 128, 0, 132, paged=64)["tiles"][0] == 128
 
 
 def test_page_ids_ahead_rule(on_cpu):
@@ -293,7 +295,7 @@ def paged_builds():
                 mode = causal if Sq > 1 else (0 if causal == 2 else causal)
                 for ps in sp.PAGE_SIZES:
                     try:
-                        ch = s6.choose(B, H, Hk, Sq, Sk, D, mode, 132, paged=True)
+                        ch = s6.choose(B, H, Hk, Sq, Sk, D, mode, 132, paged=ps)
                     except (ValueError, NotImplementedError):
                         continue
                     for ahead in (None, 0):  # the rule's build, and PAGE_IDS_AHEAD off (--paged-ideas)
@@ -333,12 +335,25 @@ def test_paged_builds_compile_clean(D, dt, defines):
 PAGED_BASE = "98ede15"  # main before PAGE_IDS_AHEAD: the paged builds it leaves off must not change
 
 
-def _paged_base_source():
+@functools.lru_cache(maxsize=None)
+def _source_at(commit: str):
+    """stages/stage6.cu as it was at `commit`, or None where git or the commit is not here."""
     try:
-        return subprocess.run(["git", "show", f"{PAGED_BASE}:stages/stage6.cu"], cwd=ROOT, capture_output=True,
+        return subprocess.run(["git", "show", f"{commit}:stages/stage6.cu"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def _assert_sass_as_at(commit: str, D, dt, defines):
+    """The build compiles to the SASS it had at `commit`, byte for byte."""
+    base = _source_at(commit)
+    if base is None:
+        pytest.skip(f"git or commit {commit} not available here")
+    now = _paged_build(D, dt, defines)
+    before = nvrtc.compile_cuda(base, arch=s6.ARCH, name="stage6.cu",
+                                defines=nvrtc.stage_defines(getattr(torch, dt), D, dict(defines)))
+    assert sass_text(now.cubin) == sass_text(before.cubin), f"D{D} {dt} {dict(defines)}"
 
 
 OFF_BUILDS = [b for b in BUILDS if "PAGE_IDS_AHEAD" not in dict(b[2])]
@@ -350,24 +365,10 @@ OFF_BUILDS = [b for b in BUILDS if "PAGE_IDS_AHEAD" not in dict(b[2])]
 def test_paged_builds_without_ids_ahead_unchanged(D, dt, defines):
     """The paged builds without PAGE_IDS_AHEAD (pages of 64-256 keys, and 16/32 with it off)
     compile to the SASS of the commit before it, byte for byte."""
-    base = _paged_base_source()
-    if base is None:
-        pytest.skip(f"git or commit {PAGED_BASE} not available here")
-    now = _paged_build(D, dt, defines)
-    before = nvrtc.compile_cuda(base, arch=s6.ARCH, name="stage6.cu",
-                                defines=nvrtc.stage_defines(getattr(torch, dt), D, dict(defines)))
-    assert sass_text(now.cubin) == sass_text(before.cubin), f"D{D} {dt} {dict(defines)}"
+    _assert_sass_as_at(PAGED_BASE, D, dt, defines)
 
 
 BASE = "56cb79d"  # the commit this branch (issue 50's paged cache) started from
-
-
-def _base_source():
-    try:
-        return subprocess.run(["git", "show", f"{BASE}:stages/stage6.cu"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 DEFAULT_BUILDS = [(D, dt, defines) for D in (64, 128) for dt in ("float16", "bfloat16")
@@ -386,13 +387,7 @@ def test_default_builds_sass_unchanged(D, dt, defines):
     """The builds without PAGE_SIZE compile to the SASS of the commit before it, byte for byte
     (prefill, SEQS, decoding packed, two blocks per SM, blocks without a producer). A guard of
     this branch's change: once the default kernel changes on purpose, move BASE to that commit."""
-    base = _base_source()
-    if base is None:
-        pytest.skip(f"git or commit {BASE} not available here")
-    now = _paged_build(D, dt, defines)
-    before = nvrtc.compile_cuda(base, arch=s6.ARCH, name="stage6.cu",
-                                defines=nvrtc.stage_defines(getattr(torch, dt), D, dict(defines)))
-    assert sass_text(now.cubin) == sass_text(before.cubin), f"D{D} {dt} {dict(defines)}"
+    _assert_sass_as_at(BASE, D, dt, defines)
 
 
 # --------------------------------------------------------------------------------------------

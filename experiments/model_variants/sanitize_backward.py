@@ -34,18 +34,26 @@ CASES = [  # (B, H, Hkv, Sq, Sk, D), causal, dtype, variants, stage 8's switches
     ((1, 8, 2, 400, 260, 128), "bottom_right", torch.bfloat16, {"window": (30, 2), "sinks": True},
      {"dq_atomics": 0}),
 ]
-for (B, H, Hkv, Sq, Sk, D), causal, dtype, opts, switches in CASES:
-    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=Sq + Sk)
-    if opts.get("sinks") is True:
-        opts = {**opts, "sinks": torch.randn(H, device="cuda") + 2}
-    if "softcap" in opts:
-        q = (q.float() * 4).to(dtype)
-    dout = torch.randn(q.shape, device="cuda", dtype=dtype)
-    lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
-    out = s6.attention(q, k, v, causal=causal, lse=lse, **opts)
-    grads = s8.attention_backward(q, k, v, out, dout, lse, causal=causal, **opts, **switches)
-    checks = check_gradients(grads, q, k, v, dout, causal=causal, **opts)
-    for name, c in checks.items():
-        assert c.passed, ((B, H, Hkv, Sq, Sk, D), causal, sorted(opts), switches, name, c.summary())
-torch.cuda.synchronize()
-print("stage 8 model-variant backward calls: all match the reference")
+
+
+def run(cases, done: str, **always) -> None:
+    """Each case's backward (with `always`'s switches too) against float64 autograd; asserts."""
+    for (B, H, Hkv, Sq, Sk, D), causal, dtype, opts, switches in cases:
+        q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=Sq + Sk)
+        if opts.get("sinks") is True:
+            opts = {**opts, "sinks": torch.randn(H, device="cuda") + 2}
+        if "softcap" in opts:
+            q = (q.float() * 4).to(dtype)
+        dout = torch.randn(q.shape, device="cuda", dtype=dtype)
+        lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
+        out = s6.attention(q, k, v, causal=causal, lse=lse, **opts)
+        grads = s8.attention_backward(q, k, v, out, dout, lse, causal=causal, **always, **opts, **switches)
+        checks = check_gradients(grads, q, k, v, dout, causal=causal, **opts)
+        for name, c in checks.items():
+            assert c.passed, ((B, H, Hkv, Sq, Sk, D), causal, sorted(opts), switches, name, c.summary())
+    torch.cuda.synchronize()
+    print(done)
+
+
+if __name__ == "__main__":
+    run(CASES, "stage 8 model-variant backward calls: all match the reference")

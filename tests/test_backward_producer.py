@@ -1,0 +1,203 @@
+"""Stage 8's Hopper dK/dV kernel with a producer warpgroup (PRODUCER, issue 48 item 2: the loads
+and dQ's bulk reductions issued by a warpgroup of their own, setmaxnreg; stages/stage8_wgmma.cu).
+CPU: the builds' settings and refusals, and every producer build compiled for sm_90a (no spill,
+no local memory, wgmma not serialized, setmaxnreg in the SASS, no TMA load or bulk reduction
+between the consumers' setmaxnreg and the producer's). GPU (an H100/H200): gradients against
+float64 autograd (lib.reference.check_gradients) at odd shapes, and dK and dV bit-equal to the
+build without the producer, whose dK and dV add the same products in the same order (dQ's bulk
+reductions from many blocks land in any order, so dQ is only judged by the rule)."""
+import pytest
+import torch
+
+from conftest import assert_no_local_memory, compile_cases, gpu
+from lib.inputs import make_qkv
+from lib.reference import check_gradients
+from stages import stage5, stage6, stage8
+from test_backward import SHAPES as BACKWARD_SHAPES
+from test_backward_variants import _assert_passes, _check, _inputs as variant_inputs
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+hopper = pytest.mark.skipif(not HOPPER, reason="the WGMMA build needs an sm_90 GPU (H100/H200)")
+SM_SMEM = 233472  # 228 KB of shared memory an SM, 1 KB of it reserved per block
+
+# ---- CPU -------------------------------------------------------------------------------------
+
+# (D, dtype, warpgroups, variant defines, other switches): both head dims and dtypes, one and two
+# warpgroups that multiply, without and with each variant build (stage8.config's softcap, window);
+# then dQ in turns (two warpgroups at D 64), dQ issued early, and the overlap flipped
+VARIANT_DEFINES = [{}, {"softcap": 1}, {"softcap": 2}, {"window": True}, {"softcap": 2, "window": True}]
+BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.bfloat16) for w in (1, 2)
+           for v in VARIANT_DEFINES]
+          + [(64, torch.bfloat16, 2, {}, {"dq_turns": 1}), (64, torch.bfloat16, 2, {"softcap": 2, "window": True},
+                                                             {"dq_turns": 1}),
+             (64, torch.bfloat16, 1, {}, {"dq_early": 1}), (128, torch.bfloat16, 2, {}, {"dq_early": 1}),
+             (64, torch.bfloat16, 1, {}, {"overlap": 1}), (128, torch.bfloat16, 2, {}, {"overlap": 0}),
+             (128, torch.float16, 1, {}, {"overlap": 0})])
+_build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
+                       ).rstrip("-")
+# setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
+PRODUCER_REGS, CONSUMER_REGS = 24, {(2, 64): 240, (2, 128): 240, (1, 64): 232, (1, 128): 248}
+
+
+def _config(D, w, variant, extra):
+    return stage8.config(D, None, None, 1, **variant, warpgroups=w, producer=1, **extra)
+
+
+def _build(D, dtype, w, variant, extra):
+    """A fresh compile with ptxas's report (a define of its own, as test_backward's offline builds)."""
+    from lib import nvrtc
+    cfg = _config(D, w, variant, extra)
+    return nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
+                               defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+
+
+def test_producer_config():
+    """One more warpgroup (threads), two mbarriers per dQ buffer and warpgroup; one block fits an SM's
+    shared memory (two at D 64 with one warpgroup, as without the producer); refused without the
+    TMA loads or the bulk reductions it issues, and with three blocks per SM."""
+    for D in (64, 128):
+        for w in (1, 2):
+            plain = stage8.config(D, wgmma=1, warpgroups=w, producer=0, dq_turns=0)
+            cfg = stage8.config(D, wgmma=1, warpgroups=w, producer=1, dq_turns=0)
+            assert dict(cfg["defines"]) == {**dict(plain["defines"]), "PRODUCER": 1}
+            assert cfg["threads"] == plain["threads"] + 128 == 128 * (w + 1)
+            assert cfg["smem"] == plain["smem"] + 2 * 2 * w * 8
+            assert cfg["smem"] + 1024 <= SM_SMEM
+        assert dict(stage8.config(D, wgmma=1)["defines"])["PRODUCER"] == 1  # on in the stage's build
+    assert 2 * (stage8.config(64, wgmma=1, warpgroups=1, producer=1, dq_turns=0)["smem"] + 1024) <= SM_SMEM
+    for bad in ({"tma_loads": 0}, {"dq_bulk": 0}, {"dq_atomics": 0}):
+        with pytest.raises(ValueError, match="producer=1"):
+            stage8.config(128, wgmma=1, producer=1, **bad)
+    with pytest.raises(ValueError, match="producer=1"):
+        stage8.config(64, wgmma=1, producer=1, warpgroups=1, overlap=0, blocks_per_sm=3)
+    with pytest.raises(ValueError, match="producer"):
+        stage8.config(64, wgmma=1, producer=2)
+
+
+def _sass_parts(text):
+    """The dK/dV kernel's SASS lines, and the consumers' part: from their setmaxnreg (TRY_ALLOC) to
+    the producer's (DEALLOC). (ptxas lays the consumers' branch out first; the wait loops' retries
+    sit after the last EXIT, in neither part's span.)"""
+    body = next(part for part in text.split("Function : ")[1:] if part.split("\n", 1)[0].strip() == "attention_backward")
+    lines = body.splitlines()
+    claim = [i for i, line in enumerate(lines) if "USETMAXREG.TRY_ALLOC" in line]
+    release = [i for i, line in enumerate(lines) if "USETMAXREG.DEALLOC" in line]
+    assert len(claim) == 1 and len(release) == 1 and claim[0] < release[0], (claim, release)
+    return lines, lines[claim[0]:release[0]], lines[claim[0]], lines[release[0]]
+
+
+@compile_cases("D,dtype,w,variant,extra", BUILDS, ids=[_build_id(b) for b in BUILDS],
+               keep=lambda b: not b[3] and not b[4] and b[1] == torch.bfloat16,
+               build=lambda D, dtype, w, variant, extra: _build(D, dtype, w, variant, extra))
+def test_producer_builds_compile_offline(D, dtype, w, variant, extra):
+    """Every producer build: no spill or local memory, wgmma not serialized; setmaxnreg as SASS has
+    it (the producer down to 24, the consumers up to theirs); the launch's registers fit the block
+    (or two at D 64 with one warpgroup); the TMA loads and the bulk reductions only outside the
+    consumers' part, one reduction per 64-column dQ tile of a warpgroup's turn."""
+    from lib import sass
+    compiled = _build(D, dtype, w, variant, extra)
+    use = assert_no_local_memory(compiled, ("attention_backward",), (D, dtype, w, variant, extra))
+    assert "serializ" not in compiled.log.lower(), compiled.log
+    cfg = _config(D, w, variant, extra)
+    if use:
+        blocks = 2 if (w, D) == (1, 64) else 1
+        assert use["attention_backward"]["registers"] * cfg["threads"] * blocks <= 65536, use
+    lines, consumers, claim, release = _sass_parts(sass.sass_text(compiled.cubin))
+    assert claim.split(";")[0].rstrip().endswith(hex(CONSUMER_REGS[w, D])), claim
+    assert release.split(";")[0].rstrip().endswith(hex(PRODUCER_REGS)), release
+    assert not [line for line in consumers if "UTMALDG" in line or "UBLKRED" in line or "LDL" in line]
+    tiles = 1 if w == D // 64 else D // 64  # 64-column dQ tiles per warpgroup and turn
+    assert sum("UBLKRED" in line for line in lines) == tiles
+    assert sum("UTMALDG" in line for line in lines) == 2 * 2 * (D // 64)  # Q and dO: the first two steps, then the loop
+
+
+# ---- GPU -------------------------------------------------------------------------------------
+
+SHAPES = BACKWARD_SHAPES + [  # tests/test_backward.py's, and two of several query blocks per key block
+    (2, 4, 1, 250, 520, 128, "bottom_right"),
+    (1, 4, 2, 520, 250, 64, False),
+]
+
+
+def _inputs(shape, dtype, seed):
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dtype, seed=seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=dtype)
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
+    out = stage5.attention(q, k, v, causal=causal, lse=lse)
+    return q, k, v, out, dout, lse
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("w", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_producer_matches_reference(shape, dtype, w, seed):
+    """producer=1 with one and two warpgroups that multiply (the stage's other switches): dq, dk, dv
+    by the rule; dk and dv the same bits as producer=0's."""
+    causal = shape[6]
+    q, k, v, out, dout, lse = _inputs(shape, dtype, seed)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, warpgroups=w, producer=1)
+    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal), f"{shape} {dtype} wg{w} seed {seed}")
+    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, warpgroups=w, producer=0)
+    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {dtype} wg{w} seed {seed}"
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("switches", [{"warpgroups": 2, "dq_turns": 1}, {"dq_early": 1}, {"overlap": 1},
+                                      {"overlap": 0}], ids=str)
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[3] > 1], ids=str)
+def test_producer_with_other_switches(shape, switches, seed):
+    """The producer with dQ in turns (D 64), dQ issued early and the overlap either way; dk and dv
+    bit-equal to the same switches without it."""
+    if "dq_turns" in switches and shape[5] != 64:
+        pytest.skip("dq_turns is a D 64 build")
+    causal = shape[6]
+    q, k, v, out, dout, lse = _inputs(shape, torch.bfloat16, seed)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, producer=1, **switches)
+    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal), f"{shape} {switches} seed {seed}")
+    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, producer=0, **switches)
+    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {switches} seed {seed}"
+
+
+@gpu
+@hopper
+def test_producer_many_steps_and_blocks(seed):
+    """A long row (many query blocks per key block: both rings wrap many times, the mbarriers'
+    phases flip) and more key blocks than SMs, at both head dims and warpgroup counts."""
+    for D in (64, 128):
+        for w in (1, 2):
+            shape = (2, 8, 2, 2100, 1100, D, "bottom_right")
+            q, k, v, out, dout, lse = _inputs(shape, torch.bfloat16, seed)
+            grads = stage8.attention_backward(q, k, v, out, dout, lse, causal="bottom_right", wgmma=1,
+                                              warpgroups=w, producer=1)
+            _assert_passes(check_gradients(grads, q, k, v, dout, causal="bottom_right"), f"{shape} wg{w} seed {seed}")
+
+
+# the models' variants (stage 6's forward wrote out and lse with them)
+VARIANTS = [{"window": (5, 3)}, {"window": (63, 0)}, {"softcap": 30.0}, {"softcap": 5.0, "window": (20, 0)},
+            {"window": (7, 7), "softcap": 5.0, "sinks": True}]
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("w", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", VARIANTS, ids=str)
+@pytest.mark.parametrize("shape", [(2, 4, 2, 150, 97, 64, "bottom_right"), (1, 8, 2, 200, 330, 128, True)], ids=str)
+def test_producer_with_variants(shape, variant, dtype, w, seed):
+    """The variant builds with the producer (the softcap's tanh as the dtype's forward has it; at
+    D 128 fp16's ex2 tanh with a window keeps its bulk reductions, unlike the build without the
+    producer, stage8_variants.variant_switches): gradients by the rule, dk and dv bit-equal to the
+    same build without the producer."""
+    q, k, v, dout, causal, kw = variant_inputs(shape, dtype, seed, variant)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
+    out = stage6.attention(q, k, v, causal=causal, lse=lse, **kw)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, warpgroups=w, producer=1, **kw)
+    _assert_passes(_check(grads, q, k, v, dout, causal, kw), f"{shape} {variant} {dtype} wg{w}")
+    plain = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, warpgroups=w, producer=0,
+                                      dq_atomics=1, dq_bulk=1, **kw)
+    assert torch.equal(grads[1], plain[1]) and torch.equal(grads[2], plain[2]), f"{shape} {variant} {dtype} wg{w}"
