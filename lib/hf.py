@@ -218,8 +218,12 @@ def register_stage(stage, name: str) -> str:
 
 def baseline(model) -> str:
     """The implementation to judge the stages against in `model`: SDPA, or eager for a model
-    transformers runs no other way (Gemma 2's softcap, gpt-oss's sinks)."""
-    return "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
+    transformers runs no other way (Gemma 2's softcap, gpt-oss's sinks), and for any model whose
+    config softcaps the scores: SDPA cannot, and transformers before 5.24 let Gemma 2 run SDPA
+    without its softcap (5.17 does: its float64 reference then lacked the softcap too)."""
+    cfg = getattr(model, "config", None)
+    softcap = getattr(getattr(cfg, "get_text_config", lambda: cfg)(), "attn_logit_softcapping", None)
+    return "sdpa" if getattr(model, "_supports_sdpa", True) and softcap is None else "eager"
 
 
 def set_attention(model, name: str) -> None:
