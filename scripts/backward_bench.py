@@ -126,10 +126,12 @@ def producer_variants(D):
     return out
 
 
-# The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup (the stage's build at D 128),
-# then at D 64 the two warpgroups its registers make room for, taking turns at dQ (the stage's build)
-PRODUCER_PATH = {64: ["WGMMA, producer warpgroup", "WGMMA 2 warpgroups, producer warpgroup, dQ in turns"],
-                 128: ["WGMMA, producer warpgroup"]}
+# The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup, then at D 64 the two
+# warpgroups its registers make room for, taking turns at dQ; last the stage's build, which adds the
+# dSᵀ store's guard (DS_GUARD) to those
+PRODUCER_PATH = {64: ["WGMMA, producer warpgroup", "WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
+                      "WGMMA, the stage's build again"],
+                 128: ["WGMMA, producer warpgroup", "WGMMA, the stage's build again"]}
 
 
 # --train-step: the training map -----------------------------------------------------------------

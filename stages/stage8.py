@@ -58,7 +58,8 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # shapes of both head dims (results/logs/2026-11-25-aa31e81-call4/backward.log), although it
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
-            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1)}
+            "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
+            "DS_GUARD": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -82,8 +83,12 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #   PRODUCER    (with TMA_LOADS and DQ_BULK) a warpgroup of its own issues the loads and the dQ bulk
 #               reductions (FlashAttention-3's producer, setmaxnreg 24), the others only multiply:
 #               one more warpgroup per block (threads), a "full" and an "empty" mbarrier per dQ buffer.
+#   DS_GUARD    (with DQ_ATOMICS, two warpgroups whose dQ products read both's dSᵀ) each step's dSᵀ
+#               store waits at a named barrier for the other warpgroup's dQ product of the step
+#               before, which arrives there once it has read (without it, time orders them:
+#               experiments/backward_producer, "Open").
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
-                  "BLOCKS_PER_SM", "PRODUCER")
+                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -111,13 +116,19 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     builds before it stay measurable (BEFORE_PRODUCER, the record's comparisons).
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-         "BLOCKS_PER_SM": 1, "PRODUCER": 0},
+         "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-          "BLOCKS_PER_SM": 1, "PRODUCER": 0},
+          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
 }
+#   Both: DS_GUARD on (H200, same rounds, bf16, the standard rows; results/logs/2026-11-29-6c69c51-
+#     h200-ds-guard). One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
+#     of the next step's may otherwise overtake the other's dQ product still reading this step's
+#     (FlashAttention-3 syncs its warpgroups at the same place). The guard, an arrival after the
+#     read and a wait before the store, ran 0.99-1.00x the build without it at three rows and
+#     0.94x at D 128 full, where the stage's build timed again ran 0.96x.
 WGMMA_BUILD = {
-    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1},
+    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
 }
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
@@ -201,24 +212,35 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen[name] = WGMMA_BUILD[head_dim][name] if value is None else value
             if isinstance(chosen[name], bool) or chosen[name] not in SWITCHES[name]:
                 raise ValueError(f"{name.lower()} must be one of {SWITCHES[name]}, got {chosen[name]!r}")
-        # the build's DQ_TURNS and PRODUCER need other switches of the build: where a call turns one
-        # of those off and leaves these unsaid, they go off too (a dQ pass, one warpgroup, ...)
-        if given.get("dq_turns") is None and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+        # what DQ_TURNS and PRODUCER need of the other switches: where a call turns one of those off
+        # and leaves these unsaid, they go off too (a dQ pass, one warpgroup, ...); asked for, refused
+        turns_fit = chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]
+        producer_fits = chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1
+        if given.get("dq_turns") is None and not turns_fit:
             chosen["DQ_TURNS"] = 0
-        if given.get("producer") is None and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+        if given.get("producer") is None and not producer_fits:
             chosen["PRODUCER"] = 0
+        # DS_GUARD: two warpgroups whose dQ products read both's dSᵀ (D 128, or dQ in turns)
+        guard_fits = chosen["WARPGROUPS"] == 2 and chosen["DQ_ATOMICS"] and (head_dim == 128 or chosen["DQ_TURNS"])
+        if given.get("ds_guard") is None and not guard_fits:
+            chosen["DS_GUARD"] = 0
+        if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
+            raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
+        if chosen["DS_GUARD"] and not guard_fits:
+            raise ValueError("ds_guard=1 orders a warpgroup's dSᵀ store after the other's dQ product: it needs two "
+                             "warpgroups whose dQ products read both warpgroups' dSᵀ (D 128, or dq_turns=1 at D 64)")
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_early=1 issues the dQ product of the dK/dV kernel early: it needs dq_atomics=1")
-        if chosen["DQ_TURNS"] and not (chosen["WARPGROUPS"] == 2 and head_dim == 64 and chosen["DQ_ATOMICS"]):
+        if chosen["DQ_TURNS"] and not turns_fit:
             raise ValueError("dq_turns=1 takes two warpgroups at D 64 summing dQ in the dK/dV kernel "
                              "(warpgroups=2, dq_atomics=1)")
         if chosen["BLOCKS_PER_SM"] == 3 and not (head_dim == 64 and chosen["WARPGROUPS"] == 1
                                                   and not chosen["OVERLAP"]):
             raise ValueError("blocks_per_sm=3 takes one warpgroup at D 64 without the overlap "
                              "(warpgroups=1, overlap=0): only there do three blocks' registers fit")
-        if chosen["PRODUCER"] and not (chosen["TMA_LOADS"] and chosen["DQ_BULK"] and chosen["BLOCKS_PER_SM"] == 1):
+        if chosen["PRODUCER"] and not producer_fits:
             raise ValueError("producer=1 issues the TMA loads and the dQ bulk reductions: it needs tma_loads=1 "
                              "and dq_bulk=1 (with dq_atomics=1), and blocks_per_sm=1")
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS

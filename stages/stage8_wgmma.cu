@@ -72,6 +72,14 @@
 //     warpgroup ever waits for before it writes a buffer again. The producer keeps 24 registers
 //     (setmaxnreg) and gives the rest to the warpgroups that multiply (FlashAttention-3's 24 and
 //     240 with two of them); one warpgroup at D 64 takes 232 so that two blocks still share an SM.
+//   DS_GUARD 1 (where a dQ product reads both warpgroups' dSᵀ: two warpgroups at D 128, or
+//     DQ_TURNS): the dSᵀ store ordered after the other warpgroup's dQ product of the step before.
+//     One buffer holds both warpgroups' dSᵀ, and that product may still be reading it; without
+//     the guard only time keeps them apart (the writer first makes a whole step of products and
+//     exponentials). The reader arrives at named barrier 4 + (the other warpgroup) once its
+//     product is waited for (bar.arrive: it does not wait); the writer waits at 4 + its own before
+//     its stores, so it waits only if that read is not done. FlashAttention-3 syncs both
+//     warpgroups there (BwdNamedBarriers::PdS with one dS stage).
 // Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
 // block's dK is waited for.
 //
@@ -123,6 +131,9 @@
 #ifndef PRODUCER
 #define PRODUCER 0
 #endif
+#ifndef DS_GUARD
+#define DS_GUARD 0
+#endif
 #ifndef SOFTCAP
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
 #endif
@@ -165,6 +176,9 @@ constexpr int CHUNKS = D / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
 static_assert(!DQ_EARLY || DQ_ATOMICS, "DQ_EARLY: the dQ product in this kernel");
+static_assert(!DS_GUARD || (DQ_ATOMICS && DQ_ALL_KEYS && WARPGROUPS == 2),
+              "DS_GUARD: guards the dSᵀ that this kernel's dQ product reads from both warpgroups");
+static_assert(!DS_GUARD || D == 64 || DQ_SPLITS_D, "DS_GUARD: one dQ product per warpgroup and step (its arrival)");
 static_assert(!PRODUCER || (TMA_LOADS && DQ_BULK && BLOCKS_PER_SM == 1),
               "PRODUCER issues the TMA loads and the bulk reductions (TMA_LOADS, DQ_BULK), two dQ buffers");
 // The block: the warpgroups that multiply (threads 0 … KEY_THREADS − 1, as without a producer),
@@ -419,6 +433,12 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     for (int i = 0; i < D / 2; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
     const int key0 = nw + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
 
+#if DS_GUARD
+    // Two warpgroups that both read all of dSᵀ every step (D 128): each arrives once for a step
+    // −1 that read nothing, so that every step's store waits alike; a last wait after the loop
+    // takes the last step's arrival (no barrier is left half-arrived at the block's exit).
+    if (!DQ_TURNS) named_bar_arrive(5 - wg, 2 * THREADS);
+#endif
     for (int it = 0; it < n_iter; ++it) {
 #if TMA_LOADS
         mbar_wait(&sm.full[it % 2], (it / 2) % 2);  // this step's tiles have landed
@@ -515,6 +535,11 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         }
         wgmma_commit();
 #if DQ_ATOMICS
+#if DS_GUARD
+        // the other warpgroup's dQ product of step it − 1 is done with sm.ds (DS_GUARD, above);
+        // with DQ_TURNS it made one when this warpgroup did not
+        if (DQ_TURNS ? it > 0 && it % 2 == wg : true) named_bar_sync(4 + wg, 2 * THREADS);
+#endif
         // dSᵀ to shared memory, rows ROWS·wg + 16·warp + g (+ 8): dsa[t][j] holds queries
         // 16t + 8·(j / 2) + 2·i4 and + 1 of row + 8·(j % 2) (pack_a's layout).
 #if PRODUCER
@@ -578,6 +603,13 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             wgmma_commit();
             wgmma_wait<0>();
             fence_registers(dq);
+#if DS_GUARD
+            // This product has read sm.ds: the other warpgroup may store its next dSᵀ (DS_GUARD;
+            // the loop makes one product here, D 64's or this warpgroup's half of D 128's). Before
+            // the wait for a free dQ buffer below: after it, the other warpgroup waited for this
+            // one's bulk reductions too (0.93-0.94x at D 64 in a record).
+            if (DQ_TURNS ? it + 1 < n_iter : true) named_bar_arrive(5 - wg, 2 * THREADS);
+#endif
 #if DQ_BULK
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
             // contiguous bytes. The launcher's postprocess reads this order back.
@@ -632,6 +664,9 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         }
 #endif
     }
+#if DS_GUARD
+    if (!DQ_TURNS) named_bar_sync(4 + wg, 2 * THREADS);  // the other's last arrival (above the loop)
+#endif
     cp_async_wait<0>();
     // (PRODUCER: the consumers issued no bulk groups, so this waits for nothing)
     if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // before the block's memory goes

@@ -960,3 +960,56 @@ def test_flashattention3s_backward_cases(D, dtype, heads, causal, seed):
             assert err <= allow, f"{label}: {name} error {err:.4g} > FA3's allowance {allow:.4g}"
         for name, c in check_gradients(grads, *views, dout, causal=causal).items():
             assert c.passed, f"{label}: {name} {c.summary()}"
+
+
+# ---- DS_GUARD: the dSᵀ store ordered after the step before's dQ product ----------------------
+# the builds whose dQ product reads both warpgroups' dSᵀ: the stage's at D 64 (dQ in turns) and at
+# D 128 (two warpgroups splitting D), with and without the producer warpgroup
+GUARDED = [(64, {}), (128, {}), (64, {"producer": 0}), (128, {"producer": 0})]
+
+
+def _guarded_build(D, dtype, extra):
+    from lib import nvrtc
+    cfg = stage8.config(D, wgmma=1, ds_guard=1, **extra)
+    return nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
+                               defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+
+
+@compile_cases("D,extra,dtype", [(D, e, dt) for D, e in GUARDED for dt in (torch.float16, torch.bfloat16)],
+               keep=lambda c: True, build=lambda D, extra, dtype: _guarded_build(D, dtype, extra))
+def test_ds_guard_compiles_offline(D, extra, dtype):
+    """DS_GUARD adds named barriers 4 and 5 to the dK/dV kernel (a wait before the dSᵀ store, an
+    arrival after the dQ product) and nothing that spills; it is on in the stage's builds at both
+    head dims and off where a call's switches leave nothing to guard; builds with nothing to guard
+    that ask for it are refused."""
+    from conftest import assert_no_local_memory
+    from lib.sass import sass_text
+    assert dict(stage8.config(D, wgmma=1)["defines"])["DS_GUARD"] == 1
+    assert dict(stage8.config(D, wgmma=1, warpgroups=1)["defines"])["DS_GUARD"] == 0
+    compiled = _guarded_build(D, dtype, extra)
+    assert_no_local_memory(compiled, ("attention_backward",), (D, extra, dtype))
+    body = sass_text(compiled.cubin).split("Function : attention_backward\n")[-1].split("Function : ")[0]
+    lines = body.splitlines()
+    assert any("BAR.SYNC" in line for line in lines), "no barrier wait"
+    assert any("BAR.ARV" in line for line in lines), "no barrier arrival"
+    with pytest.raises(ValueError, match="ds_guard=1"):
+        stage8.config(D, None, 0, 1, ds_guard=1)  # the dQ pass: no dSᵀ exchange to guard
+    with pytest.raises(ValueError, match="ds_guard=1"):
+        stage8.config(D, wgmma=1, warpgroups=1, ds_guard=1)  # one warpgroup reads only its own dSᵀ
+
+
+@gpu
+@pytest.mark.parametrize("extra", [{}, {"producer": 0}], ids=["stage", "no-producer"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_ds_guard_matches_and_equals_unguarded(shape, extra, seed):
+    """With DS_GUARD the gradients pass the rule against float64 autograd, and dK and dV are the
+    unguarded build's bits (the same products in the same order; a barrier changes no arithmetic)."""
+    if not stage8.wgmma_here():
+        pytest.skip("the WGMMA build needs sm_90")
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, ds_guard=1, **extra)
+    for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
+        assert c.passed, f"{name} {shape} {extra} seed {seed}: {c.summary()}"
+    plain = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, ds_guard=0, **extra)
+    assert torch.equal(grads[1], plain[1]) and torch.equal(grads[2], plain[2]), f"{shape} {extra} seed {seed}"

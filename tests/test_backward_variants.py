@@ -46,13 +46,14 @@ def test_defines_only_when_on():
 
 
 def test_variant_switches_and_args():
-    """The launcher's rule (D 128, a softcap with a window: the build before the producer, and for
-    the ex2 softcap dq_bulk=0, which do not spill) and the kernels' scalar arguments: cap_mul
+    """The launcher's rule (D 128, a softcap with a window: the build before the producer with
+    dq_bulk=0, which does not spill) and the kernels' scalar arguments: cap_mul
     carries the scale's sign, the window made finite."""
     cap2_win = Variants(softcap=30.0, window=(5, 0), softcap_build=2)
     assert stage8.variant_switches(128, cap2_win) == {"producer": 0, "dq_bulk": 0}
     assert stage8.variant_switches(64, cap2_win) == {}
-    assert stage8.variant_switches(128, Variants(softcap=30.0, window=(5, 0), softcap_build=1)) == {"producer": 0}
+    assert stage8.variant_switches(128, Variants(softcap=30.0, window=(5, 0), softcap_build=1)) == {"producer": 0,
+                                                                                                    "dq_bulk": 0}
     assert stage8.variant_switches(128, Variants(softcap=30.0, softcap_build=2)) == {}
     log2e = math.log2(math.e)
     mul, cap_log2, left, right = stage8.variant_args(Variants(softcap=5.0, softcap_build=1), -0.125, 10, 20)
