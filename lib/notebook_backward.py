@@ -442,6 +442,7 @@ D64_TWO_WG = "WGMMA 2 warpgroups, dQ by bulk reduction, TMA loads"
 D64_TURNS = D64_TWO_WG + ", dQ in turns"
 D64_THREE_BLOCKS = D64_BUILD_AGAIN + ", 3 blocks per SM"
 DQ_EARLY_LABEL = "WGMMA, dQ issued before dV and dK are done"
+DETERMINISTIC_LABEL = "WGMMA, deterministic (dQ by its own pass)"  # attention_backward(deterministic=True)
 
 
 def _backward() -> dict:

@@ -22,8 +22,8 @@ forward and stage 8's backward (`stages.autograd.attention(q, k, v, forward=6, c
 default's forward and backward, on the shape map's prefill grid (S 512 … 16384 at B·S = 16k
 tokens, D 64 with H 16 and D 128 with H 32, MHA and GQA 4:1, full and causal, bf16). Each row's
 gradients through that same path are checked against float64 on a slice (one batch entry, one
-K/V group) before and after timing. Predicted, not yet measured: 1-3 s a row on an H200 once the
-kernels are compiled (TRAIN_ROUNDS, TRAIN_BUDGET_S), under 150 s for the 48 rows.
+K/V group) before and after timing. On an H200 the 48 rows took 61 s once the kernels were compiled
+(results/logs/2026-11-29-95ec2fa-h200/trainmap.log; TRAIN_ROUNDS, TRAIN_BUDGET_S).
 """
 import argparse
 import sys
@@ -35,6 +35,7 @@ import torch  # noqa: E402
 
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
+from lib.notebook_backward import DETERMINISTIC_LABEL  # noqa: E402
 from lib.reference import attention_flops, check_gradients, visible_scores  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
 from lib.timing import sdpa_backward_call, sdpa_call, time_interleaved  # noqa: E402
@@ -105,7 +106,8 @@ def variants(D, which="all"):
             out.append((without_overlap + ", 3 blocks per SM", {**as_built, "overlap": 0, "blocks_per_sm": 3}))
         out.append(("WGMMA, dQ issued before dV and dK are done", {**as_built, "dq_early": 1}))
     if stage8.wgmma_here():
-        out += producer_variants(D) + [("WGMMA, the stage's build again", {"wgmma": 1})]
+        out += producer_variants(D) + [("WGMMA, the stage's build again", {"wgmma": 1}),
+                                       (DETERMINISTIC, {"wgmma": 1, "deterministic": True})]
     if which in ("wgmma", "producer"):
         return out
     return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
@@ -126,6 +128,8 @@ def producer_variants(D):
     return out
 
 
+# attention_backward(deterministic=True): the same bits every run, dQ by its own pass (its cost)
+DETERMINISTIC = DETERMINISTIC_LABEL
 # The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup, then at D 64 the two
 # warpgroups its registers make room for, taking turns at dQ; last the stage's build, which adds the
 # dSᵀ store's guard (DS_GUARD) to those
@@ -360,7 +364,7 @@ def main() -> int:
                     help="store the rows under 'backward' (with --train-step: 'train_step') in results/<gpu>.json")
     ap.add_argument("--train-step", action="store_true",
                     help="time the training map (whole steps through autograd against SDPA's) instead of the "
-                         "backward table; needs an sm_90 GPU (predicted: about two minutes on an H200)")
+                         "backward table; needs an sm_90 GPU (61 s on an H200 once compiled)")
     ap.add_argument("--features", action="store_true",
                     help="time the models' variants in the backward instead (window, softcap, sinks: "
                          "each against the plain build, and a 4096-key window against causal per score); "

@@ -85,7 +85,7 @@ def _forward_stage(forward: int):
 
 
 def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=None, is_causal=None,
-              enable_gqa=True, **options):
+              enable_gqa=True, deterministic=False, **options):
     """F.scaled_dot_product_attention(q, k, v, ...) with gradients: stage `forward`'s kernel (6,
     Hopper; or 5, any GPU from sm_80) and, when grad mode is on and q, k or v requires grad, an
     output whose grad_fn runs stage 8's backward from the log-sum-exp the forward saved.
@@ -93,8 +93,11 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     (its measuring keywords: tiles, schedule, ...); `seqlens_k` has no backward (stage 8 takes
     every key of each entry) and is refused when gradients are asked for. With forward 6 and no
     options the grad_fn is stage 8's C++ node where it applies (the module docstring says when),
-    else stage 8's Python autograd.Function."""
+    else stage 8's Python autograd.Function. `deterministic=True`: a backward whose gradients are
+    the same bits on every run (stage8.attention_backward's; the Python Function)."""
     stage = _forward_stage(forward)
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)
     if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, **options)
@@ -106,17 +109,18 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     variants, options = _split_variants(forward, options)
     if attn_mask is not None:
         causal = causal_from_mask(causal, attn_mask, q, k, stage.INFO)
-    if forward == 6 and not options and not variants:  # the C++ node where it applies (stages/autograd_node.py)
-        out = autograd_node.attention(q, k, v, causal, scale)
+    if forward == 6 and not options and not variants and not deterministic:  # the C++ node where it applies
+        out = autograd_node.attention(q, k, v, causal, scale)                  # (stages/autograd_node.py)
         if out is not None:
             return out
-    # the model variants: stage 8's Python Function (the C++ node takes the plain case only)
+    # the model variants, a deterministic backward: stage 8's Python Function (the C++ node takes
+    # the plain case only)
     forward_call = partial(stage.attention, **options) if options else stage.attention
-    return stage8.with_grad(forward_call, q, k, v, causal=causal, scale=scale, **variants)
+    return stage8.with_grad(forward_call, q, k, v, causal=causal, scale=scale, deterministic=deterministic, **variants)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, forward: int = 6,
-                     causal=False, scale=None, **options):
+                     causal=False, scale=None, deterministic=False, **options):
     """Packed sequences (FlashAttention's flash_attn_varlen_func, as stage `forward`'s own
     attention_varlen takes them: q [total_q, H, D], k and v [total_k, H_kv, D], int32 offsets on
     q's device, causal False, "top_left" or "bottom_right" within each sequence) with gradients.
@@ -141,8 +145,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     gradient are zeros (rows that see no key, bottom-right with S_q > S_k, get zero output and
     zero gradient from the kernels themselves). The offsets are read on the host (one copy per
     call unless made by lib.inputs.offsets_tensor), so this path cannot be captured in a CUDA
-    graph."""
+    graph. `deterministic`: as attention's, for every sequence's backward."""
     stage = _forward_stage(forward)
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
     if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       causal=causal, scale=scale, **options)
@@ -159,7 +165,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     cq, ck = host_offsets(cu_seqlens_q), host_offsets(cu_seqlens_k)
     seqs = [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(call.n_seqs)]
     sinks = variants.pop("sinks", None)
-    return _PackedAttention.apply(q, k, v, sinks, stage, seqs, causal, scale, options, variants)
+    return _PackedAttention.apply(q, k, v, sinks, stage, seqs, causal, scale, options,
+                                  {**variants, **({"deterministic": True} if deterministic else {})})
 
 
 def _seq(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
@@ -179,7 +186,8 @@ class _PackedAttention(torch.autograd.Function):
         lse = torch.full((H * total_q,), -math.inf, dtype=torch.float32, device=q.device)
         parts = []
         plain_sinks = None if sinks is None else sinks.detach()
-        var_kw = {**variants, **({"sinks": plain_sinks} if sinks is not None else {})}
+        var_kw = {n: x for n, x in variants.items() if n != "deterministic"}  # the backward's alone
+        var_kw.update({"sinks": plain_sinks} if sinks is not None else {})
         for q0, q1, k0, k1 in seqs:
             if q1 == q0:
                 continue

@@ -57,8 +57,10 @@ def ids_ahead(page_size: int, warp_specialized: bool, choice: int | None = None)
     with a producer warpgroup copy their ids IDS_AHEAD key tiles ahead into shared memory (cp.async),
     the others keep the register read-ahead one tile ahead (0, no define: the build before it).
     choice: None (the rule), 0 (off) or 1-8 (tiles ahead) — on needs a page table and a producer.
-    Predicted, not measured: at 16-key pages the one-tile register read-ahead stalls the producer
-    on its id loads whenever a table read outlasts its wait for a free buffer (B8 decoding: 0.85x)."""
+    Why: at 16-key pages the one-tile register read-ahead stalls the producer on its id loads
+    whenever a table read outlasts its wait for a free buffer. Measured on the H200 at 16-key pages
+    (shape_map.py --paged --paged-ideas, results/logs/2026-11-29-ee4594a-h200-branches/
+    pagedideas.log): 0.96-1.10x the build without it, same rounds."""
     if choice is None:
         return IDS_AHEAD if page_size and page_size < IDS_AHEAD_BELOW and warp_specialized else 0
     if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice <= 8:

@@ -86,7 +86,7 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #   DS_GUARD    (with DQ_ATOMICS, two warpgroups whose dQ products read both's dSᵀ) each step's dSᵀ
 #               store waits at a named barrier for the other warpgroup's dQ product of the step
 #               before, which arrives there once it has read (without it, time orders them:
-#               experiments/backward_producer, "Open").
+#               experiments/backward_producer, "Found by reading, then guarded").
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
@@ -120,12 +120,13 @@ BEFORE_PRODUCER = {
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
 }
-#   Both: DS_GUARD on (H200, same rounds, bf16, the standard rows; results/logs/2026-11-29-6c69c51-
-#     h200-ds-guard). One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
+#   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
-#     (FlashAttention-3 syncs its warpgroups at the same place). The guard, an arrival after the
-#     read and a wait before the store, ran 0.99-1.00x the build without it at three rows and
-#     0.94x at D 128 full, where the stage's build timed again ran 0.96x.
+#     (FlashAttention-3 syncs its warpgroups at the same place). The guard, an arrival right after
+#     the read and a wait before the store, ran 0.99x and 1.00x the build without it at D 64 (full,
+#     causal) and 1.03x and 0.99x at D 128 in the backward record at b6a1670 (H200, same rounds,
+#     bf16; results/logs/2026-11-29-b6a1670-h200; the forms timed before it in
+#     results/logs/2026-11-29-6c69c51-h200-ds-guard).
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
     128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
@@ -367,7 +368,7 @@ def _aligned_strides(t: torch.Tensor, align: int = 16) -> bool:
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
                        dq_atomics=None, wgmma=None, window=None, softcap=None, sinks=None, softcap_tanh=None,
-                       **switches):
+                       deterministic=False, **switches):
     """(dq, dk, dv) of attention(q, k, v) for the output gradient `dout`, given the forward's
     output `out` and its row log-sum-exp `lse` ([B, H, Sq] float32, natural log, −∞ for a row
     that sees no key). Shapes and causal as in the forward; dk and dv have k's shape (GQA:
@@ -382,7 +383,21 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
     must have had the same ones): `window` (left, right), `softcap` c (with `softcap_tanh`, as
     stage 6 takes it: the same tanh the forward used) — the WGMMA build's SOFTCAP and WINDOW
     builds — and `sinks` (float32 [H]): then the call returns (dq, dk, dv, dsinks), dsinks the
-    float32 [H] gradient of the sinks (sinks_gradient), the other three unchanged by them."""
+    float32 [H] gradient of the sinks (sinks_gradient), the other three unchanged by them.
+
+    `deterministic=True`: the same gradients, bit for bit, on every run with the same inputs.
+    The stage's build sums dQ in the dK/dV kernel by bulk reductions into float32, in whatever
+    order the blocks reach them, so dq may differ in its last bits from run to run (dk and dv do
+    not: each key block's are one block's sums in a fixed order). Deterministic, dQ is made by
+    its own pass (dq_atomics=0), each row's by one block over the keys in order; the backward
+    record's row "WGMMA, deterministic (dQ by its own pass)" is its cost. FlashAttention-3's
+    deterministic mode keeps the reductions and orders them with a semaphore per query block."""
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+    if deterministic:
+        if dq_atomics:
+            raise ValueError("deterministic=True makes dQ by its own pass: dq_atomics=1 contradicts it")
+        dq_atomics = 0
     variants = check_backward_variants(q, window, softcap, sinks, softcap_tanh)
     with torch.no_grad():
         if sinks is None:
@@ -588,12 +603,12 @@ class _Attention(torch.autograd.Function):
     """A forward that saves the log-sum-exp, and this stage's backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, forward, causal, scale):
+    def forward(ctx, q, k, v, forward, causal, scale, deterministic=False):
         B, H, Sq, _ = q.shape
         lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
         out = forward(q, k, v, causal=causal, scale=scale, lse=lse)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale = causal, scale
+        ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
         return out
 
     @staticmethod
@@ -606,7 +621,10 @@ class _Attention(torch.autograd.Function):
 
 def _gradients(ctx, dout):
     q, k, v, out, lse = ctx.saved_tensors
-    return (*_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale), None, None, None)
+    if ctx.deterministic:  # dQ by its own pass (attention_backward's deterministic)
+        return (*_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale, dq_atomics=0),
+                None, None, None, None)
+    return (*_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale), None, None, None, None)
 
 
 _gradients_once = once_differentiable(_gradients)
@@ -619,13 +637,13 @@ class _VariantAttention(torch.autograd.Function):
     The forward sees them detached (stage 6's forward refuses sinks that require grad)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, forward, causal, scale, variant_kw):
+    def forward(ctx, q, k, v, sinks, forward, causal, scale, variant_kw, deterministic=False):
         B, H, Sq, _ = q.shape
         lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
         plain_sinks = None if sinks is None else sinks.detach()
         out = forward(q, k, v, causal=causal, scale=scale, lse=lse, sinks=plain_sinks, **variant_kw)
         ctx.save_for_backward(q, k, v, out, lse, plain_sinks)
-        ctx.causal, ctx.scale, ctx.variant_kw = causal, scale, variant_kw
+        ctx.causal, ctx.scale, ctx.variant_kw, ctx.deterministic = causal, scale, variant_kw, deterministic
         return out
 
     @staticmethod
@@ -633,23 +651,26 @@ class _VariantAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse, sinks = ctx.saved_tensors
         g = attention_backward(q, k, v, out, dout, lse, causal=ctx.causal, scale=ctx.scale, sinks=sinks,
-                               **ctx.variant_kw)
+                               deterministic=ctx.deterministic, **ctx.variant_kw)
         dsinks = g[3] if sinks is not None and ctx.needs_input_grad[3] else None
-        return g[0], g[1], g[2], dsinks, None, None, None, None
+        return g[0], g[1], g[2], dsinks, None, None, None, None, None
 
 
 VARIANT_KEYWORDS = ("window", "softcap", "sinks", "softcap_tanh")  # stage 6's, which the backward takes
 
 
-def with_grad(forward, q, k, v, *, causal, scale, window=None, softcap=None, sinks=None, softcap_tanh=None):
+def with_grad(forward, q, k, v, *, causal, scale, window=None, softcap=None, sinks=None, softcap_tanh=None,
+              deterministic=False):
     """forward(q, k, v, causal=, scale=, lse=) — a forward that writes the log-sum-exp into
     `lse` — run so that its output has a grad_fn whose backward is this stage's. With stage 6's
     model variants (window, softcap, softcap_tanh, sinks) forward takes them too, and the sinks
-    get a gradient when they require grad."""
+    get a gradient when they require grad. `deterministic`: attention_backward's."""
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
     if window is None and softcap is None and sinks is None and softcap_tanh is None:
-        return _Attention.apply(q, k, v, forward, causal, scale)
+        return _Attention.apply(q, k, v, forward, causal, scale, deterministic)
     variant_kw = {"window": window, "softcap": softcap, "softcap_tanh": softcap_tanh}
-    return _VariantAttention.apply(q, k, v, sinks, forward, causal, scale, variant_kw)
+    return _VariantAttention.apply(q, k, v, sinks, forward, causal, scale, variant_kw, deterministic)
 
 
 def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=None, enable_gqa=True):

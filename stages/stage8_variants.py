@@ -51,7 +51,7 @@ def variant_switches(head_dim: int, variants: Variants) -> dict:
     the switch is the GPU session's to measure. With the producer warpgroup (the stage's build
     since ffe4adc) D 128's softcap with a window spilled 8 bytes in tanh.approx's form too
     (test_variant_builds_compile_without_spills): both run the build before the producer there.
-    With the dSᵀ store's guard (DS_GUARD, the stage's build since 6c69c51) tanh.approx's form with a
+    With the dSᵀ store's guard (DS_GUARD, the stage's build since 4b7e999) tanh.approx's form with a
     window spilled 44 bytes in that build too, and none with dq_bulk=0: both forms take it."""
     if head_dim == 128 and variants.softcap_build and variants.window is not None:
         return {"producer": 0, "dq_bulk": 0}

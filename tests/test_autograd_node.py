@@ -169,9 +169,9 @@ def test_a_plan_attaches_the_node_and_a_misaligned_pointer_does_not(fresh_node, 
 
 
 def test_stages_autograd_routes_forward_6_without_options_to_the_node(monkeypatch):
-    """stages.autograd.attention asks the node only for forward 6 with gradients wanted and no
-    options, after SDPA's keywords and attn_mask are mapped; anything else, or the node saying
-    None, is the Python Function exactly as before."""
+    """stages.autograd.attention asks the node only for forward 6 with gradients wanted, no
+    options and not deterministic, after SDPA's keywords and attn_mask are mapped; anything else,
+    or the node saying None, is the Python Function exactly as before."""
     from torch.nn.attention.bias import causal_lower_right
     asked, python = [], []
     answer = {"out": None}
@@ -180,7 +180,8 @@ def test_stages_autograd_routes_forward_6_without_options_to_the_node(monkeypatc
         asked.append((causal, scale))
         return answer["out"]
     monkeypatch.setattr(autograd_node, "attention", node)
-    monkeypatch.setattr(stage8, "with_grad", lambda fwd, q, k, v, *, causal, scale: python.append((causal, scale)) or "py")
+    monkeypatch.setattr(stage8, "with_grad", lambda fwd, q, k, v, *, causal, scale, deterministic:
+                        python.append((causal, scale) + ((deterministic,) if deterministic else ())) or "py")
     monkeypatch.setattr(stage6, "attention", lambda *a, **kw: "stage6 alone")
     q, k, v = make_qkv(1, 2, 10, 64, Sk=12, dtype=torch.float16, device="cpu")
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
@@ -192,6 +193,8 @@ def test_stages_autograd_routes_forward_6_without_options_to_the_node(monkeypatc
     asked.clear()
     assert autograd.attention(*leaves, forward=6, tiles=(128, 64)) == "py"  # stage 6's options
     assert autograd.attention(*leaves, forward=5) == "py"
+    assert autograd.attention(*leaves, forward=6, deterministic=True) == "py"  # the Python Function's dQ pass
+    assert python[-1] == (False, None, True)
     assert autograd.attention(q, k, v, forward=6) == "stage6 alone"  # no gradients wanted
     with torch.no_grad():
         assert autograd.attention(*leaves, forward=6) == "stage6 alone"

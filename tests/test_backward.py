@@ -1013,3 +1013,70 @@ def test_ds_guard_matches_and_equals_unguarded(shape, extra, seed):
         assert c.passed, f"{name} {shape} {extra} seed {seed}: {c.summary()}"
     plain = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, ds_guard=0, **extra)
     assert torch.equal(grads[1], plain[1]) and torch.equal(grads[2], plain[2]), f"{shape} {extra} seed {seed}"
+
+
+# ---- deterministic=True: the same bits every run (dQ by its own pass) -------------------------
+
+def test_deterministic_is_the_dq_pass(monkeypatch):
+    """attention_backward(deterministic=True) runs the dQ pass (dq_atomics=0), refuses dq_atomics=1
+    and anything but a bool; stages.autograd takes it to stage 8's Python Function (not the C++
+    node), whose backward then asks for the dQ pass; varlen passes it to every sequence's backward.
+    (Checked on the host: the kernels are replaced by a recorder.)"""
+    seen = []
+
+    def fake_backward(q, k, v, out, dout, lse, **kw):
+        seen.append(kw)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+    monkeypatch.setattr(stage8, "_backward", fake_backward)
+    q = torch.randn(1, 2, 5, 64)
+    k = v = torch.randn(1, 2, 7, 64)
+    lse = torch.zeros(1, 2, 5)
+    stage8.attention_backward(q, k, v, q, q, lse, deterministic=True)
+    assert seen[-1]["dq_atomics"] == 0
+    stage8.attention_backward(q, k, v, q, q, lse)
+    assert seen[-1]["dq_atomics"] is None  # the stage's build
+    with pytest.raises(ValueError, match="dq_atomics=1 contradicts"):
+        stage8.attention_backward(q, k, v, q, q, lse, deterministic=True, dq_atomics=1)
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="deterministic must be True or False"):
+            stage8.attention_backward(q, k, v, q, q, lse, deterministic=bad)
+        with pytest.raises(ValueError, match="deterministic must be True or False"):
+            autograd.attention(q, k, v, deterministic=bad)
+
+    # the Python Function: a forward that writes lse, the recorder as the backward
+    def forward(q, k, v, *, causal, scale, lse, **variants):
+        lse.zero_()
+        return q.detach().clone()
+
+    for det in (False, True):
+        qg = q.clone().requires_grad_()
+        stage8.with_grad(forward, qg, k, v, causal=False, scale=None, deterministic=det).sum().backward()
+        assert seen[-1].get("dq_atomics") == (0 if det else None), (det, seen[-1])
+    qg = q.clone().requires_grad_()
+    stage8.with_grad(forward, qg, k, v, causal=False, scale=None, window=(3, 0), deterministic=True).sum().backward()
+    assert seen[-1]["dq_atomics"] == 0
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(2, 4, 2, 300, 1000, 64, False), (1, 8, 8, 700, 700, 128, True),
+                                   (1, 16, 4, 129, 2049, 128, "bottom_right")], ids=str)
+def test_deterministic_backward_is_the_same_bits_every_run(shape, seed):
+    """deterministic=True: gradients within the rule against float64 autograd, and dq, dk, dv the
+    same bits on three runs, directly and through stages.autograd (many key blocks add into each
+    dQ row, where the stage's build sums them in the order the blocks arrive)."""
+    if not stage8.wgmma_here():
+        pytest.skip("the WGMMA build needs sm_90")
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed)
+    runs = [stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, deterministic=True) for _ in range(3)]
+    for name, c in check_gradients(runs[0], q, k, v, dout, causal=causal).items():
+        assert c.passed, f"{name} {shape} seed {seed}: {c.summary()}"
+    for again in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], again)), f"{shape} seed {seed}"
+    grads = []
+    for _ in range(2):
+        qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        autograd.attention(qg, kg, vg, causal=causal, deterministic=True).backward(dout)
+        grads.append((qg.grad, kg.grad, vg.grad))
+    assert all(torch.equal(a, b) for a, b in zip(*grads)), f"autograd {shape} seed {seed}"

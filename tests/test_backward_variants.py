@@ -220,8 +220,9 @@ def fake_stage6_and_backward(monkeypatch, calls):
                                    sinks=sinks).to(q.dtype)
 
     def backward(q, k, v, out, dout, lse, *, causal=False, scale=None, window=None, softcap=None, sinks=None,
-                 softcap_tanh=None):
-        calls.append(("backward", dict(window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh)))
+                 softcap_tanh=None, deterministic=False):
+        calls.append(("backward", dict(window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh,
+                                       deterministic=deterministic)))
         with torch.enable_grad():  # the engine runs a backward with grad mode off
             g = reference_backward(q, k, v, dout, causal=causal, scale=scale, window=window, softcap=softcap,
                                    sinks=sinks)
