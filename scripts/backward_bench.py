@@ -23,7 +23,7 @@ default's forward and backward, on the shape map's prefill grid (S 512 … 16384
 tokens, D 64 with H 16 and D 128 with H 32, MHA and GQA 4:1, full and causal, bf16). Each row's
 gradients through that same path are checked against float64 on a slice (one batch entry, one
 K/V group) before and after timing. On an H200 the 48 rows took 61 s once the kernels were compiled
-(results/logs/2026-11-29-95ec2fa-h200/trainmap.log; TRAIN_ROUNDS, TRAIN_BUDGET_S).
+(results/logs/2026-11-29-95ec2fa-h200/trainmap.log, three rounds a row then; TRAIN_ROUNDS, TRAIN_BUDGET_S).
 """
 import argparse
 import sys
@@ -141,8 +141,8 @@ PRODUCER_PATH = {64: ["WGMMA, producer warpgroup", "WGMMA 2 warpgroups, producer
 # --train-step: the training map -----------------------------------------------------------------
 TRAIN_HEADS = {64: 16, 128: 32}  # query heads per head dim: the shape map's prefill rows (PREFILL_HEADS)
 TRAIN_GROUP = 4                  # GQA 4:1
-TRAIN_ROUNDS, TRAIN_BUDGET_S = 3, 0.2   # per row and side: short, so that 48 rows fit in ~2 minutes
-TRAIN_MIN_RUNS, TRAIN_MAX_RUNS = 6, 45  # at least two runs a round at S 16384 D 128 (~30 ms a step)
+TRAIN_ROUNDS, TRAIN_BUDGET_S = 5, 0.3   # per row and side: five rounds, so that two slow ones (experiments/train_step_rounds) do not set the median
+TRAIN_MIN_RUNS, TRAIN_MAX_RUNS = 10, 60  # at least two runs a round at S 16384 D 128 (~30 ms a step)
 STAGE_STEP, SDPA_STEP = "stage 6 + 8", "SDPA default"
 TRAIN_METHOD = ("lib.timing.time_interleaved, hold=False: each run is one forward and backward through "
                 "autograd (gradients set to None before it), L2 flushed before it, CUDA events around it; "

@@ -136,6 +136,7 @@ for s in "$@"; do case $s in
   generate) step generate python3 scripts/generate_record.py --record ;;
   genmodels) step genmodels python3 scripts/generate_record.py --models --record ;;
   hfgpu) step hfgpu python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_hf_variants.py tests/test_hf.py -k "stage6 or generate_matches or tiny_llama" ;;
+  hftrain) step hftrain python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_hf_variants.py tests/test_hf.py -k training ;;  # issue 51 item 3
   train) step train python3 scripts/train_curve.py --record ;;
   fp8bench) step fp8bench python3 scripts/fp8_bench.py --record ;;
   fp8tiles) step fp8tiles python3 scripts/fp8_tiles.py --record ;;

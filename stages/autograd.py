@@ -28,6 +28,9 @@ Stage 6's model variants (window, softcap, softcap_tanh, sinks; issue 51) train 
 6: the call goes to stage 8's Python Function (stage8.with_grad), never the C++ node, and stage
 8's backward takes the same variants (its WGMMA build: an H100/H200); sinks that require grad get
 their gradient. Packed sequences carry them per sequence.
+
+Head dims stage 8 has no build of (stage 6's D96 and D256) are refused with gradients, before the
+forward runs (NoBackwardError naming the ones it has).
 """
 from __future__ import annotations
 
@@ -61,6 +64,18 @@ def _sinks_want_grad(options: dict) -> bool:
     return torch.is_grad_enabled() and isinstance(sinks, torch.Tensor) and sinks.requires_grad
 
 
+def _refuse_head_dims_without_backward(forward: int, q) -> None:
+    """NoBackwardError, before the forward runs, for a head dim stage 8's backward has no build of
+    (stage 6's forward has D96 and D256): the backward would otherwise fail only at
+    loss.backward(), after the forward's cost. Not a tensor: the stage's own checks say what is wrong."""
+    D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() else None
+    if D is not None and D not in stage8.INFO.head_dims:
+        raise NoBackwardError(f"stage 8's backward takes head dims {stage8.INFO.head_dims_text}; got {D}. "
+                              f"Stage {forward}'s forward computes it without gradients (under "
+                              "torch.no_grad() or torch.inference_mode()); to train at this head dim, use "
+                              "PyTorch's attention (SDPA, or a Hugging Face model's attn_implementation='eager')")
+
+
 def _forward_stage(forward: int):
     stage = FORWARDS.get(forward)
     if stage is None:
@@ -86,6 +101,7 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)
     if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, **options)
+    _refuse_head_dims_without_backward(forward, q)
     if options.get("seqlens_k") is not None:
         raise NoBackwardError(f"stage {forward} with seqlens_k (per-entry key lengths) has no backward "
                               "pass: stage 8 takes every key of each entry. Call it under "
@@ -136,6 +152,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       causal=causal, scale=scale, **options)
+    _refuse_head_dims_without_backward(forward, q)
     variants, options = _split_variants(forward, options)  # each sequence's forward and backward take them
     # The stage's checks, on the tensors without their graph (the stage refuses grad itself).
     plain = [t.detach() if isinstance(t, torch.Tensor) else t for t in (q, k, v)]

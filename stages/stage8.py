@@ -108,7 +108,9 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     Three blocks per SM (BLOCKS_PER_SM 3) ran 0.99x of two (s37call1); Nsight Compute then
 #     found the kernel's L2 at 78% of its peak, half of it the bulk reductions into dQ (s37call2).
 #   Both: DQ_EARLY off. The dQ product issued while dV and dK still run ran 0.98-1.03x of the
-#     build without it at the four standard rows (results/logs/2026-11-26-s36call11/backward.log).
+#     build without it at the four standard rows (results/logs/2026-11-26-s36call11/backward.log),
+#     and 1.00-1.02x of the stage's build, producer and guard included (H200, 2026-11-29,
+#     experiments/backward_dq_early/h200_1440e0e.log).
 #   Both: PRODUCER on (H200, same rounds, bf16, the standard rows; results/logs/2026-11-29-c76a9ce-
 #     h200-producer/pbench.txt). The build above with a producer warpgroup ran 1.13-1.15x (D 64) and
 #     1.09-1.10x (D 128) its speed. With the producer's registers given to them, two warpgroups at

@@ -5,12 +5,13 @@ the mask, the host's sinks gradient against float64 autograd, and the plumbing t
 stages.autograd with fake kernels. GPU (an H100/H200): gradients (dq, dk, dv, dsinks) against
 float64 autograd by lib.reference.check_gradients's rule."""
 import math
+from functools import partial
 
 import pytest
 import torch
 
 from conftest import assert_no_local_memory, compile_cases, gpu
-from lib.inputs import make_qkv
+from lib.inputs import make_qkv, validate_varlen
 from lib.reference import causal_mask, check_gradients, reference_attention, reference_backward, window_mask
 from stages import autograd, stage6, stage8
 from stages.stage6_variants import Variants, finite_window, softcap_build
@@ -200,10 +201,12 @@ def test_sinks_gradient_matches_float64_autograd(shape, variant):
     assert torch.equal(stage8.sinks_gradient(sinks, empty, empty), torch.zeros(H))
 
 
-def _fake_stage6_and_backward(monkeypatch, calls):
+def fake_stage6_and_backward(monkeypatch, calls):
     """Stage 6's forward and stage 8's backward replaced by float64 PyTorch on the CPU, recording
     the keywords each gets (the forward writes lse with the sink; the backward's dsinks is the host
-    formula's, its dq, dk, dv float64 autograd's)."""
+    formula's, its dq, dk, dv float64 autograd's). Every path of stages.autograd then runs on the
+    CPU: the variants' Function, the plain one (stage8._Attention, which calls _backward) and
+    packed sequences (their checks without the device check, as test_backward.fake_kernels)."""
     def forward(q, k, v, *, causal=False, scale=None, lse=None, window=None, softcap=None, sinks=None,
                 softcap_tanh=None, **options):
         calls.append(("forward", dict(window=window, softcap=softcap, sinks=sinks, softcap_tanh=softcap_tanh,
@@ -231,6 +234,9 @@ def _fake_stage6_and_backward(monkeypatch, calls):
 
     monkeypatch.setattr(stage6, "attention", forward)
     monkeypatch.setattr(stage8, "attention_backward", backward)
+    monkeypatch.setattr(stage8, "_backward", lambda q, k, v, out, dout, lse, *, causal, scale:
+                        backward(q, k, v, out, dout, lse, causal=causal, scale=scale))
+    monkeypatch.setattr(autograd, "validate_varlen", partial(validate_varlen, check_device=False))
     return calls
 
 
@@ -245,7 +251,7 @@ def test_autograd_carries_the_variants(monkeypatch, variant, sinks_grad):
     (none when they do not); dq, dk, dv and dsinks are float64 autograd's through lib.reference."""
     from stages import autograd_node
     monkeypatch.setattr(autograd_node, "attention", lambda *a, **kw: pytest.fail("the C++ node was asked"))
-    calls = _fake_stage6_and_backward(monkeypatch, [])
+    calls = fake_stage6_and_backward(monkeypatch, [])
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, h, s, 64, generator=g) for h, s in ((4, 20), (2, 33), (2, 33)))
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
@@ -276,7 +282,7 @@ def test_autograd_carries_the_variants(monkeypatch, variant, sinks_grad):
 def test_sinks_alone_requiring_grad_train(monkeypatch):
     """Sinks that require grad, with q, k and v that do not: still a grad_fn (stage 6 alone would
     refuse such sinks), and only the sinks get a gradient."""
-    _fake_stage6_and_backward(monkeypatch, [])
+    fake_stage6_and_backward(monkeypatch, [])
     g = torch.Generator().manual_seed(9)
     q, k, v = (torch.randn(1, 2, 10, 64, generator=g) for _ in range(3))
     sinks = torch.randn(2, generator=g).requires_grad_(True)

@@ -230,44 +230,43 @@ def test_training_step_through_the_stages(n, seed):
     error, plus bf16 rounding at the gradient's magnitude)."""
     if torch.cuda.get_device_capability() < stages.get(n).INFO.min_cc:
         pytest.skip(f"stage {n} needs compute capability {stages.get(n).INFO.min_cc}")
-    model = hf.tiny_llama(torch.bfloat16, "cuda", seed=seed % 1000)
-    model.train()
-    ref = hf._float64_copy(model).train()
+    model = hf.tiny_llama(torch.bfloat16, "cuda", seed=seed % 1000).train()
     ids = torch.randint(0, model.config.vocab_size, (2, 93), device="cuda",
                         generator=torch.Generator(device="cuda").manual_seed(seed))
-
-    name = hf.register([n])[0]
-    try:
-        loss_ref, g_ref = hf.loss_and_gradients(ref, ids, "sdpa")
-        loss_sdpa, g_sdpa = hf.loss_and_gradients(model, ids, "sdpa")
-        loss_stage, g_stage = hf.loss_and_gradients(model, ids, name)
-    finally:
-        hf.set_attention(model, "sdpa")
-    assert abs(loss_stage - loss_ref) <= 2 * abs(loss_sdpa - loss_ref) + 1e-2, (loss_stage, loss_sdpa, loss_ref)
-    rule = hf.gradient_rule(g_stage, g_sdpa, g_ref, torch.bfloat16)
-    assert len(rule) == len(list(model.parameters()))
-    for param, (err, tol) in rule.items():
-        assert err <= tol, f"{param}: max|stage {n} − float64| {err:.3e} > {tol:.3e} (seed {seed})"
+    assert_training_step_within_rule(model, [(ids, None)], hf.register([n])[0], torch.bfloat16, f"seed {seed}")
 
 
 PADDED_LENGTHS = (93, 40, 7, 1)  # one left-padded batch: a full row, two padded ones, one token
 
 
-def _padded_training_step(model, ids, mask, name, dtype):
-    """One training step on a left-padded batch with `name`, SDPA and a float64 copy with SDPA:
-    the loss within the rule of SDPA's, and every parameter's gradient by lib.hf.gradient_rule."""
+def assert_training_step_within_rule(model, batches, name, dtype, label=""):
+    """One training step (the model in train()) on each of `batches` ([(ids, mask or None)]; a
+    padded batch's labels: lib.hf.loss_and_gradients) with `name`, with the model's baseline
+    (SDPA, or eager: lib.hf.baseline) and with a float64 copy run by its baseline: each loss
+    within the rule of the baseline's, and every parameter's gradient within
+    lib.hf.gradient_rule's tolerance, its worst error over the batches against its worst
+    tolerance. Over several batches the baseline's error on a parameter of a few numbers is more
+    than one draw: with an exact attention (float64, rounded once; tiny gpt-oss, CPU) the rule
+    of one batch broke in 8 of 160 seeds (bf16 and fp16), 7 of them on gpt-oss's sinks (4 per
+    layer), that of two batches in none of 80 pairs."""
+    base = hf.baseline(model)
     ref = hf._float64_copy(model).train()
+    worst = {}
     try:
-        loss_ref, g_ref = hf.loss_and_gradients(ref, ids, "sdpa", mask)
-        loss_sdpa, g_sdpa = hf.loss_and_gradients(model, ids, "sdpa", mask)
-        loss_stage, g_stage = hf.loss_and_gradients(model, ids, name, mask)
+        for ids, mask in batches:
+            loss_ref, g_ref = hf.loss_and_gradients(ref, ids, None, mask)
+            loss_base, g_base = hf.loss_and_gradients(model, ids, base, mask)
+            loss_stage, g_stage = hf.loss_and_gradients(model, ids, name, mask)
+            assert all(bool(torch.isfinite(g).all()) for g in g_base.values()), f"{base}'s own gradients are not finite"
+            assert abs(loss_stage - loss_ref) <= 2 * abs(loss_base - loss_ref) + 1e-2, (loss_stage, loss_base, loss_ref)
+            for param, (err, tol) in hf.gradient_rule(g_stage, g_base, g_ref, dtype).items():
+                e, t = worst.get(param, (0.0, 0.0))
+                worst[param] = (max(e, err), max(t, tol))
     finally:
-        hf.set_attention(model, "sdpa")
-    assert all(bool(torch.isfinite(g).all()) for g in g_sdpa.values()), "SDPA's own gradients are not finite"
-    assert abs(loss_stage - loss_ref) <= 2 * abs(loss_sdpa - loss_ref) + 1e-2, (loss_stage, loss_sdpa, loss_ref)
-    rule = hf.gradient_rule(g_stage, g_sdpa, g_ref, dtype)
-    assert len(rule) == len(list(model.parameters()))
-    return rule
+        hf.set_attention(model, base)
+    assert len(worst) == len(list(model.parameters()))
+    for param, (err, tol) in worst.items():
+        assert err <= tol, f"{param}: max|{name} − float64| {err:.3e} > {tol:.3e} ({base} baseline; {label})"
 
 
 def _count_packed_calls(monkeypatch):
@@ -296,9 +295,7 @@ def test_training_on_a_left_padded_batch_on_cpu(monkeypatch):
     model = hf.tiny_llama(torch.bfloat16, "cpu", seed=3).train()
     lengths = (13, 6, 1)
     ids, mask = hf.left_padded_prompts(lengths, model.config.vocab_size, "cpu", seed=5)
-    rule = _padded_training_step(model, ids, mask, name, torch.bfloat16)
-    for param, (err, tol) in rule.items():
-        assert err <= tol, f"{param}: max|stage 5 (fake kernels) − float64| {err:.3e} > {tol:.3e}"
+    assert_training_step_within_rule(model, [(ids, mask)], name, torch.bfloat16, "stage 5, fake kernels")
     layers = model.config.num_hidden_layers
     assert packed_calls == [True] * layers
     assert [c[0] for c in kernel_calls] == (["forward"] * len(lengths) * layers
@@ -318,10 +315,8 @@ def test_training_on_a_left_padded_batch(n, seed, monkeypatch):
     packed_calls = _count_packed_calls(monkeypatch)
     model = hf.tiny_llama(torch.bfloat16, "cuda", seed=seed % 1000).train()
     ids, mask = hf.left_padded_prompts(PADDED_LENGTHS, model.config.vocab_size, "cuda", seed=seed)
-    rule = _padded_training_step(model, ids, mask, hf.register([n])[0], torch.bfloat16)
+    assert_training_step_within_rule(model, [(ids, mask)], hf.register([n])[0], torch.bfloat16, f"seed {seed}")
     assert packed_calls == [True] * model.config.num_hidden_layers
-    for param, (err, tol) in rule.items():
-        assert err <= tol, f"{param}: max|stage {n} − float64| {err:.3e} > {tol:.3e} (seed {seed})"
 
 
 @gpu

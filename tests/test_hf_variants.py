@@ -2,8 +2,10 @@
 Gemma 2 and 3, gpt-oss), attention logit soft-capping (Gemma 2) and attention sinks (gpt-oss).
 On the CPU: the mask reader on masks built by transformers' own sdpa_mask with its sliding-window
 rule, the mapping of the layers' arguments onto stage 6's keywords (a stand-in stage 6 computing
-lib.reference), whole tiny models through it against transformers' own attention, and the
-refusals. On the GPU: stage 6 itself in the tiny models, logits and generate()."""
+lib.reference), whole tiny models through it against transformers' own attention, the
+refusals, and (issue 51 item 3) training through stage 6 and stage 8 with both replaced by
+float64 PyTorch. On the GPU: stage 6 itself in the tiny models, logits and generate(), and a
+training step through stage 6's forward and stage 8's backward, gradients per parameter."""
 import dataclasses
 
 import pytest
@@ -19,6 +21,8 @@ from conftest import gpu  # noqa: E402
 from lib import hf  # noqa: E402
 from lib.inputs import NoBackwardError  # noqa: E402
 from lib.reference import reference_attention, reference_varlen  # noqa: E402
+from test_backward_variants import fake_stage6_and_backward  # noqa: E402
+from test_hf import PADDED_LENGTHS, assert_training_step_within_rule  # noqa: E402
 
 
 class Stage6StandIn:
@@ -222,14 +226,23 @@ def test_refusals():
         with pytest.raises(NotImplementedError, match="stage 95 computes plain.*stage 6 computes"):
             plain(_Module(), q, k, v, None, **kw)
     plain(_Module(), q, k, v, None, sliding_window=12)  # a window that cuts nothing: fine
-    sinks = torch.nn.Parameter(torch.zeros(4))  # a model's parameter: requires grad
-    with pytest.raises(NoBackwardError, match="no backward for sliding windows, softcap or sinks"):
-        f(_Module(), q, k, v, None, s_aux=sinks)  # grad mode on: a training step would want it
-    qg = q.clone().requires_grad_()
-    with pytest.raises(NoBackwardError, match=r"torch.no_grad\(\)"):
-        f(_Module(), qg, k, v, None, softcap=50.0)
-    with torch.no_grad():
-        f(_Module(), qg, k, v, None, softcap=50.0, s_aux=sinks)
+
+
+def test_sinks_keep_their_graph():
+    """With grad mode on, the sinks reach the stage as a differentiable float32 copy of the
+    module's parameter (stages.autograd gives them their gradient): a stand-in computing with
+    torch passes the gradient back to the bf16 parameter, as autograd's own sinks."""
+    stage = Stage6StandIn()
+    f = hf.attention_function(stage)
+    sinks = torch.nn.Parameter(torch.randn(4, dtype=torch.bfloat16))
+    q, k, v = _qkv()
+    out, _ = f(_Module(), q, k, v, None, scaling=0.125, s_aux=sinks)
+    assert stage.calls[-1]["sinks"].dtype == torch.float32 and stage.calls[-1]["sinks"].requires_grad
+    out.sum().backward()
+    plain = sinks.detach().float().requires_grad_()
+    reference_attention(q, k, v, causal=True, scale=0.125, sinks=plain).sum().backward()
+    assert sinks.grad is not None and sinks.grad.dtype == torch.bfloat16 and plain.grad.abs().max() > 0
+    torch.testing.assert_close(sinks.grad, plain.grad.to(torch.bfloat16))
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,26 +314,68 @@ def test_generate_through_the_adapter_on_cpu(kind):
     assert any(c["window"] == (W - 1, 0) for c in stage.calls)
 
 
-def test_training_with_variants_is_refused():
-    """model.train() with gradients: a layer with a window that cuts, a softcap or sinks has no
-    backward through the stages (stage 8 has none of them); eval() under no_grad runs; Mistral on
-    a sequence no longer than its window trains (the window cuts nothing)."""
-    stage = Stage6StandIn()
-    name = hf.register_stage(stage, "fa_test_variants_train")
-    model = hf.tiny_model("gpt_oss", torch.float32, "cpu").train()
+def _layer_variants(model, kind: str) -> list[tuple]:
+    """Per layer, what the adapter must hand stage 6 on a batch longer than the window:
+    (window, softcap, sinks given)."""
+    layers = model.config.num_hidden_layers
+    types = getattr(model.config, "layer_types", None) or ["sliding_attention"] * layers
+    return [((W - 1, 0) if t == "sliding_attention" else None, 1.0 if "softcap" in FEATURES[kind] else None,
+             "sinks" in FEATURES[kind]) for t in types]
+
+
+TRAIN_LENGTHS = {"unpadded": (13, 13), "left-padded": (13, 6, 1)}  # longer than the window (8)
+
+
+def _batches(lengths, vocab, device, seed):
+    """Two batches of prompts of `lengths`, left-padded (mask None when nothing is): the rule is
+    judged over both (test_hf.assert_training_step_within_rule says why)."""
+    out = []
+    for s in (seed, seed + 1):
+        ids, mask = hf.left_padded_prompts(lengths, vocab, device, seed=s)
+        out.append((ids, mask if len(set(lengths)) > 1 else None))
+    return out
+
+
+@pytest.mark.parametrize("padding", TRAIN_LENGTHS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_through_stage6_on_cpu(kind, padding, monkeypatch):
+    """issue 51 item 3, the adapter's part on the CPU: model.train() through fa_stage6 with stage
+    6's forward and stage 8's backward replaced by float64 PyTorch (test_backward_variants'
+    fake_stage6_and_backward), on prompts longer than the window, unpadded (one call per layer)
+    or left-padded (packed sequences: one call per sequence and layer): every forward and
+    backward got its layer's window, softcap and sinks, the kernels saw the sinks detached, and
+    every parameter's gradient (gpt-oss's sinks included) is within lib.hf.gradient_rule."""
+    calls = fake_stage6_and_backward(monkeypatch, [])
+    name = hf.register([6])[0]
+    model = hf.tiny_model(kind, torch.bfloat16, "cpu", softcap=1.0, seed=3).train()
+    lengths = TRAIN_LENGTHS[padding]
+    batches = _batches(lengths, model.config.vocab_size, "cpu", seed=5)
+    assert_training_step_within_rule(model, batches, name, torch.bfloat16, f"{kind} {padding}, fake kernels")
+    calls_per_layer = len(lengths) if padding == "left-padded" else 1
+    want = [v for v in _layer_variants(model, kind) for _ in range(calls_per_layer)] * len(batches)
+    seen = {d: [(c["window"], c["softcap"], c["sinks"] is not None) for d_, c in calls if d_ == d]
+            for d in ("forward", "backward")}
+    assert seen["forward"] == want, seen["forward"]
+    assert sorted(seen["backward"], key=repr) == sorted(want, key=repr), seen["backward"]
+
+
+@pytest.mark.parametrize("head_dim", [96, 256])
+def test_training_at_a_head_dim_without_backward_is_refused(head_dim, monkeypatch):
+    """Stage 6's forward has D96 and D256 (real Gemma 2: 256), stage 8's backward neither: a
+    training step through fa_stage6 is refused before any forward runs (NoBackwardError naming
+    the head dims it has), unpadded and padded. (Inference at these head dims: the GPU tests.)"""
+    calls = fake_stage6_and_backward(monkeypatch, [])
+    name = hf.register([6])[0]
+    model = hf.tiny_model("gemma2", torch.bfloat16, "cpu", head_dim=head_dim).train()
     hf.set_attention(model, name)
-    ids = torch.randint(3, 1000, (2, 6))
-    with pytest.raises(NoBackwardError, match="stage 8 has no backward"):
-        model(ids, labels=ids, use_cache=False)
-    with torch.no_grad():
-        model.eval()(ids, use_cache=False)
-    mistral = hf.tiny_model("mistral", torch.float32, "cpu").train()
-    hf.set_attention(mistral, name)
-    with pytest.raises(NoBackwardError, match="sliding_window=8"):
-        mistral(torch.randint(3, 1000, (1, 12)), labels=torch.randint(3, 1000, (1, 12)), use_cache=False)
-    short = torch.randint(3, 1000, (1, W))
-    mistral(short, labels=short, use_cache=False).loss.backward()
-    assert stage.calls[-1]["window"] is None
+    ids, mask = hf.left_padded_prompts((12, 5), model.config.vocab_size, "cpu")
+    try:
+        for m in (None, mask):
+            with pytest.raises(NoBackwardError, match=f"head dims 64, 128; got {head_dim}"):
+                model(ids, attention_mask=m, labels=ids, use_cache=False)
+    finally:
+        hf.set_attention(model, hf.baseline(model))
+    assert not calls
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,3 +422,24 @@ def test_stage6_generate_in_tiny_models(kind, head_dim, dtype):
     print(f"\n{kind} D{head_dim}\n" + hf.generate_table(res))
     for r in res:
         assert r.tokens_equal and r.logits_ok, hf.generate_table(res)
+
+
+TRAIN_MODELS = [("mistral", 64), ("gemma2", 64), ("gemma3", 128), ("gpt_oss", 64)]  # head dims stage 8 has
+
+
+@gpu
+@pytest.mark.parametrize("padding", ["unpadded", "left-padded"])
+@pytest.mark.parametrize("kind,head_dim", TRAIN_MODELS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_stage6_training_step_in_tiny_models(kind, head_dim, dtype, padding, seed):
+    """issue 51 item 3: a training step of tiny random Mistral / Gemma 2 (softcap 1.0) / Gemma 3
+    (D128) / gpt-oss (sinks) through stage 6's forward and stage 8's backward (the variants'
+    Python Function; packed sequences one at a time when left-padded: prompts of 93, 40, 7 and 1
+    tokens), on two batches: each loss within the rule of the baseline's (SDPA, or eager for
+    Gemma 2 and gpt-oss), and every parameter's gradient, gpt-oss's sinks included, within
+    lib.hf.gradient_rule against a float64 copy of the model (test_hf.assert_training_step_within_rule)."""
+    name = _need_stage6()
+    model = hf.tiny_model(kind, dtype, "cuda", head_dim=head_dim, softcap=1.0, seed=seed % 1000).train()
+    lengths = (93, 93) if padding == "unpadded" else PADDED_LENGTHS
+    batches = _batches(lengths, model.config.vocab_size, "cuda", seed)
+    assert_training_step_within_rule(model, batches, name, dtype, f"{kind} D{head_dim} {padding}, seed {seed}")
