@@ -116,6 +116,11 @@ for s in "$@"; do case $s in
   sanpaged) for tool in memcheck racecheck synccheck; do  # stage 6's paged KV cache (issue 50)
               step "sanitize-paged-$tool" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
                 --report-api-errors no python3 experiments/paged_kv/sanitize.py; done ;;
+  fp8kv) step fp8kv python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_fp8_kv.py ;;  # issue 50 item 2
+  fp8kvbench) step fp8kvbench timeout 560 python3 scripts/shape_map.py --fp8-kv --record ;;
+  sanfp8kv) for tool in memcheck racecheck synccheck; do  # stage 6 reading an e4m3 KV cache (issue 50 item 2)
+              step "sanitize-fp8kv-$tool" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name kns=attention \
+                --report-api-errors no python3 experiments/fp8_kv_decode/sanitize.py; done ;;
   dims) step dims python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_head_dims.py ;;
   variants) step variants python3 scripts/stage6_schedules.py --features --record ;;
   nodeprobe) step nodeprobe timeout 240 python3 experiments/cpp_autograd_node/probe.py ;;

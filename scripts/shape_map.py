@@ -32,6 +32,7 @@ SDPA's time over stage 6's (> 1: stage 6 faster).
     python scripts/shape_map.py --quick          # a few rows of each part (a smoke run)
     python scripts/shape_map.py --record --resume  # finish a recorded run that was cut short
     python scripts/shape_map.py --paged [--record] # the paged KV cache against contiguous (PAGED_DOC)
+    python scripts/shape_map.py --fp8-kv [--record] # decoding from an e4m3 cache against SDPA (FP8_DOC)
     python scripts/shape_map.py --parts splits --dtype bfloat16 --out splits.json  # ~4 min (--budget-s)
 """
 import argparse
@@ -47,6 +48,7 @@ import torch  # noqa: E402
 
 import stages.stage6 as s6  # noqa: E402
 import stages.stage6_decoding as s6d  # noqa: E402
+import stages.stage6_kv_fp8 as f8  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.inputs import ALIGNMENTS, make_qkv, paged_cache  # noqa: E402
 from lib.reference import attention_flops, check_output  # noqa: E402
@@ -649,6 +651,71 @@ def paged_ideas(a) -> int:
     return 0 if ok else 1
 
 
+# --------------------------------------------------------------------------------------------
+# --fp8-kv: decoding from an e4m3 KV cache against SDPA on the same cache in bf16 (issue 50 item 2)
+
+FP8_DOC = """--fp8-kv: Stage 6 decoding from an e4m3 KV cache (k_descale, v_descale) against SDPA's default backend
+on the same cache dequantized to bf16, and stage 6 on that bf16 cache, in the same interleaved rounds
+(lib.timing.time_interleaved); each row's e4m3 call is checked first against the float64 reference of
+the dequantized cache (a sample of entries). Sq 1, D128, H32/8, B 1/8/64, Sk 1k-32k.
+"""
+FP8_ROWS = [(B, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768)]
+FP8_QUICK = [(1, 4096), (8, 16384), (64, 1024)]
+FP8_D, FP8_H, FP8_HKV = 128, 32, 8
+
+
+def fp8_checked(out, q, k64, v64) -> bool:
+    """The e4m3 call's output against the float64 reference of the dequantized cache (k64, v64),
+    entry by entry, the error rule's baseline SDPA on that cache in q's dtype."""
+    from lib.reference import sdpa
+    for b in range(q.shape[0]):
+        kb, vb = k64[b:b + 1], v64[b:b + 1]
+        base = sdpa(q[b:b + 1], kb.to(q.dtype), vb.to(q.dtype))
+        c = check_output(out[b:b + 1], q[b:b + 1], kb, vb, sdpa_out=base)
+        if not c.passed:
+            print(f"  entry {b}: {c.summary()}", flush=True)
+            return False
+    return True
+
+
+def fp8_kv(a) -> int:
+    """--fp8-kv: FP8_DOC's rows, recorded under "fp8_decode"."""
+    rows, ok, t0 = [], True, time.time()
+    for B, Sk in (FP8_QUICK if a.quick else FP8_ROWS):
+        q, k, v = make_qkv(B, FP8_H, 1, FP8_D, Sk=Sk, Hkv=FP8_HKV, dtype=torch.bfloat16)  # drawn on the GPU
+        (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
+        del k, v
+        k16, v16 = f8.dequantized(k8, kd, torch.bfloat16), f8.dequantized(v8, vd, torch.bfloat16)  # the same cache
+        out = s6.attention(q, k8, v8, k_descale=kd, v_descale=vd)
+        idx = torch.tensor(sorted({0, B // 2, B - 1}), device=q.device)  # the whole B64 Sk32k cache in float64: 34 GB
+        passed = fp8_checked(out[idx], q[idx], f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx]))
+        fns = {"fp8": lambda: s6.attention(q, k8, v8, k_descale=kd, v_descale=vd),
+               "sdpa": sdpa_call(q, k16, v16),
+               "bf16": lambda: s6.attention(q, k16, v16)}
+        times = time_interleaved(fns, rounds=5, budget_s=0.3)
+        passed &= torch.equal(fns["fp8"](), out)  # again after the timing: the same bits
+        us, sdpa_us, bf16_us = (times[n].median_us for n in ("fp8", "sdpa", "bf16"))
+        rows.append({"B": B, "H": FP8_H, "Hkv": FP8_HKV, "Sq": 1, "Sk": Sk, "D": FP8_D, "dtype": "bfloat16",
+                     "us": us, "us_rounds": times["fp8"].round_medians_us, "sdpa_us": sdpa_us,
+                     "sdpa_us_rounds": times["sdpa"].round_medians_us, "stage6_bf16_us": bf16_us,
+                     "vs_sdpa": sdpa_us / us, "vs_bf16": bf16_us / us, "passed": passed})
+        ok &= passed
+        print(f"B{B} H{FP8_H}/{FP8_HKV} Sq1 Sk{Sk} D{FP8_D}: e4m3 {us:9,.1f} µs  SDPA bf16 {sdpa_us:9,.1f} µs "
+              f"({sdpa_us / us:5.2f}x)  stage 6 bf16 {bf16_us:9,.1f} µs ({bf16_us / us:5.2f}x)  "
+              f"{'pass' if passed else 'FAIL'}  ({time.time() - t0:.0f} s)", flush=True)
+        del q, k8, v8, k16, v16, fns, out
+        torch.cuda.empty_cache()
+    if a.record and ok:
+        env = R.capture_env()
+        path = R.save_extra(env["gpu"], "fp8_decode", {"env": env, "sha256": R.stage_sha256(s6.INFO), "rows": rows})
+        print(f"recorded in {path}")
+    elif a.record:
+        print("a row FAILED the error rule: nothing recorded")
+    if a.out:
+        a.out.write_text(json.dumps({"env": R.capture_env(), "rows": rows}, indent=1))
+    return 0 if ok else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--record", action="store_true", help='store under "shape_map" in results/<gpu>.json')
@@ -656,6 +723,8 @@ def main() -> int:
                     '(PAGED_DOC); with --record stored under "paged", with --quick a few rows')
     ap.add_argument("--paged-ideas", action="store_true", help="with --paged: a producer idea for "
                     f"{IDEAS_PAGE}-key pages on and off in the same rounds (IDEAS; rows to --out, not recorded)")
+    ap.add_argument("--fp8-kv", action="store_true", help="only decoding from an e4m3 KV cache against SDPA (FP8_DOC); "
+                    'with --record stored under "fp8_decode", with --quick a few rows')
     ap.add_argument("--quick", action="store_true", help="a few rows of each part")
     ap.add_argument("--resume", action="store_true",
                     help="with --record: keep the rows of a run cut short (shape_map_partial) when it had this "
@@ -685,6 +754,8 @@ def main() -> int:
         ap.error("--paged-ideas goes with --paged, without --record (an experiment: its rows go to --out)")
     if a.paged:
         return paged_ideas(a) if a.paged_ideas else paged(a)
+    if a.fp8_kv:
+        return fp8_kv(a)
     splits = splits_part(a) if "splits" in a.parts else None
     plan = []
     if "decode" in a.parts:

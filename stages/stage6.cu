@@ -92,6 +92,14 @@
 //      FlashAttention's. Only the producer changes: a key tile is copied one box per page (or a slice
 //      of one page), from ids it reads a tile ahead (load_tile, tile_pages); the consumers see the
 //      same ring. The build without it (0, the default) is the kernel above, unchanged.
+//   9. KV_FP8 (issue 50): decoding from an e4m3 KV cache, the true K being k_fp8 · k_descale[b][hk]
+//      (and V likewise), FlashAttention-3's convention; Q stays 16-bit. Decoding reads the cache once
+//      and does little else, so half the bytes is up to half the time. The producer copies each e4m3
+//      tile into a staging buffer, and its otherwise idle warps 1-3 widen it into the 16-bit ring
+//      (e4m3 → fp16 or bf16 is exact: widen_tile); the consumers run unchanged, k_descale joins
+//      the softmax's scale of each work tile (one K/V head per packed work tile) and v_descale
+//      multiplies O. Only the packed decoding build takes it. The build without it (0, the
+//      default) is the kernel above, unchanged.
 // Grouped-query attention: query head h reads K/V head h / group. Any strides: the tensor maps
 // are encoded from the tensors' real strides (stages/stage6.py). TIMELINE=1 records clock64
 // stamps of one block's warpgroups for the notebook's Gantt chart.
@@ -166,6 +174,12 @@ static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx)
 #ifndef PAGE_IDS_AHEAD
 #define PAGE_IDS_AHEAD 0  // PAGE_SIZE, producer: >0 copies the page ids that many key tiles ahead into shared memory (see fetch_page_ids)
 #endif
+#ifndef KV_FP8
+#define KV_FP8 0  // 1: K and V in e4m3, widened to 16 bits in shared memory by the producer (see widen_tile)
+#endif
+#ifndef KV_FP8_STAGED
+#define KV_FP8_STAGED 2  // KV_FP8: e4m3 staging buffers of K (and of V), each freed once widened
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -201,9 +215,14 @@ constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // two blocks 128·40 + 128·216 = 32,768 each; three 128·24 + 128·136 = 20,480 (80 per thread at launch).
 // PAGE_SIZE: the producer holds a key tile's page ids (up to 8) besides, and spilled 16 bytes with
 // 24 (D128, 16-key pages): 40 as with the work queue.
-constexpr int PRODUCER_REGS = BLOCKS_PER_SM == 3 ? 24 : BLOCKS_PER_SM == 2 ? 40
+// KV_FP8: the producer's warps 1-3 widen tiles, up to eight rows' loads in flight each (widen_tile):
+// 96 with one block per SM (one consumer: 128·96 + 128·240, far below 64K); with two blocks per SM
+// 64 and the consumer 192 (128·64 + 128·192 = 32,768): at D128 the producer spilled 20 bytes with 56
+// and 24 with 48 (ptxas, both dtypes), 40 spilled 16 bytes at D64; the consumer fits in 192 at both.
+constexpr int PRODUCER_REGS = BLOCKS_PER_SM == 3 ? 24 : BLOCKS_PER_SM == 2 ? (KV_FP8 ? 64 : 40)
+                            : KV_FP8 ? 96
                             : CONSUMERS == 3 ? 32 : DYNAMIC_WORK && PAGE_SIZE ? 56 : DYNAMIC_WORK || PAGE_SIZE ? 40 : 24;
-constexpr int CONSUMER_REGS = BLOCKS_PER_SM == 3 ? 136 : BLOCKS_PER_SM == 2 ? 216
+constexpr int CONSUMER_REGS = BLOCKS_PER_SM == 3 ? 136 : BLOCKS_PER_SM == 2 ? (KV_FP8 ? 192 : 216)
                             : CONSUMERS == 3 ? 160 : DYNAMIC_WORK && PAGE_SIZE ? 224 : DYNAMIC_WORK || PAGE_SIZE ? 232 : 240;
 static_assert(BLOCKS_PER_SM == 1 || (CONSUMERS == 1 && BLOCKS_PER_SM <= (WARP_SPECIALIZED ? 3 : 4)),
               "several blocks per SM: one consumer, and a producer in two or three blocks or none in up to four");
@@ -224,6 +243,14 @@ constexpr int TILE_PAGES = BLOCK_N / PAGE_BOX;                        // copies 
 #endif
 static_assert(PAGE_IDS_AHEAD == 0 || (PAGE_SIZE && WARP_SPECIALIZED && PAGE_IDS_AHEAD <= 8),
               "page ids ahead in shared memory: a paged build's producer warpgroup, 1-8 key tiles ahead");
+#if KV_FP8
+static_assert(WARP_SPECIALIZED && SETMAXNREG && PACK_GQA && SEQS && CONSUMERS == 1 && !DYNAMIC_WORK && !PAGE_SIZE
+              && !O_TMA_STORE && !CARRY_PV && !SOFTCAP && !WINDOW && !SINKS && !TIMELINE,
+              "KV_FP8: the packed decoding build with a producer warpgroup, walking a fixed stride of work tiles");
+static_assert(D == 64 || D == 128, "KV_FP8: head dims 64 and 128");
+static_assert(KV_FP8_STAGED >= 1 && KV_FP8_STAGED <= 8, "KV_FP8: one to eight staging buffers");
+constexpr int WIDEN_THREADS = 96;  // the producer's warps 1-3
+#endif
 
 // Shared memory. A tile is stored as ATOMS blocks of [rows][64] elements: each row of a block
 // is 128 bytes, the width of one 128-byte swizzle pattern (TMA box width ≤ 128 B with that
@@ -234,6 +261,15 @@ struct Smem {
     elem_t q[Q_STAGES][ATOMS][BLOCK_M][64];
     elem_t k[STAGES][ATOMS][BLOCK_N][64];
     elem_t v[STAGES][ATOMS][BLOCK_N][64];
+#if KV_FP8
+    // KV_FP8: each ring buffer's e4m3 tile as the copy engine brings it, rows of D bytes (no
+    // swizzle), and the barriers its bytes complete; k_full and v_full then complete when the
+    // producer's warps 1-3 have widened it into the ring (widen_tile).
+    unsigned char k8[KV_FP8_STAGED][BLOCK_N][D];
+    unsigned char v8[KV_FP8_STAGED][BLOCK_N][D];
+    unsigned long long k_staged[KV_FP8_STAGED], v_staged[KV_FP8_STAGED];      // its bytes have landed
+    unsigned long long k_unstaged[KV_FP8_STAGED], v_unstaged[KV_FP8_STAGED];  // it has been widened
+#endif
     unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
     unsigned long long k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
     int work[Q_STAGES];  // DYNAMIC_WORK: the work tile whose Q is in that buffer (n_work: none left)
@@ -385,6 +421,109 @@ __device__ __forceinline__ void load_tile(elem_t (*ring)[ATOMS][BLOCK_N][64], un
     for (int a = 0; a < ATOMS; ++a) tma_load_4d(&ring[st][a][0][0], map, &full[st], 64 * a, k_start + key_tile * BLOCK_N, hk, b);
 #endif
 }
+
+// ---- KV_FP8: e4m3 tiles staged, then widened into the ring ------------------------------------
+// Decoding reads every key once and multiplies it by a handful of query rows: its time is the
+// cache's bytes over the memory bandwidth, and an e4m3 cache has half the bytes of a 16-bit one.
+// The tensor cores would take e4m3 only with Q in e4m3 too (stage 7's product); here the products
+// stay 16-bit and each tile is widened on its way: the producer's thread 0 copies key tile j of
+// K (and of V) with the copy engine into staging buffer j % KV_FP8_STAGED (load_staged: one box
+// of BLOCK_N rows × D bytes, unswizzled), its bytes completing k_staged; warps 1-3, idle in the
+// build without it, wait for ring buffer j % STAGES to be free (k_empty, from the consumers) and
+// for the staged bytes, write the tile widened to 16 bits into the ring in the 128-byte swizzle
+// the copy engine would have written (widen_tile), complete k_full, on which the consumers wait
+// as before, and k_unstaged, on which thread 0 waits before it copies into that staging buffer
+// again. The staging buffers are half a ring buffer's bytes and are freed as soon as they are
+// read, so a block keeps more of the cache's bytes on their way from memory than its ring holds:
+// what a memory-bound loop needs to reach the bandwidth (with staging freed only with its ring
+// buffer, D128 held two 128-key tiles, 64 KB, and read 1.5-1.7 TB/s on the H200).
+#if KV_FP8
+__device__ __forceinline__ void load_staged(unsigned char (*stage)[BLOCK_N][D], unsigned long long* staged,
+                                            unsigned long long* unstaged, const CUtensorMap* map,
+                                            int pos, int key_tile, int hk, int b, int k_start) {
+    const int st = pos % KV_FP8_STAGED;
+    mbar_wait(&unstaged[st], ((pos / KV_FP8_STAGED) & 1) ^ 1);
+    mbar_arrive_expect_bytes(&staged[st], BLOCK_N * D);
+    tma_load_4d(&stage[st][0][0], map, &staged[st], 0, k_start + key_tile * BLOCK_N, hk, b);
+}
+// Four e4m3 values (bytes 0-3 of w, byte 0 the first column) → four 16-bit elements, two per word
+// as pack2 makes them (the first in the low half). Every e4m3 value is exact in both 16-bit types.
+//   fp16: cvt.rn.f16x2.e4m3x2 widens two at a time (sm_89 and later);
+//   bf16: no such instruction on sm_90, so the bits are moved: e4m3 is s eeee mmm with exponent
+//     bias 7, bf16 s eeeeeeee mmmmmmm with bias 127. prmt puts each byte in the low half of a
+//     16-bit lane with its sign copied through the high half (selector nibbles 8-B), a shift by 4
+//     puts eeee mmm under bf16's exponent and mantissa fields, and the mask keeps them and one
+//     copy of the sign in bit 15: the bf16 of value·2^-120, exactly (subnormals too: e4m3's
+//     0.mmm·2^-6 lands on bf16's 0.mmm·2^-126). One bf16x2 multiply by 2^120 (0x7B80), exact, gives
+//     the value. (e4m3's NaN, 0x7F, would come out as 480; a cache holds no NaN.)
+__device__ __forceinline__ uint2 widen4(unsigned w) {
+    uint2 r;
+#ifdef ELEM_BF16
+    unsigned lo, hi;
+    asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(lo) : "r"(w));  // bytes b0, sign(b0), b1, sign(b1)
+    asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(hi) : "r"(w));  // bytes b2, sign(b2), b3, sign(b3)
+    lo = (lo << 4) & 0x87F087F0u;
+    hi = (hi << 4) & 0x87F087F0u;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.x) : "r"(lo), "r"(0x7B807B80u));
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.y) : "r"(hi), "r"(0x7B807B80u));
+#else
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n"
+        " cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi;\n}\n" : "=r"(r.x), "=r"(r.y) : "r"(w));
+#endif
+    return r;
+}
+// One staged tile (BLOCK_N rows of D e4m3 bytes) widened into its ring buffer by the producer's
+// warps 1-3. Thread i takes 16-byte chunk c = i % (D/8) (8 elements) of rows i / (D/8), then every
+// WIDEN_THREADS / (D/8)-th row after it (6 at D128, 12 at D64): the chunk lands in column block
+// c / 8 at chunk (c % 8) ^ (row % 8), the copy engine's 128-byte swizzle that the consumers'
+// descriptors describe. A warp's 32 chunks are consecutive in the staged tile: its 8-byte loads
+// read 256 contiguous bytes, and each quarter of its 16-byte stores one whole swizzled row (all 8
+// bank groups), so neither conflicts. Each thread makes its stores visible to the tensor cores
+// (fence.proxy.async) and arrives on `full` (WIDEN_THREADS arrivals complete it).
+__device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t (*dst)[BLOCK_N][64],
+                                           unsigned long long* staged, unsigned long long* unstaged, unsigned staged_parity,
+                                           unsigned long long* empty, unsigned long long* full, unsigned ring_parity) {
+    constexpr int CHUNKS = D / 8, STEP = WIDEN_THREADS / CHUNKS;  // chunks per row; rows per step
+    static_assert(WIDEN_THREADS % CHUNKS == 0, "each thread keeps its chunk of every row it widens");
+    const unsigned i = threadIdx.x - 32, c = i % CHUNKS;
+    const unsigned char* const from = &src[i / CHUNKS][8 * c];
+    unsigned char* const to = reinterpret_cast<unsigned char*>(&dst[c / 8][0][0]);
+    mbar_wait(empty, ring_parity ^ 1);  // the consumers are done with this ring buffer
+    mbar_wait(staged, staged_parity);
+    // The loads of a batch of rows are issued before the stores of the batch before: the compiler
+    // may not move a load of the staging buffer above a store to the ring (it cannot tell that they
+    // do not overlap), and a loop of load, widen, store ran each row's shared-memory round trip one
+    // after another (1.5-1.7 TB/s of e4m3 on the H200, whatever the staging depth).
+    constexpr int ROWS_EACH = (BLOCK_N + STEP - 1) / STEP;  // rows a thread widens, at most
+    constexpr int BATCH = BLOCKS_PER_SM == 1 ? 4 : 2;
+    const unsigned row0 = i / CHUNKS;
+    auto load = [&](uint2 (&x)[BATCH], int b0) {
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b)
+            if (b0 + b < ROWS_EACH && row0 + (b0 + b) * STEP < BLOCK_N)
+                x[b] = *reinterpret_cast<const uint2*>(from + (b0 + b) * STEP * D);
+    };
+    uint2 x[BATCH], y[BATCH];
+    load(x, 0);
+#pragma unroll
+    for (int b0 = 0; b0 < ROWS_EACH; b0 += BATCH) {
+        if (b0 + BATCH < ROWS_EACH) load(y, b0 + BATCH);  // the next batch's loads, in flight
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) {
+            const unsigned row = row0 + (b0 + b) * STEP;
+            if (b0 + b < ROWS_EACH && row < BLOCK_N) {
+                const uint2 lo = widen4(x[b].x), hi = widen4(x[b].y);
+                *reinterpret_cast<uint4*>(to + 128 * row + 16 * ((c % 8) ^ (row % 8))) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) x[b] = y[b];
+    }
+    mbar_arrive(unstaged);  // this thread's loads are done: the copy engine may refill the staging buffer
+    fence_proxy_async();    // generic-proxy writes, read next by wgmma
+    mbar_arrive(full);
+}
+#endif
 
 // A block's work tile: BLOCK_M query rows of one (batch, head) — with PACK_GQA the G·Sq rows of
 // one (batch, K/V head) — and one of n_splits ranges of its key tiles: key tiles t0 …
@@ -784,6 +923,12 @@ __device__ __forceinline__ void combine_part(const float* __restrict__ o_part, c
 #else
 #define PAGED_PARAMS
 #endif
+// KV_FP8: the descales, float32 [B][H_kv] each, after those.
+#if KV_FP8
+#define FP8_PARAMS , const float* __restrict__ k_descale, const float* __restrict__ v_descale
+#else
+#define FP8_PARAMS
+#endif
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -791,7 +936,7 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 float* __restrict__ o_part, float* __restrict__ lse_part, int Sq, int Sk, int H, int group,
                 float scale_log2, int causal, int n_work, int n_splits, int per_split, int tail_heads, long long* timeline,
                 int* work_queue, int* split_counts, const int* cu_q, const int* cu_k, const int* used_k,
-                float* __restrict__ lse_out VARIANT_PARAMS PAGED_PARAMS) {
+                float* __restrict__ lse_out VARIANT_PARAMS PAGED_PARAMS FP8_PARAMS) {
 #if WINDOW
     const Seqs seqs{cu_q, cu_k, used_k, Sq, Sk, causal, win_left, win_right};
 #else
@@ -826,9 +971,22 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             mbar_init(&sm.q_full[qs], 1);
             mbar_init(&sm.q_empty[qs], 128 * CONSUMERS);  // every consumer thread: see release_q
         }
+#if KV_FP8
+        for (int st = 0; st < KV_FP8_STAGED; ++st) {
+            mbar_init(&sm.k_staged[st], 1);  // the copy's bytes
+            mbar_init(&sm.v_staged[st], 1);
+            mbar_init(&sm.k_unstaged[st], WIDEN_THREADS);  // every widening thread's loads
+            mbar_init(&sm.v_unstaged[st], WIDEN_THREADS);
+        }
+#endif
         for (int st = 0; st < STAGES; ++st) {
+#if KV_FP8
+            mbar_init(&sm.k_full[st], WIDEN_THREADS);  // every widening thread
+            mbar_init(&sm.v_full[st], WIDEN_THREADS);
+#else
             mbar_init(&sm.k_full[st], 1);
             mbar_init(&sm.v_full[st], 1);
+#endif
             mbar_init(&sm.k_empty[st], 4 * CONSUMERS);
             mbar_init(&sm.v_empty[st], 4 * CONSUMERS);
         }
@@ -879,10 +1037,15 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                     const Pages pg = page_ids_at(sm.page_ids[j % PAGE_IDS_AHEAD], t, t.t0 + j);
 #endif
                     STAMP(0, pos, 2);
+#if KV_FP8  // into the staging buffers; warps 1-3 widen them into the ring (below)
+                    load_staged(sm.k8, sm.k_staged, sm.k_unstaged, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
+                    load_staged(sm.v8, sm.v_staged, sm.v_unstaged, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start);
+#else
                     load_tile(sm.k, sm.k_full, sm.k_empty, &k_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
                     STAMP(0, pos, 0);
                     STAMP(0, pos, 3);
                     load_tile(sm.v, sm.v_full, sm.v_empty, &v_map, pos, t.t0 + j, t.hk, t.bmap, t.k_start, pg);
+#endif
                     STAMP(0, pos, 1);
 #if PAGE_IDS_AHEAD
                     // this slot's ids are in the copies above; refill it with tile j + PAGE_IDS_AHEAD's
@@ -913,6 +1076,23 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
                 }
             }
         }
+#if KV_FP8
+        else if (threadIdx.x >= 32) {  // warps 1-3: the same work tiles and ring positions, widening
+            const WorkDivs<PlainDivisor> dv(n_splits, n_qb, H, group, Sq);
+            int pos = 0;
+            for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
+                const int n_tiles = work_tile(w, dv, seqs, per_split).n_tiles;
+                for (int j = 0; j < n_tiles; ++j, ++pos) {
+                    const int st = pos % STAGES, sst = pos % KV_FP8_STAGED;
+                    const unsigned parity = (pos / STAGES) & 1, sparity = (pos / KV_FP8_STAGED) & 1;
+                    widen_tile(sm.k8[sst], sm.k[st], &sm.k_staged[sst], &sm.k_unstaged[sst], sparity,
+                               &sm.k_empty[st], &sm.k_full[st], parity);
+                    widen_tile(sm.v8[sst], sm.v[st], &sm.v_staged[sst], &sm.v_unstaged[sst], sparity,
+                               &sm.v_empty[st], &sm.v_full[st], parity);
+                }
+            }
+        }
+#endif
         return;
     }
     if (SETMAXNREG) regs_claim<CONSUMER_REGS>();
@@ -924,11 +1104,17 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
     (void)role;
     // The softmax takes each row's max of the raw scores, so it needs scale > 0. For a
     // negative scale, s·scale = (−s)·|scale|: each work tile's Q rows get their sign flipped.
+#if KV_FP8
+    const float call_scale_log2 = scale_log2;  // times each work tile's k_descale (below)
+    bool negate_q = false;
+    float v_scale = 1.0f;
+#else
     const bool negate_q = scale_log2 < 0.0f;
     scale_log2 = fabsf(scale_log2);
     // Scale 0 gives every visible key the same weight; a tiny positive scale does exactly that
     // in fp32 and keeps masked keys at −∞·scale = −∞ rather than 0·(−∞) = NaN.
     if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
+#endif
 #if SOFTCAP
     scale_log2 = cap_log2;  // the scores become t = tanh(q·k·|scale| / c) (cap_scores), in units of c·log2 e
 #endif
@@ -1161,6 +1347,19 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         int qpos[2], head[2];
         bool valid[2];
         rows_of(t, qpos, head, valid);
+#if KV_FP8
+        // The true scores are q·(k_fp8·k_descale)·scale: the work tile's one K/V head (packed) has
+        // one descale, which joins the softmax's scale as the call's scale did above (a negative
+        // product flips Q's sign, 0 weighs every key alike); v_descale multiplies O (finish's 1/l).
+        {
+            const int kv = t.b * (H / group) + t.hk;
+            scale_log2 = call_scale_log2 * __ldg(k_descale + kv);
+            negate_q = scale_log2 < 0.0f;
+            scale_log2 = fabsf(scale_log2);
+            if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
+            v_scale = __ldg(v_descale + kv);
+        }
+#endif
 #if !WARP_SPECIALIZED
         if (threadIdx.x == 0) {  // no producer: consumer 0's first thread starts the ring
             load_q(sm, &q_map, count, t.q_start + t.q0, t.h, t.hk, t.bmap, w, q_bytes);
@@ -1407,6 +1606,9 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             close_rows(l, m, inv_l, lse, t);
 #else
             close_rows(l, m, inv_l, lse);
+#endif
+#if KV_FP8
+            inv_l[0] *= v_scale, inv_l[1] *= v_scale;  // O·v_descale, and so each split's partial rows
 #endif
             finish(w, count, inv_l, lse);
         }

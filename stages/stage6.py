@@ -36,6 +36,8 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
 from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, doubles_splits, ids_ahead, paged_tiles
+from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, fp8_shares_sms, KV_FP8_HEAD_DIMS, STAGED_CHOICES, check_kv_fp8, fp8_map, fp8_tiles,
+                                  is_fp8_call, refuse_options, staged_buffers, staging_bytes)
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
@@ -378,7 +380,7 @@ INFO = StageInfo(
     dtypes=(torch.float16, torch.bfloat16),
     head_dims=(64, 96, 128, 256),
     sources=("stages/stage6.py", "stages/stage6_decoding.py", "stages/stage6_variants.py",
-             "stages/stage6_paged.py", "lib/tma.py",
+             "stages/stage6_paged.py", "stages/stage6_kv_fp8.py", "lib/tma.py",
              "stages/stage6.cu", "stages/hopper.cuh",
              "stages/pdl.cuh", "stages/work_queue.cuh",
              "stages/attention.cuh"),
@@ -409,7 +411,7 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
            blocks_per_sm: int = 1, skip_past_end: bool | None = None, softcap: int = 0,
            window: bool = False, sinks: bool = False, page_size: int = 0,
-           page_ids_ahead: int | None = None) -> dict:
+           page_ids_ahead: int | None = None, kv_fp8: bool = False, fp8_staged: int | None = None) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -423,7 +425,10 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     SINKS); each define is there only when on, so the build without any is the one before them.
     page_size: the paged cache's build (PAGE_SIZE, stages/stage6_paged.py), with seqs; 0: none
     (no define, the build before it); page_ids_ahead: PAGE_IDS_AHEAD, the page ids that many key
-    tiles ahead in shared memory (None: ids_ahead's rule, small pages only; 0: off, no define)."""
+    tiles ahead in shared memory (None: ids_ahead's rule, small pages only; 0: off, no define);
+    kv_fp8: the e4m3 cache's build (KV_FP8, stages/stage6_kv_fp8.py: packed decoding only; its
+    staging buffers counted in the shared memory); False: no define, the build before it;
+    fp8_staged: its staging buffers (KV_FP8_STAGED; None: staged_buffers' rule, as many as fit)."""
     if head_dim not in INFO.head_dims:
         raise ValueError(f"stage 6 builds head dims {INFO.head_dims_text}; got {head_dim}")
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
@@ -482,6 +487,28 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
                              f"pages or a page whole key tiles; got {page_size!r} with tiles "
                              f"{(bn, stages, consumers)}, seqs={seqs!r}")
         defines += (("PAGE_SIZE", int(page_size)),)
+    if kv_fp8:
+        if not (pack_gqa and seqs and consumers == 1 and sw["WARP_SPECIALIZED"] and sw["SETMAXNREG"]
+                and not persistent and not page_size and not timeline and not tma and not carry
+                and not (softcap or window or sinks) and head_dim in KV_FP8_HEAD_DIMS):
+            raise ValueError(f"kv_fp8 is the packed decoding build (pack_gqa, seqs, one consumer and a producer "
+                             f"warpgroup, one block per work tile, no pages, variants or timeline) at D"
+                             f"{', D'.join(map(str, KV_FP8_HEAD_DIMS))}; got D{head_dim} tiles {(bn, stages, consumers)} "
+                             f"schedule {schedule!r}")
+        most = min(MAX_SMEM, SM_SMEM // blocks_per_sm - 1024)  # a block's shared memory
+        staged = staged_buffers(head_dim, (bn, stages, consumers), most - smem) if fp8_staged is None else fp8_staged
+        if staged not in STAGED_CHOICES:
+            raise ValueError(f"kv_fp8: tiles {(bn, stages, consumers)} at D{head_dim} leave no room for a staging "
+                             f"buffer of K and V ({smem:,} of {most:,} bytes)" if staged == 0 else
+                             f"fp8_staged must be one of {STAGED_CHOICES} or None, got {fp8_staged!r}")
+        defines += (("KV_FP8", 1), ("KV_FP8_STAGED", staged))
+        smem += staging_bytes(head_dim, (bn, stages, consumers), staged)
+        if smem > most:
+            raise ValueError(f"kv_fp8: tiles {(bn, stages, consumers)} at D{head_dim} with {staged} staging buffers (fp8_staged) need "
+                             f"{smem:,} bytes of shared memory; {blocks_per_sm} block(s) per SM get at most "
+                             f"{most:,} each")
+    elif fp8_staged is not None:
+        raise ValueError("fp8_staged is the e4m3 cache's build's (kv_fp8)")
     ahead = ids_ahead(page_size, bool(sw["WARP_SPECIALIZED"]), page_ids_ahead)
     if ahead:
         defines += (("PAGE_IDS_AHEAD", ahead),)
@@ -497,21 +524,24 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
                 q_stages: int | None = None, tma_store: bool | None = None,
                 carry_pv: bool | None = None, blocks_per_sm: int = 1, softcap: int = 0,
-                window: bool = False, sinks: bool = False, page_size: int = 0) -> dict:
+                window: bool = False, sinks: bool = False, page_size: int = 0, kv_fp8: bool = False) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
     lengths; softcap, window, sinks: the models' variant builds, as config takes them; page_size:
-    the paged cache's build, seqs implied, tiles as paged_tiles makes them). Only
+    the paged cache's build, seqs implied, tiles as paged_tiles makes them; kv_fp8: the e4m3 cache's
+    build, decode and seqs implied, tiles as fp8_tiles makes them for blocks_per_sm). Only
     sm_90a has the instructions; any other arch is refused."""
     if arch != ARCH:
         raise NotImplementedError(f"stage 6 compiles only for {ARCH} (wgmma, setmaxnreg); got {arch}")
+    if kv_fp8:
+        decode, seqs, tiles = True, True, tiles or fp8_tiles(head_dim, blocks_per_sm)
     if decode:
         tiles, schedule = tiles or DECODE_TILES[head_dim], schedule or DECODE_SCHEDULE
     if page_size:
         tiles, seqs = paged_tiles(tiles or TILES[head_dim]), True
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
                  lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm,
-                 softcap=softcap, window=window, sinks=sinks, page_size=page_size)
+                 softcap=softcap, window=window, sinks=sinks, page_size=page_size, kv_fp8=kv_fp8)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -549,7 +579,8 @@ def _check_arch(q) -> None:
 
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
-           pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS, paged: int = 0) -> dict:
+           pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS, paged: int = 0,
+           kv_fp8: bool = False) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
@@ -562,7 +593,9 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     tiles their rows' windows reach (key_span), and the splits are planned over those; tiles not
     given lose a consumer or their 176-key width where the variants' registers would spill
     (variant_tiles). `paged`: the page size of a paged cache's call (stages/stage6_paged.py; 0:
-    none): tiles not given run as paged_tiles makes them, splits not given as doubles_splits says."""
+    none): tiles not given run as paged_tiles makes them, splits not given as doubles_splits says.
+    `kv_fp8`: an e4m3 cache's call (stages/stage6_kv_fp8.py: packed only): its tiles fp8_tiles' (two
+    blocks per SM by shares_sms' rule where they fit), never the blocks without a producer."""
     window = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles, given_schedule = tiles is not None, schedule is not None
@@ -570,6 +603,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     if few:
         tiles, schedule = FEW_ROWS_TILES[D], DECODE_SCHEDULE
     tiles = tuple(tiles) if tiles is not None else (DECODE_TILES[D] if pack else TILES[D])
+    if kv_fp8 and not given_tiles:
+        tiles = fp8_tiles(D, 1)
     if not given_tiles:
         tiles = variant_tiles(tiles, variants)
         if paged:
@@ -603,19 +638,20 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
                                   "causal calls that pack a group's queries or run one query block on blocks of "
                                   "one consumer (speculative decoding), only; pass splits=None or 1 with this "
                                   "causal mask")
-    if (pack and not given_tiles and not given_schedule and blocks_per_sm is None
+    if (pack and not given_tiles and not given_schedule and blocks_per_sm is None and not kv_fp8
             and few_keys_per_block(D, -(-key_tiles // n))):
         tiles, schedule, blocks_per_sm = FEW_KEYS_TILES[D], FEW_KEYS_SCHEDULE, FEW_KEYS_BLOCKS
         key_tiles = key_span(tiles)
     if pack and blocks_per_sm is None:
-        blocks_per_sm = 2 if (schedule == DECODE_SCHEDULE and D in DECODE_SHARED_TILES
-                              and shares_sms(work, n, sms)) else 1
-    if pack and blocks_per_sm == 2 and not given_tiles and D not in DECODE_SHARED_TILES:
-        raise NotImplementedError(f"two decoding blocks per SM have no tiles at D{D} (DECODE_SHARED_TILES: "
-                                  f"D{', D'.join(map(str, DECODE_SHARED_TILES))}); pass tiles, or blocks_per_sm=1")
+        blocks_per_sm = 2 if (schedule == DECODE_SCHEDULE and D in (FP8_SHARED_TILES if kv_fp8 else DECODE_SHARED_TILES)
+                              and (fp8_shares_sms(D, work, n, sms) if kv_fp8 else shares_sms(work, n, sms))) else 1
+    if pack and blocks_per_sm == 2 and not given_tiles and D not in (FP8_SHARED_TILES if kv_fp8 else DECODE_SHARED_TILES):
+        shared = FP8_SHARED_TILES if kv_fp8 else DECODE_SHARED_TILES
+        raise NotImplementedError(f"two decoding blocks per SM have no tiles at D{D} ({'an e4m3 cache: ' if kv_fp8 else ''}"
+                                  f"D{', D'.join(map(str, shared))}); pass tiles, or blocks_per_sm=1")
     if pack and blocks_per_sm == 2 and not given_tiles:
         # the same blocks (the split count planned for one per SM), with the smaller ring
-        tiles = DECODE_SHARED_TILES[D]
+        tiles = fp8_tiles(D, 2) if kv_fp8 else DECODE_SHARED_TILES[D]
         key_tiles = key_span(tiles)
     per_split = -(-key_tiles // n)
     return {"pack_gqa": bool(pack), "tiles": tiles, "schedule": schedule, "work": work,
@@ -643,7 +679,7 @@ class _Plan:
 
     __slots__ = ("kernel", "combine", "config", "combine_config", "args", "rows", "maps", "ptrs",
                  "trivial", "queues", "splits", "group", "partial_shape", "parts", "varlen", "o_tma",
-                 "combine_in_block", "variant_args", "combine_sink_args", "max_pages")
+                 "combine_in_block", "variant_args", "combine_sink_args", "max_pages", "kv_fp8")
 
 
 _plans: dict = {}
@@ -653,7 +689,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
                combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
                skip_past_end=None, variants: Variants = NO_VARIANTS, paged: Paged | None = None,
-               page_ids_ahead=None) -> _Plan:
+               page_ids_ahead=None, kv_fp8: bool = False, fp8_staged=None) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -668,7 +704,12 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     plan = _Plan()
     plan.varlen, plan.variant_args, plan.combine_sink_args = varlen is not None, None, None
     plan.max_pages = None if paged is None else paged.max_pages
-    if paged is not None:  # checked by check_paged; k, v: its [num_pages, H_kv, page_size, D] views
+    plan.kv_fp8 = kv_fp8
+    if kv_fp8:  # checked by check_kv_fp8 (the scale too): k, v e4m3 [B, H_kv, Sk, D]
+        B, H, Sq, D = q.shape
+        Hk, Sk = k.shape[1], k.shape[2]
+        causal = causal_mode(causal, Sq, Sk, INFO)
+    elif paged is not None:  # checked by check_paged; k, v: its [num_pages, H_kv, page_size, D] views
         if tiles is not None and tuple(tiles) != paged_tiles(tiles):
             raise ValueError(f"a paged cache runs key tiles that are whole pages or a page whole key "
                              f"tiles (64 or 128 keys); got tiles {tuple(tiles)}")
@@ -697,13 +738,14 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
                 splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, variants=variants,
-                paged=0 if paged is None else paged.page_size)
+                paged=0 if paged is None else paged.page_size, kv_fp8=kv_fp8)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,
                  combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end,
                  softcap=variants.softcap_build, window=variants.window is not None, sinks=variants.sinks,
-                 page_size=0 if paged is None else paged.page_size, page_ids_ahead=page_ids_ahead)
+                 page_size=0 if paged is None else paged.page_size, page_ids_ahead=page_ids_ahead,
+                 kv_fp8=kv_fp8, fp8_staged=fp8_staged)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -736,8 +778,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     # pointed at each call's new output (_launch); other builds take q's map there, unread
     kv_rows = bn if paged is None else min(bn, paged.page_size)  # paged: a box per page, or a tile of a page
     plan.rows = ((G, Sq) if pack else cfg["block_m"], kv_rows, kv_rows, 64)
-    plan.maps = [tensor_map(_q_view(t, plan) if i == 0 else t, r)
-                 for i, (t, r) in enumerate(zip((q, k, v), plan.rows))] + [None]
+    plan.maps = [_map(plan, i, t) for i, t in enumerate((q, k, v))] + [None]
     plan.ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0]
     plan.o_tma = bool(dict(cfg["defines"])["O_TMA_STORE"])
     # DYNAMIC_WORK: the work counter (next, blocks done), zero between launches (the kernel's
@@ -791,7 +832,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
               seqlens_k=None, tiles=None, schedule=None, timeline=None, exp2_poly=None, lazy_rescale=None,
               splits=None, pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
               blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None, window=None, softcap=None,
-              sinks=None, softcap_tanh=None, page_table=None, check_pages=False, page_ids_ahead=None):
+              sinks=None, softcap_tanh=None, page_table=None, check_pages=False, page_ids_ahead=None,
+              k_descale=None, v_descale=None, fp8_staged=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -850,7 +892,25 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     seqlens_k to the host and refuses an out-of-range id or length with a ValueError (it waits for
     the GPU; not while capturing a graph). `page_ids_ahead` (None: ids_ahead's rule, on for pages
     of 16 and 32 keys; 0: off; 1-8: key tiles ahead) is for measuring PAGE_IDS_AHEAD, the
-    producer's page ids copied into shared memory ahead (stages/stage6_paged.py: ids_ahead)."""
+    producer's page ids copied into shared memory ahead (stages/stage6_paged.py: ids_ahead).
+    An e4m3 KV cache (issue 50 item 2; stages/stage6_kv_fp8.py, KV_FP8 in stages/stage6.cu): k and v
+    in torch.float8_e4m3fn, [B, H_kv, Sk, D] with any strides whose head dim is unit-stride (16-byte
+    aligned), with `k_descale` and `v_descale`, contiguous float32 [B, H_kv] on q's device: the
+    attention is that of q with K = k.float()·k_descale[b, h_kv] and V = v.float()·v_descale[b, h_kv]
+    (FlashAttention-3's convention), output in q's dtype (float16 or bfloat16). Decoding only: a
+    K/V head's query rows (H/H_kv · Sq) must fit in 64 (packed GQA), D 64 or 128; seqlens_k,
+    causal (bottom-right for Sq > 1), splits, combine_in_block, pdl and blocks_per_sm work as with a
+    16-bit cache; page_table, lse, attn_mask, the models' variants, schedule, timeline, carry_pv,
+    tma_store and pack_gqa=False are refused. The descales are read on the device (no read-back:
+    the call may be captured in a CUDA graph); a non-finite one gives non-finite outputs. (In the
+    bf16 build an e4m3 NaN in the cache reads as 480, in the fp16 build as NaN: a cache holds none.)
+    `fp8_staged` (None: as many as fit, staged_buffers' rule; 1-8) is for measuring KV_FP8_STAGED,
+    the e4m3 staging buffers each of K and V."""
+    fp8 = is_fp8_call(k, v, k_descale, v_descale)
+    if fp8:
+        refuse_options(page_table=page_table, lse=lse, attn_mask=attn_mask, window=window, softcap=softcap,
+                       sinks=sinks, schedule=schedule, timeline=timeline, carry_pv=carry_pv, tma_store=tma_store,
+                       pack_gqa=pack_gqa, tiles=tiles)
     if page_table is not None:
         if attn_mask is not None:
             raise NotImplementedError("a paged cache takes causal= (False, True, 'top_left', "
@@ -878,7 +938,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
                combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end, variants,
                None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype,
-                                                page_table.device), page_ids_ahead)
+                                                page_table.device), page_ids_ahead, fp8_staged,
+               *((t.shape, t.stride(), t.dtype, t.device) for t in (k_descale, v_descale) if t is not None))
         plan = _plans.get(key)
     except Exception:
         key, plan = None, None
@@ -893,13 +954,16 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     if plan is None:
         if page_table is not None:  # the caches as the maps see them, [num_pages, H_kv, page_size, D]
             paged, scale = check_paged(q, k, v, page_table, seqlens_k, causal=causal, scale=scale, info=INFO)
+        if fp8:  # the e4m3 cache: always the packed build that reads seqlens_k (none: every key)
+            scale = check_kv_fp8(q, k, v, k_descale, v_descale, causal=causal, scale=scale, info=INFO)
         plan = _make_plan(q, k if paged is None else paged.k, v if paged is None else paged.v, causal, scale,
                           tiles, schedule, timeline is not None, exp2_poly,
-                          lazy_rescale, splits, pack_gqa, seqs=seqlens_k is not None, q_stages=q_stages,
+                          lazy_rescale, splits, True if fp8 else pack_gqa, seqs=seqlens_k is not None or fp8,
+                          q_stages=q_stages,
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
                           blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
                           skip_past_end=skip_past_end, variants=variants, paged=paged,
-                          page_ids_ahead=page_ids_ahead)
+                          page_ids_ahead=page_ids_ahead, kv_fp8=fp8, fp8_staged=fp8_staged)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()
@@ -914,7 +978,8 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
         return trivial_output(q, k)
     used_k = check_seqlens_k(seqlens_k, q) if seqlens_k is not None else 0
     if page_table is None:
-        return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse, sinks)
+        return _launch(plan, q, k, v, ptrs, new_output(q), (0, 0, used_k), timeline, lse, sinks,
+                       descales=(k_descale, v_descale) if fp8 else None)
     if check_pages:
         check_page_ids(page_table, seqlens_k, k.shape[0], k.shape[1])
     return _launch(plan, q, k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), ptrs, new_output(q), (0, 0, used_k),
@@ -960,11 +1025,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                    (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0), None, sinks=sinks)
 
 
-def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=None, page_table=None):
+def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=None, page_table=None, descales=None):
     """Run a plan on these tensors (same layout as it was made for): the kernel, and split-KV's
     combine. `seqs`: the kernel's cu_q, cu_k and used_k pointers (0: none); `lse`: the rows'
     log-sum-exp tensor, or None; `sinks`: the sinks tensor of a SINKS build, or None; `page_table`:
-    a paged plan's table (k and v then the caches' [num_pages, H_kv, page_size, D] views)."""
+    a paged plan's table (k and v then the caches' [num_pages, H_kv, page_size, D] views);
+    `descales`: an e4m3 plan's (k_descale, v_descale)."""
     if ptrs is not None:
         for i, t in enumerate((q, k, v)):
             if ptrs[i] != plan.ptrs[i]:  # same layout, new tensor: point its map at it
@@ -979,7 +1045,8 @@ def _launch(plan: _Plan, q, k, v, ptrs, out, seqs, timeline, lse=None, sinks=Non
                            counts, *seqs, 0 if lse is None else lse.data_ptr(),
                            *(() if plan.variant_args is None else
                              (*plan.variant_args, 0 if sinks is None else sinks.data_ptr())),
-                           *(() if plan.max_pages is None else (page_table.data_ptr(), np.int32(plan.max_pages)))))
+                           *(() if plan.max_pages is None else (page_table.data_ptr(), np.int32(plan.max_pages))),
+                           *(() if not plan.kv_fp8 else (descales[0].data_ptr(), descales[1].data_ptr()))))
     if plan.combine_config is not None:
         nvrtc.launch_prepared(plan.combine, plan.combine_config,
                               (o_part, lse_part, out.data_ptr(), np.int32(plan.partial_shape[0]), np.int32(plan.splits),
@@ -998,7 +1065,15 @@ def _retarget(plan: _Plan, i: int, t) -> None:
             return
         except Exception:  # a cuda.core without replace_address, or one that reads more: encode
             pass
-    plan.maps[i] = tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i])
+    plan.maps[i] = _map(plan, i, t)
+
+
+def _map(plan: _Plan, i: int, t):
+    """A new tensor map of tensor i (q, k, v, the output) for a plan: an e4m3 cache's K and V
+    unswizzled, whole rows of D bytes (stages/stage6_kv_fp8.py: fp8_map); the others as lib.tma makes them."""
+    if plan.kv_fp8 and i in (1, 2):
+        return fp8_map(t, plan.rows[i])
+    return tensor_map(_q_view(t, plan) if i == 0 else t, plan.rows[i])
 
 
 _sms: dict = {}
