@@ -422,3 +422,42 @@ def assert_graph_replays(call, qkv, new_inputs, *, causal, label):
         torch.cuda.synchronize()
         c = check_output(out, q, k, v, causal=causal)
         assert c.passed, f"{label}, replay {i}: {c.summary()}"
+
+
+def stub_stage6_launcher(monkeypatch, record_map):
+    """Stage 6's launcher with its GPU parts stubbed, for CPU tests of what a call would launch:
+    returns (launched, boxes, cfgs), filled as calls run: each launch's (kernel, config, params),
+    each copy-engine map as record_map(tensor, rows) describes it (an e4m3 map as ("e4m3", shape,
+    dtype, rows)), and each new plan's build config."""
+    import stages.stage6 as s6
+    from lib import inputs
+    launched, boxes, cfgs = [], [], []
+    monkeypatch.setattr(s6, "_plans", {})
+    monkeypatch.setattr(s6, "_check_arch", lambda q: None)
+    monkeypatch.setattr(s6, "_kernel", lambda dtype, D, cfg: cfgs.append(cfg) or ("kernel", "combine"))
+    monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
+    monkeypatch.setattr(s6, "_queue", lambda plan, device: 0)
+    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1111, 2222, 0))
+    monkeypatch.setattr(s6, "tensor_map", lambda t, rows: boxes.append(record_map(t, rows)) or object())
+    monkeypatch.setattr(s6, "fp8_map", lambda t, rows: boxes.append(("e4m3", tuple(t.shape), t.dtype, rows)) or object())
+    monkeypatch.setattr(s6, "validate_cached", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
+    monkeypatch.setattr(inputs, "check_machine", lambda info, q=None: None)
+    monkeypatch.setattr(inputs, "check_devices", lambda info, *t: None)
+    monkeypatch.setattr(s6.nvrtc, "launch_prepared", lambda kernel, config, params: launched.append((kernel, config, params)))
+    return launched, boxes, cfgs
+
+
+def assert_sass_as_source(now, source: str | None, D: int, dt: str, defines, what: str):
+    """A stage 6 build `now` compiles to the SASS that stage 6's `source` (an older commit's
+    stages/stage6.cu, `what` names it) compiles to with the same defines, byte for byte; skipped
+    where git or that commit is not available."""
+    import torch
+
+    import stages.stage6 as s6
+    from lib import nvrtc
+    from lib.sass import sass_text
+    if source is None:
+        pytest.skip(f"git or {what} not available here")
+    before = nvrtc.compile_cuda(source, arch=s6.ARCH, name="stage6.cu",
+                                defines=nvrtc.stage_defines(getattr(torch, dt), D, dict(defines)))
+    assert sass_text(now.cubin) == sass_text(before.cubin), f"D{D} {dt} {dict(defines)}"

@@ -14,8 +14,8 @@ import torch
 
 import stages.stage6 as s6
 import stages.stage6_kv_fp8 as f8
-from conftest import assert_no_local_memory, captured, compile_cases
-from lib import inputs, nvrtc
+from conftest import assert_no_local_memory, assert_sass_as_source, captured, compile_cases, stub_stage6_launcher
+from lib import nvrtc
 from lib.inputs import make_qkv, poisoned_outputs
 from lib.sass import inspect_cubin, sass_text
 from lib.simulator import HAS_GPU
@@ -67,20 +67,7 @@ def test_quantize_round_trips_within_e4m3():
 @pytest.fixture
 def on_cpu(monkeypatch):
     """stage 6's launcher with the GPU parts stubbed: launches recorded, not run."""
-    launched, boxes, cfgs = [], [], []
-    monkeypatch.setattr(s6, "_plans", {})
-    monkeypatch.setattr(s6, "_check_arch", lambda q: None)
-    monkeypatch.setattr(s6, "_kernel", lambda dtype, D, cfg: cfgs.append(cfg) or ("kernel", "combine"))
-    monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
-    monkeypatch.setattr(s6, "_queue", lambda plan, device: 0)
-    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1111, 2222, 0))
-    monkeypatch.setattr(s6, "tensor_map", lambda t, rows: boxes.append(("16", tuple(t.shape), rows)) or object())
-    monkeypatch.setattr(s6, "fp8_map", lambda t, rows: boxes.append(("e4m3", tuple(t.shape), t.dtype, rows)) or object())
-    monkeypatch.setattr(s6, "validate_cached", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
-    monkeypatch.setattr(inputs, "check_machine", lambda info, q=None: None)
-    monkeypatch.setattr(inputs, "check_devices", lambda info, *t: None)
-    monkeypatch.setattr(s6.nvrtc, "launch_prepared", lambda kernel, config, params: launched.append((kernel, config, params)))
-    return launched, boxes, cfgs
+    return stub_stage6_launcher(monkeypatch, lambda t, rows: ("16", tuple(t.shape), rows))
 
 
 def _call(B=2, H=8, Hk=2, Sq=1, Sk=300, D=128, dtype=torch.bfloat16):
@@ -339,13 +326,7 @@ UNCHANGED = _unchanged_builds()
 def test_builds_without_kv_fp8_sass_unchanged(D, dt, defines):
     """The builds without KV_FP8 compile to the SASS of the commit before it, byte for byte. A guard
     of this branch's change: once the default kernel changes on purpose, move BASE to that commit."""
-    base = _base_source()
-    if base is None:
-        pytest.skip(f"git or commit {BASE} not available here")
-    now = _build(D, dt, defines)
-    before = nvrtc.compile_cuda(base, arch=s6.ARCH, name="stage6.cu",
-                                defines=nvrtc.stage_defines(getattr(torch, dt), D, dict(defines)))
-    assert sass_text(now.cubin) == sass_text(before.cubin), f"D{D} {dt} {dict(defines)}"
+    assert_sass_as_source(_build(D, dt, defines), _base_source(), D, dt, defines, f"commit {BASE}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ import torch
 
 import stages.stage6 as s6
 import stages.stage6_paged as sp
-from conftest import captured, compile_cases, compile_subset, cpu_only
-from lib import inputs, nvrtc
+from conftest import assert_sass_as_source, captured, compile_cases, cpu_only, stub_stage6_launcher
+from lib import nvrtc
 from lib.inputs import make_qkv, paged_cache, poisoned_outputs
-from lib.sass import inspect_cubin, sass_text
+from lib.sass import inspect_cubin
 from lib.simulator import HAS_GPU
 
 on_hopper = pytest.mark.skipif(not HAS_GPU or torch.cuda.get_device_capability() != (9, 0),
@@ -56,20 +56,7 @@ def test_paged_cache_helper_gathers_back():
 @pytest.fixture
 def on_cpu(monkeypatch):
     """stage 6's launcher with the GPU parts stubbed: launches recorded, not run."""
-    launched, boxes, cfgs = [], [], []
-    monkeypatch.setattr(s6, "_plans", {})
-    monkeypatch.setattr(s6, "_check_arch", lambda q: None)
-    monkeypatch.setattr(s6, "_kernel", lambda dtype, D, cfg: cfgs.append(cfg) or ("kernel", "combine"))
-    monkeypatch.setattr(s6, "_sm_count", lambda d: 132)
-    monkeypatch.setattr(s6, "_queue", lambda plan, device: 0)
-    monkeypatch.setattr(s6, "_partials", lambda plan, device: (1111, 2222, 0))
-    monkeypatch.setattr(s6, "tensor_map", lambda t, rows: boxes.append((tuple(t.shape), tuple(t.stride()), rows))
-                        or object())
-    monkeypatch.setattr(s6, "validate_cached", lambda *a, **kw: inputs.validate(*a, **kw, check_device=False))
-    monkeypatch.setattr(inputs, "check_machine", lambda info, q=None: None)
-    monkeypatch.setattr(inputs, "check_devices", lambda info, *t: None)
-    monkeypatch.setattr(s6.nvrtc, "launch_prepared", lambda kernel, config, params: launched.append((kernel, config, params)))
-    return launched, boxes, cfgs
+    return stub_stage6_launcher(monkeypatch, lambda t, rows: (tuple(t.shape), tuple(t.stride()), rows))
 
 
 def _call(B=2, H=8, Hk=2, Sq=1, D=128, page_size=16, num_pages=40, max_pages=12, dtype=torch.bfloat16):
@@ -347,13 +334,7 @@ def _source_at(commit: str):
 
 def _assert_sass_as_at(commit: str, D, dt, defines):
     """The build compiles to the SASS it had at `commit`, byte for byte."""
-    base = _source_at(commit)
-    if base is None:
-        pytest.skip(f"git or commit {commit} not available here")
-    now = _paged_build(D, dt, defines)
-    before = nvrtc.compile_cuda(base, arch=s6.ARCH, name="stage6.cu",
-                                defines=nvrtc.stage_defines(getattr(torch, dt), D, dict(defines)))
-    assert sass_text(now.cubin) == sass_text(before.cubin), f"D{D} {dt} {dict(defines)}"
+    assert_sass_as_source(_paged_build(D, dt, defines), _source_at(commit), D, dt, defines, f"commit {commit}")
 
 
 OFF_BUILDS = [b for b in BUILDS if "PAGE_IDS_AHEAD" not in dict(b[2])]
