@@ -123,6 +123,7 @@ for s in "$@"; do case $s in
                 --report-api-errors no python3 experiments/fp8_kv_decode/sanitize.py; done ;;
   dims) step dims python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_head_dims.py ;;
   variants) step variants python3 scripts/stage6_schedules.py --features --record ;;
+  windowtiles) step windowtiles timeout 300 python3 experiments/window_tiles/probe.py ;;  # issue 51: a window's key tiles at D128
   nodeprobe) step nodeprobe timeout 240 python3 experiments/cpp_autograd_node/probe.py ;;
   node) step node python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_autograd_node.py tests/test_backward.py -k "node or autograd or thread or same_error or differentiable_once or flashattention3s" ;;
   bench0) step bench0 record_stages "${FA_BENCH_BUDGET:-540}" 0 ;;
