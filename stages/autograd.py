@@ -76,6 +76,13 @@ def _refuse_head_dims_without_backward(forward: int, q) -> None:
                               "PyTorch's attention (SDPA, or a Hugging Face model's attn_implementation='eager')")
 
 
+def _check_deterministic(deterministic) -> None:
+    """`deterministic` of the two entry points: a bool, or a clear error (stage 8 checks it again
+    where its backward runs)."""
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+
+
 def _forward_stage(forward: int):
     stage = FORWARDS.get(forward)
     if stage is None:
@@ -96,7 +103,7 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     else stage 8's Python autograd.Function. `deterministic=True`: a backward whose gradients are
     the same bits on every run (stage8.attention_backward's; the Python Function)."""
     stage = _forward_stage(forward)
-    stage8.check_deterministic(deterministic)
+    _check_deterministic(deterministic)
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)
     if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, **options)
@@ -146,7 +153,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     call unless made by lib.inputs.offsets_tensor), so this path cannot be captured in a CUDA
     graph. `deterministic`: as attention's, for every sequence's backward."""
     stage = _forward_stage(forward)
-    stage8.check_deterministic(deterministic)
+    _check_deterministic(deterministic)
     if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       causal=causal, scale=scale, **options)

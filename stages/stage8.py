@@ -368,14 +368,6 @@ def _aligned_strides(t: torch.Tensor, align: int = 16) -> bool:
     return t.stride(-1) == 1 and all(s * item % align == 0 for s in t.stride()[:-1])
 
 
-def check_deterministic(deterministic) -> bool:
-    """attention_backward's `deterministic` (and the autograd entry points' that pass it on): a
-    bool, or a clear error."""
-    if not isinstance(deterministic, bool):
-        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
-    return deterministic
-
-
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, tiles=None,
                        dq_atomics=None, wgmma=None, window=None, softcap=None, sinks=None, softcap_tanh=None,
                        deterministic=False, **switches):
@@ -402,7 +394,9 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, til
     its own pass (dq_atomics=0), each row's by one block over the keys in order; the backward
     record's row "WGMMA, deterministic (dQ by its own pass)" is its cost. FlashAttention-3's
     deterministic mode keeps the reductions and orders them with a semaphore per query block."""
-    if check_deterministic(deterministic):
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+    if deterministic:
         if dq_atomics:
             raise ValueError("deterministic=True makes dQ by its own pass: dq_atomics=1 contradicts it")
         dq_atomics = 0
@@ -673,7 +667,8 @@ def with_grad(forward, q, k, v, *, causal, scale, window=None, softcap=None, sin
     `lse` — run so that its output has a grad_fn whose backward is this stage's. With stage 6's
     model variants (window, softcap, softcap_tanh, sinks) forward takes them too, and the sinks
     get a gradient when they require grad. `deterministic`: attention_backward's."""
-    check_deterministic(deterministic)
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
     if window is None and softcap is None and sinks is None and softcap_tanh is None:
         return _Attention.apply(q, k, v, forward, causal, scale, deterministic)
     variant_kw = {"window": window, "softcap": softcap, "softcap_tanh": softcap_tanh}
