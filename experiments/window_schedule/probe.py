@@ -1,0 +1,73 @@
+"""Issue 51: does a sliding window's call run faster per score on a persistent launch? A 4096-key
+window at S 32768 runs about 0.90x the default causal build's scores per µs at D 128 (0.899x in
+the H200 record, 0.902x in experiments/window_tiles/), and 128-key tiles did not change it
+(experiments/window_tiles/README.md), so the tiles' masked slots are not what it loses.
+
+Where else: the causal call's work tiles read 94 key tiles on average (176 keys each), the
+window's 25. Stage 6 runs long causal calls on one block per work tile (call_schedule: "causal
+with longer keys"), each block with its own start (barriers, Q's copy, the ring's first tiles)
+and end; a window's work tiles pay those four times as often per key tile. A persistent launch
+(one block per SM walking the work tiles: the next Q copied early, O stored by TMA where two Q
+buffers fit) hides them. The window's work tiles are all about as long (but the first 4096 rows'),
+as full attention's are, whose rule is persistent blocks at a fixed stride.
+
+At B1 H16 S32768 bf16, causal with a window of 4096 (and the default causal build as the rate
+to compare against), D 128 and 64, each schedule and tile choice checked against the float64
+reference of a window at an odd shape first, then 7 interleaved rounds.
+    python3 experiments/window_schedule/probe.py
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from lib.reference import visible_scores  # noqa: E402
+
+S, WINDOW, H, B = 32768, 4096, 16, 1
+P, Q = "+ persistent blocks", "+ work queue"
+CHOICES = {  # label: attention() keywords beside window= (None: the launcher's choice)
+    128: {"default": {}, "persistent": {"schedule": P}, "queue": {"schedule": Q},
+          "persistent, (128, 2, 2)": {"schedule": P, "tiles": (128, 2, 2)},
+          "queue, (128, 2, 2)": {"schedule": Q, "tiles": (128, 2, 2)},
+          "persistent, (128, 3, 2)": {"schedule": P, "tiles": (128, 3, 2)},
+          # three Q buffers and the last P·V carried into the next work tile (carries_pv's rule at short prefill)
+          "persistent, (128, 2, 2), 3 Q, carry": {"schedule": P, "tiles": (128, 2, 2), "q_stages": 3, "carry_pv": True}},
+    64: {"default": {}, "persistent": {"schedule": P}, "queue": {"schedule": Q},
+         "queue without ping-pong": {"schedule": "work queue without ping-pong"}},
+}
+
+
+def main():
+    import stages.stage6 as s6
+    from lib.inputs import make_qkv
+    from lib.reference import check_output
+    from lib.timing import time_interleaved
+    ok = True
+    for D, choices in CHOICES.items():
+        q, k, v = make_qkv(2, 4, 1300, D, Sk=1517, Hkv=2, dtype=torch.bfloat16)
+        for label, kw in choices.items():
+            c = check_output(s6.attention(q, k, v, causal=True, window=(297, 0), **kw), q, k, v,
+                             causal=True, window=(297, 0))
+            ok &= c.passed
+            print(f"D{D} window (297, 0) {label}: {c.summary()}", flush=True)
+        q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
+        fns = {"causal": lambda: s6.attention(q, k, v, causal=True)}
+        for label, kw in choices.items():
+            fns[f"window, {label}"] = (lambda kw=kw: s6.attention(q, k, v, causal=True, window=(WINDOW, 0), **kw))
+        t = time_interleaved(fns, rounds=7, budget_s=0.6)
+        full, win = visible_scores(S, S), visible_scores(S, WINDOW)
+        rate_c = full / t["causal"].median_us
+        print(f"D{D} B{B} H{H} S{S}: causal {t['causal'].median_us:,.1f} µs (rounds "
+              + " ".join(f"{m:.0f}" for m in t["causal"].round_medians_us) + ")", flush=True)
+        for name in fns:
+            if name != "causal":
+                r = t[name]
+                print(f"  {name:34s} {r.median_us:9,.1f} µs  {win / r.median_us / rate_c:.3f}x causal's scores per µs "
+                      "(rounds " + " ".join(f"{m:.0f}" for m in r.round_medians_us) + ")", flush=True)
+        del q, k, v
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
