@@ -106,6 +106,14 @@ QUEUE_KEYS = {64: 2048, 128: 2048}
 SHORT_KEYS = {64: 1024, 128: 2048}
 SHORT_TILES = {(64, False): (128, 4, 3), (64, True): (128, 4, 2), (128, False): (128, 2, 2), (128, True): (128, 2, 2)}
 CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
+# A sliding window narrower than the keys (call_schedule), and at D128 its tiles (WINDOW_TILES):
+# measured at B1 H16 S32768, causal, a 4096-key window, bf16 (experiments/window_schedule/, the
+# H200, 2026-11-29, 7 interleaved rounds), against the default causal build's scores per µs: D128
+# one block per work tile 0.896x, persistent blocks 0.908x, the work queue 0.926x; on 128-key
+# tiles (two Q buffers fit: O stored by TMA) persistent blocks 1.005x, the queue 0.953x, three Q
+# buffers with the P·V carried 0.958x; D64 (its default tiles) 0.914x, 0.963x, queue 0.977x.
+WINDOW_SCHEDULES = {64: "+ work queue", 128: "+ persistent blocks"}
+WINDOW_TILES = {128: (128, 2, 2)}
 # Tried at the short causal prompts and not kept (results/logs/2026-11-26-s37call5; the kernel
 # change: experiments/half_last_tile/): a consumer's last key tile computed 64 keys wide where its
 # upper half is masked for its rows (consumer 0 of two at each diagonal: 20% of its tile-products
@@ -126,7 +134,7 @@ CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
 # (16-48 bytes), D128's short prompts among them.
 
 
-def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> str:
+def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int, window_cuts: bool = False) -> str:
     """The schedule a prefill call runs when none is asked for. DEFAULT_SCHEDULES is the kernel;
     what differs is what happens between a block's work tiles, which matters when work tiles are
     short and there are more of them than SMs (with `work` ≤ `sms` every block has one work
@@ -147,9 +155,15 @@ def call_schedule(head_dim: int, causal: bool, Sk: int, work: int, sms: int) -> 
       198 against 205 µs);
     - causal with longer keys: the head dim's default (one block per work tile, heaviest
       first), where the tiles' own work dwarfs their start (D64 S 8192: 579 against 615 µs for
-      the queue, in the same log)."""
+      the queue, in the same log);
+    - a sliding window narrower than the keys (`window_cuts`), causal or not: WINDOW_SCHEDULES.
+      Each work tile reads only the key tiles its rows' windows reach, about as many for every
+      tile, so each block's start and end weigh on it as on a short prompt's, however long the
+      sequence."""
     if work <= sms or head_dim not in TUNED_HEAD_DIMS:
         return DEFAULT_SCHEDULES[head_dim]
+    if window_cuts:
+        return WINDOW_SCHEDULES[head_dim]
     if not causal:
         return "+ persistent blocks"
     if Sk <= QUEUE_KEYS[head_dim]:
@@ -590,9 +604,10 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     DECODE_SHARED_TILES unless `tiles` are given), or blocks without a producer
     (few_keys_per_block, when none of tiles, schedule and blocks_per_sm is given). `variants`: the
     call's model variants (stages/stage6_variants.py): with a window, work tiles read only the key
-    tiles their rows' windows reach (key_span), and the splits are planned over those; tiles not
-    given lose a consumer or their 176-key width where the variants' registers would spill
-    (variant_tiles). `paged`: the page size of a paged cache's call (stages/stage6_paged.py; 0:
+    tiles their rows' windows reach (key_span), and the splits are planned over those; a window
+    that leaves out key tiles gets call_schedule's WINDOW_SCHEDULES and, tiles not given,
+    WINDOW_TILES; tiles not given lose a consumer or their 176-key width where the variants'
+    registers would spill (variant_tiles). `paged`: the page size of a paged cache's call (stages/stage6_paged.py; 0:
     none): tiles not given run as paged_tiles makes them, splits not given as doubles_splits says.
     `kv_fp8`: an e4m3 cache's call (stages/stage6_kv_fp8.py: packed only): its tiles fp8_tiles' (two
     blocks per SM by shares_sms' rule where they fit), never the blocks without a producer."""
@@ -618,7 +633,13 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
     if schedule is None:
-        schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms)
+        cuts = key_tiles < -(-Sk // tiles[0])  # a window that leaves out key tiles
+        schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms, cuts)
+        if not pack and not given_tiles and cuts and schedule == WINDOW_SCHEDULES.get(D) and D in WINDOW_TILES:
+            tiles = variant_tiles(WINDOW_TILES[D], variants)
+            tiles = paged_tiles(tiles) if paged else tiles
+            key_tiles, block_m = key_span(tiles), 64 * tiles[2]
+            work = B * H * ((Sq + block_m - 1) // block_m)
         short = None if pack or given_tiles else short_tiles(D, Sk, schedule, bool(causal))
         if short is not None:
             short = variant_tiles(short, variants)

@@ -522,6 +522,10 @@ def test_call_schedule_rule():
         # one work tile per SM or fewer: nothing to overlap, the default launch
         assert s6.call_schedule(D, False, 512, 132, 132) == s6.call_schedule(D, True, 512, 24, 132) \
             == s6.default_schedule(D)
+        # a window that leaves out key tiles, causal or not, any length: the window's launch
+        for causal, Sk in ((True, 65536), (False, 65536), (True, 512)):
+            assert s6.call_schedule(D, causal, Sk, 500, 132, window_cuts=True) == s6.WINDOW_SCHEDULES[D]
+        assert s6.call_schedule(D, True, 65536, 132, 132, window_cuts=True) == s6.default_schedule(D)
         # the same kernel but for the epilogue, where two Q buffers fit, and the P·V carried
         # from one work tile into the next
         same = lambda cfg: {k: v for k, v in cfg["defines"] if k not in ("O_TMA_STORE", "CARRY_PV")}  # noqa: E731

@@ -3,6 +3,7 @@ switches of stages/stage6.cu): the arguments checked, the builds chosen and comp
 no GPU), the build without any variant unchanged, and (GPU) each variant and combinations against
 the float64 reference by the error rule (lib.reference.check_output with the same variant)."""
 import math
+from operator import itemgetter
 
 import numpy as np
 import pytest
@@ -398,6 +399,32 @@ def test_window_plan_and_launch_on_the_cpu(monkeypatch):
     assert span == 33 and n * per_split >= span and (n - 1) * per_split < span and n <= full, (n, per_split, full)
 
 
+def test_window_that_cuts_gets_the_window_launch():
+    """A window narrower than the keys, with more work tiles than SMs: WINDOW_SCHEDULES (and at
+    D128 WINDOW_TILES, or what a heavy variant makes of them), causal or not; a window as wide as
+    the keys, too few work tiles, given tiles or a given schedule: what the call got before."""
+    q = _qkv()[0]
+    win = lambda w, **kw: sv.check_variants(q, window=w, **kw)  # noqa: E731
+    for D in (64, 128):
+        for causal in (1, 0):
+            ch = s6.choose(1, 16, 16, 32768, 32768, D, causal, 132, variants=win((4096, 0)))
+            assert ch["schedule"] == s6.WINDOW_SCHEDULES[D], (D, causal, ch)
+            assert ch["tiles"] == s6.WINDOW_TILES.get(D, s6.TILES[D])
+            assert ch["per_split"] == s6.window_span(64 * ch["tiles"][2], 32768, ch["tiles"][0], (4096, 0))
+        plain = s6.choose(1, 16, 16, 32768, 32768, D, 1, 132)
+        assert s6.choose(1, 16, 16, 32768, 32768, D, 1, 132, variants=win((40000, 0))) == plain  # cuts nothing
+        few = s6.choose(1, 2, 2, 4096, 4096, D, 1, 132, variants=win((512, 0)))  # 64 work tiles: as without the window
+        assert (few["tiles"], few["schedule"]) == itemgetter("tiles", "schedule")(s6.choose(1, 2, 2, 4096, 4096, D, 1, 132))
+        given = s6.choose(1, 16, 16, 32768, 32768, D, 1, 132, tiles=s6.TILES[D], variants=win((4096, 0)))
+        assert given["tiles"] == s6.TILES[D] and given["schedule"] == s6.WINDOW_SCHEDULES[D]
+        asked = s6.choose(1, 16, 16, 32768, 32768, D, 1, 132, schedule=s6.default_schedule(D), variants=win((4096, 0)))
+        assert asked["tiles"] == s6.TILES[D] and asked["schedule"] == s6.default_schedule(D)
+    # a heavy variant's tiles (two consumers at D64: variant_tiles) with the window's launch
+    all3 = win((4096, 0), softcap=5.0, sinks=torch.zeros(q.shape[1]))
+    heavy = s6.choose(1, 16, 16, 32768, 32768, 64, 1, 132, variants=all3)
+    assert sv.heavy(all3) and heavy["tiles"] == sv.variant_tiles(s6.TILES[64], all3) == (128, 2, 2)
+
+
 @pytest.mark.parametrize("bad", [(1,), (1, 2, 3), (-2, 0), (0, -5), (1.5, 0), (True, 0), "ab", 7, {1: 2}])
 def test_window_refused_unless_a_pair_of_ints(bad):
     q, k, v = _qkv()
@@ -435,6 +462,25 @@ def test_window_every_schedule(schedule, D, seed):
                 q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.bfloat16, seed=seed)
                 _check(q, k, v, causal=causal, window=window, schedule=schedule,
                        label=f"window {window} {schedule} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_window_launch_matches_reference(D, seed):
+    """The launch a window narrower than the keys gets with more work tiles than SMs (persistent
+    blocks or the work queue; D128's tiles with two Q buffers, O stored by TMA): odd lengths,
+    windows on one side and both, causal or not, GQA, both dtypes."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for B, H, Hkv, Sq, Sk in [(2, 16, 4, 1000, 1000), (1, 24, 8, 1337, 1531), (3, 12, 12, 700, 2100)]:
+        for window, causal in [((200, 0), True), ((97, 31), False), ((300, 300), "bottom_right")]:
+            for dtype in (torch.float16, torch.bfloat16):
+                q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
+                var = sv.check_variants(q, window=window)
+                ch = s6.choose(B, H, Hkv, Sq, Sk, D, 2 if causal == "bottom_right" else int(causal), sms, variants=var)
+                assert ch["schedule"] == s6.WINDOW_SCHEDULES[D], ch
+                _check(q, k, v, causal=causal, window=window,
+                       label=f"window launch {window} {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
 
 
 @gpu

@@ -1,6 +1,6 @@
 """Stage 6's model variants under compute-sanitizer: a few calls with a window (narrower than a
 tile, and cutting the first tiles of a block), softcap and sinks, prefill on the persistent and
-queue launches and decoding split (the sink added by both combines), each checked against the
+queue launches (and on the launch a window that cuts key tiles gets by rule) and decoding split (the sink added by both combines), each checked against the
 float64 reference. Run on an H100/H200 as
     compute-sanitizer --tool memcheck|racecheck|synccheck --kernel-name kns=attention \
         python3 experiments/model_variants/sanitize.py
@@ -23,6 +23,9 @@ CASES = [  # (B, H, Hkv, Sq, Sk, D), causal, options
     ((2, 4, 2, 1000, 300, 128), True, {"window": (200, 0), "softcap": 5.0}),
     ((4, 16, 4, 512, 512, 64), True, {"window": (63, 0), "sinks": True}),      # the work queue
     ((4, 16, 4, 512, 512, 128), False, {"window": (100, 100), "softcap": 5.0, "sinks": True}),  # persistent
+    # the window's own launch (stage6.WINDOW_SCHEDULES: more work tiles than SMs, the window cuts key tiles)
+    ((2, 16, 4, 1000, 1000, 128), True, {"window": (200, 0)}),                 # persistent, 128-key tiles, O by TMA
+    ((3, 12, 12, 700, 2100, 64), "bottom_right", {"window": (300, 300), "sinks": True}),  # the work queue
     ((1, 32, 8, 1, 4097, 128), False, {"sinks": True, "window": (1023, 0)}),  # split, combined in the block
     ((1, 32, 8, 1, 4097, 64), False, {"sinks": True, "splits": 5, "combine_in_block": False}),  # the combine kernel
     ((1, 8, 1, 16, 3001, 64), "bottom_right", {"sinks": True, "softcap": 20.0, "splits": 4}),

@@ -15,6 +15,12 @@ At B1 H16 S32768 bf16, causal with a window of 4096 (and the default causal buil
 to compare against), D 128 and 64, each schedule and tile choice checked against the float64
 reference of a window at an odd shape first, then 7 interleaved rounds.
     python3 experiments/window_schedule/probe.py
+
+`--rule`: the launcher's rule that came of it (stages/stage6.py, WINDOW_SCHEDULES and
+WINDOW_TILES) at other shapes, windows and masks, against the launch the same call got before
+(what choose() gives the call without its window: the tiles and schedule of a causal or full
+call of that length), 5 interleaved rounds; each checked against the float64 reference first.
+    python3 experiments/window_schedule/probe.py --rule
 """
 import sys
 from pathlib import Path
@@ -69,5 +75,45 @@ def main():
     return 0 if ok else 1
 
 
+RULE_SHAPES = [  # B, H, Hkv, S, D, window, causal
+    (4, 32, 8, 8192, 128, (4096, 0), True),     # Mistral-like: a 4096 window at S 8192
+    (1, 16, 16, 32768, 128, (1024, 0), True),
+    (2, 16, 16, 16384, 128, (2048, 2048), False),  # both sides, no causal mask
+    (8, 32, 8, 4096, 128, (1023, 0), True),
+    (8, 16, 16, 2048, 64, (512, 0), True),
+    (1, 32, 8, 32768, 64, (4096, 0), True),
+    (4, 8, 8, 8192, 64, (1024, 1024), False),
+]
+
+
+def rule():
+    import stages.stage6 as s6
+    from stages.stage6_variants import check_variants
+    from lib.inputs import make_qkv
+    from lib.reference import check_output
+    from lib.timing import time_interleaved
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ok = True
+    for B, H, Hkv, S, D, window, causal in RULE_SHAPES:
+        q, k, v = make_qkv(B, H, S, D, Hkv=Hkv, dtype=torch.bfloat16)
+        now = s6.choose(B, H, Hkv, S, S, D, int(causal), sms, variants=check_variants(q, window=window))
+        before = s6.choose(B, H, Hkv, S, S, D, int(causal), sms)
+        kw = {"rule": {}, "before": {"tiles": before["tiles"], "schedule": before["schedule"]}}
+        qs, ks, vs = q[:1, :, :1000], k[:1, :, :1000], v[:1, :, :1000]
+        for name, x in kw.items():
+            c = check_output(s6.attention(qs, ks, vs, causal=causal, window=window, **x), qs, ks, vs,
+                             causal=causal, window=window)
+            ok &= c.passed
+            if not c.passed:
+                print(f"  {name} FAILED: {c.summary()}")
+        fns = {n: (lambda x=x: s6.attention(q, k, v, causal=causal, window=window, **x)) for n, x in kw.items()}
+        t = time_interleaved(fns, rounds=5, budget_s=0.4)
+        print(f"B{B} H{H}/{Hkv} S{S} D{D} window {window} causal {causal}: rule {now['tiles']} {now['schedule']!r} "
+              f"{t['rule'].median_us:,.1f} µs, before {before['tiles']} {before['schedule']!r} "
+              f"{t['before'].median_us:,.1f} µs: {t['before'].median_us / t['rule'].median_us:.3f}x", flush=True)
+        del q, k, v
+    return 0 if ok else 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(rule() if "--rule" in sys.argv else main())
