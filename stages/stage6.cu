@@ -180,6 +180,9 @@ static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx)
 #ifndef KV_FP8_STAGED
 #define KV_FP8_STAGED 2  // KV_FP8: e4m3 staging buffers of K (and of V), each freed once widened
 #endif
+#ifndef KV_FP8_FOLD
+#define KV_FP8_FOLD 0  // KV_FP8, bf16: the widening leaves each value times 2^-120, the descales take 2^120 (widen4)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -456,6 +459,13 @@ __device__ __forceinline__ void load_staged(unsigned char (*stage)[BLOCK_N][D], 
 //     copy of the sign in bit 15: the bf16 of value·2^-120, exactly (subnormals too: e4m3's
 //     0.mmm·2^-6 lands on bf16's 0.mmm·2^-126). One bf16x2 multiply by 2^120 (0x7B80), exact, gives
 //     the value. (e4m3's NaN, 0x7F, would come out as 480; a cache holds no NaN.)
+//   KV_FP8_FOLD (bf16): no multiply; the consumers multiply each work tile's descales by 2^120
+//     instead (two float multiplies a work tile against two bf16x2 multiplies per four values).
+#if KV_FP8_FOLD && defined(ELEM_BF16)
+#define KV_FOLD __int_as_float(0x7B800000)  // 2^120: what widen4 leaves out of each bf16 value
+#else
+#define KV_FOLD 1.0f  // (fp16's widening is exact as it is: KV_FP8_FOLD changes nothing there)
+#endif
 __device__ __forceinline__ uint2 widen4(unsigned w) {
     uint2 r;
 #ifdef ELEM_BF16
@@ -464,8 +474,12 @@ __device__ __forceinline__ uint2 widen4(unsigned w) {
     asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(hi) : "r"(w));  // bytes b2, sign(b2), b3, sign(b3)
     lo = (lo << 4) & 0x87F087F0u;
     hi = (hi << 4) & 0x87F087F0u;
+#if KV_FP8_FOLD  // value·2^-120 as it is: k_descale and v_descale take the 2^120 (KV_FOLD)
+    r.x = lo, r.y = hi;
+#else
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.x) : "r"(lo), "r"(0x7B807B80u));
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.y) : "r"(hi), "r"(0x7B807B80u));
+#endif
 #else
     asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n"
         " cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi;\n}\n" : "=r"(r.x), "=r"(r.y) : "r"(w));
@@ -1353,11 +1367,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         // product flips Q's sign, 0 weighs every key alike); v_descale multiplies O (finish's 1/l).
         {
             const int kv = t.b * (H / group) + t.hk;
-            scale_log2 = call_scale_log2 * __ldg(k_descale + kv);
+            scale_log2 = call_scale_log2 * __ldg(k_descale + kv) * KV_FOLD;
             negate_q = scale_log2 < 0.0f;
             scale_log2 = fabsf(scale_log2);
             if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
-            v_scale = __ldg(v_descale + kv);
+            v_scale = __ldg(v_descale + kv) * KV_FOLD;
         }
 #endif
 #if !WARP_SPECIALIZED
