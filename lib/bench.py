@@ -416,6 +416,21 @@ def main_cpu(a, ap, mods, t0) -> int:
     return 0 if failed == 0 else 1
 
 
+def record_ceilings(recorded: dict, env: dict, again: bool) -> dict:
+    """The ceilings a record keeps: those already recorded for this GPU model, unless `again`
+    (--ceilings) or none are. They are the GPU's, not a stage's, and every notebook divides by
+    them: measured again with each stage's re-record, they moved by a few percent (the bf16
+    matmul rate 682 and then 713 TFLOPS on one H200 model, 2026-11-29) and left the notebooks
+    executed before with other figures than the prose rendered from the record."""
+    if recorded and not again:
+        log(f"keeping the recorded ceilings ({recorded.get('measured_at', 'measured before this field')}; "
+            "--ceilings measures them again)")
+        return recorded
+    from lib.microbench import measure_ceilings
+    log("measuring the GPU's ceilings (copy bandwidth, matmul rate)...")
+    return {**measure_ceilings(), "measured_at": f"commit {env.get('commit', '?')}, {env.get('date', '?')}"}
+
+
 def main_gpu(a, mods, t0) -> int:
     import torch
 
@@ -448,10 +463,8 @@ def main_gpu(a, mods, t0) -> int:
         where = "NOT recorded: nothing was timed"
     else:
         from lib.plots import plot_stages, plot_sweep
-        from lib.microbench import measure_ceilings
         env = R.capture_env()
-        log("measuring the GPU's ceilings (copy bandwidth, matmul rate)...")
-        ceilings = measure_ceilings()
+        ceilings = record_ceilings(ceilings, env, a.ceilings)
         recorded = sorted({r["stage"] for r in runs})
         path = R.save(env, [m.INFO for m in mods if m.INFO.number in recorded], runs,
                       extra={"ceilings": ceilings})
@@ -520,6 +533,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--timing-budget-s", type=float, default=None, metavar="S",
                     help=f"GPU: seconds of timed runs per callable and row (default {RUN_BUDGET_S:g}; "
                          f"{RECORD_BUDGET_S:g} with --record, whose rows the README and notebooks show)")
+    ap.add_argument("--ceilings", action="store_true",
+                    help="with --record: measure the GPU's ceilings again (copy bandwidth, matmul and "
+                         "FP32 rates), which the notebooks' predictions and the tables' %% of peak "
+                         "divide by; without it the ones recorded for this GPU model are kept")
     ap.add_argument("--check", action="store_true",
                     help="correctness only, at a small and odd shapes (for compute-sanitizer)")
     ap.add_argument("--record", action="store_true",

@@ -107,7 +107,7 @@ def variants(D, which="all"):
         out.append(("WGMMA, dQ issued before dV and dK are done", {**as_built, "dq_early": 1}))
     if stage8.wgmma_here():
         out += producer_variants(D) + [("WGMMA, the stage's build again", {"wgmma": 1}),
-                                       (DETERMINISTIC, {"wgmma": 1, "deterministic": True})]
+                                       (DETERMINISTIC_LABEL, {"wgmma": 1, "deterministic": True})]
     if which in ("wgmma", "producer"):
         return out
     return out + [(f"mma.sync {tiles} {'dQ atomics' if atomics else 'dQ pass'}",
@@ -128,8 +128,6 @@ def producer_variants(D):
     return out
 
 
-# attention_backward(deterministic=True): the same bits every run, dQ by its own pass (its cost)
-DETERMINISTIC = DETERMINISTIC_LABEL
 # The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup, then at D 64 the two
 # warpgroups its registers make room for, taking turns at dQ; last the stage's build, which adds the
 # dSᵀ store's guard (DS_GUARD) to those

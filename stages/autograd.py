@@ -76,6 +76,13 @@ def _refuse_head_dims_without_backward(forward: int, q) -> None:
                               "PyTorch's attention (SDPA, or a Hugging Face model's attn_implementation='eager')")
 
 
+def _check_deterministic(deterministic) -> None:
+    """`deterministic` of the two entry points: a bool, or a clear error (stage 8 checks it again
+    where its backward runs)."""
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+
+
 def _forward_stage(forward: int):
     stage = FORWARDS.get(forward)
     if stage is None:
@@ -96,8 +103,7 @@ def attention(q, k, v, *, forward: int = 6, causal=False, scale=None, attn_mask=
     else stage 8's Python autograd.Function. `deterministic=True`: a backward whose gradients are
     the same bits on every run (stage8.attention_backward's; the Python Function)."""
     stage = _forward_stage(forward)
-    if not isinstance(deterministic, bool):
-        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+    _check_deterministic(deterministic)
     causal = sdpa_causal(q, k, causal, is_causal, enable_gqa)
     if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, **options)
@@ -147,8 +153,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     call unless made by lib.inputs.offsets_tensor), so this path cannot be captured in a CUDA
     graph. `deterministic`: as attention's, for every sequence's backward."""
     stage = _forward_stage(forward)
-    if not isinstance(deterministic, bool):
-        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+    _check_deterministic(deterministic)
     if not (wants_grad(q, k, v) or _sinks_want_grad(options)):
         return stage.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       causal=causal, scale=scale, **options)
@@ -165,8 +170,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     cq, ck = host_offsets(cu_seqlens_q), host_offsets(cu_seqlens_k)
     seqs = [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(call.n_seqs)]
     sinks = variants.pop("sinks", None)
-    return _PackedAttention.apply(q, k, v, sinks, stage, seqs, causal, scale, options,
-                                  {**variants, **({"deterministic": True} if deterministic else {})})
+    return _PackedAttention.apply(q, k, v, sinks, stage, seqs, causal, scale, options, variants, deterministic)
 
 
 def _seq(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
@@ -180,14 +184,13 @@ class _PackedAttention(torch.autograd.Function):
     stage 6's attention_varlen takes it); the sinks' gradient is the sum of the sequences'."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, stage, seqs, causal, scale, options, variants):
+    def forward(ctx, q, k, v, sinks, stage, seqs, causal, scale, options, variants, deterministic):
         total_q, H, D = q.shape
         # one buffer for every row's log-sum-exp: sequence b's [1, H, S_b] is its slice
         lse = torch.full((H * total_q,), -math.inf, dtype=torch.float32, device=q.device)
         parts = []
         plain_sinks = None if sinks is None else sinks.detach()
-        var_kw = {n: x for n, x in variants.items() if n != "deterministic"}  # the backward's alone
-        var_kw.update({"sinks": plain_sinks} if sinks is not None else {})
+        var_kw = {**variants, **({"sinks": plain_sinks} if sinks is not None else {})}
         for q0, q1, k0, k1 in seqs:
             if q1 == q0:
                 continue
@@ -199,7 +202,7 @@ class _PackedAttention(torch.autograd.Function):
             parts.append(o[0].transpose(0, 1))
         out = torch.cat(parts) if parts else torch.empty((0, H, D), dtype=q.dtype, device=q.device)
         ctx.save_for_backward(q, k, v, out, lse, plain_sinks)
-        ctx.seqs, ctx.causal, ctx.scale, ctx.variants = seqs, causal, scale, variants
+        ctx.seqs, ctx.causal, ctx.scale, ctx.variants, ctx.deterministic = seqs, causal, scale, variants, deterministic
         return out
 
     @staticmethod
@@ -216,11 +219,11 @@ class _PackedAttention(torch.autograd.Function):
                 continue  # nothing attended: zero gradients
             g = stage8.attention_backward(_seq(q, q0, q1), _seq(k, k0, k1), _seq(v, k0, k1), _seq(out, q0, q1),
                                           _seq(dout, q0, q1), lse[H * q0:H * q1].view(1, H, q1 - q0),
-                                          causal=ctx.causal, scale=ctx.scale, **var_kw)
+                                          causal=ctx.causal, scale=ctx.scale, deterministic=ctx.deterministic, **var_kw)
             for packed, one, (a, b) in zip((dq, dk, dv), g, ((q0, q1), (k0, k1), (k0, k1))):
                 packed[a:b] = one[0].transpose(0, 1)
             if dsinks is not None:  # a sequence without keys has O = 0, δ = 0: no share
                 dsinks += g[3]
         need = ctx.needs_input_grad
         return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
-                dsinks if need[3] else None, None, None, None, None, None, None)
+                dsinks if need[3] else None, None, None, None, None, None, None, None)

@@ -687,7 +687,7 @@ def fake_kernels(monkeypatch, calls=None):
         lse.copy_(attention_lse(q, k, causal=causal, scale=scale))
         return reference_attention(q, k, v, causal=causal, scale=scale).to(q.dtype)
 
-    def backward(q, k, v, out, dout, lse, *, causal=False, scale=None):
+    def backward(q, k, v, out, dout, lse, *, causal=False, scale=None, deterministic=False):
         calls.append(("backward", q))
         grads = flash_backward(q, k, v, out, dout, lse, causal=causal, scale=scale, dtype=torch.float64)
         return tuple(g.to(q.dtype) for g in grads)

@@ -513,3 +513,21 @@ def test_check_gradients_judges_the_variants(variant, dtype):
     for i, name in enumerate(checks):
         bad = tuple(t * 1.05 if j == i else t for j, t in enumerate(grads))
         assert not check_gradients(bad, q, k, v, dout, causal="bottom_right", **kw)[name].passed, name
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_packed_sequences_pass_deterministic_to_each_backward(monkeypatch, deterministic):
+    """stages.autograd.attention_varlen(..., deterministic=): every sequence's stage 8 backward gets
+    it, with the variants; the forward does not (it is the backward's alone)."""
+    calls = fake_stage6_and_backward(monkeypatch, [])
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(30, 4, 64, generator=g).half().requires_grad_(True)
+    k, v = (torch.randn(25, 2, 64, generator=g).half().requires_grad_(True) for _ in range(2))
+    cu_q, cu_k = torch.tensor([0, 10, 30], dtype=torch.int32), torch.tensor([0, 12, 25], dtype=torch.int32)
+    out = autograd.attention_varlen(q, k, v, cu_q, cu_k, 20, 13, forward=6, causal="bottom_right", window=(5, 0),
+                                    deterministic=deterministic)
+    out.sum().backward()
+    assert [c[0] for c in calls] == ["forward", "forward", "backward", "backward"]
+    assert all(c[1]["options"] == {} for c in calls if c[0] == "forward")
+    assert [c[1]["deterministic"] for c in calls if c[0] == "backward"] == [deterministic] * 2
+    assert all(c[1]["window"] == (5, 0) for c in calls)

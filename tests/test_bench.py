@@ -343,3 +343,17 @@ def test_gpu_path_all_skips_nothing_and_failed_check_records_nothing(fake_gpu, c
     assert "60 rows timed, stages 0, 1; 0 skipped; checks 30 passed, 30 failed" in summary, summary
     assert "NOT recorded: 30 row(s) failed the correctness check" in summary
     assert fake_gpu == {bench.RECORD_BUDGET_S}
+
+
+def test_record_keeps_the_recorded_ceilings_unless_asked(monkeypatch):
+    """lib.bench --record keeps the ceilings recorded for the GPU model (they are the GPU's, and
+    the notebooks divide by them); --ceilings, or none recorded, measures them, and says when."""
+    from lib import bench, microbench
+    measured = {"matmul_TFLOPS": 700.0, "copy_GBps": 4000.0}
+    monkeypatch.setattr(microbench, "measure_ceilings", lambda: dict(measured))
+    env = {"commit": "abc1234", "date": "2026-11-29 12:00 UTC"}
+    recorded = {"matmul_TFLOPS": 682.0, "copy_GBps": 4225.0}
+    assert bench.record_ceilings(recorded, env, again=False) == recorded
+    for before, again in ((recorded, True), ({}, False)):
+        got = bench.record_ceilings(before, env, again=again)
+        assert got == {**measured, "measured_at": "commit abc1234, 2026-11-29 12:00 UTC"}, (before, again)
