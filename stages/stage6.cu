@@ -180,6 +180,12 @@ static_assert(SOFTCAP >= 0 && SOFTCAP <= 2, "SOFTCAP is 0 (off), 1 (tanh.approx)
 #ifndef KV_FP8_STAGED
 #define KV_FP8_STAGED 2  // KV_FP8: e4m3 staging buffers of K (and of V), each freed once widened
 #endif
+#ifndef KV_FP8_WIDE
+#define KV_FP8_WIDE 0  // KV_FP8: each widening thread loads 16 e4m3 bytes of a row at once, not 8 (widen_tile)
+#endif
+#ifndef KV_FP8_FOLD
+#define KV_FP8_FOLD 0  // KV_FP8, bf16: the widening leaves each value times 2^-120, the descales take 2^120 (widen4)
+#endif
 static_assert(WARP_SPECIALIZED || (!SETMAXNREG && !PINGPONG && !INTRA_OVERLAP),
               "the baseline without a producer warpgroup runs without the FA3 schedule");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumer warpgroups");
@@ -456,6 +462,13 @@ __device__ __forceinline__ void load_staged(unsigned char (*stage)[BLOCK_N][D], 
 //     copy of the sign in bit 15: the bf16 of value·2^-120, exactly (subnormals too: e4m3's
 //     0.mmm·2^-6 lands on bf16's 0.mmm·2^-126). One bf16x2 multiply by 2^120 (0x7B80), exact, gives
 //     the value. (e4m3's NaN, 0x7F, would come out as 480; a cache holds no NaN.)
+//   KV_FP8_FOLD (bf16): no multiply; the consumers multiply each work tile's descales by 2^120
+//     instead (two float multiplies a work tile against two bf16x2 multiplies per four values).
+#if KV_FP8_FOLD && defined(ELEM_BF16)
+#define KV_FOLD __int_as_float(0x7B800000)  // 2^120: what widen4 leaves out of each bf16 value
+#else
+#define KV_FOLD 1.0f  // (fp16's widening is exact as it is: KV_FP8_FOLD changes nothing there)
+#endif
 __device__ __forceinline__ uint2 widen4(unsigned w) {
     uint2 r;
 #ifdef ELEM_BF16
@@ -464,8 +477,12 @@ __device__ __forceinline__ uint2 widen4(unsigned w) {
     asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(hi) : "r"(w));  // bytes b2, sign(b2), b3, sign(b3)
     lo = (lo << 4) & 0x87F087F0u;
     hi = (hi << 4) & 0x87F087F0u;
+#if KV_FP8_FOLD  // value·2^-120 as it is: k_descale and v_descale take the 2^120 (KV_FOLD)
+    r.x = lo, r.y = hi;
+#else
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.x) : "r"(lo), "r"(0x7B807B80u));
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.y) : "r"(hi), "r"(0x7B807B80u));
+#endif
 #else
     asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n"
         " cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi;\n}\n" : "=r"(r.x), "=r"(r.y) : "r"(w));
@@ -480,14 +497,22 @@ __device__ __forceinline__ uint2 widen4(unsigned w) {
 // read 256 contiguous bytes, and each quarter of its 16-byte stores one whole swizzled row (all 8
 // bank groups), so neither conflicts. Each thread makes its stores visible to the tensor cores
 // (fence.proxy.async) and arrives on `full` (WIDEN_THREADS arrivals complete it).
+// KV_FP8_WIDE: 16 bytes of a row a thread (LDS.128, half the loads), widened into two 16-byte
+// chunks of the ring; the column block of both is the same (chunks 2c and 2c + 1 of eight).
+__device__ __forceinline__ void widen_store(unsigned char* to, unsigned row, unsigned chunk, unsigned w0, unsigned w1) {
+    const uint2 lo = widen4(w0), hi = widen4(w1);
+    *reinterpret_cast<uint4*>(to + 128 * row + 16 * ((chunk % 8) ^ (row % 8))) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
 __device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t (*dst)[BLOCK_N][64],
                                            unsigned long long* staged, unsigned long long* unstaged, unsigned staged_parity,
                                            unsigned long long* empty, unsigned long long* full, unsigned ring_parity) {
-    constexpr int CHUNKS = D / 8, STEP = WIDEN_THREADS / CHUNKS;  // chunks per row; rows per step
+    constexpr int BYTES = KV_FP8_WIDE ? 16 : 8;  // e4m3 bytes of a row a thread loads at once
+    constexpr int CHUNKS = D / BYTES, STEP = WIDEN_THREADS / CHUNKS;  // chunks per row; rows per step
     static_assert(WIDEN_THREADS % CHUNKS == 0, "each thread keeps its chunk of every row it widens");
     const unsigned i = threadIdx.x - 32, c = i % CHUNKS;
-    const unsigned char* const from = &src[i / CHUNKS][8 * c];
-    unsigned char* const to = reinterpret_cast<unsigned char*>(&dst[c / 8][0][0]);
+    const unsigned char* const from = &src[i / CHUNKS][BYTES * c];
+    // the ring row's 16-byte chunks it writes: c (8 bytes loaded), or 2c and 2c + 1 (16), in one column block
+    unsigned char* const to = reinterpret_cast<unsigned char*>(&dst[(BYTES / 8) * c / 8][0][0]);
     mbar_wait(empty, ring_parity ^ 1);  // the consumers are done with this ring buffer
     mbar_wait(staged, staged_parity);
     // The loads of a batch of rows are issued before the stores of the batch before: the compiler
@@ -495,15 +520,22 @@ __device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t
     // do not overlap), and a loop of load, widen, store ran each row's shared-memory round trip one
     // after another (1.5-1.7 TB/s of e4m3 on the H200, whatever the staging depth).
     constexpr int ROWS_EACH = (BLOCK_N + STEP - 1) / STEP;  // rows a thread widens, at most
-    constexpr int BATCH = BLOCKS_PER_SM == 1 ? 4 : 2;
+    // rows loaded ahead: as many bytes in flight with 16-byte loads (two blocks per SM: the producer's
+    // 64 registers spilled 36 bytes at D128 with two 16-byte rows)
+    constexpr int BATCH = BLOCKS_PER_SM == 1 ? (KV_FP8_WIDE ? 2 : 4) : (KV_FP8_WIDE ? 1 : 2);
     const unsigned row0 = i / CHUNKS;
-    auto load = [&](uint2 (&x)[BATCH], int b0) {
+#if KV_FP8_WIDE
+    using chunk_t = uint4;
+#else
+    using chunk_t = uint2;
+#endif
+    auto load = [&](chunk_t (&x)[BATCH], int b0) {
 #pragma unroll
         for (int b = 0; b < BATCH; ++b)
             if (b0 + b < ROWS_EACH && row0 + (b0 + b) * STEP < BLOCK_N)
-                x[b] = *reinterpret_cast<const uint2*>(from + (b0 + b) * STEP * D);
+                x[b] = *reinterpret_cast<const chunk_t*>(from + (b0 + b) * STEP * D);
     };
-    uint2 x[BATCH], y[BATCH];
+    chunk_t x[BATCH], y[BATCH];
     load(x, 0);
 #pragma unroll
     for (int b0 = 0; b0 < ROWS_EACH; b0 += BATCH) {
@@ -512,8 +544,13 @@ __device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t
         for (int b = 0; b < BATCH; ++b) {
             const unsigned row = row0 + (b0 + b) * STEP;
             if (b0 + b < ROWS_EACH && row < BLOCK_N) {
+#if KV_FP8_WIDE
+                widen_store(to, row, 2 * c, x[b].x, x[b].y);
+                widen_store(to, row, 2 * c + 1, x[b].z, x[b].w);
+#else
                 const uint2 lo = widen4(x[b].x), hi = widen4(x[b].y);
                 *reinterpret_cast<uint4*>(to + 128 * row + 16 * ((c % 8) ^ (row % 8))) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+#endif
             }
         }
 #pragma unroll
@@ -1353,11 +1390,11 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         // product flips Q's sign, 0 weighs every key alike); v_descale multiplies O (finish's 1/l).
         {
             const int kv = t.b * (H / group) + t.hk;
-            scale_log2 = call_scale_log2 * __ldg(k_descale + kv);
+            scale_log2 = call_scale_log2 * __ldg(k_descale + kv) * KV_FOLD;
             negate_q = scale_log2 < 0.0f;
             scale_log2 = fabsf(scale_log2);
             if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
-            v_scale = __ldg(v_descale + kv);
+            v_scale = __ldg(v_descale + kv) * KV_FOLD;
         }
 #endif
 #if !WARP_SPECIALIZED

@@ -36,8 +36,9 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
 from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, doubles_splits, ids_ahead, paged_tiles
-from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, fp8_shares_sms, KV_FP8_HEAD_DIMS, STAGED_CHOICES, check_kv_fp8, fp8_map, fp8_tiles,
-                                  is_fp8_call, refuse_options, staged_buffers, staging_bytes)
+from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, FP8_SWITCHES, KV_FP8_HEAD_DIMS, STAGED_CHOICES, check_fp8_switches,
+                                  check_kv_fp8, fp8_map, fp8_shares_sms, fp8_tiles, is_fp8_call, refuse_options,
+                                  staged_buffers, staging_bytes)
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
@@ -425,7 +426,8 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
            combine_in_block: bool | None = None, carry_pv: bool | None = None,
            blocks_per_sm: int = 1, skip_past_end: bool | None = None, softcap: int = 0,
            window: bool = False, sinks: bool = False, page_size: int = 0,
-           page_ids_ahead: int | None = None, kv_fp8: bool = False, fp8_staged: int | None = None) -> dict:
+           page_ids_ahead: int | None = None, kv_fp8: bool = False, fp8_staged: int | None = None,
+           fp8_switches: tuple = ()) -> dict:
     """Launch settings for one choice of (BLOCK_N, STAGES, CONSUMERS) and schedule: query rows
     per block, threads, dynamic shared memory (smem_bytes) and the kernel's defines. seqs: the
     build that reads per-sequence offsets or key lengths (attention_varlen, seqlens_k);
@@ -442,7 +444,11 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     tiles ahead in shared memory (None: ids_ahead's rule, small pages only; 0: off, no define);
     kv_fp8: the e4m3 cache's build (KV_FP8, stages/stage6_kv_fp8.py: packed decoding only; its
     staging buffers counted in the shared memory); False: no define, the build before it;
-    fp8_staged: its staging buffers (KV_FP8_STAGED; None: staged_buffers' rule, as many as fit)."""
+    fp8_staged: its staging buffers (KV_FP8_STAGED; None: staged_buffers' rule, as many as fit);
+    fp8_switches: the e4m3 build's switches beyond its rule, for measuring (the names turned on, of
+    FP8_SWITCHES): "fold" (KV_FP8_FOLD, the bf16 widening without its multiply by 2^120, which the
+    descales take; no effect on the fp16 build's code) and "wide" (KV_FP8_WIDE, 16-byte staging
+    loads: stages/stage6.cu, widen_tile)."""
     if head_dim not in INFO.head_dims:
         raise ValueError(f"stage 6 builds head dims {INFO.head_dims_text}; got {head_dim}")
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
@@ -515,14 +521,15 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
             raise ValueError(f"kv_fp8: tiles {(bn, stages, consumers)} at D{head_dim} leave no room for a staging "
                              f"buffer of K and V ({smem:,} of {most:,} bytes)" if staged == 0 else
                              f"fp8_staged must be one of {STAGED_CHOICES} or None, got {fp8_staged!r}")
-        defines += (("KV_FP8", 1), ("KV_FP8_STAGED", staged))
+        defines += (("KV_FP8", 1), ("KV_FP8_STAGED", staged)) + tuple(
+            (FP8_SWITCHES[name], 1) for name in sorted(fp8_switches))
         smem += staging_bytes(head_dim, (bn, stages, consumers), staged)
         if smem > most:
             raise ValueError(f"kv_fp8: tiles {(bn, stages, consumers)} at D{head_dim} with {staged} staging buffers (fp8_staged) need "
                              f"{smem:,} bytes of shared memory; {blocks_per_sm} block(s) per SM get at most "
                              f"{most:,} each")
-    elif fp8_staged is not None:
-        raise ValueError("fp8_staged is the e4m3 cache's build's (kv_fp8)")
+    elif fp8_staged is not None or fp8_switches:
+        raise ValueError("fp8_staged and fp8_switches are the e4m3 cache's build's (kv_fp8)")
     ahead = ids_ahead(page_size, bool(sw["WARP_SPECIALIZED"]), page_ids_ahead)
     if ahead:
         defines += (("PAGE_IDS_AHEAD", ahead),)
@@ -538,7 +545,8 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
                 lazy_rescale: int | None = None, decode: bool = False, seqs: bool = False,
                 q_stages: int | None = None, tma_store: bool | None = None,
                 carry_pv: bool | None = None, blocks_per_sm: int = 1, softcap: int = 0,
-                window: bool = False, sinks: bool = False, page_size: int = 0, kv_fp8: bool = False) -> dict:
+                window: bool = False, sinks: bool = False, page_size: int = 0, kv_fp8: bool = False,
+                fp8_switches: tuple = ()) -> dict:
     """The stage's kernel compiled without a GPU, for lib.sass (decode=True: the build decoding
     runs, DECODE_TILES with PACK_GQA; seqs=True: the build of packed sequences and per-entry key
     lengths; softcap, window, sinks: the models' variant builds, as config takes them; page_size:
@@ -555,7 +563,8 @@ def compile_for(arch: str = ARCH, dtype=torch.float16, head_dim: int = 64, tiles
         tiles, seqs = paged_tiles(tiles or TILES[head_dim]), True
     cfg = config(head_dim, None if tiles is None else tuple(tiles), schedule, timeline, exp2_poly,
                  lazy_rescale, decode, seqs, q_stages, tma_store, None, carry_pv, blocks_per_sm,
-                 softcap=softcap, window=window, sinks=sinks, page_size=page_size, kv_fp8=kv_fp8)
+                 softcap=softcap, window=window, sinks=sinks, page_size=page_size, kv_fp8=kv_fp8,
+                 fp8_switches=fp8_switches)
     return {f"stage{INFO.number} {str(dtype)[6:]} D{head_dim}":
             nvrtc.compile_stage(SOURCE, arch=ARCH, dtype=dtype, head_dim=head_dim,
                                 defines=dict(cfg["defines"]))}
@@ -710,7 +719,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                splits, pack_gqa, varlen=None, seqs=False, q_stages=None, tma_store=None,
                combine_in_block=None, carry_pv=None, blocks_per_sm=None, pdl=None, tail_waves=None,
                skip_past_end=None, variants: Variants = NO_VARIANTS, paged: Paged | None = None,
-               page_ids_ahead=None, kv_fp8: bool = False, fp8_staged=None) -> _Plan:
+               page_ids_ahead=None, kv_fp8: bool = False, fp8_staged=None, fp8_switches=()) -> _Plan:
     if tiles is not None and tuple(tiles) not in CHOICES:
         raise ValueError(f"tiles must be one of {CHOICES}, got {tiles}")
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
@@ -766,7 +775,7 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
                  combine_in_block, carry_pv, ch["blocks_per_sm"], skip_past_end,
                  softcap=variants.softcap_build, window=variants.window is not None, sinks=variants.sinks,
                  page_size=0 if paged is None else paged.page_size, page_ids_ahead=page_ids_ahead,
-                 kv_fp8=kv_fp8, fp8_staged=fp8_staged)
+                 kv_fp8=kv_fp8, fp8_staged=fp8_staged, fp8_switches=fp8_switches)
     n_work = ch["work"] * n
     if n_work >= 2**31:
         raise NotImplementedError(f"stage 6: {n_work} work tiles exceed the grid's 2^31 - 1 blocks")
@@ -854,7 +863,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
               splits=None, pack_gqa=None, q_stages=None, tma_store=None, combine_in_block=None, carry_pv=None, lse=None,
               blocks_per_sm=None, pdl=None, tail_waves=None, skip_past_end=None, window=None, softcap=None,
               sinks=None, softcap_tanh=None, page_table=None, check_pages=False, page_ids_ahead=None,
-              k_descale=None, v_descale=None, fp8_staged=None):
+              k_descale=None, v_descale=None, fp8_staged=None, fp8_switches=None):
     """Same meaning as F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
@@ -926,8 +935,14 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     the call may be captured in a CUDA graph); a non-finite one gives non-finite outputs. (In the
     bf16 build an e4m3 NaN in the cache reads as 480, in the fp16 build as NaN: a cache holds none.)
     `fp8_staged` (None: as many as fit, staged_buffers' rule; 1-8) is for measuring KV_FP8_STAGED,
-    the e4m3 staging buffers each of K and V."""
+    the e4m3 staging buffers each of K and V; `fp8_switches` ({"fold": bool, "wide": bool}; None:
+    both off, not yet measured) for measuring KV_FP8_FOLD, the bf16 widening that leaves its 2^120
+    to the descales (then descales below 2^7, amax below about 57,000, keep the folded scale
+    finite), and KV_FP8_WIDE, 16-byte staging loads."""
     fp8 = is_fp8_call(k, v, k_descale, v_descale)
+    fp8_switches = check_fp8_switches(fp8_switches)
+    if fp8_switches and not fp8:
+        raise ValueError("fp8_switches are for an e4m3 cache (k_descale, v_descale)")
     if fp8:
         refuse_options(page_table=page_table, lse=lse, attn_mask=attn_mask, window=window, softcap=softcap,
                        sinks=sinks, schedule=schedule, timeline=timeline, carry_pv=carry_pv, tma_store=tma_store,
@@ -959,7 +974,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                lazy_rescale, splits, type(splits), pack_gqa, seqlens_k is not None, q_stages, tma_store,
                combine_in_block, carry_pv, blocks_per_sm, pdl, tail_waves, skip_past_end, variants,
                None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype,
-                                                page_table.device), page_ids_ahead, fp8_staged,
+                                                page_table.device), page_ids_ahead, fp8_staged, fp8_switches,
                *((t.shape, t.stride(), t.dtype, t.device) for t in (k_descale, v_descale) if t is not None))
         plan = _plans.get(key)
     except Exception:
@@ -984,7 +999,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
                           tma_store=tma_store, combine_in_block=combine_in_block, carry_pv=carry_pv,
                           blocks_per_sm=blocks_per_sm, pdl=pdl, tail_waves=tail_waves,
                           skip_past_end=skip_past_end, variants=variants, paged=paged,
-                          page_ids_ahead=page_ids_ahead, kv_fp8=fp8, fp8_staged=fp8_staged)
+                          page_ids_ahead=page_ids_ahead, kv_fp8=fp8, fp8_staged=fp8_staged, fp8_switches=fp8_switches)
         if key is not None:
             if len(_plans) > 1024:
                 _plans.clear()

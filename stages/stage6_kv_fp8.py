@@ -35,6 +35,21 @@ FP8_SHARED_TILES = {64: (64, 2, 1), 128: (64, 2, 1)}
 # tiles= a call may ask for (for measuring): these, where they fit (config checks).
 FP8_CHOICES = [(128, 2, 1), (64, 2, 1), (64, 3, 1), (64, 4, 1), (128, 4, 1)]
 STAGED_CHOICES = tuple(range(1, 9))  # KV_FP8_STAGED: 1-8 (the kernel's static_assert)
+# The e4m3 build's switches a call may turn on for measuring (attention(..., fp8_switches={name: True})),
+# off in the launcher's build until measured: the bf16 widening without its multiply, whose 2^120
+# the descales take (fold), and 16-byte staging loads (wide). stages/stage6.cu: widen4, widen_tile.
+FP8_SWITCHES = {"fold": "KV_FP8_FOLD", "wide": "KV_FP8_WIDE"}
+
+
+def check_fp8_switches(switches) -> tuple:
+    """attention()'s fp8_switches as the sorted tuple of the FP8_SWITCHES names it turns on (() for
+    None and for switches all off: the launcher's build); a clear error for anything else."""
+    if switches is None:
+        return ()
+    if not isinstance(switches, dict) or any(k not in FP8_SWITCHES or not isinstance(v, bool)
+                                             for k, v in switches.items()):
+        raise ValueError(f"fp8_switches is a dict of {sorted(FP8_SWITCHES)} to True or False, got {switches!r}")
+    return tuple(sorted(k for k, v in switches.items() if v))
 
 
 def staging_bytes(head_dim: int, tiles, staged: int) -> int:

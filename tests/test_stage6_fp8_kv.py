@@ -192,6 +192,83 @@ def test_two_blocks_per_sm_rule():
         assert f8.fp8_shares_sms(128, work, n, 132) == (work * n > 132), (work, n)
 
 
+def test_fp8_switches_define_and_refusals(on_cpu):
+    """fp8_switches={"fold": True} adds KV_FP8_FOLD to the e4m3 build, {"wide": True} KV_FP8_WIDE,
+    and nothing else; None, {} and False values leave the build as it was (the same plan); refused
+    without an e4m3 cache, and as anything but a dict of those names to bools."""
+    launched, boxes, cfgs = on_cpu
+    q, k8, v8, kd, vd = _call()
+    s6.attention(q, k8, v8, k_descale=kd, v_descale=vd)
+    plain = dict(cfgs[-1]["defines"])
+    assert "KV_FP8_FOLD" not in plain and "KV_FP8_WIDE" not in plain
+    for switches, added in (({"fold": True}, {"KV_FP8_FOLD": 1}), ({"wide": True}, {"KV_FP8_WIDE": 1}),
+                            ({"fold": True, "wide": True}, {"KV_FP8_FOLD": 1, "KV_FP8_WIDE": 1})):
+        s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=switches)
+        assert dict(cfgs[-1]["defines"]) == {**plain, **added}, switches
+    n = len(cfgs)
+    for same in (None, {}, {"fold": False}, {"fold": False, "wide": False}):
+        s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=same)
+        assert len(cfgs) == n, same  # the launcher's build's plan, made above
+    with pytest.raises(ValueError, match="fp8_switches are for an e4m3 cache"):
+        s6.attention(q, q, q, fp8_switches={"fold": True})
+    for bad in ({"fold": 1}, {"fast": True}, ["fold"], "fold"):
+        with pytest.raises(ValueError, match="fp8_switches is a dict"):
+            s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=bad)
+    with pytest.raises(ValueError, match="fp8_switches are the e4m3"):
+        s6.config(128, (64, 2, 1), s6.DECODE_SCHEDULE, pack_gqa=True, seqs=True, fp8_switches=("fold",))
+
+
+SWITCHES_BASE = "190541d"  # main when the fp8_switches were added: the KV_FP8 builds before them
+
+
+@pytest.mark.parametrize("D", (64, 128))
+def test_kv_fp8_builds_without_switches_sass_unchanged(D):
+    """The launcher's KV_FP8 builds (one and two blocks per SM, both dtypes) compile to the SASS
+    they had before fp8_switches, byte for byte: the switches off are the measured build."""
+    try:
+        base = subprocess.run(["git", "show", f"{SWITCHES_BASE}:stages/stage6.cu"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        base = None
+    for B in (8, 64):
+        ch = s6.choose(B, 32, 8, 1, 4096, D, 0, 132, kv_fp8=True)
+        defines = s6.config(D, ch["tiles"], ch["schedule"], False, None, None, True, True, ch["q_stages"],
+                            None, None, None, ch["blocks_per_sm"], None, kv_fp8=True)["defines"]
+        for dt in ("float16", "bfloat16"):
+            assert_sass_as_source(_build(D, dt, defines), base, D, dt, defines, f"commit {SWITCHES_BASE}")
+
+
+@pytest.mark.parametrize("D", (64, 128))
+def test_wide_loads_halve_the_staging_loads(D):
+    """KV_FP8_WIDE: the widening threads' loads of the staging buffer are 16 bytes (LDS.128) where
+    the launcher's build's are 8 (LDS.64), half as many, without local memory, both dtypes."""
+    ch = s6.choose(64, 32, 8, 1, 4096, D, 0, 132, kv_fp8=True)
+    defines = s6.config(D, ch["tiles"], ch["schedule"], False, None, None, True, True, ch["q_stages"],
+                        None, None, None, ch["blocks_per_sm"], None, kv_fp8=True)["defines"]
+    for dt in ("bfloat16", "float16"):
+        wide = _build(D, dt, defines + (("KV_FP8_WIDE", 1),))
+        assert_no_local_memory(wide, ["attention_wgmma"], f"D{D} {dt} wide")
+        a, b = sass_text(_build(D, dt, defines).cubin), sass_text(wide.cubin)
+        assert b.count("LDS.128") >= 1 and b.count("LDS.64") < a.count("LDS.64"), (dt, a.count("LDS.64"), b.count("LDS.64"))
+
+
+@pytest.mark.parametrize("D", (64, 128))
+def test_fold_drops_the_bf16_multiply(D):
+    """The bf16 build with KV_FP8_FOLD has no HMUL2.BF16 (the widening's multiply by 2^120) and
+    still its PRMTs, without local memory; the fp16 build compiles to the same SASS with it as
+    without (its widening is exact as it is)."""
+    ch = s6.choose(64, 32, 8, 1, 4096, D, 0, 132, kv_fp8=True)
+    defines = s6.config(D, ch["tiles"], ch["schedule"], False, None, None, True, True, ch["q_stages"],
+                        None, None, None, ch["blocks_per_sm"], None, kv_fp8=True)["defines"]
+    folded = defines + (("KV_FP8_FOLD", 1),)
+    bf = _build(D, "bfloat16", folded)
+    assert_no_local_memory(bf, ["attention_wgmma"], f"D{D} bf16 fold")
+    sass = sass_text(bf.cubin)
+    assert "HMUL2.BF16" not in sass and "PRMT" in sass
+    assert "HMUL2.BF16" in sass_text(_build(D, "bfloat16", defines).cubin)
+    assert sass_text(_build(D, "float16", folded).cubin) == sass_text(_build(D, "float16", defines).cubin)
+
+
 def test_define_only_when_on():
     """Without an e4m3 cache nothing changes: no KV_FP8 define (the build, its cache key and its
     SASS are the ones before it), the decoding rules untouched; the KV_FP8 build's shared memory
@@ -389,6 +466,30 @@ def test_fp8_matches_dequantized_reference(D, seed):
 
 
 @on_hopper
+@pytest.mark.parametrize("D", (64, 128))
+def test_fp8_switches_match_dequantized_reference(D, seed):
+    """fp8_switches fold and wide (KV_FP8_FOLD: the bf16 widening leaves 2^-120 in each value, the
+    descales take 2^120; KV_FP8_WIDE: 16-byte staging loads), each and both: within the error
+    rule at GQA 4 and 8, Sq 1 and 4, one and two blocks per SM, split and not, with seqlens_k,
+    both dtypes, negative and zero descales included."""
+    g = random.Random(seed)
+    for dtype in (torch.float16, torch.bfloat16):
+        for B, H, Hk, Sq, Sk in ((5, 32, 8, 1, 3001), (3, 32, 8, 4, 2049), (16, 32, 8, 1, 1000)):
+            q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, D, dtype, seed + B)
+            kd[0, 1], vd[-1, 0] = -kd[0, 1], 0.0
+            lens = ([0, 1, Sk, 129, g.randrange(1, Sk + 1)] * B)[:B]
+            seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+            for causal in ((False, "bottom_right") if Sq > 1 else (False,)):
+                for switches in ({"fold": True}, {"wide": True}, {"fold": True, "wide": True}):
+                    for opts in ({}, {"splits": g.randrange(3, 8)}):
+                        with poisoned_outputs():
+                            out = s6.attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd,
+                                               v_descale=vd, fp8_switches=switches, **opts)
+                        check_fp8(out, q, k8, v8, kd, vd, lens, causal,
+                                  f"{switches} D{D} {dtype} {(B, H, Hk, Sq, Sk)} {causal} {opts} seed {seed}")
+
+
+@on_hopper
 def test_fp8_descale_signs_and_zero(seed):
     """A negative k_descale (the scores' sign flips: Q negated for that work tile), a zero one
     (every key alike), a negative v_descale and a zero one, against the reference."""
@@ -418,7 +519,8 @@ def test_every_e4m3_value_widens_exactly(D):
         v8 = v8.clone()
         v8.view(torch.uint8)[:, :, 0] = v_first.to(q.device)
         lens = torch.ones(B, dtype=torch.int32, device=q.device)
-        for opts in ({}, {"splits": 2}):
+        for opts in ({}, {"splits": 2}, {"fp8_switches": {"fold": True}}, {"fp8_switches": {"wide": True}},
+                     {"fp8_switches": {"fold": True, "wide": True}, "splits": 2}):
             with poisoned_outputs():
                 out = s6.attention(q, k8, v8, seqlens_k=lens, k_descale=kd, v_descale=vd, **opts)
             want = v8[:, :, 0].float().repeat_interleave(G, dim=1)[:, :, None]

@@ -1,8 +1,8 @@
-"""Where the e4m3 cache's decoding time goes (issue 50 item 2): the KV_FP8 build at several tiles and
-staging depths (fp8_staged: e4m3 staging buffers, each freed once widened), against stage 6 on the
-same cache in bf16 and SDPA's default, same interleaved rounds. If the build is bound by how many
-of the cache's bytes each SM keeps on their way from memory, deeper staging runs faster; if by the
-widening, it does not. Rows: H32/8 Sq1, B 8 and 64, Sk 4096 and 16384, D 64 and 128.
+"""Where the e4m3 cache's decoding time goes (issue 50 item 2): the KV_FP8 build as the launcher
+picks it and beside it other tiles, blocks per SM and the bf16 widening without its multiply
+(fp8_switches fold: KV_FP8_FOLD) and with 16-byte staging loads (wide: KV_FP8_WIDE), against stage 6 on the same cache in bf16 and SDPA's default, same
+interleaved rounds. If the widening's instructions bind, the fold runs faster. Rows: H32/8 Sq1,
+B 8 and 64, Sk 4096 and 16384, D 64 and 128, bf16 Q.
     python3 experiments/fp8_kv_decode/probe.py
 """
 import sys
@@ -18,16 +18,13 @@ from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import check_output, sdpa  # noqa: E402
 from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 
-VARIANTS = {  # label: attention() keywords of the e4m3 call
-    128: {"64x2 staged 8 (rule)": {}, "64x2 staged 2": {"fp8_staged": 2},
-          "64x4 staged 4": {"tiles": (64, 4, 1)},
-          "128x2 staged 2": {"tiles": (128, 2, 1)},
-          # two blocks per SM (room for one staging buffer each), and one staging buffer at one block
-          "64x2 staged 1, 2/SM": {"tiles": (64, 2, 1), "blocks_per_sm": 2},
-          "64x2 staged 1, 1/SM": {"fp8_staged": 1}},
-    64: {"rule": {}, "128x2 staged 8, 1/SM": {"tiles": (128, 2, 1), "blocks_per_sm": 1},
-         "64x2 staged 8, 2/SM": {"tiles": (64, 2, 1), "blocks_per_sm": 2},
-         "64x2 staged 2, 2/SM": {"tiles": (64, 2, 1), "blocks_per_sm": 2, "fp8_staged": 2}}}
+VARIANTS = {  # label: attention() keywords of the e4m3 call (earlier forms: the logs h200_probe_*.log)
+    128: {"rule": {}, "rule, fold": {"fp8_switches": {"fold": True}}, "rule, wide": {"fp8_switches": {"wide": True}},
+          "rule, fold, wide": {"fp8_switches": {"fold": True, "wide": True}},
+          "1/SM staged 8": {"tiles": (64, 2, 1), "blocks_per_sm": 1},
+          "1/SM staged 8, fold": {"tiles": (64, 2, 1), "blocks_per_sm": 1, "fp8_switches": {"fold": True}}},
+    64: {"rule": {}, "rule, fold": {"fp8_switches": {"fold": True}}, "rule, wide": {"fp8_switches": {"wide": True}},
+         "128x2 staged 8, 1/SM": {"tiles": (128, 2, 1), "blocks_per_sm": 1}}}
 for D in (128, 64):
     for B, Sk in ((8, 16384), (64, 4096), (64, 16384)):
         q, k, v = make_qkv(B, 32, 1, D, Sk=Sk, Hkv=8, dtype=torch.bfloat16)

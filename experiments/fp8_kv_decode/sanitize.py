@@ -29,6 +29,9 @@ CASES = [  # (B, H, Hkv, Sq, Sk, D), dtype, causal, options
     ((4, 8, 1, 1, 300, 64), torch.bfloat16, False, {}),                            # D64, one block per SM
     ((16, 32, 8, 1, 700, 64), torch.float16, False, {}),                           # D64, two blocks per SM
     ((48, 32, 8, 1, 333, 128), torch.float16, False, {}),                          # D128, two blocks per SM
+    ((48, 32, 8, 1, 333, 128), torch.bfloat16, False, {"fp8_switches": {"fold": True}}),  # widening without multiply
+    ((4, 32, 8, 1, 999, 128), torch.float16, False, {"fp8_switches": {"wide": True}}),   # 16-byte staging loads
+    ((16, 32, 8, 1, 700, 64), torch.bfloat16, False, {"fp8_switches": {"fold": True, "wide": True}}),
     ((2, 8, 8, 1, 4097, 64), torch.bfloat16, False, {"splits": 7}),
     ((2, 32, 8, 4, 2000, 128), torch.bfloat16, "bottom_right", {}),                # speculative decoding
     ((3, 16, 4, 4, 777, 64), torch.float16, "bottom_right", {"splits": 4}),
