@@ -463,12 +463,23 @@ __device__ __forceinline__ void load_staged(unsigned char (*stage)[BLOCK_N][D], 
 //     0.mmm·2^-6 lands on bf16's 0.mmm·2^-126). One bf16x2 multiply by 2^120 (0x7B80), exact, gives
 //     the value. (e4m3's NaN, 0x7F, would come out as 480; a cache holds no NaN.)
 //   KV_FP8_FOLD (bf16): no multiply; the consumers multiply each work tile's descales by 2^120
-//     instead (two float multiplies a work tile against two bf16x2 multiplies per four values).
+//     instead (two float multiplies a work tile against two bf16x2 multiplies per four values),
+//     in every work tile whose descales leave room for it (folds); the others' tiles are widened
+//     with the multiply, as without the switch.
+#define KV_FOLD __int_as_float(0x7B800000)  // 2^120: what widen4<true> leaves out of each bf16 value
+// Whether a work tile's bf16 widening leaves its 2^120 to the descales: where the key's descale
+// times the call's scale (log2 units) and the value's descale are both below 2^7 in magnitude, so
+// that neither folded factor comes near float's 2^128 (a descale is amax / 448: |v| amax below
+// 57,344). Producer and consumers decide it from the same three floats. NaN and ±inf: no.
+__device__ __forceinline__ bool folds(float call_scale_log2, float kd, float vd) {
 #if KV_FP8_FOLD && defined(ELEM_BF16)
-#define KV_FOLD __int_as_float(0x7B800000)  // 2^120: what widen4 leaves out of each bf16 value
+    return fabsf(call_scale_log2 * kd) < 128.0f && fabsf(vd) < 128.0f;
 #else
-#define KV_FOLD 1.0f  // (fp16's widening is exact as it is: KV_FP8_FOLD changes nothing there)
+    (void)call_scale_log2, (void)kd, (void)vd;
+    return false;  // fp16's widening is exact as it is: nothing to fold
 #endif
+}
+template <bool FOLD>
 __device__ __forceinline__ uint2 widen4(unsigned w) {
     uint2 r;
 #ifdef ELEM_BF16
@@ -477,12 +488,12 @@ __device__ __forceinline__ uint2 widen4(unsigned w) {
     asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(hi) : "r"(w));  // bytes b2, sign(b2), b3, sign(b3)
     lo = (lo << 4) & 0x87F087F0u;
     hi = (hi << 4) & 0x87F087F0u;
-#if KV_FP8_FOLD  // value·2^-120 as it is: k_descale and v_descale take the 2^120 (KV_FOLD)
-    r.x = lo, r.y = hi;
-#else
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.x) : "r"(lo), "r"(0x7B807B80u));
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.y) : "r"(hi), "r"(0x7B807B80u));
-#endif
+    if (FOLD) {  // value·2^-120 as it is: k_descale and v_descale take the 2^120 (KV_FOLD)
+        r.x = lo, r.y = hi;
+    } else {
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.x) : "r"(lo), "r"(0x7B807B80u));
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r.y) : "r"(hi), "r"(0x7B807B80u));
+    }
 #else
     asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n"
         " cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi;\n}\n" : "=r"(r.x), "=r"(r.y) : "r"(w));
@@ -499,10 +510,12 @@ __device__ __forceinline__ uint2 widen4(unsigned w) {
 // (fence.proxy.async) and arrives on `full` (WIDEN_THREADS arrivals complete it).
 // KV_FP8_WIDE: 16 bytes of a row a thread (LDS.128, half the loads), widened into two 16-byte
 // chunks of the ring; the column block of both is the same (chunks 2c and 2c + 1 of eight).
+template <bool FOLD>
 __device__ __forceinline__ void widen_store(unsigned char* to, unsigned row, unsigned chunk, unsigned w0, unsigned w1) {
-    const uint2 lo = widen4(w0), hi = widen4(w1);
+    const uint2 lo = widen4<FOLD>(w0), hi = widen4<FOLD>(w1);
     *reinterpret_cast<uint4*>(to + 128 * row + 16 * ((chunk % 8) ^ (row % 8))) = make_uint4(lo.x, lo.y, hi.x, hi.y);
 }
+template <bool FOLD>
 __device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t (*dst)[BLOCK_N][64],
                                            unsigned long long* staged, unsigned long long* unstaged, unsigned staged_parity,
                                            unsigned long long* empty, unsigned long long* full, unsigned ring_parity) {
@@ -545,10 +558,10 @@ __device__ __forceinline__ void widen_tile(const unsigned char (*src)[D], elem_t
             const unsigned row = row0 + (b0 + b) * STEP;
             if (b0 + b < ROWS_EACH && row < BLOCK_N) {
 #if KV_FP8_WIDE
-                widen_store(to, row, 2 * c, x[b].x, x[b].y);
-                widen_store(to, row, 2 * c + 1, x[b].z, x[b].w);
+                widen_store<FOLD>(to, row, 2 * c, x[b].x, x[b].y);
+                widen_store<FOLD>(to, row, 2 * c + 1, x[b].z, x[b].w);
 #else
-                const uint2 lo = widen4(x[b].x), hi = widen4(x[b].y);
+                const uint2 lo = widen4<FOLD>(x[b].x), hi = widen4<FOLD>(x[b].y);
                 *reinterpret_cast<uint4*>(to + 128 * row + 16 * ((c % 8) ^ (row % 8))) = make_uint4(lo.x, lo.y, hi.x, hi.y);
 #endif
             }
@@ -1118,14 +1131,23 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
             const WorkDivs<PlainDivisor> dv(n_splits, n_qb, H, group, Sq);
             int pos = 0;
             for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
-                const int n_tiles = work_tile(w, dv, seqs, per_split).n_tiles;
-                for (int j = 0; j < n_tiles; ++j, ++pos) {
+                const Work t = work_tile(w, dv, seqs, per_split);
+                const int kv = t.b * (H / group) + t.hk;  // the work tile's descales, as the consumers read them
+                const bool fold = folds(scale_log2, __ldg(k_descale + kv), __ldg(v_descale + kv));
+                for (int j = 0; j < t.n_tiles; ++j, ++pos) {
                     const int st = pos % STAGES, sst = pos % KV_FP8_STAGED;
                     const unsigned parity = (pos / STAGES) & 1, sparity = (pos / KV_FP8_STAGED) & 1;
-                    widen_tile(sm.k8[sst], sm.k[st], &sm.k_staged[sst], &sm.k_unstaged[sst], sparity,
-                               &sm.k_empty[st], &sm.k_full[st], parity);
-                    widen_tile(sm.v8[sst], sm.v[st], &sm.v_staged[sst], &sm.v_unstaged[sst], sparity,
-                               &sm.v_empty[st], &sm.v_full[st], parity);
+                    if (fold) {
+                        widen_tile<true>(sm.k8[sst], sm.k[st], &sm.k_staged[sst], &sm.k_unstaged[sst], sparity,
+                                         &sm.k_empty[st], &sm.k_full[st], parity);
+                        widen_tile<true>(sm.v8[sst], sm.v[st], &sm.v_staged[sst], &sm.v_unstaged[sst], sparity,
+                                         &sm.v_empty[st], &sm.v_full[st], parity);
+                    } else {
+                        widen_tile<false>(sm.k8[sst], sm.k[st], &sm.k_staged[sst], &sm.k_unstaged[sst], sparity,
+                                          &sm.k_empty[st], &sm.k_full[st], parity);
+                        widen_tile<false>(sm.v8[sst], sm.v[st], &sm.v_staged[sst], &sm.v_unstaged[sst], sparity,
+                                          &sm.v_empty[st], &sm.v_full[st], parity);
+                    }
                 }
             }
         }
@@ -1390,11 +1412,13 @@ attention_wgmma(const __grid_constant__ CUtensorMap q_map, const __grid_constant
         // product flips Q's sign, 0 weighs every key alike); v_descale multiplies O (finish's 1/l).
         {
             const int kv = t.b * (H / group) + t.hk;
-            scale_log2 = call_scale_log2 * __ldg(k_descale + kv) * KV_FOLD;
+            const float kd = __ldg(k_descale + kv), vd = __ldg(v_descale + kv);
+            const float fold = folds(call_scale_log2, kd, vd) ? KV_FOLD : 1.0f;  // as the widening warps chose
+            scale_log2 = call_scale_log2 * kd * fold;
             negate_q = scale_log2 < 0.0f;
             scale_log2 = fabsf(scale_log2);
             if (scale_log2 == 0.0f) scale_log2 = 1e-30f;
-            v_scale = __ldg(v_descale + kv) * KV_FOLD;
+            v_scale = vd * fold;
         }
 #endif
 #if !WARP_SPECIALIZED

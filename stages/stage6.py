@@ -37,7 +37,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
 from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, doubles_splits, ids_ahead, paged_tiles
 from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, FP8_SWITCHES, KV_FP8_HEAD_DIMS, STAGED_CHOICES, check_fp8_switches,
-                                  check_kv_fp8, fp8_map, fp8_shares_sms, fp8_tiles, is_fp8_call, refuse_options,
+                                  check_kv_fp8, fp8_map, fp8_switches_on, fp8_shares_sms, fp8_tiles, is_fp8_call, refuse_options,
                                   staged_buffers, staging_bytes)
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
@@ -445,10 +445,10 @@ def config(head_dim: int, tiles=None, schedule: str | None = None, timeline: boo
     kv_fp8: the e4m3 cache's build (KV_FP8, stages/stage6_kv_fp8.py: packed decoding only; its
     staging buffers counted in the shared memory); False: no define, the build before it;
     fp8_staged: its staging buffers (KV_FP8_STAGED; None: staged_buffers' rule, as many as fit);
-    fp8_switches: the e4m3 build's switches beyond its rule, for measuring (the names turned on, of
-    FP8_SWITCHES): "fold" (KV_FP8_FOLD, the bf16 widening without its multiply by 2^120, which the
-    descales take; no effect on the fp16 build's code) and "wide" (KV_FP8_WIDE, 16-byte staging
-    loads: stages/stage6.cu, widen_tile)."""
+    fp8_switches: the e4m3 build's switches turned on (names of FP8_SWITCHES; () none: attention()
+    gives FP8_RULE's, fp8_switches_on): "fold" (KV_FP8_FOLD, the bf16 widening without its multiply
+    by 2^120, which the descales take where they leave room; no effect on the fp16 build's code)
+    and "wide" (KV_FP8_WIDE, 16-byte staging loads: stages/stage6.cu, widen_tile)."""
     if head_dim not in INFO.head_dims:
         raise ValueError(f"stage 6 builds head dims {INFO.head_dims_text}; got {head_dim}")
     schedule = DEFAULT_SCHEDULES[head_dim] if schedule is None else schedule
@@ -936,13 +936,15 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     bf16 build an e4m3 NaN in the cache reads as 480, in the fp16 build as NaN: a cache holds none.)
     `fp8_staged` (None: as many as fit, staged_buffers' rule; 1-8) is for measuring KV_FP8_STAGED,
     the e4m3 staging buffers each of K and V; `fp8_switches` ({"fold": bool, "wide": bool}; None:
-    both off, not yet measured) for measuring KV_FP8_FOLD, the bf16 widening that leaves its 2^120
-    to the descales (then descales below 2^7, amax below about 57,000, keep the folded scale
-    finite), and KV_FP8_WIDE, 16-byte staging loads."""
+    stages/stage6_kv_fp8.py's FP8_RULE, both on at D128, fold at D64) overrides the rule, for
+    measuring: KV_FP8_FOLD, the bf16 widening that leaves its 2^120 to the descales in every work
+    tile whose descales leave room (the key's times the call's scale and the value's below 2^7 in
+    magnitude; other work tiles widen with the multiply), and KV_FP8_WIDE, 16-byte staging loads."""
     fp8 = is_fp8_call(k, v, k_descale, v_descale)
     fp8_switches = check_fp8_switches(fp8_switches)
     if fp8_switches and not fp8:
         raise ValueError("fp8_switches are for an e4m3 cache (k_descale, v_descale)")
+    fp8_switches = fp8_switches_on(q.shape[-1], fp8_switches) if fp8 else ()
     if fp8:
         refuse_options(page_table=page_table, lse=lse, attn_mask=attn_mask, window=window, softcap=softcap,
                        sinks=sinks, schedule=schedule, timeline=timeline, carry_pv=carry_pv, tma_store=tma_store,

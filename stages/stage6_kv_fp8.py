@@ -35,21 +35,35 @@ FP8_SHARED_TILES = {64: (64, 2, 1), 128: (64, 2, 1)}
 # tiles= a call may ask for (for measuring): these, where they fit (config checks).
 FP8_CHOICES = [(128, 2, 1), (64, 2, 1), (64, 3, 1), (64, 4, 1), (128, 4, 1)]
 STAGED_CHOICES = tuple(range(1, 9))  # KV_FP8_STAGED: 1-8 (the kernel's static_assert)
-# The e4m3 build's switches a call may turn on for measuring (attention(..., fp8_switches={name: True})),
-# off in the launcher's build until measured: the bf16 widening without its multiply, whose 2^120
-# the descales take (fold), and 16-byte staging loads (wide). stages/stage6.cu: widen4, widen_tile.
+# The e4m3 build's switches (stages/stage6.cu: widen4, widen_tile): the bf16 widening without its
+# multiply by 2^120, which each work tile's descales take where they leave room (fold: KV_FP8_FOLD;
+# nothing to fold in the fp16 build), and 16-byte staging loads (wide: KV_FP8_WIDE). FP8_RULE turns
+# them on by head dim; attention(..., fp8_switches={name: bool}) overrides it, for measuring.
 FP8_SWITCHES = {"fold": "KV_FP8_FOLD", "wide": "KV_FP8_WIDE"}
+# Measured on the H200 (experiments/fp8_kv_decode/h200_probe_7e975bb.log: the switches at 7e975bb,
+# where a fold was all or nothing; bf16 Q, H32/8 Sq1, 5 interleaved rounds) against the build
+# without them: fold 1.03-1.06x at every row of both head
+# dims; at D128 fold and wide together 1.13x at B8 Sk16384 (139.7 against 158.0 µs), 1.05-1.06x at
+# B64, wide alone 0.89-1.10x; at D64 wide alone 0.98-1.05x, with fold not measured there: off.
+FP8_RULE = {64: {"fold": True, "wide": False}, 128: {"fold": True, "wide": True}}
 
 
-def check_fp8_switches(switches) -> tuple:
-    """attention()'s fp8_switches as the sorted tuple of the FP8_SWITCHES names it turns on (() for
-    None and for switches all off: the launcher's build); a clear error for anything else."""
+def check_fp8_switches(switches) -> dict:
+    """attention()'s fp8_switches checked: {} for None, else the dict itself; a clear error for
+    anything but a dict of FP8_SWITCHES names to True or False."""
     if switches is None:
-        return ()
+        return {}
     if not isinstance(switches, dict) or any(k not in FP8_SWITCHES or not isinstance(v, bool)
                                              for k, v in switches.items()):
         raise ValueError(f"fp8_switches is a dict of {sorted(FP8_SWITCHES)} to True or False, got {switches!r}")
-    return tuple(sorted(k for k, v in switches.items() if v))
+    return switches
+
+
+def fp8_switches_on(D: int, switches: dict) -> tuple:
+    """The FP8_SWITCHES names an e4m3 call's build turns on: FP8_RULE's at head dim D, with the
+    call's fp8_switches (checked) in place of the rule's where it names them; sorted."""
+    on = {**FP8_RULE.get(D, {}), **switches}
+    return tuple(sorted(k for k, v in on.items() if v))
 
 
 def staging_bytes(head_dim: int, tiles, staged: int) -> int:

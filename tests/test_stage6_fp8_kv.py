@@ -4,6 +4,7 @@ for byte), every KV_FP8 build the launcher picks compiled without spills, the bf
 manipulation against torch's conversion, the arguments' checks and the launcher's choices; on an
 H100/H200, outputs against the float64 reference of the dequantized cache, every e4m3 value widened
 exactly, and (descales 1) the same bits as the 16-bit build on the same cache."""
+import math
 import random
 import re
 import subprocess
@@ -193,22 +194,30 @@ def test_two_blocks_per_sm_rule():
 
 
 def test_fp8_switches_define_and_refusals(on_cpu):
-    """fp8_switches={"fold": True} adds KV_FP8_FOLD to the e4m3 build, {"wide": True} KV_FP8_WIDE,
-    and nothing else; None, {} and False values leave the build as it was (the same plan); refused
-    without an e4m3 cache, and as anything but a dict of those names to bools."""
+    """The e4m3 build turns on FP8_RULE's switches at each head dim (fold at both, wide at D128);
+    fp8_switches={"fold": bool, "wide": bool} overrides the rule name by name, each name one define
+    (KV_FP8_FOLD, KV_FP8_WIDE) and nothing else changing; None, {} and a dict that says what the
+    rule says give the rule's plan; refused without an e4m3 cache, and as anything but a dict of
+    those names to bools."""
     launched, boxes, cfgs = on_cpu
-    q, k8, v8, kd, vd = _call()
-    s6.attention(q, k8, v8, k_descale=kd, v_descale=vd)
-    plain = dict(cfgs[-1]["defines"])
-    assert "KV_FP8_FOLD" not in plain and "KV_FP8_WIDE" not in plain
-    for switches, added in (({"fold": True}, {"KV_FP8_FOLD": 1}), ({"wide": True}, {"KV_FP8_WIDE": 1}),
-                            ({"fold": True, "wide": True}, {"KV_FP8_FOLD": 1, "KV_FP8_WIDE": 1})):
-        s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=switches)
-        assert dict(cfgs[-1]["defines"]) == {**plain, **added}, switches
-    n = len(cfgs)
-    for same in (None, {}, {"fold": False}, {"fold": False, "wide": False}):
-        s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=same)
-        assert len(cfgs) == n, same  # the launcher's build's plan, made above
+    for D in (64, 128):
+        q, k8, v8, kd, vd = _call(D=D)
+        s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches={"fold": False, "wide": False})
+        plain = dict(cfgs[-1]["defines"])
+        assert "KV_FP8_FOLD" not in plain and "KV_FP8_WIDE" not in plain
+        rule = {f8.FP8_SWITCHES[n]: 1 for n, on in f8.FP8_RULE[D].items() if on}
+        assert rule.get("KV_FP8_FOLD") == 1 and ("KV_FP8_WIDE" in rule) == (D == 128)
+        for switches, added in (({"fold": True, "wide": False}, {"KV_FP8_FOLD": 1}),
+                                ({"fold": False, "wide": True}, {"KV_FP8_WIDE": 1}),
+                                ({"fold": True, "wide": True}, {"KV_FP8_FOLD": 1, "KV_FP8_WIDE": 1}),
+                                (None, rule)):
+            s6._plans.clear()  # a new plan each time: cfgs[-1] is this call's build
+            s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=switches)
+            assert dict(cfgs[-1]["defines"]) == {**plain, **added}, (D, switches)
+        n = len(cfgs)
+        for same in ({}, dict(f8.FP8_RULE[D]), {"fold": True}):
+            s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=same)
+            assert len(cfgs) == n, (D, same)  # the rule's build's plan, made above
     with pytest.raises(ValueError, match="fp8_switches are for an e4m3 cache"):
         s6.attention(q, q, q, fp8_switches={"fold": True})
     for bad in ({"fold": 1}, {"fast": True}, ["fold"], "fold"):
@@ -223,8 +232,9 @@ SWITCHES_BASE = "190541d"  # main when the fp8_switches were added: the KV_FP8 b
 
 @pytest.mark.parametrize("D", (64, 128))
 def test_kv_fp8_builds_without_switches_sass_unchanged(D):
-    """The launcher's KV_FP8 builds (one and two blocks per SM, both dtypes) compile to the SASS
-    they had before fp8_switches, byte for byte: the switches off are the measured build."""
+    """The launcher's KV_FP8 builds (one and two blocks per SM, both dtypes) with fp8_switches off
+    compile to the SASS they had before the switches, byte for byte: off, each is the build the
+    record measured before them."""
     try:
         base = subprocess.run(["git", "show", f"{SWITCHES_BASE}:stages/stage6.cu"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout
@@ -254,18 +264,19 @@ def test_wide_loads_halve_the_staging_loads(D):
 
 @pytest.mark.parametrize("D", (64, 128))
 def test_fold_drops_the_bf16_multiply(D):
-    """The bf16 build with KV_FP8_FOLD has no HMUL2.BF16 (the widening's multiply by 2^120) and
-    still its PRMTs, without local memory; the fp16 build compiles to the same SASS with it as
-    without (its widening is exact as it is)."""
+    """The bf16 build with KV_FP8_FOLD has a second widening loop, without the multiply by 2^120
+    (HMUL2.BF16): as many HMUL2.BF16 as the build without it (its loop for work tiles whose
+    descales do not fold) and at least twice its PRMTs, without local memory; the fp16 build
+    compiles to the same SASS with it as without (its widening is exact as it is)."""
     ch = s6.choose(64, 32, 8, 1, 4096, D, 0, 132, kv_fp8=True)
     defines = s6.config(D, ch["tiles"], ch["schedule"], False, None, None, True, True, ch["q_stages"],
                         None, None, None, ch["blocks_per_sm"], None, kv_fp8=True)["defines"]
     folded = defines + (("KV_FP8_FOLD", 1),)
     bf = _build(D, "bfloat16", folded)
     assert_no_local_memory(bf, ["attention_wgmma"], f"D{D} bf16 fold")
-    sass = sass_text(bf.cubin)
-    assert "HMUL2.BF16" not in sass and "PRMT" in sass
-    assert "HMUL2.BF16" in sass_text(_build(D, "bfloat16", defines).cubin)
+    sass, plain = sass_text(bf.cubin), sass_text(_build(D, "bfloat16", defines).cubin)
+    assert sass.count("HMUL2.BF16") == plain.count("HMUL2.BF16") > 0
+    assert sass.count("PRMT") >= 2 * plain.count("PRMT") > 0
     assert sass_text(_build(D, "float16", folded).cubin) == sass_text(_build(D, "float16", defines).cubin)
 
 
@@ -480,13 +491,36 @@ def test_fp8_switches_match_dequantized_reference(D, seed):
             lens = ([0, 1, Sk, 129, g.randrange(1, Sk + 1)] * B)[:B]
             seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
             for causal in ((False, "bottom_right") if Sq > 1 else (False,)):
-                for switches in ({"fold": True}, {"wide": True}, {"fold": True, "wide": True}):
+                for switches in ({"fold": True, "wide": False}, {"fold": False, "wide": True}, {"fold": True, "wide": True}):
                     for opts in ({}, {"splits": g.randrange(3, 8)}):
                         with poisoned_outputs():
                             out = s6.attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd,
                                                v_descale=vd, fp8_switches=switches, **opts)
                         check_fp8(out, q, k8, v8, kd, vd, lens, causal,
                                   f"{switches} D{D} {dtype} {(B, H, Hk, Sq, Sk)} {causal} {opts} seed {seed}")
+
+
+@on_hopper
+@pytest.mark.parametrize("D", (64, 128))
+def test_fp8_descales_too_large_to_fold(D, seed):
+    """KV_FP8_FOLD (the rule's, bf16) folds 2^120 into a work tile's descales only where the key's
+    (times the call's scale, log2 units) and the value's are below 2^7 in magnitude; other work
+    tiles widen with the multiply. Descales far past that (a key's 5000 and -3000, a value's 300)
+    beside ordinary ones and ones just under the line, one K/V head each, split and not: every
+    entry within the error rule."""
+    B, H, Hk, Sq, Sk = 3, 32, 8, 1, 1500
+    q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, D, torch.bfloat16, seed)
+    scale_log2 = math.log2(math.e) / math.sqrt(D)
+    kd[0, 0], vd[0, 1], kd[1, 2], vd[1, 3] = 5000.0, 300.0, -3000.0, 127.0
+    kd[2, 4] = 127.0 / scale_log2 * 0.999  # just under the line
+    kd[2, 5] = 128.0 / scale_log2  # on it: not folded
+    lens = [Sk, 777, 1]
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+    for opts in ({}, {"splits": 5}):
+        with poisoned_outputs():
+            out = s6.attention(q, k8, v8, seqlens_k=seqlens, k_descale=kd, v_descale=vd, **opts)
+        assert torch.isfinite(out).all(), opts
+        check_fp8(out, q, k8, v8, kd, vd, lens, False, f"large descales D{D} {opts} seed {seed}")
 
 
 @on_hopper
@@ -519,7 +553,8 @@ def test_every_e4m3_value_widens_exactly(D):
         v8 = v8.clone()
         v8.view(torch.uint8)[:, :, 0] = v_first.to(q.device)
         lens = torch.ones(B, dtype=torch.int32, device=q.device)
-        for opts in ({}, {"splits": 2}, {"fp8_switches": {"fold": True}}, {"fp8_switches": {"wide": True}},
+        for opts in ({}, {"splits": 2}, {"fp8_switches": {"fold": False, "wide": False}},
+                     {"fp8_switches": {"fold": True, "wide": False}}, {"fp8_switches": {"fold": False, "wide": True}},
                      {"fp8_switches": {"fold": True, "wide": True}, "splits": 2}):
             with poisoned_outputs():
                 out = s6.attention(q, k8, v8, seqlens_k=lens, k_descale=kd, v_descale=vd, **opts)

@@ -1,8 +1,8 @@
 """Where the e4m3 cache's decoding time goes (issue 50 item 2): the KV_FP8 build as the launcher
-picks it and beside it other tiles, blocks per SM and the bf16 widening without its multiply
-(fp8_switches fold: KV_FP8_FOLD) and with 16-byte staging loads (wide: KV_FP8_WIDE), against stage 6 on the same cache in bf16 and SDPA's default, same
-interleaved rounds. If the widening's instructions bind, the fold runs faster. Rows: H32/8 Sq1,
-B 8 and 64, Sk 4096 and 16384, D 64 and 128, bf16 Q.
+picks it (FP8_RULE's switches: the bf16 widening without its multiply, fold, KV_FP8_FOLD; 16-byte
+staging loads, wide, KV_FP8_WIDE) and beside it each switch turned the other way and other tiles
+and blocks per SM, against stage 6 on the same cache in bf16 and SDPA's default, same interleaved
+rounds. Rows: H32/8 Sq1, B 8 and 64, Sk 4096 and 16384, D 64 and 128, bf16 Q.
     python3 experiments/fp8_kv_decode/probe.py
 """
 import sys
@@ -19,11 +19,11 @@ from lib.reference import check_output, sdpa  # noqa: E402
 from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 
 VARIANTS = {  # label: attention() keywords of the e4m3 call (earlier forms: the logs h200_probe_*.log)
-    128: {"rule": {}, "rule, fold": {"fp8_switches": {"fold": True}}, "rule, wide": {"fp8_switches": {"wide": True}},
-          "rule, fold, wide": {"fp8_switches": {"fold": True, "wide": True}},
-          "1/SM staged 8": {"tiles": (64, 2, 1), "blocks_per_sm": 1},
-          "1/SM staged 8, fold": {"tiles": (64, 2, 1), "blocks_per_sm": 1, "fp8_switches": {"fold": True}}},
-    64: {"rule": {}, "rule, fold": {"fp8_switches": {"fold": True}}, "rule, wide": {"fp8_switches": {"wide": True}},
+    128: {"rule (fold, wide)": {}, "neither": {"fp8_switches": {"fold": False, "wide": False}},
+          "fold": {"fp8_switches": {"wide": False}}, "wide": {"fp8_switches": {"fold": False}},
+          "1/SM staged 8": {"tiles": (64, 2, 1), "blocks_per_sm": 1}},
+    64: {"rule (fold)": {}, "neither": {"fp8_switches": {"fold": False}},
+         "fold, wide": {"fp8_switches": {"wide": True}},
          "128x2 staged 8, 1/SM": {"tiles": (128, 2, 1), "blocks_per_sm": 1}}}
 for D in (128, 64):
     for B, Sk in ((8, 16384), (64, 4096), (64, 16384)):

@@ -29,9 +29,10 @@ CASES = [  # (B, H, Hkv, Sq, Sk, D), dtype, causal, options
     ((4, 8, 1, 1, 300, 64), torch.bfloat16, False, {}),                            # D64, one block per SM
     ((16, 32, 8, 1, 700, 64), torch.float16, False, {}),                           # D64, two blocks per SM
     ((48, 32, 8, 1, 333, 128), torch.float16, False, {}),                          # D128, two blocks per SM
-    ((48, 32, 8, 1, 333, 128), torch.bfloat16, False, {"fp8_switches": {"fold": True}}),  # widening without multiply
-    ((4, 32, 8, 1, 999, 128), torch.float16, False, {"fp8_switches": {"wide": True}}),   # 16-byte staging loads
+    ((48, 32, 8, 1, 333, 128), torch.bfloat16, False, {"fp8_switches": {"fold": False, "wide": False}}),  # neither switch
+    ((4, 32, 8, 1, 999, 128), torch.float16, False, {"fp8_switches": {"wide": False}}),  # 8-byte staging loads
     ((16, 32, 8, 1, 700, 64), torch.bfloat16, False, {"fp8_switches": {"fold": True, "wide": True}}),
+    ((6, 32, 8, 1, 900, 128), torch.bfloat16, False, {"big": True}),  # descales too large to fold beside ones that fold
     ((2, 8, 8, 1, 4097, 64), torch.bfloat16, False, {"splits": 7}),
     ((2, 32, 8, 4, 2000, 128), torch.bfloat16, "bottom_right", {}),                # speculative decoding
     ((3, 16, 4, 4, 777, 64), torch.float16, "bottom_right", {"splits": 4}),
@@ -39,6 +40,9 @@ CASES = [  # (B, H, Hkv, Sq, Sk, D), dtype, causal, options
 for (B, H, Hkv, Sq, Sk, D), dtype, causal, opts in CASES:
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=torch.float32, seed=Sq + Sk)
     (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
+    if opts.get("big"):  # KV_FP8_FOLD's other widening loop (stages/stage6.cu, folds)
+        kd[0, 0], vd[1, 1], kd[2, 2] = 5000.0, 300.0, -3000.0
+        opts = {}
     q = q.to(dtype)
     lens = ([Sk, 1, 0, Sk // 2 + 3] * B)[:B]
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
