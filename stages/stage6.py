@@ -112,8 +112,11 @@ CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
 # H200, 2026-11-29, 7 interleaved rounds), against the default causal build's scores per µs: D128
 # one block per work tile 0.896x, persistent blocks 0.908x, the work queue 0.926x; on 128-key
 # tiles (two Q buffers fit: O stored by TMA) persistent blocks 1.005x, the queue 0.953x, three Q
-# buffers with the P·V carried 0.958x; D64 (its default tiles) 0.914x, 0.963x, queue 0.977x.
-WINDOW_SCHEDULES = {64: "+ work queue", 128: "+ persistent blocks"}
+# buffers with the P·V carried 0.958x; D64 (its default tiles) 0.914x, persistent blocks 0.963x,
+# the queue 0.977x, without ping-pong 0.973x. Then at 7 other shapes against the launch each call
+# got before (--rule): D128 1.07-1.29x; D64 1.06x at S 8192-32768 for the queue with ping-pong,
+# 0.976x at S 2048 against the queue without it (the causal rule there): D64 takes the latter.
+WINDOW_SCHEDULES = {64: "work queue without ping-pong", 128: "+ persistent blocks"}
 WINDOW_TILES = {128: (128, 2, 2)}
 # Tried at the short causal prompts and not kept (results/logs/2026-11-26-s37call5; the kernel
 # change: experiments/half_last_tile/): a consumer's last key tile computed 64 keys wide where its
@@ -936,7 +939,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     bf16 build an e4m3 NaN in the cache reads as 480, in the fp16 build as NaN: a cache holds none.)
     `fp8_staged` (None: as many as fit, staged_buffers' rule; 1-8) is for measuring KV_FP8_STAGED,
     the e4m3 staging buffers each of K and V; `fp8_switches` ({"fold": bool, "wide": bool}; None:
-    stages/stage6_kv_fp8.py's FP8_RULE, both on at D128, fold at D64) overrides the rule, for
+    stages/stage6_kv_fp8.py's FP8_RULE: both on, at D64 and D128) overrides the rule, for
     measuring: KV_FP8_FOLD, the bf16 widening that leaves its 2^120 to the descales in every work
     tile whose descales leave room (the key's times the call's scale and the value's below 2^7 in
     magnitude; other work tiles widen with the multiply), and KV_FP8_WIDE, 16-byte staging loads."""

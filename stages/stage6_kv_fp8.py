@@ -40,12 +40,12 @@ STAGED_CHOICES = tuple(range(1, 9))  # KV_FP8_STAGED: 1-8 (the kernel's static_a
 # nothing to fold in the fp16 build), and 16-byte staging loads (wide: KV_FP8_WIDE). FP8_RULE turns
 # them on by head dim; attention(..., fp8_switches={name: bool}) overrides it, for measuring.
 FP8_SWITCHES = {"fold": "KV_FP8_FOLD", "wide": "KV_FP8_WIDE"}
-# Measured on the H200 (experiments/fp8_kv_decode/h200_probe_7e975bb.log: the switches at 7e975bb,
-# where a fold was all or nothing; bf16 Q, H32/8 Sq1, 5 interleaved rounds) against the build
-# without them: fold 1.03-1.06x at every row of both head
-# dims; at D128 fold and wide together 1.13x at B8 Sk16384 (139.7 against 158.0 µs), 1.05-1.06x at
-# B64, wide alone 0.89-1.10x; at D64 wide alone 0.98-1.05x, with fold not measured there: off.
-FP8_RULE = {64: {"fold": True, "wide": False}, 128: {"fold": True, "wide": True}}
+# Measured on the H200 against the build without them (bf16 Q, H32/8 Sq1, 5 interleaved rounds).
+# With the fold all or nothing (experiments/fp8_kv_decode/h200_probe_7e975bb.log): fold 1.03-1.06x
+# at every row of both head dims; at D128 fold and wide 1.13x at B8 Sk16384, 1.05-1.06x at B64,
+# wide alone 0.89-1.10x. With the fold per work tile, as now (h200_probe_6195d90.log): D128 fold
+# and wide 1.10x at B8, 1.06x at B64; D64 fold alone 0.98-0.99x, fold and wide 1.01-1.08x.
+FP8_RULE = {64: {"fold": True, "wide": True}, 128: {"fold": True, "wide": True}}
 
 
 def check_fp8_switches(switches) -> dict:

@@ -194,7 +194,7 @@ def test_two_blocks_per_sm_rule():
 
 
 def test_fp8_switches_define_and_refusals(on_cpu):
-    """The e4m3 build turns on FP8_RULE's switches at each head dim (fold at both, wide at D128);
+    """The e4m3 build turns on FP8_RULE's switches at each head dim (both, at D64 and D128);
     fp8_switches={"fold": bool, "wide": bool} overrides the rule name by name, each name one define
     (KV_FP8_FOLD, KV_FP8_WIDE) and nothing else changing; None, {} and a dict that says what the
     rule says give the rule's plan; refused without an e4m3 cache, and as anything but a dict of
@@ -206,7 +206,7 @@ def test_fp8_switches_define_and_refusals(on_cpu):
         plain = dict(cfgs[-1]["defines"])
         assert "KV_FP8_FOLD" not in plain and "KV_FP8_WIDE" not in plain
         rule = {f8.FP8_SWITCHES[n]: 1 for n, on in f8.FP8_RULE[D].items() if on}
-        assert rule.get("KV_FP8_FOLD") == 1 and ("KV_FP8_WIDE" in rule) == (D == 128)
+        assert rule == {"KV_FP8_FOLD": 1, "KV_FP8_WIDE": 1}
         for switches, added in (({"fold": True, "wide": False}, {"KV_FP8_FOLD": 1}),
                                 ({"fold": False, "wide": True}, {"KV_FP8_WIDE": 1}),
                                 ({"fold": True, "wide": True}, {"KV_FP8_FOLD": 1, "KV_FP8_WIDE": 1}),
@@ -215,7 +215,7 @@ def test_fp8_switches_define_and_refusals(on_cpu):
             s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=switches)
             assert dict(cfgs[-1]["defines"]) == {**plain, **added}, (D, switches)
         n = len(cfgs)
-        for same in ({}, dict(f8.FP8_RULE[D]), {"fold": True}):
+        for same in ({}, dict(f8.FP8_RULE[D]), {"fold": True}, {"wide": True}):
             s6.attention(q, k8, v8, k_descale=kd, v_descale=vd, fp8_switches=same)
             assert len(cfgs) == n, (D, same)  # the rule's build's plan, made above
     with pytest.raises(ValueError, match="fp8_switches are for an e4m3 cache"):

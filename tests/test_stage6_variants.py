@@ -473,12 +473,12 @@ def test_window_launch_matches_reference(D, seed):
     windows on one side and both, causal or not, GQA, both dtypes."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for B, H, Hkv, Sq, Sk in [(2, 16, 4, 1000, 1000), (1, 24, 8, 1337, 1531), (3, 12, 12, 700, 2100)]:
-        for window, causal in [((200, 0), True), ((97, 31), False), ((300, 300), "bottom_right")]:
+        for window, causal in [((200, 0), True), ((97, 31), False), ((150, 150), "bottom_right")]:
             for dtype in (torch.float16, torch.bfloat16):
                 q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hkv, dtype=dtype, seed=seed)
                 var = sv.check_variants(q, window=window)
                 ch = s6.choose(B, H, Hkv, Sq, Sk, D, 2 if causal == "bottom_right" else int(causal), sms, variants=var)
-                assert ch["schedule"] == s6.WINDOW_SCHEDULES[D], ch
+                assert ch["schedule"] == s6.WINDOW_SCHEDULES[D], (window, ch)  # each window cuts key tiles here
                 _check(q, k, v, causal=causal, window=window,
                        label=f"window launch {window} {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
 
