@@ -37,7 +37,7 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
 from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, doubles_splits, ids_ahead, paged_tiles
 from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, FP8_SWITCHES, KV_FP8_HEAD_DIMS, STAGED_CHOICES, check_fp8_switches,
-                                  check_kv_fp8, fp8_map, fp8_switches_on, fp8_shares_sms, fp8_tiles, is_fp8_call, refuse_options,
+                                  check_kv_fp8, fp8_doubles_splits, fp8_map, fp8_switches_on, fp8_shares_sms, fp8_tiles, is_fp8_call, refuse_options,
                                   staged_buffers, staging_bytes)
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
@@ -622,7 +622,8 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     registers would spill (variant_tiles). `paged`: the page size of a paged cache's call (stages/stage6_paged.py; 0:
     none): tiles not given run as paged_tiles makes them, splits not given as doubles_splits says.
     `kv_fp8`: an e4m3 cache's call (stages/stage6_kv_fp8.py: packed only): its tiles fp8_tiles' (two
-    blocks per SM by shares_sms' rule where they fit), never the blocks without a producer."""
+    blocks per SM by shares_sms' rule where they fit; at D128 twice the splits where
+    fp8_doubles_splits says), never the blocks without a producer."""
     window = finite_window(variants.window, Sq, Sk) if variants.window is not None else None
     pack = packs_gqa(H, Hk, Sq) and tiles is None and schedule is None if pack_gqa is None else pack_gqa
     given_tiles, given_schedule = tiles is not None, schedule is not None
@@ -666,6 +667,9 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     n = plan_splits(work, key_tiles, sms, not split_ok) if splits is None else min(splits, key_tiles, MAX_SPLITS)
     if splits is None and doubles_splits(paged, pack, work, n, sms, Sk, (H // Hk) * Sq):
         n = min(2 * n, key_tiles, MAX_SPLITS)
+    if (splits is None and kv_fp8 and blocks_per_sm is None and not given_tiles
+            and fp8_doubles_splits(D, work, n, key_tiles, sms, MAX_SPLITS)):
+        n = 2 * n
     if n > 1 and not split_ok:
         raise NotImplementedError("stage 6 splits the keys (split-KV) of full attention, and of bottom-right "
                                   "causal calls that pack a group's queries or run one query block on blocks of "

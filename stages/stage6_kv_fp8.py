@@ -88,6 +88,24 @@ def fp8_shares_sms(D: int, work: int, n_splits: int, sms: int) -> bool:
     return shares_sms(work, n_splits, sms) if D == 64 else work * n_splits > sms
 
 
+# Twice the planned splits on two blocks per SM (fp8_doubles_splits) only where each split keeps at
+# least this many key tiles: the shortest measured (B1 Sk16384: 8 tiles of 64 keys) gained.
+FP8_SPLIT_TILES = 8
+
+
+def fp8_doubles_splits(D: int, work: int, n_splits: int, key_tiles: int, sms: int, max_splits: int) -> bool:
+    """Whether an e4m3 call at D128 runs twice the splits plan_splits chose, two blocks per SM
+    (fp8_shares_sms then holds): where the planned blocks fill at most one per SM and each of
+    twice the splits keeps FP8_SPLIT_TILES key tiles. With one block per SM, one block's three
+    widening warps feed one consumer; a second block per SM gives the SM six. Measured on the H200
+    (experiments/fp8_kv_decode/finer_splits.py, h200_finer_splits_508bef9.log; H32/8 Sq1, bf16,
+    same rounds as the launch before): B1 Sk16384-32768 1.13-1.14x, B8 Sk4096 1.14x, Sk16384-32768
+    1.23-1.25x; twice the splits on one block per SM 0.85-0.98x (the second block, not the
+    shorter splits)."""
+    return (D == 128 and work * n_splits <= sms and 2 * n_splits <= max_splits
+            and key_tiles // (2 * n_splits) >= FP8_SPLIT_TILES)
+
+
 def fp8_tiles(D: int, blocks_per_sm: int):
     """The KV_FP8 build's tiles for one or two blocks per SM (None: two do not fit at this head dim)."""
     return FP8_TILES[D] if blocks_per_sm == 1 else FP8_SHARED_TILES.get(D)

@@ -193,6 +193,27 @@ def test_two_blocks_per_sm_rule():
         assert f8.fp8_shares_sms(128, work, n, 132) == (work * n > 132), (work, n)
 
 
+def test_finer_splits_rule():
+    """fp8_doubles_splits: at D128 only, where the planned blocks fill at most one per SM and each
+    of twice the splits keeps FP8_SPLIT_TILES key tiles; choose() then runs twice the splits on two
+    blocks per SM. Not with splits, blocks per SM or tiles given, nor where blocks already
+    outnumber the SMs."""
+    for B, Sk, doubled in ((1, 16384, True), (1, 32768, True), (8, 4096, True), (8, 32768, True),
+                           (1, 4096, False), (8, 1024, False), (64, 4096, False)):
+        plain = s6.choose(B, 32, 8, 1, Sk, 128, 0, 132, kv_fp8=True, blocks_per_sm=1)
+        ch = s6.choose(B, 32, 8, 1, Sk, 128, 0, 132, kv_fp8=True)
+        if doubled:
+            assert f8.fp8_doubles_splits(128, plain["work"], plain["splits"], plain["splits"] * plain["per_split"], 132, s6.MAX_SPLITS)
+            assert (ch["splits"], ch["blocks_per_sm"]) == (2 * plain["splits"], 2), (B, Sk, ch)
+            assert ch["per_split"] >= f8.FP8_SPLIT_TILES and ch["tiles"] == f8.fp8_tiles(128, 2)
+        else:
+            assert ch["splits"] == plain["splits"] or B == 64, (B, Sk, ch)
+    assert not f8.fp8_doubles_splits(64, 8, 16, 1024, 132, s6.MAX_SPLITS)
+    assert not f8.fp8_doubles_splits(128, 8, 16, 1024, 132, 16)  # MAX_SPLITS
+    for given in ({"splits": 16}, {"blocks_per_sm": 1}, {"tiles": (64, 2, 1), "pack_gqa": True}):
+        assert s6.choose(1, 32, 8, 1, 16384, 128, 0, 132, kv_fp8=True, **given)["splits"] == 16, given
+
+
 def test_fp8_switches_define_and_refusals(on_cpu):
     """The e4m3 build turns on FP8_RULE's switches at each head dim (both, at D64 and D128);
     fp8_switches={"fold": bool, "wide": bool} overrides the rule name by name, each name one define
@@ -521,6 +542,24 @@ def test_fp8_descales_too_large_to_fold(D, seed):
             out = s6.attention(q, k8, v8, seqlens_k=seqlens, k_descale=kd, v_descale=vd, **opts)
         assert torch.isfinite(out).all(), opts
         check_fp8(out, q, k8, v8, kd, vd, lens, False, f"large descales D{D} {opts} seed {seed}")
+
+
+@on_hopper
+def test_finer_splits_match_reference(seed):
+    """The launch fp8_doubles_splits gives (twice the splits, two blocks per SM, the combine in the
+    last block) against the float64 reference: odd lengths per entry (some shorter than a split,
+    one empty), both dtypes."""
+    g = random.Random(seed)
+    for B, Sk in ((1, 16384), (3, 9001)):
+        for dtype in (torch.float16, torch.bfloat16):
+            q, k8, v8, kd, vd = fp8_inputs(B, 32, 8, 1, Sk, 128, dtype, seed + Sk)
+            ch = s6.choose(B, 32, 8, 1, Sk, 128, 0, torch.cuda.get_device_properties(0).multi_processor_count, kv_fp8=True)
+            assert ch["blocks_per_sm"] == 2 and ch["splits"] >= 2, ch
+            lens = ([Sk, g.randrange(1, Sk), 0] * B)[:B]
+            seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+            with poisoned_outputs():
+                out = s6.attention(q, k8, v8, seqlens_k=seqlens, k_descale=kd, v_descale=vd)
+            check_fp8(out, q, k8, v8, kd, vd, lens, False, f"finer splits B{B} Sk{Sk} {dtype} seed {seed}")
 
 
 @on_hopper

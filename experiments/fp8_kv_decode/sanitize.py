@@ -29,6 +29,7 @@ CASES = [  # (B, H, Hkv, Sq, Sk, D), dtype, causal, options
     ((4, 8, 1, 1, 300, 64), torch.bfloat16, False, {}),                            # D64, one block per SM
     ((16, 32, 8, 1, 700, 64), torch.float16, False, {}),                           # D64, two blocks per SM
     ((48, 32, 8, 1, 333, 128), torch.float16, False, {}),                          # D128, two blocks per SM
+    ((3, 32, 8, 1, 9001, 128), torch.bfloat16, False, {}),                         # twice the splits on two blocks per SM
     ((48, 32, 8, 1, 333, 128), torch.bfloat16, False, {"fp8_switches": {"fold": False, "wide": False}}),  # neither switch
     ((4, 32, 8, 1, 999, 128), torch.float16, False, {"fp8_switches": {"wide": False}}),  # 8-byte staging loads
     ((16, 32, 8, 1, 700, 64), torch.bfloat16, False, {"fp8_switches": {"fold": True, "wide": True}}),
