@@ -22,15 +22,19 @@ WINDOW_TILES) at other shapes, windows and masks, against the launch the same ca
 call of that length), 5 interleaved rounds; each checked against the float64 reference first.
     python3 experiments/window_schedule/probe.py --rule
 """
+import importlib.util
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from lib.reference import visible_scores  # noqa: E402
 
-S, WINDOW, H, B = 32768, 4096, 16, 1
+# the window_tiles probe's report of scores per µs (same S and WINDOW), loaded by path: both files are probe.py
+_spec = importlib.util.spec_from_file_location("window_tiles_probe", Path(__file__).parents[1] / "window_tiles" / "probe.py")
+_tiles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tiles)
+print_rates, S, WINDOW, H, B = _tiles.print_rates, _tiles.S, _tiles.WINDOW, _tiles.H, _tiles.B
 P, Q = "+ persistent blocks", "+ work queue"
 CHOICES = {  # label: attention() keywords beside window= (None: the launcher's choice)
     128: {"default": {}, "persistent": {"schedule": P}, "queue": {"schedule": Q},
@@ -61,16 +65,7 @@ def main():
         fns = {"causal": lambda: s6.attention(q, k, v, causal=True)}
         for label, kw in choices.items():
             fns[f"window, {label}"] = (lambda kw=kw: s6.attention(q, k, v, causal=True, window=(WINDOW, 0), **kw))
-        t = time_interleaved(fns, rounds=7, budget_s=0.6)
-        full, win = visible_scores(S, S), visible_scores(S, WINDOW)
-        rate_c = full / t["causal"].median_us
-        print(f"D{D} B{B} H{H} S{S}: causal {t['causal'].median_us:,.1f} µs (rounds "
-              + " ".join(f"{m:.0f}" for m in t["causal"].round_medians_us) + ")", flush=True)
-        for name in fns:
-            if name != "causal":
-                r = t[name]
-                print(f"  {name:34s} {r.median_us:9,.1f} µs  {win / r.median_us / rate_c:.3f}x causal's scores per µs "
-                      "(rounds " + " ".join(f"{m:.0f}" for m in r.round_medians_us) + ")", flush=True)
+        print_rates(time_interleaved(fns, rounds=7, budget_s=0.6), f"D{D} B{B} H{H} S{S}")
         del q, k, v
     return 0 if ok else 1
 

@@ -50,6 +50,21 @@ def count():
               f"window against causal at {bn}: {w / c:.3f}x, against causal at 176: {w / slot_fill(128, 176, None):.3f}x")
 
 
+def print_rates(t: dict, title: str) -> None:
+    """Each timed call's scores per µs against the call named "causal" (full causal attention at
+    S): calls named "window…" computed WINDOW's scores, the others S's (also used by
+    experiments/window_schedule/probe.py)."""
+    full, win = visible_scores(S, S), visible_scores(S, WINDOW)
+    rate_c = full / t["causal"].median_us
+    print(f"{title}: causal {t['causal'].median_us:,.1f} µs (rounds "
+          + " ".join(f"{m:.0f}" for m in t["causal"].round_medians_us) + ")", flush=True)
+    for name, r in t.items():
+        if name != "causal":
+            n = win if name.startswith("window") else full
+            print(f"  {name:34s} {r.median_us:9,.1f} µs  {n / r.median_us / rate_c:.3f}x causal's scores per µs "
+                  "(rounds " + " ".join(f"{m:.0f}" for m in r.round_medians_us) + ")", flush=True)
+
+
 def main():
     count()
     if "--count" in sys.argv:
@@ -73,17 +88,7 @@ def main():
         for tiles in choices:
             fns[f"window, tiles {tiles or 'default'}"] = (lambda tiles=tiles: s6.attention(
                 q, k, v, causal=True, window=(WINDOW, 0), tiles=tiles))
-        t = time_interleaved(fns, rounds=7, budget_s=0.6)
-        full, win = visible_scores(S, S), visible_scores(S, WINDOW)
-        rate_c = full / t["causal"].median_us
-        print(f"D{D} B{B} H{H} S{S}: causal {t['causal'].median_us:,.1f} µs (rounds "
-              + " ".join(f"{m:.0f}" for m in t["causal"].round_medians_us) + ")", flush=True)
-        for name in fns:
-            if name != "causal":
-                r = t[name]
-                n = win if name.startswith("window") else full
-                print(f"  {name:28s} {r.median_us:9,.1f} µs  {n / r.median_us / rate_c:.3f}x causal's scores per µs "
-                      "(rounds " + " ".join(f"{m:.0f}" for m in r.round_medians_us) + ")", flush=True)
+        print_rates(time_interleaved(fns, rounds=7, budget_s=0.6), f"D{D} B{B} H{H} S{S}")
         del q, k, v
     return 0 if ok else 1
 
