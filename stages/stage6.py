@@ -36,9 +36,10 @@ from stages.stage6_decoding import (DECODE_SCHEDULE, DECODE_SHARED_TILES, DECODE
                                     combine_in_last_block, few_keys_per_block, packed_queries, packs_gqa,
                                     pdl_launches, plan_splits, shares_sms, splits_causal)
 from stages.stage6_paged import PAGE_SIZES, Paged, check_page_ids, check_paged, doubles_splits, ids_ahead, paged_tiles
-from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, FP8_SWITCHES, KV_FP8_HEAD_DIMS, STAGED_CHOICES, check_fp8_switches,
-                                  check_kv_fp8, fp8_doubles_splits, fp8_map, fp8_switches_on, fp8_shares_sms, fp8_tiles, is_fp8_call, refuse_options,
-                                  staged_buffers, staging_bytes)
+from stages.stage6_kv_fp8 import (FP8_SHARED_TILES, FP8_SWITCHES, KV_FP8_HEAD_DIMS, STAGED_CHOICES,
+                                  check_fp8_switches, check_kv_fp8, fp8_doubles_splits, fp8_map, fp8_shares_sms,
+                                  fp8_switches_on, fp8_tiles, is_fp8_call, refuse_options, staged_buffers,
+                                  staging_bytes)
 from stages.stage6_variants import NONE as NO_VARIANTS, Variants, check_variants, finite_window, variant_tiles
 from lib.inputs import (NO_MASK, GPUTooOldError, StageInfo, causal_from_mask, causal_mode,
                         new_output, refuse_grad, sdpa_causal, trivial_output, validate_cached,
@@ -619,8 +620,9 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     tiles their rows' windows reach (key_span), and the splits are planned over those; a window
     that leaves out key tiles gets call_schedule's WINDOW_SCHEDULES and, tiles not given,
     WINDOW_TILES; tiles not given lose a consumer or their 176-key width where the variants'
-    registers would spill (variant_tiles). `paged`: the page size of a paged cache's call (stages/stage6_paged.py; 0:
-    none): tiles not given run as paged_tiles makes them, splits not given as doubles_splits says.
+    registers would spill (variant_tiles). `paged`: the page size of a paged cache's call
+    (stages/stage6_paged.py; 0: none): tiles not given run as paged_tiles makes them, splits not
+    given as doubles_splits says.
     `kv_fp8`: an e4m3 cache's call (stages/stage6_kv_fp8.py: packed only): its tiles fp8_tiles' (two
     blocks per SM by shares_sms' rule where they fit; at D128 twice the splits where
     fp8_doubles_splits says), never the blocks without a producer."""
