@@ -607,7 +607,7 @@ def _check_arch(q) -> None:
 
 def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, splits=None,
            pack_gqa=None, blocks_per_sm=None, variants: Variants = NO_VARIANTS, paged: int = 0,
-           kv_fp8: bool = False) -> dict:
+           kv_fp8: bool = False, seqs: bool = False) -> dict:
     """What a call runs: packed or not (packs_gqa's rule, when tiles and schedule are the
     defaults), its tiles and schedule, the work tiles before splitting, the key splits
     (plan_splits' rule unless `splits` is given; never an empty split; `causal` False, True or
@@ -619,7 +619,9 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     call's model variants (stages/stage6_variants.py): with a window, work tiles read only the key
     tiles their rows' windows reach (key_span), and the splits are planned over those; a window
     that leaves out key tiles gets call_schedule's WINDOW_SCHEDULES and, tiles not given,
-    WINDOW_TILES; tiles not given lose a consumer or their 176-key width where the variants'
+    WINDOW_TILES, unless the call has per-sequence offsets or key lengths (`seqs`: packed
+    sequences, seqlens_k, a paged cache; that launch with them awaits its GPU test,
+    tests/test_stage6_variants.py::test_window_launches_in_packed_sequences); tiles not given lose a consumer or their 176-key width where the variants'
     registers would spill (variant_tiles). `paged`: the page size of a paged cache's call
     (stages/stage6_paged.py; 0: none): tiles not given run as paged_tiles makes them, splits not
     given as doubles_splits says.
@@ -648,7 +650,7 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
     if schedule is None:
-        cuts = key_tiles < -(-Sk // tiles[0])  # a window that leaves out key tiles
+        cuts = key_tiles < -(-Sk // tiles[0]) and not seqs  # a window that leaves out key tiles
         schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms, cuts)
         if not pack and not given_tiles and cuts and schedule == WINDOW_SCHEDULES.get(D) and D in WINDOW_TILES:
             tiles = variant_tiles(WINDOW_TILES[D], variants)
@@ -777,7 +779,8 @@ def _make_plan(q, k, v, causal, scale, tiles, schedule, timeline, exp2_poly, laz
     G = H // Hk
     ch = choose(B, H, Hk, Sq, Sk, D, causal, _sm_count(q.device), tiles=tiles, schedule=schedule,
                 splits=splits, pack_gqa=pack_gqa, blocks_per_sm=blocks_per_sm, variants=variants,
-                paged=0 if paged is None else paged.page_size, kv_fp8=kv_fp8)
+                paged=0 if paged is None else paged.page_size, kv_fp8=kv_fp8,
+                seqs=seqs or varlen is not None or paged is not None)
     pack, n, per_split = ch["pack_gqa"], ch["splits"], ch["per_split"]
     cfg = config(D, ch["tiles"], ch["schedule"], timeline, exp2_poly, lazy_rescale, pack,
                  seqs or varlen is not None, ch["q_stages"] if q_stages is None else q_stages, tma_store,

@@ -419,6 +419,9 @@ def test_window_that_cuts_gets_the_window_launch():
         assert given["tiles"] == s6.TILES[D] and given["schedule"] == s6.WINDOW_SCHEDULES[D]
         asked = s6.choose(1, 16, 16, 32768, 32768, D, 1, 132, schedule=s6.default_schedule(D), variants=win((4096, 0)))
         assert asked["tiles"] == s6.TILES[D] and asked["schedule"] == s6.default_schedule(D)
+        # per-sequence offsets or key lengths: the launch before (the window's awaits its GPU test there)
+        seqs = s6.choose(1, 16, 16, 32768, 32768, D, 1, 132, variants=win((4096, 0)), seqs=True)
+        assert seqs["schedule"] == plain["schedule"] and seqs["tiles"] == plain["tiles"]
     # a heavy variant's tiles (two consumers at D64: variant_tiles) with the window's launch
     all3 = win((4096, 0), softcap=5.0, sinks=torch.zeros(q.shape[1]))
     heavy = s6.choose(1, 16, 16, 32768, 32768, 64, 1, 132, variants=all3)
@@ -481,6 +484,40 @@ def test_window_launch_matches_reference(D, seed):
                 assert ch["schedule"] == s6.WINDOW_SCHEDULES[D], (window, ch)  # each window cuts key tiles here
                 _check(q, k, v, causal=causal, window=window,
                        label=f"window launch {window} {dtype} {(B, H, Hkv, Sq, Sk, D)} causal={causal} seed {seed}")
+
+
+@gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_window_launches_in_packed_sequences(D, seed, monkeypatch):
+    """attention_varlen with a window on the launch WINDOW_SCHEDULES gives other calls (the launcher
+    keeps packed sequences off it until this passes on a GPU: here choose() is told they have no
+    per-sequence offsets, as it will be once they may), with more work tiles than SMs: each
+    sequence against its own reference, sequences without queries or keys among them."""
+    from lib.reference import packed_inputs
+    choose, chosen = s6.choose, []
+    monkeypatch.setattr(s6, "choose", lambda *a, seqs=False, **kw: chosen.append(choose(*a, **kw)) or chosen[-1])
+    monkeypatch.setattr(s6, "_plans", {})
+    lens_q, lens_k = [1000, 1, 0, 777, 1300, 640], [1000, 513, 40, 0, 1301, 900]
+    for causal in (False, "bottom_right"):
+        for window in ((200, 0), (97, 31)):
+            q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, 16, 4, D, dtype=torch.bfloat16, device="cuda", seed=seed)
+            with poisoned_outputs():
+                out = s6.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                          window=window)
+            assert chosen[-1]["schedule"] == s6.WINDOW_SCHEDULES[D], chosen[-1]
+            cq, ck = cu_q.tolist(), cu_k.tolist()
+            for b in range(len(lens_q)):
+                qs, os_ = q[cq[b]:cq[b + 1]], out[cq[b]:cq[b + 1]]
+                ks, vs = k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]
+                if qs.shape[0] == 0:
+                    continue
+                if ks.shape[0] == 0:
+                    assert os_.abs().max() == 0
+                    continue
+                c = check_output(os_.transpose(0, 1)[None], qs.transpose(0, 1)[None], ks.transpose(0, 1)[None],
+                                 vs.transpose(0, 1)[None], causal=causal, window=window)
+                assert c.passed, f"window {window} causal={causal} D{D} sequence {b} seed {seed}: {c.summary()}"
 
 
 @gpu
