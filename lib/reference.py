@@ -282,10 +282,11 @@ def reference_varlen(q, k, v, cu_q, cu_k, **kw) -> torch.Tensor:
     return out
 
 
-def check_varlen_output(out, q, k, v, cu_q, cu_k, *, causal=False, scale=None) -> list[Check]:
+def check_varlen_output(out, q, k, v, cu_q, cu_k, *, causal=False, scale=None, **variants) -> list[Check]:
     """Judge a varlen output sequence by sequence, each against the float64 reference of that
-    sequence alone (the error rule above); a sequence with queries but no keys must be zeros
-    (SDPA's answer there). One Check per sequence with queries."""
+    sequence alone (the error rule above; `variants`, window= softcap= sinks=, as check_output
+    takes them: a window aligned to the sequence's own last query and key); a sequence with
+    queries but no keys must be zeros (SDPA's answer there). One Check per sequence with queries."""
     if out.shape != q.shape:
         raise ValueError(f"output has shape {tuple(out.shape)}, expected {tuple(q.shape)}")
     cq, ck = cu_q.tolist(), cu_k.tolist()
@@ -302,7 +303,7 @@ def check_varlen_output(out, q, k, v, cu_q, cu_k, *, causal=False, scale=None) -
                                 int((~torch.isfinite(os_)).sum())))
             continue
         as4 = [t.transpose(0, 1)[None] for t in (qs, ks, vs)]  # [1, H, S, D]
-        checks.append(check_output(os_.transpose(0, 1)[None], *as4, causal=causal, scale=scale))
+        checks.append(check_output(os_.transpose(0, 1)[None], *as4, causal=causal, scale=scale, **variants))
     return checks
 
 

@@ -506,18 +506,7 @@ def test_window_launches_in_packed_sequences(D, seed, monkeypatch):
                 out = s6.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
                                           window=window)
             assert chosen[-1]["schedule"] == s6.WINDOW_SCHEDULES[D], chosen[-1]
-            cq, ck = cu_q.tolist(), cu_k.tolist()
-            for b in range(len(lens_q)):
-                qs, os_ = q[cq[b]:cq[b + 1]], out[cq[b]:cq[b + 1]]
-                ks, vs = k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]
-                if qs.shape[0] == 0:
-                    continue
-                if ks.shape[0] == 0:
-                    assert os_.abs().max() == 0
-                    continue
-                c = check_output(os_.transpose(0, 1)[None], qs.transpose(0, 1)[None], ks.transpose(0, 1)[None],
-                                 vs.transpose(0, 1)[None], causal=causal, window=window)
-                assert c.passed, f"window {window} causal={causal} D{D} sequence {b} seed {seed}: {c.summary()}"
+            check_each_sequence(out, q, k, v, cu_q, cu_k, causal, f"window {window} D{D} seed {seed}", window=window)
 
 
 @gpu
@@ -657,18 +646,15 @@ def test_variants_in_packed_sequences(D, seed):
                 kw = {**kw, "sinks": torch.randn(8, device="cuda") + 2}
             with poisoned_outputs():
                 out = s6.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, **kw)
-            cq, ck = cu_q.tolist(), cu_k.tolist()
-            for b in range(len(lens_q)):
-                qs, os_ = q[cq[b]:cq[b + 1]], out[cq[b]:cq[b + 1]]
-                ks, vs = k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]
-                if qs.shape[0] == 0:
-                    continue
-                if ks.shape[0] == 0:
-                    assert os_.abs().max() == 0
-                    continue
-                as4 = [t.transpose(0, 1)[None] for t in (qs, ks, vs)]
-                c = check_output(os_.transpose(0, 1)[None], *as4, causal=causal if causal != "top_left" else True, **kw)
-                assert c.passed, f"varlen {sorted(kw)} causal={causal} seq {b} D{D} seed {seed}: {c.summary()}"
+            check_each_sequence(out, q, k, v, cu_q, cu_k, causal, f"varlen {sorted(kw)} D{D} seed {seed}", **kw)
+
+
+def check_each_sequence(out, q, k, v, cu_q, cu_k, causal, label, **variants):
+    """lib.reference.check_varlen_output: every packed sequence within the error rule."""
+    from lib.reference import check_varlen_output
+    checks = check_varlen_output(out, q, k, v, cu_q, cu_k, causal=causal if causal != "top_left" else True, **variants)
+    bad = [(i, c.summary()) for i, c in enumerate(checks) if not c.passed]
+    assert not bad, f"{label} causal={causal}: sequences (counted among those with queries) {bad}"
 
 
 @gpu
