@@ -124,6 +124,11 @@ for s in "$@"; do case $s in
   dims) step dims python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_head_dims.py ;;
   variants) step variants python3 scripts/stage6_schedules.py --features --record ;;
   windowtiles) step windowtiles timeout 300 python3 experiments/window_tiles/probe.py ;;  # issue 51: a window's key tiles at D128
+  windowsched) step windowsched timeout 300 python3 experiments/window_schedule/probe.py ;;  # issue 51: a window's launch
+  windowrule) step windowrule timeout 300 python3 experiments/window_schedule/probe.py --rule ;;
+  windowvarlen) step windowvarlen python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_stage6_variants.py \
+                  -k "window_launches_in_packed or variants_in_packed" ;;  # before packed sequences may take the window's launch
+  fp8splits) step fp8splits timeout 200 python3 experiments/fp8_kv_decode/finer_splits.py ;;  # issue 50: e4m3 at D128, twice the splits
   nodeprobe) step nodeprobe timeout 240 python3 experiments/cpp_autograd_node/probe.py ;;
   node) step node python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_autograd_node.py tests/test_backward.py -k "node or autograd or thread or same_error or differentiable_once or flashattention3s" ;;
   bench0) step bench0 record_stages "${FA_BENCH_BUDGET:-540}" 0 ;;
