@@ -652,12 +652,10 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     if schedule is None:
         cuts = key_tiles < -(-Sk // tiles[0]) and not seqs  # a window that leaves out key tiles
         schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms, cuts)
-        if not pack and not given_tiles and cuts and schedule == WINDOW_SCHEDULES.get(D) and D in WINDOW_TILES:
-            tiles = variant_tiles(WINDOW_TILES[D], variants)
-            tiles = paged_tiles(tiles) if paged else tiles
-            key_tiles, block_m = key_span(tiles), 64 * tiles[2]
-            work = B * H * ((Sq + block_m - 1) // block_m)
-        short = None if pack or given_tiles else short_tiles(D, Sk, schedule, bool(causal))
+        # the launch's own tiles: short_tiles' for short keys, else a window's (WINDOW_TILES)
+        short = None if pack or given_tiles else (
+            short_tiles(D, Sk, schedule, bool(causal))
+            or (WINDOW_TILES.get(D) if cuts and schedule == WINDOW_SCHEDULES.get(D) else None))
         if short is not None:
             short = variant_tiles(short, variants)
             short = paged_tiles(short) if paged else short
