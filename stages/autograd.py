@@ -29,8 +29,9 @@ Stage 6's model variants (window, softcap, softcap_tanh, sinks; issue 51) train 
 8's backward takes the same variants (its WGMMA build: an H100/H200); sinks that require grad get
 their gradient. Packed sequences carry them per sequence.
 
-Head dims stage 8 has no build of (stage 6's D96 and D256) are refused with gradients, before the
-forward runs (NoBackwardError naming the ones it has).
+Stage 8 takes every head dim stage 6's forward has: 64, 96 (as 128 on zero-padded copies), 128
+and 256 (its WGMMA build only: elsewhere D256 with gradients is refused before the forward runs,
+NoBackwardError naming the ones it has).
 """
 from __future__ import annotations
 
@@ -66,11 +67,15 @@ def _sinks_want_grad(options: dict) -> bool:
 
 def _refuse_head_dims_without_backward(forward: int, q) -> None:
     """NoBackwardError, before the forward runs, for a head dim stage 8's backward has no build of
-    (stage 6's forward has D96 and D256): the backward would otherwise fail only at
-    loss.backward(), after the forward's cost. Not a tensor: the stage's own checks say what is wrong."""
+    here (D256 off an sm_90 GPU): the backward would otherwise fail only at loss.backward(), after
+    the forward's cost. Not a tensor: the stage's own checks say what is wrong."""
     D = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() else None
-    if D is not None and D not in stage8.INFO.head_dims:
-        raise NoBackwardError(f"stage 8's backward takes head dims {stage8.INFO.head_dims_text}; got {D}. "
+    if D is None:
+        return
+    if D not in stage8.HEAD_DIMS or (D in stage8.WGMMA_ONLY and not stage8.wgmma_here()):
+        here = [d for d in stage8.HEAD_DIMS if d not in stage8.WGMMA_ONLY or stage8.wgmma_here()]
+        raise NoBackwardError(f"stage 8's backward takes head dims {', '.join(map(str, here))} on this GPU "
+                              f"({', '.join(map(str, stage8.WGMMA_ONLY))} in its WGMMA build only: an sm_90 GPU); got {D}. "
                               f"Stage {forward}'s forward computes it without gradients (under "
                               "torch.no_grad() or torch.inference_mode()); to train at this head dim, use "
                               "PyTorch's attention (SDPA, or a Hugging Face model's attn_implementation='eager')")

@@ -28,6 +28,7 @@ bits may too; `dq_atomics=0` gives the dQ pass, whose dQ is the same bits for th
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -132,7 +133,19 @@ BEFORE_PRODUCER = {
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
     128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
+    # D 256 (issue 51): the one build that fits, not a measured choice. Two warpgroups share 64
+    # keys and split D's columns (a warpgroup's dK and dV over all of D would take 256 registers a
+    # thread); dQ by its own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside
+    # two Q and two dO tiles of 32 KB each (stages/stage8_wgmma.cu, "Head dim 256").
+    256: {**BEFORE_PRODUCER[128], "DQ_ATOMICS": 0, "DQ_BULK": 0},
 }
+# Head dims the backward takes by running another's build on zero-padded copies: D 96 as D 128
+# (columns 96-127 of Q, K, V, O and dO zero change no score, no δ and no gradient of the first 96
+# columns; the scale stays 1/sqrt(96)). The price: five copies in and three out (timed beside D 128:
+# experiments/backward_head_dims), and a D 128 backward's products.
+PADDED = {96: 128}
+WGMMA_ONLY = (256,)  # head dims only the WGMMA build has (an sm_90 GPU)
+HEAD_DIMS = (64, 96, 128, 256)  # attention_backward's: every head dim stage 6's forward has
 WGMMA_ROWS = 64
 DQ_ROWS, DQ_KEYS = 64, 64  # the dQ pass's query rows per block and keys per tile (stage8.cu)
 
@@ -146,7 +159,7 @@ INFO = StageInfo(
     backend="nvrtc",
     min_cc=(8, 0),
     dtypes=(torch.float16, torch.bfloat16),
-    head_dims=(64, 128),
+    head_dims=(64, 128),  # the stage's attention(): stage 5's forward (the backward's own: HEAD_DIMS)
     sources=("stages/stage8.py", "lib/tma.py", "stages/stage8.cu", "stages/stage8_wgmma.cu", "stages/stage8_preprocess.cu",
              "stages/stage8_variants.py", "stages/stage6_variants.py",
              "stages/stage8_postprocess.cu",
@@ -159,6 +172,7 @@ INFO = StageInfo(
     # with dQ atomics, NVRTC 13.0 (the H100 machine's) spills 8 bytes there, 13.5 none.
     extra={"spill_bytes_allowed": {128: 8}},
 )
+_BACKWARD_INFO = replace(INFO, head_dims=HEAD_DIMS)  # what attention_backward validates against
 
 
 def smem_bytes(head_dim: int, block_n: int, block_m: int, dq_atomics: int = 1) -> int:
@@ -243,12 +257,15 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
                                                   and not chosen["OVERLAP"]):
             raise ValueError("blocks_per_sm=3 takes one warpgroup at D 64 without the overlap "
                              "(warpgroups=1, overlap=0): only there do three blocks' registers fit")
+        if head_dim == 256 and (chosen["WARPGROUPS"] != 2 or chosen["DQ_ATOMICS"] or chosen["PRODUCER"]):
+            raise ValueError("D 256 has one build: two warpgroups that split D (warpgroups=2), dQ by its own "
+                             "pass (dq_atomics=0), no producer (stages/stage8_wgmma.cu, 'Head dim 256')")
         if chosen["PRODUCER"] and not producer_fits:
             raise ValueError("producer=1 issues the TMA loads and the dQ bulk reductions: it needs tma_loads=1 "
                              "and dq_bulk=1 (with dq_atomics=1), and blocks_per_sm=1")
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
         dq_buffers = 1 if chosen["BLOCKS_PER_SM"] == 3 else 2  # the kernel's DQ_BUFFERS
-        keys = r * wgs
+        keys = r if head_dim > 128 else r * wgs  # D 256: the two warpgroups share 64 keys
         dq_tiles = wgs * (1 if head_dim // 64 == wgs else head_dim // 64)  # the kernel's DQ_TILES per warpgroup
         # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), one or
         # two buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ, four mbarriers
@@ -418,7 +435,7 @@ class _Launch:
     backward with the same layout every time, and building these anew cost host time while the
     GPU waited (experiments/train_step_host)."""
 
-    __slots__ = ("shape", "k_shape", "empty", "atomics", "bulk", "wgmma_acc", "sq_pad", "tma", "copy_out",
+    __slots__ = ("shape", "k_shape", "empty", "pad", "atomics", "bulk", "wgmma_acc", "sq_pad", "tma", "copy_out",
                  "rows_pad", "acc_at", "acc_shape", "work_floats",
                  "copy_dout", "lse_ready", "main", "main_config", "dq_kernel", "dq_config", "shape_args",
                  "pre", "pre_config", "pre_args", "post", "post_config", "post_args", "maps", "map_ptrs", "call")
@@ -452,7 +469,7 @@ def _backward(q, k, v, out, dout, lse, *, causal, scale, tiles=None, dq_atomics=
 
 def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmma, switches,
                  variants: Variants = NO_VARIANTS) -> _Launch:
-    scale = validate_cached(q, k, v, causal=causal, scale=scale, info=INFO)
+    scale = validate_cached(q, k, v, causal=causal, scale=scale, info=_BACKWARD_INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
     mode = causal_mode(causal, Sq, Sk, INFO)
@@ -475,13 +492,22 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     if wgmma and not wgmma_here():
         raise NotImplementedError("stage 8's WGMMA build needs a GPU of compute capability 9.0 "
                                   "(sm_90a); pass wgmma=0 for the mma.sync build")
+    if D in WGMMA_ONLY and not wgmma:
+        raise NotImplementedError(f"stage 8's backward at head dim {D} is in its WGMMA build only (an sm_90 "
+                                  "GPU: H100/H200); the mma.sync build (stages/stage8.cu) takes 64, 96 and 128")
+    if D in PADDED:  # the build of PADDED[D] on zero-padded copies (_run_padded)
+        p = _Launch()
+        p.call, p.pad = (causal, scale, tiles, dq_atomics, wgmma, switches, variants), PADDED[D]
+        p.shape, p.k_shape, p.empty = tuple(q.shape), tuple(k.shape), False
+        return p
     if wgmma and dq_atomics is None and switches.get("dq_bulk") is None and not switches.get("producer"):
         # (a call that asks for the producer keeps it: variant_switches is the stage's rule)
         switches = {**switches, **variant_switches(D, variants)}
-    cfg = config(D if D in TILES else 64, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)),
+    cfg = config(D, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)),
                  variants.softcap_build, variants.window is not None, **switches)
     p = _Launch()
     p.call = (causal, scale, tiles, dq_atomics, wgmma, switches, variants)  # to plan again for copies (_run)
+    p.pad = 0
     p.shape, p.k_shape = tuple(q.shape), tuple(k.shape)
     p.empty = B * H * Sq * Sk * D == 0  # no products: zero gradients of the inputs' shapes
     if p.empty:
@@ -530,6 +556,8 @@ def _run(p: _Launch, q, k, v, out, dout, lse, want_delta=False):
     with the atomics, dQ's sum, addressed by offsets; dQ, dK, dV), the preprocess, the dK/dV
     kernel, and the dQ pass or the postprocess. A training step at a short shape is bound by the host's
     time, so each allocation and launch saved counts (experiments/train_step_host)."""
+    if p.pad:
+        return _run_padded(p, q, k, v, out, dout, lse, want_delta)
     dev, dtype = q.device, q.dtype
     if p.empty:
         zeros = (torch.zeros(p.shape, dtype=dtype, device=dev), torch.zeros(p.k_shape, dtype=dtype, device=dev),
@@ -584,6 +612,18 @@ def _run(p: _Launch, q, k, v, out, dout, lse, want_delta=False):
         B, H, Sq = p.shape[:3]
         return dq, dk, dv, work[:p.rows_pad].view(B, H, p.sq_pad)[:, :, :Sq]
     return dq, dk, dv
+
+
+def _run_padded(p: _Launch, q, k, v, out, dout, lse, want_delta=False):
+    """A backward at head dim D (PADDED) by the build of p.pad: q, k, v, out and dout copied with
+    zero columns D … p.pad − 1, the gradients' first D columns copied out. The scale in p.call is
+    D's (validate's), so the scores are the unpadded ones."""
+    causal, scale, tiles, dq_atomics, wgmma, switches, variants = p.call
+    D = p.shape[-1]
+    padded = [torch.nn.functional.pad(t, (0, p.pad - D)) for t in (q, k, v, out, dout)]
+    g = _backward(*padded, lse, causal=causal, scale=scale, tiles=tiles, dq_atomics=dq_atomics, wgmma=wgmma,
+                  variants=variants, want_delta=want_delta, **switches)
+    return tuple(t[..., :D].contiguous() for t in g[:3]) + tuple(g[3:])
 
 
 def tiles_in_order(acc: torch.Tensor, dtype=None) -> torch.Tensor:

@@ -83,6 +83,16 @@
 // Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
 // block's dK is waited for.
 //
+// Head dim 256 (issue 51; no switch: the only build that fits). A warpgroup's dK and dV for 64
+// keys over all of D would take D registers a thread (256), more than a thread has. So at D 256
+// two warpgroups share one block's 64 keys (KEYS = 64) and split D: warpgroup w holds dK and dV
+// for columns 128w … 128w + 127 (128 registers, as a warpgroup at D 128 holds), reading its half
+// of Q's and dO's columns. Sᵀ and dPᵀ need all of D, and both warpgroups compute them, the same
+// 64 × 64 products twice: six products of a step's 64 keys × 64 queries × 256 where one
+// warpgroup would make four. dQ is made by the dQ pass (one warpgroup, 128 accumulators a
+// thread): there is no room for a dSᵀ buffer and dQ tiles beside two Q and two dO tiles of 32 KB.
+// Shared memory: K, V 32 KB each, two Q and two dO tiles 128 KB; the dQ pass 192 KB.
+//
 // The models' variants (issue 51; stage 6's forward has them, stages/stage6.cu section 7), each a
 // compile-time switch whose build without it (the define absent) is the kernel above, unchanged;
 // a build with either takes four more arguments (VARIANT_PARAMS: cap_mul, cap_log2, win_left,
@@ -166,7 +176,9 @@ constexpr int D = HEAD_DIM;
 constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
 constexpr int ROWS = 64;        // keys per warpgroup, queries per step; queries per dQ block, keys per tile
 constexpr int THREADS = 128;    // one warpgroup
-constexpr int KEYS = ROWS * WARPGROUPS;        // keys per dK/dV block
+constexpr bool SPLIT_D = D > 128;  // two warpgroups share 64 keys, each with half of D (above)
+constexpr int DKV = SPLIT_D ? D / 2 : D;       // the columns of dK and dV a warpgroup holds
+constexpr int KEYS = SPLIT_D ? ROWS : ROWS * WARPGROUPS;  // keys per dK/dV block
 constexpr int KEY_THREADS = THREADS * WARPGROUPS;
 constexpr bool DQ_SPLITS_D = ATOMS == WARPGROUPS;  // dQ: one 64-column half of D per warpgroup, over all keys
 constexpr bool DQ_ALL_KEYS = DQ_SPLITS_D || DQ_TURNS;  // a warpgroup's dQ product covers all the block's keys
@@ -174,6 +186,8 @@ static_assert(!DQ_TURNS || (WARPGROUPS == 2 && !DQ_SPLITS_D && DQ_ATOMICS),
               "DQ_TURNS: two warpgroups that do not split D, summing dQ in this kernel");
 constexpr int CHUNKS = D / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
+static_assert(!SPLIT_D || (D == 256 && WARPGROUPS == 2 && !DQ_ATOMICS && !PRODUCER),
+              "D 256: two warpgroups that split D, dQ by its own pass");
 static_assert(!DQ_BULK || DQ_ATOMICS, "DQ_BULK is a way of DQ_ATOMICS");
 static_assert(!DQ_EARLY || DQ_ATOMICS, "DQ_EARLY: the dQ product in this kernel");
 static_assert(!DS_GUARD || (DQ_ATOMICS && DQ_ALL_KEYS && WARPGROUPS == 2),
@@ -323,7 +337,8 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     const int g = lane / 4, i4 = lane % 4;
     const int n_key_blocks = (Sk + KEYS - 1) / KEYS;
     const int bhk = blockIdx.x / n_key_blocks, b = bhk / (H / group), hk = bhk % (H / group);
-    const int n0 = (blockIdx.x % n_key_blocks) * KEYS, nw = n0 + ROWS * wg;  // the block's keys, the warpgroup's
+    const int n0 = (blockIdx.x % n_key_blocks) * KEYS, kw = SPLIT_D ? 0 : ROWS * wg, nw = n0 + kw;  // the block's keys, the warpgroup's
+    const int cw = SPLIT_D ? DKV * wg : 0;  // the first of the warpgroup's dK and dV columns
     k += b * k_batch + hk * k_head;
     v += b * v_batch + hk * v_head;
 
@@ -428,9 +443,9 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     cp_async_commit();
 #endif
 
-    float dk_acc[D / 2], dv_acc[D / 2];  // this warpgroup's 64 keys × D
+    float dk_acc[DKV / 2], dv_acc[DKV / 2];  // this warpgroup's 64 keys × D (D 256: × its half)
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
+    for (int i = 0; i < DKV / 2; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
     const int key0 = nw + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
 
 #if DS_GUARD
@@ -454,9 +469,9 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), a commit group each.
         float s[32], dp[32];
         wgmma_fence();
-        issue_rows_d<KEYS>(s, kmajor(&sm.k[0][ROWS * wg][0]), kmajor(&sm.q[buf][0][0][0]));
+        issue_rows_d<KEYS>(s, kmajor(&sm.k[0][kw][0]), kmajor(&sm.q[buf][0][0][0]));
         wgmma_commit();
-        issue_rows_d<KEYS>(dp, kmajor(&sm.v[0][ROWS * wg][0]), kmajor(&sm.dout[buf][0][0][0]));
+        issue_rows_d<KEYS>(dp, kmajor(&sm.v[0][kw][0]), kmajor(&sm.dout[buf][0][0][0]));
         wgmma_commit();
         if (OVERLAP) wgmma_wait<1>();  // Sᵀ is done; dPᵀ may still be running
         else wgmma_wait<0>();
@@ -516,7 +531,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             wgmma_fence();
 #pragma unroll
             for (int t = 0; t < ROWS / 16; ++t)
-                Wgmma<D>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][0][0][0]) + row_step(t), 1);
+                Wgmma<DKV>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][cw / 64][0][0]) + row_step(t), 1);
             wgmma_commit();
             wgmma_wait<1>();  // dPᵀ is done (groups complete in order); dV may still be running
         }
@@ -530,8 +545,8 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         wgmma_fence();
 #pragma unroll
         for (int t = 0; t < ROWS / 16; ++t) {
-            if (!OVERLAP) Wgmma<D>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][0][0][0]) + row_step(t), 1);
-            Wgmma<D>::rs(dk_acc, dsa[t], mnmajor<ROWS>(&sm.q[buf][0][0][0]) + row_step(t), 1);
+            if (!OVERLAP) Wgmma<DKV>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][cw / 64][0][0]) + row_step(t), 1);
+            Wgmma<DKV>::rs(dk_acc, dsa[t], mnmajor<ROWS>(&sm.q[buf][cw / 64][0][0]) + row_step(t), 1);
         }
         wgmma_commit();
 #if DQ_ATOMICS
@@ -677,8 +692,8 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         const int key = key0 + 8 * hh;
         if (key < Sk) {
 #pragma unroll
-            for (int n = 0; n < D / 8; ++n) {
-                const size_t at_out = (out_rows + key) * D + 8 * n + 2 * i4;
+            for (int n = 0; n < DKV / 8; ++n) {
+                const size_t at_out = (out_rows + key) * D + cw + 8 * n + 2 * i4;
                 *reinterpret_cast<unsigned*>(dk + at_out) = pack2(dk_acc[4 * n + 2 * hh], dk_acc[4 * n + 2 * hh + 1]);
                 *reinterpret_cast<unsigned*>(dv + at_out) = pack2(dv_acc[4 * n + 2 * hh], dv_acc[4 * n + 2 * hh + 1]);
             }

@@ -451,6 +451,78 @@ def test_stage6_saves_the_log_sum_exp(shape, seed):
         assert torch.equal(out, stage6.attention(q, k, v, causal=causal))
 
 
+# Head dims 96 (D 128's build on zero-padded copies) and 256 (two warpgroups that split D, the dQ
+# pass): one element, partial tiles, GQA, both causal alignments, rows that see no key, many blocks.
+HEAD_DIM_SHAPES = [
+    (1, 1, 1, 1, 1, 256, False),
+    (2, 4, 2, 37, 45, 256, True),
+    (1, 4, 1, 200, 130, 256, "bottom_right"),
+    (1, 2, 2, 333, 333, 256, False),
+    (2, 8, 2, 300, 515, 256, True),
+    (1, 1, 1, 1, 1, 96, False),
+    (2, 4, 2, 37, 45, 96, True),
+    (1, 8, 2, 129, 67, 96, "bottom_right"),
+    (1, 2, 2, 333, 300, 96, False),
+]
+
+
+@gpu
+@pytest.mark.skipif(not HOPPER, reason="stage 6's forward and stage 8's D256 build need an sm_90 GPU (H100/H200)")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", HEAD_DIM_SHAPES, ids=str)
+def test_backward_at_head_dims_96_and_256(shape, dtype, seed):
+    """Stage 8 at the head dims stage 6's forward adds (issue 51): dq, dk and dv from stage 6's
+    output and lse against float64 autograd, new tensors of the inputs' shapes."""
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dtype, seed=seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=dtype)
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
+    out = stage6.attention(q, k, v, causal=causal, lse=lse)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)
+    assert [tuple(g.shape) for g in grads] == [tuple(q.shape), tuple(k.shape), tuple(v.shape)]
+    assert all(g.is_contiguous() and g.dtype == dtype for g in grads)
+    for name, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
+        assert c.passed, f"{name} {shape} {dtype} seed {seed}: {c.summary()}"
+
+
+def test_head_dim_256_build_and_its_refusals():
+    """D 256's one build (two warpgroups sharing 64 keys, the dQ pass, within an H100's shared
+    memory) and what it refuses."""
+    cfg = stage8.config(256, wgmma=1)
+    d = dict(cfg["defines"])
+    assert d["WARPGROUPS"] == 2 and d["DQ_ATOMICS"] == 0 and d["PRODUCER"] == 0
+    assert cfg["block_n"] == 64 and cfg["threads"] == 256 and cfg["dq_smem"] > 0
+    assert max(cfg["smem"], cfg["dq_smem"]) <= 227 * 1024
+    for bad in ({"warpgroups": 1}, {"dq_atomics": 1, "dq_bulk": 0}):
+        with pytest.raises(ValueError, match="D 256 has one build"):
+            stage8.config(256, wgmma=1, **bad)
+
+
+@gpu
+def test_head_dim_256_refused_by_the_mma_sync_build():
+    q = torch.zeros(1, 1, 4, 256, dtype=torch.float16, device="cuda")
+    with pytest.raises(NotImplementedError, match="WGMMA build only"):
+        stage8.attention_backward(q, q, q, q, q, torch.zeros(1, 1, 4, device="cuda"), wgmma=0)
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", [{}, {"softcap": 1, "window": True}, {"softcap": 2, "window": True}], ids=str)
+def test_head_dim_256_compiles_offline_without_spills(variant, dtype):
+    """D 256's kernels (the dK/dV kernel and the dQ pass, with the models' variants too) build for
+    sm_90a without a GPU: no spills, no serialized wgmma."""
+    from lib import nvrtc
+    cfg = stage8.config(256, wgmma=1, **variant)
+    compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=256,
+                                   defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
+    use = compiled.resource_usage()
+    assert set(use) == {"attention_backward", "attention_backward_dq"}, compiled.log[-2000:]
+    for kernel, u in use.items():
+        assert u["spill_stores"] == 0 and u["spill_loads"] == 0, (kernel, u)
+    assert "serializ" not in compiled.log.lower(), compiled.log
+
+
 @gpu
 @pytest.mark.parametrize("entry", ["stage5", "stage6", "stage6-python", "stage8"])
 def test_autograd_through_the_stages(entry, seed, monkeypatch):

@@ -403,7 +403,7 @@ def test_variant_builds_with_other_switches(D, switches, seed):
 @hopper
 @pytest.mark.parametrize("variant", [{"window": (16, 0)}, {"softcap": 30.0, "sinks": True},
                                      {"window": (8, 8), "softcap": 5.0, "sinks": True}], ids=_variant_id)
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 96, 128, 256])
 def test_autograd_variants_train(D, variant, seed):
     """stages.autograd.attention(forward=6) with the variants and leaves that require grad
     (sinks too): .grad of each against float64 autograd."""

@@ -17,6 +17,7 @@ from transformers.masking_utils import (causal_mask_function, sdpa_mask,  # noqa
                                         sliding_window_causal_mask_function)
 
 import stages  # noqa: E402
+from stages import stage8  # noqa: E402
 from conftest import gpu  # noqa: E402
 from lib import hf  # noqa: E402
 from lib.inputs import NoBackwardError  # noqa: E402
@@ -359,23 +360,36 @@ def test_training_through_stage6_on_cpu(kind, padding, monkeypatch):
     assert sorted(seen["backward"], key=repr) == sorted(want, key=repr), seen["backward"]
 
 
-@pytest.mark.parametrize("head_dim", [96, 256])
-def test_training_at_a_head_dim_without_backward_is_refused(head_dim, monkeypatch):
-    """Stage 6's forward has D96 and D256 (real Gemma 2: 256), stage 8's backward neither: a
-    training step through fa_stage6 is refused before any forward runs (NoBackwardError naming
-    the head dims it has), unpadded and padded. (Inference at these head dims: the GPU tests.)"""
+def test_training_at_a_head_dim_without_backward_is_refused(monkeypatch):
+    """Stage 8's backward has D256 (real Gemma 2's) in its WGMMA build only: off an sm_90 GPU a
+    training step through fa_stage6 at D256 is refused before any forward runs (NoBackwardError
+    naming the head dims it has here), unpadded and padded. (Training at D256 and D96: the GPU
+    test of tiny models; D96 through the fakes: the test below.)"""
+    head_dim = 256
     calls = fake_stage6_and_backward(monkeypatch, [])
+    monkeypatch.setattr(stage8, "wgmma_here", lambda: False)
     name = hf.register([6])[0]
     model = hf.tiny_model("gemma2", torch.bfloat16, "cpu", head_dim=head_dim).train()
     hf.set_attention(model, name)
     ids, mask = hf.left_padded_prompts((12, 5), model.config.vocab_size, "cpu")
     try:
         for m in (None, mask):
-            with pytest.raises(NoBackwardError, match=f"head dims 64, 128; got {head_dim}"):
+            with pytest.raises(NoBackwardError, match=f"head dims 64, 96, 128 on this GPU .*; got {head_dim}"):
                 model(ids, attention_mask=m, labels=ids, use_cache=False)
     finally:
         hf.set_attention(model, hf.baseline(model))
     assert not calls
+
+
+def test_training_at_head_dim_96_reaches_the_backward(monkeypatch):
+    """D96 (Phi-3's) trains: stage 8 runs it as D128 on zero-padded copies, so the adapter does not
+    refuse it; with the kernels faked, a training step's gradients are within the rule."""
+    calls = fake_stage6_and_backward(monkeypatch, [])
+    name = hf.register([6])[0]
+    model = hf.tiny_model("mistral", torch.bfloat16, "cpu", head_dim=96, seed=3).train()
+    batches = _batches(TRAIN_LENGTHS["unpadded"], model.config.vocab_size, "cpu", seed=5)
+    assert_training_step_within_rule(model, batches, name, torch.bfloat16, "mistral D96, fake kernels")
+    assert any(kind == "backward" for kind, _ in calls)
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,7 +438,8 @@ def test_stage6_generate_in_tiny_models(kind, head_dim, dtype):
         assert r.tokens_equal and r.logits_ok, hf.generate_table(res)
 
 
-TRAIN_MODELS = [("mistral", 64), ("gemma2", 64), ("gemma3", 128), ("gpt_oss", 64)]  # head dims stage 8 has
+# D256 as real Gemma 2's (stage 8's build of its own), D96 as Phi-3's (D128's build, zero-padded)
+TRAIN_MODELS = [("mistral", 64), ("gemma2", 64), ("gemma3", 128), ("gpt_oss", 64), ("gemma2", 256), ("mistral", 96)]
 
 
 @gpu
