@@ -45,14 +45,39 @@ def training_record() -> dict | None:
 
 
 def record_line(rec: dict) -> str:
-    """Where a record was made, and whether the stage sources it timed are still these."""
-    import stages.stage5 as s5
-    import stages.stage8 as s8
+    """Where a record was made, and whether the stage sources it timed (its sha256 per stage: 5
+    and 8 for the backward's entry) are still these."""
+    import stages
     env = rec["env"]
-    changed = [n for n, m in ((5, s5), (8, s8)) if rec.get("sha256", {}).get(str(n)) != R.stage_sha256(m.INFO)]
+    shas = rec.get("sha256", {})
+    changed = [n for n in sorted(shas, key=int) if shas[n] != R.stage_sha256(stages.get(int(n)).INFO)]
     return (f"*Recorded* on {env['gpu']} at commit {env['commit']}, {env['date']} (torch {env['torch']}, "
             f"NVRTC {env.get('nvrtc', '?')})"
             + (f" — **stage {' and '.join(map(str, changed))} changed since: re-record pending**" if changed else ""))
+
+
+def head_dims_record() -> dict | None:
+    """The `backward_head_dims` entry (scripts/backward_bench.py --head-dims --record), or None."""
+    return (R.load() or {}).get("backward_head_dims")
+
+
+def show_head_dims_table(rec: dict) -> None:
+    """Stage 8 at D 96 and D 256 (and D 128 at D 96's shape) against SDPA's backward, same run;
+    the other builds timed beside the stage's, as a multiple of its time."""
+    from IPython.display import Markdown, display
+    lines = [record_line(rec), "",
+             "| shape | causal | built as | stage 8 µs | TFLOPS | SDPA default µs | stage 8 × SDPA default "
+             "| SDPA FLASH µs | stage 8 × SDPA FLASH | other builds (their time ÷ the stage's) | gradients |",
+             "|---" * 11 + "|"]
+    for r in rec["rows"]:
+        d, f = r.get("sdpa_us"), r.get("sdpa_flash_us")
+        built = f"D {r['padded_to']} on zero-padded copies" if r.get("padded_to") else (
+            "two warpgroups split D, dQ pass" if r["D"] > 128 else "the stage's build")
+        others = "; ".join(f"{lab}: {o['us'] / r['us']:.2f}" for lab, o in r.get("others", {}).items()) or "—"
+        lines.append(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | {built} "
+                     f"| {r['us']:,.0f} | {r['tflops']:.0f} | {d:,.0f} | {d / r['us']:.2f}× | {f:,.0f} | "
+                     f"{f / r['us']:.2f}× | {others} | {'pass' if r['passed'] else 'FAIL'} |")
+    display(Markdown("\n".join(lines)))
 
 
 def show_backward_table(rec: dict) -> None:

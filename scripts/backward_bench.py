@@ -7,6 +7,7 @@ shape, every sequence length as timed) — and again after timing.
     python scripts/backward_bench.py --record   # and store it under "backward" in results/<gpu>.json
     python scripts/backward_bench.py --train-step --record   # the training map instead, under "train_step"
     python scripts/backward_bench.py --features --record     # the models' variants, under "backward_variants"
+    python scripts/backward_bench.py --head-dims --record    # D96 and D256, under "backward_head_dims"
 
 By default it times bf16 and then fp16 (`--dtype` picks one); `--variants` times the other
 builds in the first of them only (`--variants producer`: the producer warpgroup's builds alone,
@@ -356,6 +357,66 @@ def backward_features(a) -> int:
     return 0 if ok else 1
 
 
+# (B, H, S, D) of --head-dims: D 256 long and short (Gemma 2's head dim); D 96 (Phi-3's) and D 128 at
+# the same shape, so that what D 96's padding costs reads off beside D 128. Stage 6's forward, bf16.
+HEAD_DIM_SHAPES = [(2, 16, 4096, 256), (8, 16, 1024, 256), (4, 16, 4096, 96), (4, 16, 4096, 128)]
+# the builds timed beside the stage's at D 256: the switch its rule turned off
+HEAD_DIM_BUILDS = {256: {"with OVERLAP": {"overlap": 1}}}
+
+
+def head_dims(a) -> int:
+    """--head-dims: stage 8 at D 96 and D 256 (and D 128 at D 96's shape) against SDPA's backward
+    (default and FLASH), the gradients of every timed build checked against float64 on a slice
+    first; recorded under "backward_head_dims"."""
+    rows, ok, t0 = [], True, time.time()
+    for B, H, S, D in HEAD_DIM_SHAPES:
+        for causal in (False, True):
+            q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
+            dout = torch.randn_like(q)
+            lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+            out = stage6.attention(q, k, v, causal=causal, lse=lse)
+            builds = {"stage 8": {}, **HEAD_DIM_BUILDS.get(D, {})}
+            passed = {}
+            for label, kw in builds.items():  # one batch entry and two heads, every sequence length as timed
+                small = [t[:1, :2].contiguous() for t in (q, k, v, dout)]
+                lse_s = torch.empty(small[0].shape[:3], dtype=torch.float32, device=q.device)
+                out_s = stage6.attention(*small[:3], causal=causal, lse=lse_s)
+                g = stage8.attention_backward(*small[:3], out_s, small[3], lse_s, causal=causal, **kw)
+                passed[label] = all(c.passed for c in check_gradients(g, *small[:3], small[3], causal=causal).values())
+                ok &= passed[label]
+            fns = {label: (lambda kw=kw: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw))
+                   for label, kw in builds.items()}
+            fns.update({name: sdpa_backward_call(q, k, v, dout, causal=causal, backend=b) for name, b in BACKENDS.items()})
+            t = time_interleaved(fns, rounds=a.rounds, budget_s=1.0)
+            flops = 2.5 * attention_flops(B, H, S, S, D, causal)
+            row = {"B": B, "H": H, "S": S, "D": D, "causal": causal, "dtype": "bfloat16",
+                   "padded_to": stage8.PADDED.get(D), "build": dict(stage8.config(stage8.PADDED.get(D, D), wgmma=1)["defines"]),
+                   "us": t["stage 8"].median_us, "round_medians_us": t["stage 8"].round_medians_us,
+                   "tflops": flops / t["stage 8"].median_us / 1e6, "passed": passed["stage 8"],
+                   "others": {label: {"us": t[label].median_us, "round_medians_us": t[label].round_medians_us,
+                                      "passed": passed[label]} for label in builds if label != "stage 8"}}
+            for name, key in (("SDPA default", "sdpa_us"), ("SDPA FLASH", "sdpa_flash_us")):
+                row[key] = t[name].median_us if name in t else None
+            rows.append(row)
+            sd, fl = row["sdpa_us"], row["sdpa_flash_us"]
+            print(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full':6s}: stage 8 {row['us']:9,.1f} µs "
+                  f"({row['tflops']:5.1f} TFLOPS, {'pass' if passed['stage 8'] else 'FAIL'}); SDPA default "
+                  f"{sd or 0:9,.1f} µs ({(sd or 0) / row['us']:.3f}x), FLASH {fl or 0:9,.1f} µs "
+                  f"({(fl or 0) / row['us']:.3f}x)" + "".join(f"; {lab} {o['us']:,.1f} µs ({o['us'] / row['us']:.3f}x "
+                                                              f"the stage's time)" for lab, o in row["others"].items())
+                  + f" ({time.time() - t0:.0f} s)", flush=True)
+            del q, k, v, dout, out, lse, fns
+            torch.cuda.empty_cache()
+    if a.record and ok:
+        env = R.capture_env()
+        shas = {str(n): R.stage_sha256(m.INFO) for n, m in ((6, stage6), (8, stage8))}
+        path = R.save_extra(env["gpu"], "backward_head_dims", {"env": env, "sha256": shas, "rows": rows})
+        print(f"recorded in {path}")
+    elif a.record:
+        print("not recorded: a gradient check failed", file=sys.stderr)
+    return 0 if ok else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--record", action="store_true",
@@ -367,6 +428,9 @@ def main() -> int:
                     help="time the models' variants in the backward instead (window, softcap, sinks: "
                          "each against the plain build, and a 4096-key window against causal per score); "
                          "needs an sm_90 GPU")
+    ap.add_argument("--head-dims", action="store_true",
+                    help="time D 96 and D 256 (and D 128 at D 96's shape) against SDPA's backward instead, "
+                         "under 'backward_head_dims'; needs an sm_90 GPU")
     ap.add_argument("--dtype", default="both", choices=["float16", "bfloat16", "both"],
                     help="both (the default, what the record holds): bf16 rows, then fp16 rows; the "
                          "variants are timed in the first dtype only")
@@ -382,6 +446,8 @@ def main() -> int:
         return train_map(a.record)
     if a.features:
         return backward_features(a)
+    if a.head_dims:
+        return head_dims(a)
     dtypes = ["bfloat16", "float16"] if a.dtype == "both" else [a.dtype]
     rows, ok = [], True
     for dtype_name, B, H, S, D, causal in ((t, *shape, c) for t in dtypes for shape in SHAPES for c in (False, True)):

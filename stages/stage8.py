@@ -133,11 +133,12 @@ BEFORE_PRODUCER = {
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
     128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
-    # D 256 (issue 51): the one build that fits, not a measured choice. Two warpgroups share 64
-    # keys and split D's columns (a warpgroup's dK and dV over all of D would take 256 registers a
-    # thread); dQ by its own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside
-    # two Q and two dO tiles of 32 KB each (stages/stage8_wgmma.cu, "Head dim 256").
-    256: {**BEFORE_PRODUCER[128], "DQ_ATOMICS": 0, "DQ_BULK": 0},
+    # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
+    # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its
+    # own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside two Q and two dO
+    # tiles of 32 KB each (stages/stage8_wgmma.cu, "Head dim 256"). Without OVERLAP: 1.04-1.07x
+    # the build with it at four rows (H200, same rounds, bf16; experiments/backward_head_dims).
+    256: {**BEFORE_PRODUCER[128], "DQ_ATOMICS": 0, "DQ_BULK": 0, "OVERLAP": 0},
 }
 # Head dims the backward takes by running another's build on zero-padded copies: D 96 as D 128
 # (columns 96-127 of Q, K, V, O and dO zero change no score, no δ and no gradient of the first 96

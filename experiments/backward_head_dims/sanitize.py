@@ -2,7 +2,7 @@
 the same K, V, Q and dO tiles, TMA loads into two buffers, the dQ pass) at odd lengths, GQA,
 causal both ways, with a window and softcap too; D 96 through D 128's build on padded copies.
 Each result checked against float64 autograd. Run on an H100/H200 as
-    compute-sanitizer --tool memcheck|racecheck|synccheck --kernel-name regex:attention \
+    compute-sanitizer --tool memcheck|racecheck|synccheck --kernel-name kns=attention \
         python3 experiments/backward_head_dims/sanitize.py
 """
 import sys
