@@ -95,6 +95,12 @@ for s in "$@"; do case $s in
   trainmap) step trainmap timeout 300 python3 scripts/backward_bench.py --train-step --record ;;
   bwdrecord) step bwdrecord timeout 420 python3 scripts/backward_bench.py --record --variants wgmma ;;
   bwdfeatures) step bwdfeatures timeout 400 python3 scripts/backward_bench.py --features --record ;;  # issue 51: the variants' backward
+  headdims) step headdims python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py tests/test_backward_variants.py \
+              tests/test_hf_variants.py -k "head_dim or (autograd_variants_train and (96 or 256)) or (training_step_in_tiny and (gemma2-256 or mistral-96))" ;;  # issue 51: stage 8 at D96, D256
+  sanheaddims) for tool in memcheck racecheck synccheck; do
+      step "san-headdims-$tool" compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name kns=attention --report-api-errors no python3 experiments/backward_head_dims/sanitize.py
+    done ;;
+  hdrecord) step hdrecord timeout 200 python3 scripts/backward_bench.py --head-dims --record ;;  # about 45 s on an H200, compiled
   fixes) step fixes python3 -m pytest -p no:cacheprovider -q "${par[@]}" tests/test_backward.py -k "refused or flashattention3 or autograd or thread" ;;
   gqacausal) step gqacausal timeout 200 python3 experiments/gqa_causal_step/probe.py ;;
   sanvarlen) for tool in memcheck synccheck; do  # packed sequences' training path: per-sequence views at offsets

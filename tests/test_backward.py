@@ -40,14 +40,16 @@ def test_compiles_offline_without_spills(D, dtype, atomics):
         assert u["spill_stores"] <= allowed and u["spill_loads"] <= allowed, (kernel, u)
 
 
-def _run(B, H, Hk, Sq, Sk, D, causal, dtype, seed, *, scale=None, strided=False):
+def _run(B, H, Hk, Sq, Sk, D, causal, dtype, seed, *, scale=None, strided=False, forward=stage5):
+    """Inputs, the output and lse of `forward` (stage 5's, or stage 6's where stage 5 lacks the head
+    dim), and a random dO: what a backward starts from."""
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dtype, seed=seed)
     if strided:  # a model's [B, S, H, D] tensors seen as [B, H, S, D]
         q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
     gen = torch.Generator(device="cuda").manual_seed(seed + 1)
     dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=dtype)
     lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
-    out = stage5.attention(q, k, v, causal=causal, scale=scale, lse=lse)
+    out = forward.attention(q, k, v, causal=causal, scale=scale, lse=lse)
     return q, k, v, out, dout, lse
 
 
@@ -473,12 +475,8 @@ HEAD_DIM_SHAPES = [
 def test_backward_at_head_dims_96_and_256(shape, dtype, seed):
     """Stage 8 at the head dims stage 6's forward adds (issue 51): dq, dk and dv from stage 6's
     output and lse against float64 autograd, new tensors of the inputs' shapes."""
-    B, H, Hk, Sq, Sk, D, causal = shape
-    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dtype, seed=seed)
-    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
-    dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=dtype)
-    lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
-    out = stage6.attention(q, k, v, causal=causal, lse=lse)
+    causal = shape[-1]
+    q, k, v, out, dout, lse = _run(*shape, dtype, seed, forward=stage6)
     grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)
     assert [tuple(g.shape) for g in grads] == [tuple(q.shape), tuple(k.shape), tuple(v.shape)]
     assert all(g.is_contiguous() and g.dtype == dtype for g in grads)
