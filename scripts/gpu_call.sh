@@ -157,7 +157,7 @@ for s in "$@"; do case $s in
   notebooks)  # each notebook executed in place (this tree is a copy) and copied out as soon as it is done
     [ -f .nbcache/nbcache.tgz ] && mkdir -p "$FA_CACHE_DIR" && tar xzf .nbcache/nbcache.tgz -C "$FA_CACHE_DIR"  # cubins compiled offline
     mkdir -p "$OUT/nb"
-    for nb in ${FA_NOTEBOOKS:-notebooks/*.ipynb}; do
+    for nb in ${FA_NOTEBOOKS-notebooks/*.ipynb}; do  # set but empty (--stale named none): none
       step "nb-$(basename "$nb" .ipynb)" python3 -m lib.notebook --execute "$nb"; cp "$nb" "$OUT/nb/"
     done ;;
   *) echo "unknown step $s"; rc=2 ;;
