@@ -46,12 +46,37 @@ def notebook_stage(path) -> int | None:
     return int(name[5]) if name.startswith("stage") and name[5:6].isdigit() else None
 
 
+# The record's entries besides the stages' rows that a notebook's outputs show (each names its
+# entry's commit in a record line or in prose: lib.prose.record_name, lib.notebook_backward.record_line).
+# A re-record of one leaves the notebook stale as a re-record of a stage's rows does.
+ENTRY_READERS = {
+    "journey": ("backward", "fp8_bench", "generate", "training"),
+    "stage6b_decoding": ("paged", "fp8_decode"),
+    "stage6c_model_features": ("stage6_variants", "generate_models", "backward_variants"),
+    "stage7_fp8": ("fp8_bench", "fp8_tiles", "fp8_waterfall"),
+    "stage8_backward": ("backward", "backward_head_dims", "train_step", "training"),
+}
+
+
+def stale_entries(path, nb, data: dict) -> list[str]:
+    """Why a notebook no longer shows the record's entries it reads (ENTRY_READERS): an entry's
+    commit that none of its committed outputs names."""
+    out = "\n".join(cell_outputs(c) for c in nb.cells if c.cell_type == "code")
+    why = []
+    for name in ENTRY_READERS.get(Path(path).stem, ()):
+        commit = ((data.get(name) or {}).get("env") or {}).get("commit", "")[:7]
+        if commit and commit not in out:
+            why.append(f"{name}: recorded at commit {commit}, which no output of the notebook names")
+    return why
+
+
 def stale_rows(path, data: dict | None = None) -> list[str]:
     """Why a committed notebook no longer matches the results file, one line per stage: its banner
     (the first cell that calls show_banner) names, for a stage it reads, another commit than the
     stage's rows carry now. A stage N notebook reads stages 0 to N, the others every stage. Empty:
     executed against today's rows. A re-record of any stage a notebook reads makes it stale until
-    it is executed again on the GPU (tests/test_notebook_consistency.py holds CI to this)."""
+    it is executed again on the GPU (tests/test_notebook_consistency.py holds CI to this); so does
+    one of the other entries it reads (stale_entries)."""
     import nbformat
     data = R.load() if data is None else data
     if not data:
@@ -72,7 +97,7 @@ def stale_rows(path, data: dict | None = None) -> list[str]:
         was = shown.get(int(k), shown.get(None))
         if was is None or not (now.startswith(was) or was.startswith(now)):
             why.append(f"stage {k}: the rows are commit {now}'s, the banner says {was}")
-    return why
+    return why + stale_entries(path, nb, data)
 
 
 def stale_notebooks(paths=None, data: dict | None = None) -> dict:

@@ -81,6 +81,24 @@ def test_stale_rows_names_each_stage_whose_rows_moved(tmp_path):
     assert list(found) == [tmp_path / "stage2_x.ipynb"]
 
 
+def test_a_notebook_that_reads_a_re_recorded_entry_is_stale(tmp_path):
+    """An entry besides the stages' rows (the backward's, here) recorded at a commit that no output
+    of a notebook reading it names makes that notebook stale; a notebook that does not read it is not."""
+    data = {"env": {"commit": "aaaaaaa"}, "stages": {"0": {"commit": "1111111"}},
+            "backward": {"env": {"commit": "bbbbbbb"}, "rows": []}}
+    text = "Recorded on X, stage 0 at commit 1111111, d; file f."
+    stage8 = _notebook_with_banner(tmp_path / "stage8_backward.ipynb", text)
+    why = stale_rows(stage8, data)
+    assert len(why) == 1 and "backward" in why[0] and "bbbbbbb" in why[0]
+    assert stale_rows(_notebook_with_banner(tmp_path / "stage0_x.ipynb", text), data) == []
+    # once an output names the entry's commit (a record line, as after executing it again), it is not
+    nb = nbformat.read(stage8, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("show_backward_table(rec)", outputs=[nbformat.v4.new_output(
+        "display_data", data={"text/markdown": "*Recorded* on X at commit bbbbbbb, d"})]))
+    nbformat.write(nb, stage8)
+    assert stale_rows(stage8, data) == []
+
+
 def test_banner_commits_are_read_from_the_provenance():
     text = ("stage 0 at commit c896d87, 2026-11-23 13:55 UTC; stages 1–3, 5 at commit ab5e7dc, "
             "2026-11-23 13:28 UTC; stage 6 at commit 3a7c64f, …")
