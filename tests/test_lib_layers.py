@@ -9,7 +9,7 @@ LIB = Path(__file__).resolve().parent.parent / "lib"
 LAYERS = [
     {"__init__", "simulator", "inputs", "nvrtc", "tma", "reference", "fp8"},
     {"timing", "microbench", "sass", "results", "ncu"},
-    {"plots_common", "plots_stage6", "plots_journey", "plots_early", "plots", "shape_map", "hf",
+    {"plots_common", "plots_stage6", "plots_journey", "plots_early", "plots_backward", "plots", "shape_map", "hf",
      "hf_masks", "hf_models",
      "notebook_common", "notebook_sass", "notebook_stage34", "notebook_ideas", "notebook_journey",
      "notebook_backward", "notebook_fp8", "notebook_run", "prose", "prose_stage6", "prose_early",
