@@ -72,8 +72,9 @@ def show_head_dims_table(rec: dict) -> None:
              "|---" * 11 + "|"]
     for r in rec["rows"]:
         d, f = r.get("sdpa_us"), r.get("sdpa_flash_us")
-        built = f"D {r['padded_to']} on zero-padded copies" if r.get("padded_to") else (
-            "two warpgroups split D, dQ pass, no producer" if r["D"] > 128 else "the stage's build")
+        built = (f"D {r['padded_to']} on zero-padded copies" if r.get("padded_to") else
+                 "two warpgroups split D, dQ pass, no producer" if r["D"] > 128 else
+                 "D 128's tiles, columns 96–127 zero" if r["D"] == 96 else "the stage's build")
         others = "; ".join(f"{lab}: {o['us'] / r['us']:.2f}" for lab, o in r.get("others", {}).items()) or "—"
         lines.append(f"| B{r['B']} H{r['H']} S{r['S']} D{r['D']} | {'yes' if r['causal'] else 'no'} | {built} "
                      f"| {r['us']:,.0f} | {r['tflops']:.0f} | {d:,.0f} | {d / r['us']:.2f}× | {f:,.0f} | "

@@ -29,7 +29,7 @@ Stage 6's model variants (window, softcap, softcap_tanh, sinks; issue 51) train 
 8's backward takes the same variants (its WGMMA build: an H100/H200); sinks that require grad get
 their gradient. Packed sequences carry them per sequence.
 
-Stage 8 takes every head dim stage 6's forward has: 64, 96 (as 128 on zero-padded copies), 128
+Stage 8 takes every head dim stage 6's forward has: 64, 96 (in D 128's tiles), 128
 and 256 (its WGMMA build only: elsewhere D256 with gradients is refused before the forward runs,
 NoBackwardError naming the ones it has).
 """

@@ -140,10 +140,12 @@ WGMMA_BUILD = {
     # the build with it at four rows (H200, same rounds, bf16; experiments/backward_head_dims).
     256: {**BEFORE_PRODUCER[128], "DQ_ATOMICS": 0, "DQ_BULK": 0, "OVERLAP": 0},
 }
-# Head dims the backward takes by running another's build on zero-padded copies: D 96 as D 128
-# (columns 96-127 of Q, K, V, O and dO zero change no score, no δ and no gradient of the first 96
-# columns; the scale stays 1/sqrt(96)). The price: five copies in and three out (timed beside D 128:
-# experiments/backward_head_dims), and a D 128 backward's products.
+# D 96 (Phi-3's) in D 128's tiles, columns 96-127 zero (stages/stage8_wgmma.cu, "Head dim 96"): D 128's build.
+WGMMA_BUILD[96] = WGMMA_BUILD[128]
+# Head dims the mma.sync build takes by running another's build on zero-padded copies: D 96 as
+# D 128 (columns 96-127 of Q, K, V, O and dO zero change no score, no δ and no gradient of the
+# first 96 columns; the scale stays 1/sqrt(96)). The price: five copies in and three out. The
+# WGMMA build takes D 96 in its own tiles instead, without copies (experiments/backward_head_dims).
 PADDED = {96: 128}
 WGMMA_ONLY = (256,)  # head dims only the WGMMA build has (an sm_90 GPU)
 HEAD_DIMS = (64, 96, 128, 256)  # attention_backward's: every head dim stage 6's forward has
@@ -174,6 +176,11 @@ INFO = StageInfo(
     extra={"spill_bytes_allowed": {128: 8}},
 )
 _BACKWARD_INFO = replace(INFO, head_dims=HEAD_DIMS)  # what attention_backward validates against
+
+
+def tile_width(head_dim: int) -> int:
+    """The WGMMA build's tile width at a head dim: whole 64-column atoms (D 96: 128)."""
+    return -(-head_dim // 64) * 64
 
 
 def smem_bytes(head_dim: int, block_n: int, block_m: int, dq_atomics: int = 1) -> int:
@@ -239,7 +246,8 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if given.get("producer") is None and not producer_fits:
             chosen["PRODUCER"] = 0
         # DS_GUARD: two warpgroups whose dQ products read both's dSᵀ (D 128, or dQ in turns)
-        guard_fits = chosen["WARPGROUPS"] == 2 and chosen["DQ_ATOMICS"] and (head_dim == 128 or chosen["DQ_TURNS"])
+        dp = tile_width(head_dim)  # the tiles' width (D 96: D 128's)
+        guard_fits = chosen["WARPGROUPS"] == 2 and chosen["DQ_ATOMICS"] and (dp == 128 or chosen["DQ_TURNS"])
         if given.get("ds_guard") is None and not guard_fits:
             chosen["DS_GUARD"] = 0
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
@@ -267,16 +275,16 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
         dq_buffers = 1 if chosen["BLOCKS_PER_SM"] == 3 else 2  # the kernel's DQ_BUFFERS
         keys = r if head_dim > 128 else r * wgs  # D 256: the two warpgroups share 64 keys
-        dq_tiles = wgs * (1 if head_dim // 64 == wgs else head_dim // 64)  # the kernel's DQ_TILES per warpgroup
+        dq_tiles = wgs * (1 if dp // 64 == wgs else dp // 64)  # the kernel's DQ_TILES per warpgroup
         # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), one or
         # two buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ, four mbarriers
         # (the producer: two more per dQ buffer and warpgroup)
-        smem = ((2 * keys + 4 * r) * head_dim * 2 + (keys * r * 2 if atomics else 0)
+        smem = ((2 * keys + 4 * r) * dp * 2 + (keys * r * 2 if atomics else 0)
                 + (dq_buffers * dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0)
                 + 4 * r * 4 + 32 + (2 * dq_buffers * wgs * 8 if chosen["PRODUCER"] else 0) + 1024)
         return {"block_n": keys, "block_m": r, "threads": 128 * (wgs + chosen["PRODUCER"]), "dq_atomics": atomics, "wgmma": 1,
                 "dq_bulk": chosen["DQ_BULK"], "tma_loads": chosen["TMA_LOADS"],
-                "smem": smem, "dq_smem": 0 if atomics else 6 * r * head_dim * 2 + 1024,
+                "smem": smem, "dq_smem": 0 if atomics else 6 * r * dp * 2 + 1024,
                 "defines": tuple(sorted(chosen.items())) + variant_defines, "variants": bool(variant_defines)}
     if any(v is not None for v in switches.values()):
         raise ValueError(f"{', '.join(sorted(switches))}: switch(es) of the WGMMA build (wgmma=1)")
@@ -330,11 +338,13 @@ def _preprocess_kernel(dtype, head_dim: int, part: str = "preprocess"):
     return nvrtc.stage_kernels(src, (f"attention_backward_{part}",), dtype, head_dim)[f"attention_backward_{part}"]
 
 
-def postprocess(acc: torch.Tensor, Sq: int, dtype) -> torch.Tensor:
-    """The [B, H, sq_pad, D] float32 dQ the bulk reductions summed (tiles in the accumulators'
+def postprocess(acc: torch.Tensor, Sq: int, dtype, head_dim: int | None = None) -> torch.Tensor:
+    """The [B, H, sq_pad, DP] float32 dQ the bulk reductions summed (tiles in the accumulators'
     order, tiles_in_order says how) as a new contiguous [B, H, Sq, D] tensor of `dtype`: one
-    kernel (stages/stage8_postprocess.cu), one pass."""
-    B, H, sq_pad, D = acc.shape
+    kernel (stages/stage8_postprocess.cu), one pass. D: head_dim (default DP, the tiles' width;
+    D 96's tiles are 128 wide)."""
+    B, H, sq_pad, dp = acc.shape
+    D = head_dim or dp
     dq = torch.empty((B, H, Sq, D), dtype=dtype, device=acc.device)
     kernel, cfg, args = _post_launch(B, H, Sq, sq_pad, D, dtype)
     nvrtc.launch_prepared(kernel, cfg, (acc.data_ptr(), dq.data_ptr(), *args))
@@ -343,7 +353,7 @@ def postprocess(acc: torch.Tensor, Sq: int, dtype) -> torch.Tensor:
 
 def _post_launch(B, H, Sq, sq_pad, D, dtype) -> tuple:
     """The postprocess's kernel, launch configuration and scalar arguments."""
-    quads = B * H * sq_pad * D // 4
+    quads = B * H * sq_pad * tile_width(D) // 4  # the float32 sum's, tile_width(D) columns a row
     nvrtc.check_grid_x("stage 8 (postprocess)", -(-quads // 256))
     return (_preprocess_kernel(dtype, D, "postprocess"), nvrtc.launch_config((-(-quads // 256), 1, 1), (256, 1, 1)),
             (np.int32(Sq), np.int32(sq_pad // 64), np.int64(quads)))
@@ -369,7 +379,7 @@ def _pre_launch(out, dout, sq_pad: int) -> tuple:
     """The preprocess's kernel, launch configuration and scalar arguments for these layouts."""
     B, H, Sq, D = out.shape
     rows = B * H * sq_pad
-    blocks = -(-rows * (D // 8) // 256)  # D/8 threads per row
+    blocks = -(-rows * (tile_width(D) // 8) // 256)  # DP/8 threads per row (D 96: the last 4 read nothing)
     nvrtc.check_grid_x("stage 8 (preprocess)", blocks)
     return (_preprocess_kernel(out.dtype, D), nvrtc.launch_config((blocks, 1, 1), (256, 1, 1)),
             (np.int32(Sq), np.int32(sq_pad), np.int32(H), np.int64(rows),
@@ -496,7 +506,7 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     if D in WGMMA_ONLY and not wgmma:
         raise NotImplementedError(f"stage 8's backward at head dim {D} is in its WGMMA build only (an sm_90 "
                                   "GPU: H100/H200); the mma.sync build (stages/stage8.cu) takes 64, 96 and 128")
-    if D in PADDED:  # the build of PADDED[D] on zero-padded copies (_run_padded)
+    if D in PADDED and not wgmma:  # the build of PADDED[D] on zero-padded copies (_run_padded)
         p = _Launch()
         p.call, p.pad = (causal, scale, tiles, dq_atomics, wgmma, switches, variants), PADDED[D]
         p.shape, p.k_shape, p.empty = tuple(q.shape), tuple(k.shape), False
@@ -520,7 +530,7 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     p.sq_pad = (Sq + DQ_ROWS - 1) // DQ_ROWS * DQ_ROWS  # whole blocks of either kernel's rows
     p.rows_pad = B * H * p.sq_pad  # δ's and lse·log2 e's elements each, in the workspace (_run)
     p.acc_at = 2 * p.rows_pad
-    p.acc_shape = (B, H, p.sq_pad if p.wgmma_acc else Sq, D)
+    p.acc_shape = (B, H, p.sq_pad, tile_width(D)) if p.wgmma_acc else (B, H, Sq, D)
     p.work_floats = p.acc_at + (math.prod(p.acc_shape) if p.atomics else 0)
     p.copy_out, p.copy_dout = not _aligned_strides(out), not _aligned_strides(dout)
     p.lse_ready = lse.dtype == torch.float32 and lse.is_contiguous()

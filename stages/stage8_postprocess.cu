@@ -10,7 +10,7 @@
 
 extern "C" __global__ void __launch_bounds__(256)
 attention_backward_postprocess(const float4* acc, elem_t* dq, int Sq, int n_q_blocks, long long quads) {
-    constexpr int ATOMS = HEAD_DIM / 64;
+    constexpr int ATOMS = (HEAD_DIM + 63) / 64;  // D 96: two, the second's last 32 columns dropped
     const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (f >= quads) return;
     const float4 x = acc[f];
@@ -20,7 +20,9 @@ attention_backward_postprocess(const float4* acc, elem_t* dq, int Sq, int n_q_bl
     const int atom = (int)(tile % ATOMS), qb = (int)(tile / ATOMS % n_q_blocks);
     const long long bh = tile / ATOMS / n_q_blocks;
     const int row = 64 * qb + 16 * w + g;
-    elem_t* const out = dq + (bh * Sq + row) * HEAD_DIM + 64 * atom + 8 * n + 2 * i4;
+    const int col = 64 * atom + 8 * n + 2 * i4;
+    if (ATOMS * 64 != HEAD_DIM && col >= HEAD_DIM) return;
+    elem_t* const out = dq + (bh * Sq + row) * HEAD_DIM + col;
     if (row < Sq) *reinterpret_cast<unsigned*>(out) = pack2(x.x, x.y);
     if (row + 8 < Sq) *reinterpret_cast<unsigned*>(out + 8 * HEAD_DIM) = pack2(x.z, x.w);
 }

@@ -16,7 +16,8 @@
 // it rows whose start is 16-byte aligned (a copy otherwise).
 #include "attention.cuh"
 
-constexpr int ROW_THREADS = HEAD_DIM / 8;  // threads per row, 8 elements each
+constexpr int DP = (HEAD_DIM + 63) / 64 * 64;  // dQ's float32 row (D 96: 128, as the WGMMA build's tiles)
+constexpr int ROW_THREADS = DP / 8;  // threads per row, 8 elements each (D 96: the last 4 read none)
 
 extern "C" __global__ void __launch_bounds__(256)
 attention_backward_preprocess(const elem_t* dout, const elem_t* out, const float* lse, float* delta,
@@ -30,7 +31,7 @@ attention_backward_preprocess(const elem_t* dout, const elem_t* out, const float
     const long long bh = row_id / Sq_pad;
     const int row = (int)(row_id % Sq_pad), b = (int)(bh / H), h = (int)(bh % H);
     float d = 0.0f, l2 = __int_as_float(0x7f800000);  // +∞
-    if (row < Sq) {
+    if (row < Sq && (DP == HEAD_DIM || c0 < HEAD_DIM)) {
         const uint4 o = *reinterpret_cast<const uint4*>(out + b * o_batch + h * o_head + (size_t)row * o_row + c0);
         const uint4 g = *reinterpret_cast<const uint4*>(dout + b * d_batch + h * d_head + (size_t)row * d_row + c0);
         const elem_t* oe = reinterpret_cast<const elem_t*>(&o);
@@ -50,7 +51,7 @@ attention_backward_preprocess(const elem_t* dout, const elem_t* out, const float
         lse2[row_id] = l2;
     }
     if (dq_zero != nullptr) {
-        float4* const z = reinterpret_cast<float4*>(dq_zero + row_id * HEAD_DIM + c0);
+        float4* const z = reinterpret_cast<float4*>(dq_zero + row_id * DP + c0);
         z[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }

@@ -55,6 +55,10 @@ def variant_switches(head_dim: int, variants: Variants) -> dict:
     window spilled 44 bytes in that build too, and none with dq_bulk=0: both forms take it."""
     if head_dim == 128 and variants.softcap_build and variants.window is not None:
         return {"producer": 0, "dq_bulk": 0}
+    if head_dim == 96 and variants.softcap_build and variants.window is not None:
+        # D 96 in D 128's tiles: that build spilled 4-8 bytes there (its window mask beside fewer
+        # k-steps), none without the overlap too
+        return {"producer": 0, "dq_bulk": 0, "overlap": 0}
     return {}
 
 

@@ -83,6 +83,12 @@
 // Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
 // block's dK is waited for.
 //
+// Head dim 96 (Phi-3's): the tiles are D 128's (DP), columns 96-127 zeros. K and V are copied with
+// those columns zero-filled, and the copy engine zero-fills Q's and dO's boxes past column 96,
+// counting each whole box's bytes. Sᵀ and dPᵀ read only the first 96 columns (six k-steps). dK,
+// dV and dQ are made over all 128 columns, whose last 32 stay zero, and stored only up to column
+// 96. dQ's float32 sum keeps 128 columns; the postprocess drops the last 32.
+//
 // Head dim 256 (issue 51; no switch: the only build that fits). A warpgroup's dK and dV for 64
 // keys over all of D would take D registers a thread (256), more than a thread has. So at D 256
 // two warpgroups share one block's 64 keys (KEYS = 64) and split D: warpgroup w holds dK and dV
@@ -172,19 +178,20 @@ __device__ __forceinline__ float cap_tanh(float x_mul) {
 }
 #endif
 
-constexpr int D = HEAD_DIM;
-constexpr int ATOMS = D / 64;   // 64-column atoms of a D-wide tile
+constexpr int D = HEAD_DIM;     // the tensors' head dim
+constexpr int DP = (D + 63) / 64 * 64;  // the tiles' (D 96: 128, columns 96-127 zero; see "Head dim 96")
+constexpr int ATOMS = DP / 64;  // 64-column atoms of a tile
 constexpr int ROWS = 64;        // keys per warpgroup, queries per step; queries per dQ block, keys per tile
 constexpr int THREADS = 128;    // one warpgroup
 constexpr bool SPLIT_D = D > 128;  // two warpgroups share 64 keys, each with half of D (above)
-constexpr int DKV = SPLIT_D ? D / 2 : D;       // the columns of dK and dV a warpgroup holds
+constexpr int DKV = SPLIT_D ? DP / 2 : DP;     // the columns of dK and dV a warpgroup holds
 constexpr int KEYS = SPLIT_D ? ROWS : ROWS * WARPGROUPS;  // keys per dK/dV block
 constexpr int KEY_THREADS = THREADS * WARPGROUPS;
 constexpr bool DQ_SPLITS_D = ATOMS == WARPGROUPS;  // dQ: one 64-column half of D per warpgroup, over all keys
 constexpr bool DQ_ALL_KEYS = DQ_SPLITS_D || DQ_TURNS;  // a warpgroup's dQ product covers all the block's keys
 static_assert(!DQ_TURNS || (WARPGROUPS == 2 && !DQ_SPLITS_D && DQ_ATOMICS),
               "DQ_TURNS: two warpgroups that do not split D, summing dQ in this kernel");
-constexpr int CHUNKS = D / 8;
+constexpr int CHUNKS = DP / 8;
 static_assert(WARPGROUPS == 1 || WARPGROUPS == 2, "one or two warpgroups");
 static_assert(!SPLIT_D || (D == 256 && WARPGROUPS == 2 && !DQ_ATOMICS && !PRODUCER),
               "D 256: two warpgroups that split D, dQ by its own pass");
@@ -222,7 +229,7 @@ __device__ __forceinline__ void copy_tile(elem_t* tile, const elem_t* src, int r
 #pragma unroll
     for (int i = 0; i < R / STEP; ++i) {
         const int row = r + i * STEP;
-        const bool inside = row0 + row < n_rows;
+        const bool inside = row0 + row < n_rows && (DP == D || c < D);  // D 96: columns 96-127 zeros
         cp_async_16(tile + sw<R>(row, c), inside ? src + (size_t)(row0 + row) * ld + c : src, inside ? 16 : 0);
     }
 }
@@ -363,7 +370,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     auto issue = [&](int it) {  // Q, dO, lse and δ of step it into buffer it % 2 (TMA_LOADS: thread LOADER alone)
         const int h = head_of(it), m0 = m0_of(it), buf = it % 2;
 #if TMA_LOADS
-        mbar_arrive_expect_bytes(&sm.full[buf], 2 * ROWS * D * 2 + 2 * ROWS * 4);
+        mbar_arrive_expect_bytes(&sm.full[buf], 2 * ROWS * DP * 2 + 2 * ROWS * 4);  // whole boxes, zero-filled ones too
 #pragma unroll
         for (int a = 0; a < ATOMS; ++a) {  // rows past Sq arrive as zeros
             tma_load_4d(&sm.q[buf][a][0][0], &q_map, &sm.full[buf], 64 * a, m0, h, b);
@@ -423,8 +430,8 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             for (int it = DQ_TURNS ? w : 0; it < n_iter; it += DQ_TURNS ? 2 : 1, ++u) {
                 const int slot = u % DQ_BUFFERS;
                 mbar_wait(&sm.dq_full[slot][w], (u / DQ_BUFFERS) % 2);  // the warpgroup's stores
-                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0_of(it) / ROWS) * D * ROWS;
-                for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64)
+                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0_of(it) / ROWS) * DP * ROWS;
+                for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : DP); c += 64)
                     bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[slot][w][(c - c0) / 64], 64 * ROWS * 4);
                 bulk_commit();
                 if (u > 0) {  // turn u − 1's tiles read out (turn u's may still be): its buffer is free
@@ -605,10 +612,10 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // DQ_TURNS: a warpgroup's own turns alternate its two buffers
         const int dq_buf = DQ_TURNS ? (it / 2) % DQ_BUFFERS : it % DQ_BUFFERS;
 #if !DQ_BULK
-        float* const dq_rows = dq_accum + (((size_t)b * H + head_of(it)) * Sq_pad + m0 + 16 * warp + g) * D;
+        float* const dq_rows = dq_accum + (((size_t)b * H + head_of(it)) * Sq_pad + m0 + 16 * warp + g) * DP;
 #endif
 #pragma unroll
-        for (int c = c0; dq_turn && c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64) {
+        for (int c = c0; dq_turn && c < (DQ_SPLITS_D ? c0 + 64 : DP); c += 64) {
             float dq[32];
             wgmma_fence();
 #pragma unroll
@@ -641,7 +648,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             // dq element i: row 16·warp + g + 8·((i / 2) % 2), column c + 8·(i / 4) + 2·i4 + i % 2.
 #pragma unroll
             for (int i = 0; i < 32; i += 2)
-                red_add2(dq_rows + 8 * ((i / 2) % 2) * D + c + 8 * (i / 4) + 2 * i4, dq[i], dq[i + 1]);
+                red_add2(dq_rows + 8 * ((i / 2) % 2) * DP + c + 8 * (i / 4) + 2 * i4, dq[i], dq[i + 1]);
 #endif
         }
 #if DQ_BULK
@@ -653,9 +660,9 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             named_bar_sync(1 + wg, THREADS);         // the whole warpgroup's
             if (tid % THREADS == 0) {
                 // dQ tile (bh, query block, 64-column block): 4,096 floats from dq_accum + 4096 × its index
-                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0 / ROWS) * D * ROWS;
+                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0 / ROWS) * DP * ROWS;
 #pragma unroll
-                for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : D); c += 64)
+                for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : DP); c += 64)
                     bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[dq_buf][wg][(c - c0) / 64], 64 * ROWS * 4);
                 bulk_commit();
             }
@@ -693,6 +700,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (key < Sk) {
 #pragma unroll
             for (int n = 0; n < DKV / 8; ++n) {
+                if (DP != D && cw + 8 * n >= D) continue;  // D 96: columns 96-127 are not the tensor's
                 const size_t at_out = (out_rows + key) * D + cw + 8 * n + 2 * i4;
                 *reinterpret_cast<unsigned*>(dk + at_out) = pack2(dk_acc[4 * n + 2 * hh], dk_acc[4 * n + 2 * hh + 1]);
                 *reinterpret_cast<unsigned*>(dv + at_out) = pack2(dv_acc[4 * n + 2 * hh], dv_acc[4 * n + 2 * hh + 1]);
@@ -745,9 +753,9 @@ attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const e
     const float lse_r[2] = {__ldg(lse2 + row_at), __ldg(lse2 + row_at + 8)};
     const float delta_r[2] = {__ldg(delta + row_at), __ldg(delta + row_at + 8)};
 
-    float dq_acc[D / 2];
+    float dq_acc[DP / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) dq_acc[i] = 0.0f;
+    for (int i = 0; i < DP / 2; ++i) dq_acc[i] = 0.0f;
 
     for (int j = j0; j < n_tiles; ++j) {
         cp_async_wait<0>();
@@ -807,7 +815,7 @@ attention_backward_dq(const elem_t* q, const elem_t* k, const elem_t* v, const e
         wgmma_fence();
 #pragma unroll
         for (int t = 0; t < ROWS / 16; ++t)
-            Wgmma<D>::rs(dq_acc, dsa[t], mnmajor<ROWS>(&sm.k[buf][0][0][0]) + row_step(t), 1);
+            Wgmma<DP>::rs(dq_acc, dsa[t], mnmajor<ROWS>(&sm.k[buf][0][0][0]) + row_step(t), 1);
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(dsa);

@@ -453,7 +453,7 @@ def test_stage6_saves_the_log_sum_exp(shape, seed):
         assert torch.equal(out, stage6.attention(q, k, v, causal=causal))
 
 
-# Head dims 96 (D 128's build on zero-padded copies) and 256 (two warpgroups that split D, the dQ
+# Head dims 96 (D 128's tiles, columns 96-127 zero) and 256 (two warpgroups that split D, the dQ
 # pass): one element, partial tiles, GQA, both causal alignments, rows that see no key, many blocks.
 HEAD_DIM_SHAPES = [
     (1, 1, 1, 1, 1, 256, False),
@@ -484,6 +484,19 @@ def test_backward_at_head_dims_96_and_256(shape, dtype, seed):
         assert c.passed, f"{name} {shape} {dtype} seed {seed}: {c.summary()}"
 
 
+@gpu
+@pytest.mark.skipif(not HOPPER, reason="stage 6's forward (the lse at D 96) needs an sm_90 GPU (H100/H200)")
+@pytest.mark.parametrize("shape", [(2, 4, 2, 37, 45, 96, True), (1, 2, 2, 150, 97, 96, "bottom_right")], ids=str)
+def test_mma_sync_build_at_head_dim_96_pads_copies(shape, seed):
+    """The mma.sync build has no D 96 tiles: it runs D 128's on zero-padded copies (stage8.PADDED),
+    against float64 like the WGMMA build's D 96 above."""
+    q, k, v, out, dout, lse = _run(*shape, torch.bfloat16, seed, forward=stage6)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=shape[-1], wgmma=0)
+    assert [tuple(g.shape) for g in grads] == [tuple(q.shape), tuple(k.shape), tuple(v.shape)]
+    for name, c in check_gradients(grads, q, k, v, dout, causal=shape[-1]).items():
+        assert c.passed, f"{name} {shape} seed {seed}: {c.summary()}"
+
+
 def test_head_dim_256_build_and_its_refusals():
     """D 256's one build (two warpgroups sharing 64 keys, the dQ pass, within an H100's shared
     memory) and what it refuses."""
@@ -506,13 +519,18 @@ def test_head_dim_256_refused_by_the_mma_sync_build():
 
 @cpu_only
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("D", [96, 256])
 @pytest.mark.parametrize("variant", [{}, {"softcap": 1, "window": True}, {"softcap": 2, "window": True}], ids=str)
-def test_head_dim_256_compiles_offline_without_spills(variant, dtype):
-    """D 256's kernels (the dK/dV kernel and the dQ pass, with the models' variants too) build for
-    sm_90a without a GPU: no spills, no serialized wgmma."""
+def test_head_dims_96_and_256_compile_offline_without_spills(variant, D, dtype):
+    """D 96's and D 256's kernels (the dK/dV kernel and the dQ pass, with the models' variants too,
+    with the switches the launcher gives those: variant_switches) build for sm_90a without a GPU:
+    no spills, no serialized wgmma."""
     from lib import nvrtc
-    cfg = stage8.config(256, wgmma=1, **variant)
-    compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=256,
+    from stages.stage6_variants import Variants
+    var = Variants(softcap=30.0 if variant else None, window=(8, 0) if variant else None,
+                   softcap_build=variant.get("softcap", 0))
+    cfg = stage8.config(D, wgmma=1, **variant, **stage8.variant_switches(D, var))
+    compiled = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=dtype, head_dim=D,
                                    defines={"STAGE8_OFFLINE_CHECK": 1, **dict(cfg["defines"])})
     use = compiled.resource_usage()
     assert set(use) == {"attention_backward", "attention_backward_dq"}, compiled.log[-2000:]

@@ -68,7 +68,7 @@ def test_variant_switches_and_args():
 
 # (D, dtype, softcap build, window): each dtype's own tanh (stage6_variants.SOFTCAP_TANH), the
 # build the launcher runs (variant_switches)
-VARIANT_BUILDS = [(D, dt, c, w) for D in (64, 128) for dt, cap in ((torch.float16, 2), (torch.bfloat16, 1))
+VARIANT_BUILDS = [(D, dt, c, w) for D in (64, 96, 128, 256) for dt, cap in ((torch.float16, 2), (torch.bfloat16, 1))
                   for c, w in ((cap, False), (0, True), (cap, True))]
 
 
