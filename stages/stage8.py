@@ -21,7 +21,9 @@ Autograd: `with_grad(forward, q, k, v, ...)` runs a forward that saves the log-s
 that its output's grad_fn runs this backward. This stage's `attention` is stage 5's forward
 taken that way; stages/autograd.py does the same for stage 6's (forward=6), so that the
 forward stages need not know about this one. GQA sums dK and dV over each
-group of query heads; causal works in both alignments; any length. With dQ summed by atomics
+group of query heads; causal works in both alignments; any length. Head dims 64 and 128; 96 in
+D 128's tiles (the mma.sync build: on zero-padded copies, PADDED); 256 in the WGMMA build alone,
+two warpgroups splitting D (stages/stage8_wgmma.cu, "Head dim 96" and "Head dim 256"). With dQ summed by atomics
 (the WGMMA build's default) the order of the additions changes from run to run, so dQ's last
 bits may too; `dq_atomics=0` gives the dQ pass, whose dQ is the same bits for the same inputs.
 """
