@@ -364,10 +364,15 @@ def _post_launch(B, H, Sq, sq_pad, D, dtype) -> tuple:
 def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None):
     """(δ, lse·log2 e), each [B, H, sq_pad] float32: δ = rowsum(dO ∘ O), 0 past Sq; the
     log-sum-exp in log2 units, +∞ where it is −∞ (a row that sees no key) and past Sq. One
-    kernel (stages/stage8_preprocess.cu), D/8 threads per row reading 16 bytes each; out and
+    kernel (stages/stage8_preprocess.cu), DP/8 threads per row reading 16 bytes each; out and
     dout of any strides whose rows start 16-byte aligned with unit last dim (others are copied
-    first). dq_zero, a contiguous float32 [B, H, sq_pad, D], is zeroed in the same pass."""
+    first). dq_zero, a contiguous float32 [B, H, sq_pad, DP] (DP = tile_width(D): D 96's is 128 wide),
+    is zeroed in the same pass."""
     B, H, Sq, D = out.shape
+    if dq_zero is not None and (tuple(dq_zero.shape) != (B, H, sq_pad, tile_width(D)) or not dq_zero.is_contiguous()
+                                or dq_zero.dtype != torch.float32):
+        raise ValueError(f"dq_zero must be a contiguous float32 {[B, H, sq_pad, tile_width(D)]}, the float32 dQ "
+                         f"the preprocess zeroes; got {dq_zero.dtype} {list(dq_zero.shape)}")
     out, dout = (t if _aligned(t) else t.contiguous() for t in (out, dout))
     delta, lse2 = torch.empty((2, B, H, sq_pad), dtype=torch.float32, device=out.device)
     kernel, cfg, args = _pre_launch(out, dout, sq_pad)
@@ -618,7 +623,7 @@ def _run(p: _Launch, q, k, v, out, dout, lse, want_delta=False):
     if p.bulk:  # dQ's float32 sum in q's dtype, in row order after the bulk reductions
         nvrtc.launch_prepared(p.post, p.post_config, (acc, dq.data_ptr(), *p.post_args))
     elif p.atomics:  # the float32 sum's first Sq rows, in q's dtype
-        dq.copy_(work[p.acc_at:].view(p.acc_shape)[:, :, :p.shape[2]])
+        dq.copy_(work[p.acc_at:].view(p.acc_shape)[:, :, :p.shape[2], :p.shape[3]])  # D 96: its first 96 of DP columns
     else:
         nvrtc.launch_prepared(p.dq_kernel, p.dq_config, (*inputs, dq.data_ptr(), *p.shape_args))
     if want_delta:  # the preprocess's δ, the first Sq of each (b, h)'s sq_pad rows

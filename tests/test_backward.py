@@ -292,7 +292,7 @@ def test_deterministic_dq_pass(seed):
 
 
 @gpu
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 96, 128])
 def test_preprocess_matches_torch(D, seed):
     """The preprocess kernel's δ and lse·log2 e against PyTorch, float64: odd Sq (padding rows),
     a strided dO, rows whose lse is −∞ (they see no key)."""
@@ -302,7 +302,7 @@ def test_preprocess_matches_torch(D, seed):
     dout = torch.randn(B, Sq, H, D, device="cuda", generator=gen).to(torch.bfloat16).transpose(1, 2)
     lse = torch.randn(B, H, Sq, device="cuda", generator=gen)
     lse[0, 1, :5] = -math.inf
-    dq_zero = torch.full((B, H, sq_pad, D), math.nan, device="cuda")
+    dq_zero = torch.full((B, H, sq_pad, stage8.tile_width(D)), math.nan, device="cuda")  # D 96: 128 wide
     delta, lse2 = stage8.preprocess(out, dout, lse, sq_pad, dq_zero)
     assert torch.all(dq_zero == 0), "the float32 dQ is zeroed in the same pass"
     want = (dout.double() * out.double()).sum(-1)
@@ -314,15 +314,16 @@ def test_preprocess_matches_torch(D, seed):
 
 
 @gpu
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 96, 128])
 def test_postprocess_matches_tiles_in_order(D, seed):
     """The postprocess kernel puts bulk-summed dQ tiles back in row order as tiles_in_order does
-    (itself checked element by element on the CPU), converted to bf16, dropping padding rows."""
+    (itself checked element by element on the CPU), converted to bf16, dropping padding rows (and at
+    D 96 the tiles' columns 96-127)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     B, H, Sq, sq_pad = 2, 3, 77, 128
-    acc = torch.randn(B, H, sq_pad, D, device="cuda", generator=gen)
-    got = stage8.postprocess(acc, Sq, torch.bfloat16)
-    want = stage8.tiles_in_order(acc, torch.bfloat16)[:, :, :Sq]
+    acc = torch.randn(B, H, sq_pad, stage8.tile_width(D), device="cuda", generator=gen)
+    got = stage8.postprocess(acc, Sq, torch.bfloat16, head_dim=D)
+    want = stage8.tiles_in_order(acc, torch.bfloat16)[:, :, :Sq, :D]
     assert got.shape == (B, H, Sq, D) and got.is_contiguous() and torch.equal(got, want)
 
 

@@ -383,7 +383,7 @@ def test_variant_gradients_match_reference(shape, variant, dtype, seed):
 @hopper
 @pytest.mark.parametrize("switches", [{"dq_atomics": 0}, {"dq_bulk": 0}, {"warpgroups": 1}, {"tma_loads": 0},
                                       {"overlap": 0}], ids=_variant_id)
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 96, 128])
 def test_variant_builds_with_other_switches(D, switches, seed):
     """The variant builds with the WGMMA build's other switches (the dQ pass among them, which
     has its own window range and mask): window, softcap and sinks at once."""
