@@ -47,18 +47,21 @@ SHAPES = [(16, 16, 2048, 64), (4, 16, 8192, 128)]
 BACKENDS = {"SDPA default": "default", "SDPA FLASH": "flash"}  # lib.timing.SDPA_BACKENDS' names
 
 
-def forward_with_lse(q, k, v, causal):
+def forward_with_lse(q, k, v, causal, forward=stage5):
+    """The forward's output and its log-sum-exp: stage 5's, or (forward=stage6) stage 6's, which
+    has head dims 96 and 256."""
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-    return stage5.attention(q, k, v, causal=causal, lse=lse), lse
+    return forward.attention(q, k, v, causal=causal, lse=lse), lse
 
 
-def check(B, H, S, D, causal, dtype, seed) -> dict:
-    """Stage 8's gradients on a slice of the shape (B1 H2, the same lengths) by the error rule:
-    {dq, dk, dv: the check} (lib.reference.check_gradients)."""
+def check(B, H, S, D, causal, dtype, seed, forward=stage5, **build) -> dict:
+    """Stage 8's gradients (the build of `build`'s switches; default the stage's) on a slice of the
+    shape (B1 H2, the same lengths) by the error rule: {dq, dk, dv: the check}
+    (lib.reference.check_gradients)."""
     q, k, v = make_qkv(1, 2, S, D, dtype=dtype, seed=seed)
     dout = torch.randn_like(q)
-    out, lse = forward_with_lse(q, k, v, causal)
-    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal)
+    out, lse = forward_with_lse(q, k, v, causal, forward)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **build)
     checks = check_gradients(grads, q, k, v, dout, causal=causal)
     for name, c in checks.items():
         print(f"   check B1 H2 S{S} D{D} {'causal' if causal else 'full'} {name}: {c.summary()}", flush=True)
@@ -371,19 +374,14 @@ def head_dims(a) -> int:
     rows, ok, t0 = [], True, time.time()
     for B, H, S, D in HEAD_DIM_SHAPES:
         for causal in (False, True):
-            q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16)
+            seed = torch.randint(0, 2**31 - 1, ()).item()
+            q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16, seed=seed)
             dout = torch.randn_like(q)
-            lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-            out = stage6.attention(q, k, v, causal=causal, lse=lse)
+            out, lse = forward_with_lse(q, k, v, causal, stage6)
             builds = {"stage 8": {}, **HEAD_DIM_BUILDS.get(D, {})}
-            passed = {}
-            for label, kw in builds.items():  # one batch entry and two heads, every sequence length as timed
-                small = [t[:1, :2].contiguous() for t in (q, k, v, dout)]
-                lse_s = torch.empty(small[0].shape[:3], dtype=torch.float32, device=q.device)
-                out_s = stage6.attention(*small[:3], causal=causal, lse=lse_s)
-                g = stage8.attention_backward(*small[:3], out_s, small[3], lse_s, causal=causal, **kw)
-                passed[label] = all(c.passed for c in check_gradients(g, *small[:3], small[3], causal=causal).values())
-                ok &= passed[label]
+            passed = {label: all(c.passed for c in check(B, H, S, D, causal, torch.bfloat16, seed, stage6, **kw).values())
+                      for label, kw in builds.items()}
+            ok &= all(passed.values())
             fns = {label: (lambda kw=kw: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw))
                    for label, kw in builds.items()}
             fns.update({name: sdpa_backward_call(q, k, v, dout, causal=causal, backend=b) for name, b in BACKENDS.items()})
