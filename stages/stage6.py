@@ -619,9 +619,9 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     call's model variants (stages/stage6_variants.py): with a window, work tiles read only the key
     tiles their rows' windows reach (key_span), and the splits are planned over those; a window
     that leaves out key tiles gets call_schedule's WINDOW_SCHEDULES and, tiles not given,
-    WINDOW_TILES, unless the call has per-sequence offsets or key lengths (`seqs`: packed
-    sequences, seqlens_k, a paged cache; that launch with them awaits its GPU test,
-    tests/test_stage6_variants.py::test_window_launches_in_packed_sequences); tiles not given lose a consumer or their 176-key width where the variants'
+    WINDOW_TILES, with per-sequence offsets or key lengths too (`seqs`: packed sequences,
+    seqlens_k, a paged cache; tests/test_stage6_variants.py::test_window_launches_in_packed_sequences,
+    passed on an H200 at 14c418a); tiles not given lose a consumer or their 176-key width where the variants'
     registers would spill (variant_tiles). `paged`: the page size of a paged cache's call
     (stages/stage6_paged.py; 0: none): tiles not given run as paged_tiles makes them, splits not
     given as doubles_splits says.
@@ -650,7 +650,7 @@ def choose(B, H, Hk, Sq, Sk, D, causal, sms, *, tiles=None, schedule=None, split
     # Work tiles: (batch·head, block of query rows), or (batch·K/V head) when packed.
     work = B * Hk if pack else B * H * ((Sq + block_m - 1) // block_m)
     if schedule is None:
-        cuts = key_tiles < -(-Sk // tiles[0]) and not seqs  # a window that leaves out key tiles
+        cuts = key_tiles < -(-Sk // tiles[0])  # a window that leaves out key tiles
         schedule = DECODE_SCHEDULE if pack else call_schedule(D, bool(causal), Sk, work, sms, cuts)
         # the launch's own tiles: short_tiles' for short keys, else a window's (WINDOW_TILES)
         short = None if pack or given_tiles else (

@@ -419,9 +419,9 @@ def test_window_that_cuts_gets_the_window_launch():
         assert given["tiles"] == s6.TILES[D] and given["schedule"] == s6.WINDOW_SCHEDULES[D]
         asked = s6.choose(1, 16, 16, 32768, 32768, D, 1, 132, schedule=s6.default_schedule(D), variants=win((4096, 0)))
         assert asked["tiles"] == s6.TILES[D] and asked["schedule"] == s6.default_schedule(D)
-        # per-sequence offsets or key lengths: the launch before (the window's awaits its GPU test there)
+        # per-sequence offsets or key lengths: the window's launch too (its GPU test passed at 14c418a)
         seqs = s6.choose(1, 16, 16, 32768, 32768, D, 1, 132, variants=win((4096, 0)), seqs=True)
-        assert seqs["schedule"] == plain["schedule"] and seqs["tiles"] == plain["tiles"]
+        assert seqs["schedule"] == s6.WINDOW_SCHEDULES[D] and seqs["tiles"] == s6.WINDOW_TILES.get(D, s6.TILES[D])
     # a heavy variant's tiles (two consumers at D64: variant_tiles) with the window's launch
     all3 = win((4096, 0), softcap=5.0, sinks=torch.zeros(q.shape[1]))
     heavy = s6.choose(1, 16, 16, 32768, 32768, 64, 1, 132, variants=all3)
@@ -490,13 +490,12 @@ def test_window_launch_matches_reference(D, seed):
 @on_hopper
 @pytest.mark.parametrize("D", [64, 128])
 def test_window_launches_in_packed_sequences(D, seed, monkeypatch):
-    """attention_varlen with a window on the launch WINDOW_SCHEDULES gives other calls (the launcher
-    keeps packed sequences off it until this passes on a GPU: here choose() is told they have no
-    per-sequence offsets, as it will be once they may), with more work tiles than SMs: each
-    sequence against its own reference, sequences without queries or keys among them."""
+    """attention_varlen with a window gets the launch WINDOW_SCHEDULES gives other calls, with more
+    work tiles than SMs: each sequence against its own reference, sequences without queries or keys
+    among them."""
     from lib.reference import packed_inputs
     choose, chosen = s6.choose, []
-    monkeypatch.setattr(s6, "choose", lambda *a, seqs=False, **kw: chosen.append(choose(*a, **kw)) or chosen[-1])
+    monkeypatch.setattr(s6, "choose", lambda *a, **kw: chosen.append(choose(*a, **kw)) or chosen[-1])
     monkeypatch.setattr(s6, "_plans", {})
     lens_q, lens_k = [1000, 1, 0, 777, 1300, 640], [1000, 513, 40, 0, 1301, 900]
     for causal in (False, "bottom_right"):
