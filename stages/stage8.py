@@ -62,7 +62,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
-            "DS_GUARD": (0, 1), "LONGEST_FIRST": (0, 1)}
+            "DS_GUARD": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -90,10 +90,8 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               store waits at a named barrier for the other warpgroup's dQ product of the step
 #               before, which arrives there once it has read (without it, time orders them:
 #               experiments/backward_producer, "Found by reading, then guarded").
-#   LONGEST_FIRST  (causal calls) the key blocks handed out longest first across the heads of an
-#               L2-sized section (FlashAttention-3's causal backward schedule), instead of head by head.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
-                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "LONGEST_FIRST")
+                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -123,9 +121,9 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     builds before it stay measurable (BEFORE_PRODUCER, the record's comparisons).
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-         "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "LONGEST_FIRST": 0},
+         "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "LONGEST_FIRST": 0},
+          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -134,11 +132,9 @@ BEFORE_PRODUCER = {
 #     causal) and 1.03x and 0.99x at D 128 in the backward record at b6a1670 (H200, same rounds,
 #     bf16; results/logs/2026-11-29-b6a1670-h200; the forms timed before it in
 #     results/logs/2026-11-29-6c69c51-h200-ds-guard).
-#   Both: LONGEST_FIRST on (causal calls; full ones are head by head either way). PENDING: the
-#     probe's numbers (experiments/backward_longest_first).
 WGMMA_BUILD = {
-    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "LONGEST_FIRST": 1},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "LONGEST_FIRST": 1},
+    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
     # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its
     # own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside two Q and two dO

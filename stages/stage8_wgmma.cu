@@ -80,15 +80,6 @@
 //     product is waited for (bar.arrive: it does not wait); the writer waits at 4 + its own before
 //     its stores, so it waits only if that read is not done. FlashAttention-3 syncs both
 //     warpgroups there (BwdNamedBarriers::PdS with one dS stage).
-//   LONGEST_FIRST 1 (causal calls): blocks handed out longest first across heads. A causal key
-//     block's work falls with its keys' position (block 0 walks every query block, the last one
-//     or two), and blocks start in blockIdx order: head by head, the last head's longest blocks
-//     start among the last, and the SMs that finish early idle while they run. With the switch,
-//     key block j of every head in a section starts before key block j + 1 of any, so that the
-//     last to start are the shortest. A section is the most heads (a power of two) whose Q, dO and
-//     float32 dQ fit SECTION_L2_BYTES, so that the blocks running together still share them in L2
-//     (FlashAttention-3's causal backward schedules so, with 40 MB). Full attention keeps head by
-//     head: its blocks are equally long.
 // Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
 // block's dK is waited for.
 //
@@ -158,9 +149,6 @@
 #endif
 #ifndef DS_GUARD
 #define DS_GUARD 0
-#endif
-#ifndef LONGEST_FIRST
-#define LONGEST_FIRST 0
 #endif
 #ifndef SOFTCAP
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
@@ -355,22 +343,8 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     const int tid = threadIdx.x, wg = tid / THREADS, warp = tid % THREADS / 32, lane = tid % 32;
     const int g = lane / 4, i4 = lane % 4;
     const int n_key_blocks = (Sk + KEYS - 1) / KEYS;
-    int bhk = blockIdx.x / n_key_blocks, key_block = blockIdx.x % n_key_blocks;  // head by head
-#if LONGEST_FIRST && !WINDOW
-    if (causal) {  // key block j of every head in a section before block j + 1 (above)
-        constexpr long long SECTION_L2_BYTES = 40ll << 20;  // less than the L2: 50 MB on an H100, 60 on an H200
-        const int n_heads = gridDim.x / n_key_blocks;
-        const long long head_bytes = (long long)group * Sq_pad * D * 8;  // Q and dO (16-bit), dQ (float32)
-        int section = 1;
-        while (section < n_heads && 2 * section * head_bytes <= SECTION_L2_BYTES) section *= 2;
-        const int s = blockIdx.x / (section * n_key_blocks), in = blockIdx.x % (section * n_key_blocks);
-        const int heads = min(section, n_heads - s * section);  // the last section may hold fewer
-        key_block = in / heads;
-        bhk = s * section + in % heads;
-    }
-#endif
-    const int b = bhk / (H / group), hk = bhk % (H / group);
-    const int n0 = key_block * KEYS, kw = SPLIT_D ? 0 : ROWS * wg, nw = n0 + kw;  // the block's keys, the warpgroup's
+    const int bhk = blockIdx.x / n_key_blocks, b = bhk / (H / group), hk = bhk % (H / group);
+    const int n0 = (blockIdx.x % n_key_blocks) * KEYS, kw = SPLIT_D ? 0 : ROWS * wg, nw = n0 + kw;  // the block's keys, the warpgroup's
     const int cw = SPLIT_D ? DKV * wg : 0;  // the first of the warpgroup's dK and dV columns
     k += b * k_batch + hk * k_head;
     v += b * v_batch + hk * v_head;
