@@ -126,6 +126,12 @@ def show_variants_table(rec: dict) -> None:
                      "(below 1: slower):\n\n" + "\n".join(lines)))
 
 
+def _gpu(rec: dict) -> str:
+    """The GPU an entry was recorded on, as figure titles name it ("H200")."""
+    from lib.prose import gpu_short
+    return gpu_short(rec["env"]["gpu"])
+
+
 def plot_backward_waterfall(rec: dict, path: dict):
     """The WGMMA build's switches turned on one at a time, from the one-warpgroup build with the
     dQ pass to the stage's build, as backward TFLOPS per shape (bars), with SDPA's FLASH and
@@ -133,24 +139,25 @@ def plot_backward_waterfall(rec: dict, path: dict):
     (scripts/backward_bench.py's WGMMA_PATH through wgmma_label)."""
     import matplotlib.pyplot as plt
     rows = [r for r in rec["rows"] if r.get("variants")]
-    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.8), sharey=False)
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.4 * len(rows), 4.6), sharey=False)
     for ax, r in zip(axes, rows):
         fl = 2.5 * attention_flops(r["B"], r["H"], r["S"], r["S"], r["D"], r["causal"])
         labels = [label for label in path[r["D"]] if label in r["variants"]]
         tf = [fl / r["variants"][label]["us"] / 1e6 for label in labels]
-        short = [label.replace("WGMMA ", "").replace("warpgroups", "WG").replace("warpgroup", "WG")
-                 .replace("dQ by bulk reduction", "bulk dQ").replace(", ", "\n") for label in labels]
+        short = [label.replace("WGMMA, ", "").replace("WGMMA ", "").replace("warpgroups", "WG").replace("warpgroup", "WG")
+                 .replace("dQ by bulk reduction", "bulk dQ").replace("the stage's build again", "the stage's build")
+                 .replace("producer warpgroup", "producer") for label in labels]  # one line each, slanted below
         ax.bar(range(len(tf)), tf, color=["#9ecae1"] * (len(tf) - 1) + ["#3182bd"])
         for i, t in enumerate(tf):
             ax.text(i, t, f"{t:.0f}", ha="center", va="bottom", fontsize=7)
         for key, style, name in (("sdpa_flash_us", ":", "SDPA FLASH"), ("sdpa_default_us", "--", "SDPA default")):
             ax.axhline(fl / r[key] / 1e6, color="k", linestyle=style, linewidth=1, label=name)
-        ax.set_xticks(range(len(tf)), short, fontsize=6)
+        ax.set_xticks(range(len(tf)), short, fontsize=6, rotation=40, ha="right", rotation_mode="anchor")
         ax.set_title(f"B{r['B']} S{r['S']} D{r['D']} {'causal' if r['causal'] else 'full'}", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("backward TFLOPS (2.5 × forward FLOPs)")
     axes[0].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Stage 8's WGMMA build, one switch at a time (H100, same run, recorded)", fontsize=10)
+    fig.suptitle(f"Stage 8's WGMMA build, one switch at a time ({_gpu(rec)}, same run, recorded)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -174,16 +181,17 @@ def plot_backward(rec: dict):
         vals[names[2]].append(r["tflops"])
         vals[names[3]].append(fl / r["sdpa_flash_us"] / 1e6)
         vals[names[4]].append(fl / r["sdpa_default_us"] / 1e6)
+    names = [n for n in names if not all(np.isnan(v) for v in vals[n])]  # builds this record did not time: no bars, no legend
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(11, 4))
-    w = 0.16
+    w = 0.8 / len(names)
     for i, n in enumerate(names):
-        ax.bar(x + (i - 2) * w, vals[n], w, label=n)
+        ax.bar(x + (i - (len(names) - 1) / 2) * w, vals[n], w, label=n)
     several = len({r.get("dtype") for r in rows}) > 1
     ax.set_xticks(x, [f"B{r['B']} S{r['S']} D{r['D']}\n{'causal' if r['causal'] else 'full'}"
                       + (f"\n{r['dtype']}" if several else "") for r in rows])
     ax.set_ylabel("backward TFLOPS (2.5 × forward FLOPs)")
-    ax.set_title("The backward pass on the H100, same run (recorded)")
+    ax.set_title(f"The backward pass on the {_gpu(rec)}, same run (recorded)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

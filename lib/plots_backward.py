@@ -113,7 +113,7 @@ def draw_backward_step():
     r_dq = box("reg", 3.0, "dQ part = dS·K\n(wgmma, 64 queries\n× 64 columns of D)", h=1.0, w=2.7)
 
     load, copy, operand, store, red = "#c0392b", "#d68910", "#555555", "#1f618d", "#7d3c98"
-    arrow(right(g_q), left(s_q), "TMA (tensor maps),\nthread 0,\n2 steps ahead", color=load)
+    arrow(right(g_q), left(s_q), "TMA (tensor maps),\nthe producer's warp 0,\n2 steps ahead", color=load)
     arrow(right(g_l), left(s_l), "bulk copies,\nsame mbarrier", color=load)
     arrow(top(g_pre), bottom(g_l), color="#777777")
     arrow(right(g_k), left(s_k), "cp.async, every thread,\nonce per block", color=copy)
