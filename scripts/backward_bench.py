@@ -68,6 +68,24 @@ def check(B, H, S, D, causal, dtype, seed, forward=stage5, **build) -> dict:
     return checks
 
 
+def time_builds(q, k, v, out, dout, lse, causal, builds: dict, rounds: int = 7, budget_s: float = 2.0) -> dict:
+    """{name: lib.timing.InterleavedTiming} of stage 8's backward as each of `builds` ({name:
+    switches}) makes it, and of SDPA's default backward ("SDPA default"), in the same interleaved
+    rounds on the same tensors: an experiment's A/B of a switch (experiments/backward_*)."""
+    fns = {name: (lambda kw=kw: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw))
+           for name, kw in builds.items()}
+    fns["SDPA default"] = sdpa_backward_call(q, k, v, dout, causal=causal)
+    return time_interleaved(fns, rounds=rounds, budget_s=budget_s)
+
+
+def ab_line(label: str, t: dict, a, b) -> str:
+    """One row of such an A/B: builds a's and b's median µs, a's time over b's (above 1: b is the
+    faster), SDPA's µs and its time over each build's, and both builds' round medians."""
+    x, y, s = t[a].median_us, t[b].median_us, t["SDPA default"].median_us
+    return (f"{label:34s} {x:10,.0f} {y:10,.0f} {x / y:6.3f} {s:9,.0f} {s / x:8.3f} {s / y:8.3f}  "
+            f"{[round(r) for r in t[a].round_medians_us]} | {[round(r) for r in t[b].round_medians_us]}")
+
+
 # The WGMMA build's combinations that --variants times: (label, switches). Warpgroups × how dQ
 # is summed × how Q and dO are loaded, then the stage's build with its overlap switch flipped.
 _DQ = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}

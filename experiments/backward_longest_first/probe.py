@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[2] / "scripts")]
+from backward_bench import ab_line, forward_with_lse as forward, time_builds  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import check_gradients  # noqa: E402
-from lib.timing import sdpa_backward_call, time_interleaved  # noqa: E402
-from stages import stage5, stage8  # noqa: E402
+from stages import stage8  # noqa: E402
 
 # (B, H, Hkv, S, D): the backward record's rows, then the training map's short causal ones, and a
 # row whose heads leave the last section part-full (H 6 at S 8192 D 128: sections of 4 heads)
@@ -25,17 +25,12 @@ ROWS = [(16, 16, 16, 2048, 64), (4, 16, 16, 8192, 128), (32, 16, 16, 512, 64), (
         (16, 32, 32, 1024, 128), (16, 32, 8, 1024, 128), (1, 6, 6, 8192, 128)]
 
 
-def forward(q, k, v, causal):
-    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
-    return stage5.attention(q, k, v, causal=causal, lse=lse), lse
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
-    print(f"{'shape':34s} {'head by head':>13s} {'longest first':>14s} {'gain':>6s} {'SDPA':>9s} "
-          f"{'SDPA/hbh':>9s} {'SDPA/lf':>8s}  rounds (head by head | longest first)", flush=True)
+    print(f"{'shape':34s} {'hd by hd':>10s} {'longest':>10s} {'gain':>6s} {'SDPA':>9s} "
+          f"{'SDPA/hbh':>8s} {'SDPA/lf':>8s}  rounds (head by head | longest first)", flush=True)
     for B, H, Hkv, S, D in ROWS:
         for causal in (True, False) if H == 16 and S in (2048, 8192) else (True,):
             q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16, Hkv=Hkv)
@@ -56,14 +51,9 @@ def main():
                 g = stage8.attention_backward(small[0], *kv, out_s, small[1], lse_s, causal=causal, longest_first=lf)
                 bad = [n for n, c in check_gradients(g, small[0], *kv, small[1], causal=causal).items() if not c.passed]
                 assert not bad, (lf, bad)
-            calls = {lf: (lambda lf=lf: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, longest_first=lf))
-                     for lf in (0, 1)}
-            calls["sdpa"] = sdpa_backward_call(q, k, v, dout, causal=causal)
-            t = time_interleaved(calls, rounds=a.rounds, budget_s=2.0)
-            x, y, s = t[0].median_us, t[1].median_us, t["sdpa"].median_us
-            print(f"B{B} H{H}/{Hkv} S{S} D{D} {'causal' if causal else 'full':6s} {x:13,.0f} {y:14,.0f} {x / y:6.3f} "
-                  f"{s:9,.0f} {s / x:9.3f} {s / y:8.3f}  {[round(r) for r in t[0].round_medians_us]} | "
-                  f"{[round(r) for r in t[1].round_medians_us]}", flush=True)
+            t = time_builds(q, k, v, out, dout, lse, causal, {0: {"longest_first": 0}, 1: {"longest_first": 1}},
+                            rounds=a.rounds)
+            print(ab_line(f"B{B} H{H}/{Hkv} S{S} D{D} {'causal' if causal else 'full'}", t, 0, 1), flush=True)
 
 
 if __name__ == "__main__":

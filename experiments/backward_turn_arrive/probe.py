@@ -13,21 +13,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[2] / "scripts")]
+from backward_bench import ab_line, forward_with_lse as forward, time_builds  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 from lib.reference import check_gradients  # noqa: E402
-from lib.timing import sdpa_backward_call, time_interleaved  # noqa: E402
-from stages import stage5, stage8  # noqa: E402
+from stages import stage8  # noqa: E402
 
 ODD = [((1, 4, 2, 200, 333, 64), "bottom_right"), ((2, 3, 3, 257, 257, 64), True), ((1, 6, 2, 130, 77, 64), False),
        ((1, 2, 2, 1000, 1000, 64), True)]
 ROWS = [(16, 16, 16, 2048, False), (16, 16, 16, 2048, True), (32, 16, 16, 512, True), (16, 16, 16, 1024, False),
         (16, 16, 4, 1024, True)]  # B, H, Hkv, S, causal at D 64
-
-
-def forward(q, k, v, causal):
-    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
-    return stage5.attention(q, k, v, causal=causal, lse=lse), lse
 
 
 def main():
@@ -48,7 +43,7 @@ def main():
     print(f"gradients pass against float64 at {len(ODD)} odd shapes x 3 seeds, both builds", flush=True)
     if a.check_only:
         return
-    print(f"{'row (D 64, bf16)':28s} {'stage':>8s} {'arrive':>8s} {'gain':>6s} {'SDPA':>8s} {'SDPA/st':>8s} "
+    print(f"{'row (D 64, bf16)':34s} {'stage':>10s} {'arrive':>10s} {'gain':>6s} {'SDPA':>9s} {'SDPA/st':>8s} "
           f"{'SDPA/ar':>8s}  rounds (stage | arrive)", flush=True)
     for B, H, Hkv, S, causal in ROWS:
         q, k, v = make_qkv(B, H, S, 64, Hkv=Hkv, dtype=torch.bfloat16)
@@ -56,14 +51,8 @@ def main():
         out, lse = forward(q, k, v, causal)
         g0, g1 = (stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, dq_turn_arrive=t) for t in (0, 1))
         assert torch.equal(g0[1], g1[1]) and torch.equal(g0[2], g1[2]), "dK or dV differ"
-        calls = {t: (lambda t=t: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, dq_turn_arrive=t))
-                 for t in (0, 1)}
-        calls["sdpa"] = sdpa_backward_call(q, k, v, dout, causal=causal)
-        t = time_interleaved(calls, rounds=a.rounds, budget_s=2.0)
-        x, y, s = t[0].median_us, t[1].median_us, t["sdpa"].median_us
-        print(f"B{B} H{H}/{Hkv} S{S} {'causal' if causal else 'full':6s}      {x:8,.0f} {y:8,.0f} {x / y:6.3f} {s:8,.0f} "
-              f"{s / x:8.3f} {s / y:8.3f}  {[round(r) for r in t[0].round_medians_us]} | "
-              f"{[round(r) for r in t[1].round_medians_us]}", flush=True)
+        t = time_builds(q, k, v, out, dout, lse, causal, {0: {}, 1: {"dq_turn_arrive": 1}}, rounds=a.rounds)
+        print(ab_line(f"B{B} H{H}/{Hkv} S{S} {'causal' if causal else 'full'}", t, 0, 1), flush=True)
 
 
 if __name__ == "__main__":
