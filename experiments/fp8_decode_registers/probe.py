@@ -1,0 +1,82 @@
+"""FP8 decoding with register widening (stages/stage7_decode.py) against SDPA's default on the same
+cache in bf16, stage 6's e4m3 build (KV_FP8) and stage 6 on the bf16 cache, in the same interleaved
+rounds; and the kernel's tiles (CHUNK, STAGES, WARPS) and split counts side by side. Each variant's
+output is checked against the float64 reference of the dequantized cache (three entries) first.
+
+    python3 experiments/fp8_decode_registers/probe.py [--quick] [--out rows.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+import stages.stage6 as s6  # noqa: E402
+import stages.stage6_kv_fp8 as f8  # noqa: E402
+import stages.stage7_decode as d7  # noqa: E402
+from lib import results as R  # noqa: E402
+from lib.inputs import make_qkv  # noqa: E402
+from lib.timing import sdpa_call, time_interleaved  # noqa: E402
+from scripts.shape_map import fp8_checked  # noqa: E402
+
+ROWS = [(B, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768)]
+QUICK = [(1, 16384), (8, 16384), (64, 4096)]
+H, HKV = 32, 8
+VARIANTS = {128: [(32, 3, 4), (32, 4, 4), (16, 4, 4), (16, 6, 4), (32, 2, 8), (16, 3, 8)],
+            64: [(32, 4, 4), (32, 6, 4), (16, 4, 8), (32, 3, 8)]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--D", type=int, nargs="+", default=[128])
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    sms = s6._sm_count(torch.device("cuda"))
+    rows, t0 = [], time.time()
+    for D in a.D:
+        for B, Sk in (QUICK if a.quick else ROWS):
+            q, k, v = make_qkv(B, H, 1, D, Sk=Sk, Hkv=HKV, dtype=torch.bfloat16)
+            (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
+            del k, v
+            k16, v16 = f8.dequantized(k8, kd, torch.bfloat16), f8.dequantized(v8, vd, torch.bfloat16)
+            idx = torch.tensor(sorted({0, B // 2, B - 1}), device=q.device)
+            k64, v64 = f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx])
+            planned = d7.plan_splits(B, HKV, Sk, D, d7.TILES[D], sms)
+            fns = {"sdpa": sdpa_call(q, k16, v16),
+                   "s6 e4m3": lambda: s6.attention(q, k8, v8, k_descale=kd, v_descale=vd),
+                   "s6 bf16": lambda: s6.attention(q, k16, v16)}
+            for t in VARIANTS[D]:
+                fns[f"regs {t}"] = (lambda t=t: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, tiles=t))
+            for n in sorted({max(1, planned // 2), 2 * planned} - {planned}):
+                if n <= d7.MAX_SPLITS:
+                    fns[f"regs splits {n}"] = (lambda n=n: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, splits=n))
+            passed = {}
+            for name, fn in fns.items():
+                if name.startswith(("regs", "s6 e4m3")):
+                    passed[name] = fp8_checked(fn()[idx], q[idx], k64, v64)
+            times = time_interleaved(fns, rounds=5, budget_s=0.25)
+            base = times["sdpa"].median_us
+            gb = 2 * B * HKV * Sk * D / 1e9  # e4m3 bytes of K and V
+            print(f"D{D} B{B} Sk{Sk} (planned splits {planned}; SDPA {base:,.1f} µs)  ({time.time() - t0:.0f} s)", flush=True)
+            for name, t in times.items():
+                us = t.median_us
+                print(f"  {name:22s} {us:10,.1f} µs  {base / us:5.2f}x SDPA  {gb / us * 1e6 / 1e3:5.2f} TB/s of e4m3  "
+                      f"{'' if name not in passed else ('pass' if passed[name] else 'FAIL')}", flush=True)
+                rows.append({"D": D, "B": B, "Sk": Sk, "name": name, "us": us, "rounds": t.round_medians_us,
+                             "sdpa_us": base, "passed": passed.get(name)})
+            del q, k8, v8, k16, v16, k64, v64, fns
+            torch.cuda.empty_cache()
+    if a.out:
+        a.out.write_text(json.dumps({"env": R.capture_env(), "rows": rows}, indent=1))
+    return 0 if all(r["passed"] is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

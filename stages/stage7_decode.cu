@@ -1,0 +1,402 @@
+// Decoding from an e4m3 KV cache, FP8's own path (issue 50 item 2; stages/stage7_decode.py).
+//
+// Decoding multiplies every cached key and value by a few query rows (a K/V head's G·Sq), so its
+// time is the cache's bytes over the memory bandwidth, and e4m3 halves them. Stage 6's KV_FP8
+// build widens each e4m3 tile into a 16-bit tile in shared memory for its wgmma consumers: the
+// bytes go DRAM → shared → registers → shared → tensor cores, and one block per SM widens
+// (2.5 TB/s of e4m3 at best, experiments/fp8_kv_decode). Here nothing 16-bit is ever stored:
+//
+//   - each warp copies its own chunks of K and V (CHUNK keys) into a ring of STAGES chunks in
+//     shared memory with cp.async, and each thread copies exactly the bytes it will read back
+//     (no barrier between threads: a warp runs its own pipeline);
+//   - a thread widens its bytes in registers straight into the operands of m16n8k16 products
+//     (mma.sync, 16-bit inputs, fp32 accumulators), with one prmt, a shift and a mask per two
+//     values (bf16) or one cvt (fp16);
+//   - the products are arranged so that no operand needs a transpose. S = Q·Kᵀ takes Q (16 query
+//     rows, G·Sq ≤ 16 of them real) as the A operand and K as B, whose fragment holds, per
+//     thread, four head-dim columns of one key: four consecutive bytes once the head dim is
+//     read in a permuted order (Q is loaded in the same order, so the dot products are the
+//     same). O = P·V takes P from S's accumulators as the A operand (the FlashAttention-2
+//     register reuse) and V as B, whose fragment holds two pairs of keys for one column:
+//     thread (g, c) reads four consecutive keys 4c … 4c + 3 (the keys of S's columns are
+//     numbered so that they are), and a prmt that picks byte u of two keys' words is both the
+//     transpose and the first step of the widening.
+//
+// The grid: one block per (split, batch entry, K/V head), WARPS warps; warp w takes chunks w,
+// w + WARPS, ... of its split's keys, with its own running max, sum and output; the block's
+// warps are merged through shared memory at the end. One split: the block writes the output.
+// Several: each writes its rows' output normalized and their log-sum-exp (log2), which
+// combine_splits merges.
+//
+// Compile-time constants: HEAD_DIM (64, 128), ELEM_BF16 (bf16 Q and output, else fp16), CHUNK
+// (keys a warp takes at a time: 16 or 32), STAGES (chunks in a warp's ring), WARPS.
+#include "attention.cuh"
+#include "mma.cuh"
+
+#ifndef CHUNK
+#define CHUNK 32
+#endif
+#ifndef STAGES
+#define STAGES 3
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+constexpr int D = HEAD_DIM;
+static_assert(D == 64 || D == 128, "e4m3 decoding is built at D 64 and 128");
+static_assert(CHUNK == 16 || CHUNK == 32, "a chunk is one or two k-steps of P·V");
+static_assert(STAGES >= 2 && STAGES <= 8, "ring depth");
+constexpr int ROWS = 16;           // query rows per K/V head: one m16 tile (G·Sq ≤ 16 real)
+constexpr int KSTEPS = D / 16;     // k-steps of S = Q·Kᵀ; thread c holds 4 bytes of each: word j
+constexpr int KPIECES = D / 64;    // 16-byte pieces of a key row per thread (D128: 2, D64: 1)
+constexpr int NTILES = D / 8;      // n-tiles of O = P·V (8 head-dim columns each)
+constexpr int VBYTES = D / 8;      // bytes of a value row per thread: column g·VBYTES + u is n-tile u's
+constexpr int STILES = CHUNK / 8;  // n-tiles of S per chunk (8 keys each)
+constexpr int PSTEPS = CHUNK / 16; // k-steps of P·V per chunk
+// A warp's ring: per chunk, K's pieces then V's rows, laid out [item][lane][bytes] so that a
+// warp's 16-byte (8-byte) reads of one item are 32 consecutive pieces: no bank conflicts.
+constexpr int K_ITEMS = STILES * KPIECES;  // 16-byte pieces per thread per chunk
+constexpr int V_ITEMS = PSTEPS * 4;        // value rows per thread per chunk (VBYTES each)
+constexpr int CHUNK_BYTES = 32 * (16 * K_ITEMS + VBYTES * V_ITEMS);
+static_assert(CHUNK_BYTES == 2 * CHUNK * D, "a chunk is CHUNK keys and values of D bytes");
+constexpr int RING_BYTES = WARPS * STAGES * CHUNK_BYTES;
+
+// Word j of a key row that thread c reads: bytes (j / 4)·64 + 16c + 4(j % 4) … + 3, the head-dim
+// columns 2c, 2c + 1, 2c + 8, 2c + 9 of k-step j as S's B fragment numbers them. A warp's
+// 16-byte reads of one piece cover 64 contiguous bytes of each of 8 keys.
+__device__ __forceinline__ int key_word_col(int j, int c) { return (j / 4) * 64 + 16 * c + 4 * (j % 4); }
+// The key (within a chunk) of S's n-tile t, column n: 16(t/2) + 4(n/2) + 2(t%2) + n%2. Then P·V's
+// k-step s gives thread (g, c) the keys 16s + 4c … 16s + 4c + 3 (its B fragment's rows 2c, 2c+1
+// and 2c+8, 2c+9): four consecutive value rows.
+__device__ __forceinline__ int key_of(int t, int n) { return 16 * (t / 2) + 4 * (n / 2) + 2 * (t % 2) + (n % 2); }
+
+__device__ __forceinline__ void cp_async_8(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+
+// Two e4m3 bytes to two 16-bit values: bytes `sel`'s picks of (lo, hi) (prmt's selector; the
+// sign-replicating nibbles 8-B copy each byte's sign through the high half of its lane).
+// bf16: the shift by 4 and the mask put eeee mmm under bf16's exponent and mantissa and keep one
+// copy of the sign in bit 15: the bf16 of value·2^-120, exactly, subnormals too (stage 6's
+// widen4, stages/stage6.cu); FOLD leaves the 2^-120 for the descales, otherwise one bf16x2
+// multiply by 2^120 gives the value. fp16: cvt from e4m3, exact.
+template <unsigned SEL, bool FOLD>
+__device__ __forceinline__ unsigned widen2(unsigned lo, unsigned hi) {
+#ifdef ELEM_BF16
+    unsigned x;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(lo), "r"(hi), "n"(SEL));
+    x = (x << 4) & 0x87F087F0u;
+    if (!FOLD) asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(x) : "r"(x), "r"(0x7B807B80u));
+    return x;
+#else
+    unsigned x, r;
+    // the two bytes alone, in the low half: SEL's first and third nibbles
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(lo), "r"(hi), "n"(((SEL >> 4) & 0xF0u) | (SEL & 0xFu)));
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(r) : "r"(x));
+    return r;
+#endif
+}
+// prmt selectors: bytes b, b + 1 of one word (a key's two head-dim columns), each with its sign
+// in the next byte (bf16), or byte b of two words (two keys' values of one column).
+template <int B> constexpr unsigned SAME_WORD = (0x8u | (B + 1)) << 12 | (B + 1) << 8 | (0x8u | B) << 4 | B;
+template <int B> constexpr unsigned TWO_WORDS = (0x8u | (B + 4)) << 12 | (B + 4) << 8 | (0x8u | B) << 4 | B;
+
+// 2^120, what a folded widening leaves out of each bf16 value (fp16: nothing)
+#define WIDEN_FOLD __int_as_float(0x7B800000)
+// Whether a block's bf16 widening leaves 2^120 to its descales: where the key's descale times the
+// call's scale (log2 units) and the value's descale are below 2^7 in magnitude, so that neither
+// product nears float's 2^128 (stage 6's rule, `folds` in stages/stage6.cu).
+__device__ __forceinline__ bool folds(float scale_log2, float kd, float vd) {
+#ifdef ELEM_BF16
+    return fabsf(scale_log2 * kd) < 128.0f && fabsf(vd) < 128.0f;
+#else
+    (void)scale_log2, (void)kd, (void)vd;
+    return false;
+#endif
+}
+
+struct Args {
+    const elem_t* q;
+    const unsigned char* k;
+    const unsigned char* v;
+    const float* k_descale;  // [B, H_kv]
+    const float* v_descale;
+    const int* seqlens_k;    // [B] or null (every key)
+    elem_t* out;             // [B, H, Sq, D], contiguous
+    float* part_o;           // [B·H_kv, splits, ROWS, D] (splits > 1)
+    float* part_lse;         // [B·H_kv, splits, ROWS], log2
+    long long q_sb, q_sh, q_sr;
+    long long k_sb, k_sh, k_sr;
+    long long v_sb, v_sh, v_sr;
+    int H, Hk, Sq, Sk, splits, causal;  // causal: 0 none, 1 top-left, 2 bottom-right
+    float scale_log2;        // softmax scale · log2 e
+};
+
+// A warp's running softmax state and output: rows g and g + 8 of its lane.
+struct RowState {
+    float m[2], l[2];
+    float o[NTILES][4];
+};
+
+template <bool FOLD>
+__device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const unsigned (&qa)[KSTEPS][4],
+                                              unsigned char* ring, const unsigned char* kbase,
+                                              const unsigned char* vbase, int first, int n_chunks,
+                                              int keys, const int (&limit)[2], float sl) {
+    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    // issue chunk i (the warp's i-th: key chunk first + i·WARPS) into ring slot i % STAGES; keys at
+    // or past `keys` are zero-filled (a cache's unused slots may hold anything, and 0·NaN is NaN)
+    auto issue = [&](int i) {
+        if (i < n_chunks) {
+            const int key0 = (first + i * WARPS) * CHUNK;
+            unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
+#pragma unroll
+            for (int t = 0; t < STILES; ++t) {
+                const int key = key0 + key_of(t, g);
+                const bool in = key < keys;
+#pragma unroll
+                for (int p = 0; p < KPIECES; ++p)
+                    cp_async_16(slot + 16 * (32 * (t * KPIECES + p) + lane),
+                                kbase + (in ? (long long)key * a.k_sr + 64 * p + 16 * c : 0), in ? 16 : 0);
+            }
+#pragma unroll
+            for (int s = 0; s < PSTEPS; ++s)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int key = key0 + 16 * s + 4 * c + r;
+                    const bool in = key < keys;
+                    unsigned char* to = slot + 32 * 16 * K_ITEMS + VBYTES * (32 * (4 * s + r) + lane);
+                    const unsigned char* from = vbase + (in ? (long long)key * a.v_sr + VBYTES * g : 0);
+                    if (VBYTES == 16) cp_async_16(to, from, in ? 16 : 0);
+                    else cp_async_8(to, from, in ? 8 : 0);
+                }
+        }
+        cp_async_commit();  // an empty group past the end keeps the count
+    };
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) issue(i);
+    for (int i = 0; i < n_chunks; ++i) {
+        issue(i + STAGES - 1);
+        cp_async_wait<STAGES - 1>();
+        const unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
+        const int key0 = (first + i * WARPS) * CHUNK;
+        // S = Q·Kᵀ, STILES n-tiles of 8 keys
+        float s[STILES][4];
+#pragma unroll
+        for (int t = 0; t < STILES; ++t) {
+            s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+            for (int p = 0; p < KPIECES; ++p) {
+                const uint4 w = *reinterpret_cast<const uint4*>(slot + 16 * (32 * (t * KPIECES + p) + lane));
+                const unsigned wd[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    mma_16816(s[t], qa[4 * p + j], widen2<SAME_WORD<0>, FOLD>(wd[j], wd[j]),
+                              widen2<SAME_WORD<2>, FOLD>(wd[j], wd[j]));
+            }
+        }
+        // scale, mask (keys past the rows' limits), and the online softmax
+        float mx[2] = {NEG_INF, NEG_INF};
+        const bool edge = key0 + CHUNK > min(limit[0], limit[1]);
+#pragma unroll
+        for (int t = 0; t < STILES; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int h = e / 2;
+                float x = s[t][e] * sl;
+                if (edge && key0 + key_of(t, 2 * c + e % 2) >= limit[h]) x = NEG_INF;
+                s[t][e] = x;
+                mx[h] = fmaxf(mx[h], x);
+            }
+        float alpha[2], base[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float m_new = fmaxf(st.m[h], mx[h]);
+            base[h] = m_new == NEG_INF ? 0.0f : m_new;  // a row with no key yet: every p is 0
+            alpha[h] = fast_exp2(st.m[h] - base[h]);
+            st.m[h] = m_new;
+            st.l[h] *= alpha[h];
+        }
+#pragma unroll
+        for (int u = 0; u < NTILES; ++u) {
+            st.o[u][0] *= alpha[0], st.o[u][1] *= alpha[0];
+            st.o[u][2] *= alpha[1], st.o[u][3] *= alpha[1];
+        }
+        unsigned pa[PSTEPS][4];
+#pragma unroll
+        for (int t = 0; t < STILES; ++t) {
+            float p[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                p[e] = fast_exp2(s[t][e] - base[e / 2]);
+                st.l[e / 2] += p[e];
+            }
+            pa[t / 2][2 * (t % 2)] = pack2(p[0], p[1]);      // row g, keys of n-tile t
+            pa[t / 2][2 * (t % 2) + 1] = pack2(p[2], p[3]);  // row g + 8
+        }
+        // O += P·V, PSTEPS k-steps of 16 keys; thread (g, c) reads keys 4c … 4c + 3 of each
+#pragma unroll
+        for (int ks = 0; ks < PSTEPS; ++ks) {
+            unsigned w[4][VBYTES / 4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const unsigned char* from = slot + 32 * 16 * K_ITEMS + VBYTES * (32 * (4 * ks + r) + lane);
+                if constexpr (VBYTES == 16) {
+                    const uint4 x = *reinterpret_cast<const uint4*>(from);
+                    w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
+                } else {
+                    const uint2 x = *reinterpret_cast<const uint2*>(from);
+                    w[r][0] = x.x, w[r][1] = x.y;
+                }
+            }
+            const unsigned a4[4] = {pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3]};
+#pragma unroll
+            for (int wi = 0; wi < VBYTES / 4; ++wi) {
+                mma_16816(st.o[4 * wi + 0], a4, widen2<TWO_WORDS<0>, FOLD>(w[0][wi], w[1][wi]),
+                          widen2<TWO_WORDS<0>, FOLD>(w[2][wi], w[3][wi]));
+                mma_16816(st.o[4 * wi + 1], a4, widen2<TWO_WORDS<1>, FOLD>(w[0][wi], w[1][wi]),
+                          widen2<TWO_WORDS<1>, FOLD>(w[2][wi], w[3][wi]));
+                mma_16816(st.o[4 * wi + 2], a4, widen2<TWO_WORDS<2>, FOLD>(w[0][wi], w[1][wi]),
+                          widen2<TWO_WORDS<2>, FOLD>(w[2][wi], w[3][wi]));
+                mma_16816(st.o[4 * wi + 3], a4, widen2<TWO_WORDS<3>, FOLD>(w[0][wi], w[1][wi]),
+                          widen2<TWO_WORDS<3>, FOLD>(w[2][wi], w[3][wi]));
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
+// The kernels take Args' fields one by one (the launcher passes scalars), in its order.
+#define ARGS_PARAMS                                                                                      \
+    const elem_t *q, const unsigned char *k, const unsigned char *v, const float *k_descale,           \
+        const float *v_descale, const int *seqlens_k, elem_t *out, float *part_o, float *part_lse,      \
+        long long q_sb, long long q_sh, long long q_sr, long long k_sb, long long k_sh, long long k_sr, \
+        long long v_sb, long long v_sh, long long v_sr, int H, int Hk, int Sq, int Sk, int splits,      \
+        int causal, float scale_log2
+#define ARGS_MAKE                                                                                       \
+    const Args a{q, k, v, k_descale, v_descale, seqlens_k, out, part_o, part_lse, q_sb, q_sh, q_sr,     \
+                 k_sb, k_sh, k_sr, v_sb, v_sh, v_sr, H, Hk, Sq, Sk, splits, causal, scale_log2}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32) decode_e4m3(ARGS_PARAMS) {
+    ARGS_MAKE;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int split = blockIdx.x % a.splits, bk = blockIdx.x / a.splits;
+    const int b = bk / a.Hk, hk = bk % a.Hk;
+    const int group = a.H / a.Hk, rows = group * a.Sq;
+    const int keys = a.seqlens_k ? max(0, min(a.seqlens_k[b], a.Sk)) : a.Sk;
+    // row r is query head hk·group + r / Sq, query i = r % Sq; it sees the keys before its limit:
+    // every key, or causal top-left (1) those up to i, bottom-right (2) those up to keys − Sq + i
+    int limit[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h, i = r % a.Sq;
+        limit[h] = r >= rows || a.causal == 0 ? keys : a.causal == 1 ? min(keys, i + 1) : keys - a.Sq + 1 + i;
+    }
+    // Q as S's A fragments, head-dim columns in key_word_col's order; rows past G·Sq are zero
+    unsigned qa[KSTEPS][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        const elem_t* qrow = a.q + (long long)b * a.q_sb + (long long)(hk * group + r / a.Sq) * a.q_sh +
+                             (long long)(r % a.Sq) * a.q_sr;
+#pragma unroll
+        for (int j = 0; j < KSTEPS; ++j) {
+            uint2 x = make_uint2(0u, 0u);
+            if (r < rows) x = *reinterpret_cast<const uint2*>(qrow + key_word_col(j, c));
+            qa[j][h] = x.x;      // columns 2c, 2c + 1 (rows g, g + 8: registers 0, 1)
+            qa[j][2 + h] = x.y;  // columns 2c + 8, 2c + 9 (registers 2, 3)
+        }
+    }
+    const float kd = a.k_descale[bk], vd = a.v_descale[bk];
+    const bool fold = folds(a.scale_log2, kd, vd);
+    const float sl = a.scale_log2 * kd * (fold ? WIDEN_FOLD : 1.0f);
+    const float vscale = vd * (fold ? WIDEN_FOLD : 1.0f);
+    // this split's key chunks, and this warp's: w, w + WARPS, ...
+    const int chunks = (keys + CHUNK - 1) / CHUNK;
+    const int per_split = (chunks + a.splits - 1) / a.splits;
+    const int c0 = min(chunks, split * per_split), c1 = min(chunks, c0 + per_split);
+    const int first = c0 + warp, n_chunks = first < c1 ? (c1 - first + WARPS - 1) / WARPS : 0;
+    RowState st;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) st.m[h] = NEG_INF, st.l[h] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < NTILES; ++u) st.o[u][0] = st.o[u][1] = st.o[u][2] = st.o[u][3] = 0.0f;
+    const unsigned char* kbase = a.k + (long long)b * a.k_sb + (long long)hk * a.k_sh;
+    const unsigned char* vbase = a.v + (long long)b * a.v_sb + (long long)hk * a.v_sh;
+    unsigned char* ring = smem + warp * STAGES * CHUNK_BYTES;
+    if (fold)
+        decode_chunks<true>(a, st, qa, ring, kbase, vbase, first, n_chunks, keys, limit, sl);
+    else
+        decode_chunks<false>(a, st, qa, ring, kbase, vbase, first, n_chunks, keys, limit, sl);
+    // the row sums over the quad (each thread summed its own keys' p)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], 1);
+        st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], 2);
+    }
+    // merge the warps: each writes its max, sum and unnormalized rows into shared memory (the
+    // ring, now idle), then thread i takes columns of the block's rows
+    __syncthreads();
+    float* o_sm = reinterpret_cast<float*>(smem);                   // [WARPS][ROWS][D]
+    float* ml_sm = o_sm + WARPS * ROWS * D;                           // [WARPS][ROWS][2]
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        float* orow = o_sm + (warp * ROWS + r) * D;
+#pragma unroll
+        for (int u = 0; u < NTILES; ++u) {
+            orow[(2 * c) * VBYTES + u] = st.o[u][2 * h];          // column (2c)·D/8 + u
+            orow[(2 * c + 1) * VBYTES + u] = st.o[u][2 * h + 1];  // column (2c + 1)·D/8 + u
+        }
+        if (c == 0) ml_sm[(warp * ROWS + r) * 2] = st.m[h], ml_sm[(warp * ROWS + r) * 2 + 1] = st.l[h];
+    }
+    __syncthreads();
+    const long long part = (long long)bk * a.splits + split;
+    for (int i = threadIdx.x; i < rows * D; i += WARPS * 32) {
+        const int r = i / D, d = i % D;
+        float m = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) m = fmaxf(m, ml_sm[(w * ROWS + r) * 2]);
+        const float base = m == NEG_INF ? 0.0f : m;
+        float l = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float f = fast_exp2(ml_sm[(w * ROWS + r) * 2] - base);
+            l += f * ml_sm[(w * ROWS + r) * 2 + 1];
+            o += f * o_sm[(w * ROWS + r) * D + d];
+        }
+        const float y = l > 0.0f ? o / l * vscale : 0.0f;  // a row that saw no key: 0
+        if (a.splits == 1) {
+            a.out[(((long long)b * a.H + hk * group + r / a.Sq) * a.Sq + r % a.Sq) * D + d] = to_elem(y);
+        } else {
+            a.part_o[(part * ROWS + r) * D + d] = y;
+            if (d == 0) a.part_lse[part * ROWS + r] = l > 0.0f ? base + __log2f(l) : NEG_INF;
+        }
+    }
+}
+
+// Split-KV's partial rows merged: one block per (batch entry, K/V head), each thread a column of
+// each row; weights 2^(lse_s − max lse), a row no split saw: 0.
+extern "C" __global__ void combine_splits(ARGS_PARAMS) {
+    ARGS_MAKE;
+    const int bk = blockIdx.x, b = bk / a.Hk, hk = bk % a.Hk;
+    const int group = a.H / a.Hk, rows = group * a.Sq;
+    for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
+        const int r = i / D, d = i % D;
+        const long long p0 = (long long)bk * a.splits;
+        float m = NEG_INF;
+        for (int s = 0; s < a.splits; ++s) m = fmaxf(m, a.part_lse[(p0 + s) * ROWS + r]);
+        float wsum = 0.0f, o = 0.0f;
+        if (m != NEG_INF)
+            for (int s = 0; s < a.splits; ++s) {
+                const float w = fast_exp2(a.part_lse[(p0 + s) * ROWS + r] - m);
+                wsum += w;
+                o += w * a.part_o[((p0 + s) * ROWS + r) * D + d];
+            }
+        a.out[(((long long)b * a.H + hk * group + r / a.Sq) * a.Sq + r % a.Sq) * D + d] =
+            to_elem(wsum > 0.0f ? o / wsum : 0.0f);
+    }
+}

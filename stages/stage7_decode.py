@@ -1,0 +1,140 @@
+"""FP8 decoding: attention of a few query rows over an e4m3 KV cache (issue 50 item 2), FP8's
+own path beside stage 7's prefill kernel. The kernel is stages/stage7_decode.cu; this file
+holds its launcher and the rules it launches by.
+
+    out = stages.stage7_decode.attention(q, k8, v8, k_descale=kd, v_descale=vd, seqlens_k=lens)
+
+The contract is stage 6's e4m3 call (stages/stage6_kv_fp8.py, checked by the same check_kv_fp8):
+q fp16 or bf16 [B, H, Sq, D]; k and v torch.float8_e4m3fn [B, H_kv, Sk, D] (unit-stride head dim,
+16-byte aligned); k_descale and v_descale float32 [B, H_kv] (FlashAttention-3's convention: the
+true K is k8 · k_descale[b, h_kv]); seqlens_k int32 [B] (each entry's first seqlens_k[b] keys;
+not read back on the host: trusted, as under CUDA graphs); causal False, "top_left" or
+"bottom_right" (True: top-left, SDPA's). The products are 16-bit with exact widening, so the
+accuracy is stage 6's e4m3 build's (the same error rule, tests/test_stage7_decode.py).
+
+Why another kernel: stage 6's e4m3 build widens each tile into shared memory for its wgmma
+consumers and read 2.5 TB/s of e4m3 at best (experiments/fp8_kv_decode). Here each thread widens
+its own bytes in registers into mma.sync operands (the .cu's header says how no transpose is
+needed), so the e4m3 bytes are copied once into shared memory and read once from it.
+Scope: G·Sq ≤ 16 query rows per K/V head (one m16 tile), D 64 and 128.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lib import nvrtc
+from lib.inputs import NO_MASK, causal_mode
+from stages import stage6 as s6
+from stages.stage6_kv_fp8 import check_kv_fp8
+
+SOURCE = Path(__file__).with_name("stage7_decode.cu")
+# what the fp8_decode record's sha256 covers (lib.results.stage_sha256)
+SOURCES = ("stages/stage7_decode.py", "stages/stage7_decode.cu", "stages/mma.cuh", "stages/attention.cuh")
+ROWS = 16  # query rows per K/V head the kernel holds: one m16 tile
+HEAD_DIMS = (64, 128)
+# (CHUNK keys a warp takes at a time, STAGES chunks in a warp's ring, WARPS per block), by head
+# dim. Chosen so that two blocks fit an SM (96 KB of ring each at D128) with two chunks in
+# flight per warp; to be measured (experiments/fp8_decode_registers).
+TILES = {64: (32, 4, 4), 128: (32, 3, 4)}
+TILE_CHOICES = tuple((c, s, w) for c in (16, 32) for s in (2, 3, 4, 6) for w in (2, 4, 8))
+MAX_SPLITS = 64
+SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90
+MIN_CHUNKS_PER_WARP = 4  # a split leaves each warp at least this many chunks
+
+
+class _Info:
+    """The fields lib.results.stage_sha256 reads."""
+    sources = SOURCES
+
+    def source_paths(self):
+        root = Path(__file__).resolve().parent.parent
+        return [root / s for s in self.sources]
+
+
+INFO = _Info()
+
+
+def shared_bytes(D: int, tiles) -> int:
+    """A block's shared memory: its warps' rings, or the merge of their rows at the end (the
+    rings' bytes reused), whichever is larger."""
+    chunk, stages, warps = tiles
+    return max(warps * stages * 2 * chunk * D, warps * ROWS * (D + 2) * 4)
+
+
+def blocks_per_sm(D: int, tiles, smem_per_sm: int = 228 * 1024) -> int:
+    """Blocks an SM holds by shared memory (1 KB of it reserved per block)."""
+    return max(1, smem_per_sm // (shared_bytes(D, tiles) + 1024))
+
+
+def plan_splits(B: int, Hk: int, Sk: int, D: int, tiles, sms: int) -> int:
+    """Key splits per (batch entry, K/V head): enough blocks for every SM's slots once, at most
+    MAX_SPLITS, each warp keeping MIN_CHUNKS_PER_WARP chunks."""
+    chunk, _, warps = tiles
+    slots = sms * blocks_per_sm(D, tiles)
+    most = max(1, -(-Sk // chunk) // (warps * MIN_CHUNKS_PER_WARP))
+    return max(1, min(MAX_SPLITS, most, -(-slots // max(1, B * Hk))))
+
+
+@lru_cache(maxsize=None)
+def _kernels(dtype, D: int, tiles):
+    chunk, stages, warps = tiles
+    return nvrtc.stage_kernels(SOURCE, ("decode_e4m3", "combine_splits"), dtype, D,
+                               max_dynamic_smem=shared_bytes(D, tiles),
+                               defines=(("CHUNK", chunk), ("STAGES", stages), ("WARPS", warps)))
+
+
+def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, scale=None,
+              splits: int | None = None, tiles=None):
+    """softmax(q·Kᵀ·scale)·V over an e4m3 cache (the module's docstring has the contract).
+    `splits` (None: plan_splits) and `tiles` ((chunk, stages, warps), None: TILES) are for
+    measuring."""
+    scale = check_kv_fp8(q, k, v, k_descale, v_descale, causal=causal, scale=scale, info=s6.INFO)
+    B, H, Sq, D = q.shape
+    Hk, Sk = k.shape[1], k.shape[2]
+    if (H // Hk) * Sq > ROWS:
+        raise NotImplementedError(f"stages.stage7_decode holds {ROWS} query rows per K/V head (group "
+                                  f"{H // Hk} x Sq {Sq} = {(H // Hk) * Sq}): use stages.stage6.attention")
+    tiles = TILES[D] if tiles is None else tuple(tiles)
+    if tiles not in TILE_CHOICES:
+        raise ValueError(f"tiles must be one of {TILE_CHOICES}, got {tiles}")
+    if shared_bytes(D, tiles) > SMEM_MAX:
+        raise ValueError(f"tiles {tiles} need {shared_bytes(D, tiles):,} bytes of shared memory at D{D}, "
+                         f"more than a block's {SMEM_MAX:,}")
+    mode = causal_mode(causal, Sq, Sk, s6.INFO)
+    if Sq == 1 and mode == 2:
+        mode = NO_MASK  # one query is the last position: it sees every key
+    if seqlens_k is not None:
+        if not (isinstance(seqlens_k, torch.Tensor) and seqlens_k.dtype == torch.int32
+                and tuple(seqlens_k.shape) == (B,) and seqlens_k.device == q.device and seqlens_k.is_contiguous()):
+            raise ValueError(f"seqlens_k must be a contiguous int32 [B] = [{B}] tensor on {q.device}")
+    out = torch.empty(B, H, Sq, D, dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    if Sk == 0:
+        return out.zero_()
+    n = plan_splits(B, Hk, Sk, D, tiles, s6._sm_count(q.device)) if splits is None else int(splits)
+    if not 1 <= n <= MAX_SPLITS:
+        raise ValueError(f"splits must be 1 … {MAX_SPLITS}, got {splits}")
+    kern = _kernels(q.dtype, D, tiles)
+    if n > 1:
+        part_o = torch.empty(B * Hk * n * ROWS * D, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(B * Hk * n * ROWS, dtype=torch.float32, device=q.device)
+    blocks = B * Hk * n
+    nvrtc.check_grid_x("stage 7 (decode)", blocks)
+    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
+            0 if seqlens_k is None else seqlens_k.data_ptr(), out.data_ptr(),
+            part_o.data_ptr() if n > 1 else 0, part_lse.data_ptr() if n > 1 else 0,
+            *(np.int64(s) for t in (q, k, v) for s in t.stride()[:3]),
+            np.int32(H), np.int32(Hk), np.int32(Sq), np.int32(Sk), np.int32(n), np.int32(mode),
+            np.float32(scale * math.log2(math.e)))
+    threads = 32 * tiles[2]
+    nvrtc.launch_prepared(kern["decode_e4m3"], nvrtc.launch_config((blocks, 1, 1), (threads, 1, 1),
+                                                                   shared_bytes(D, tiles)), args)
+    if n > 1:
+        nvrtc.launch_prepared(kern["combine_splits"], nvrtc.launch_config((B * Hk, 1, 1), (128, 1, 1)), args)
+    return out

@@ -1,0 +1,257 @@
+"""stages/stage7_decode: FP8 decoding from an e4m3 cache with register widening (issue 50 item 2).
+
+CPU: a lane-by-lane model of the kernel's fragments (which bytes each thread copies and reads,
+the prmt selectors, the m16n8k16 layouts of the PTX ISA) multiplies one chunk and must give
+Q·Kᵀ and P·V exactly; the builds compile without spills; bad calls get clear errors. GPU: the
+output against the float64 reference of the dequantized cache (stage 6's e4m3 rule, check_fp8).
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import stages.stage7_decode as d7
+from lib import nvrtc
+from lib.inputs import poisoned_outputs
+from lib.simulator import HAS_GPU
+from test_stage6_fp8_kv import FP8, check_fp8, fp8_inputs
+
+on_hopper = pytest.mark.skipif(not HAS_GPU or torch.cuda.get_device_capability() < (9, 0),
+                               reason="needs a Hopper GPU")
+
+# --------------------------------------------------------------------------------------------
+# CPU: the fragment model
+
+
+def key_of(t, n):  # stages/stage7_decode.cu, key_of
+    return 16 * (t // 2) + 4 * (n // 2) + 2 * (t % 2) + n % 2
+
+
+def key_word_col(j, c):  # ... key_word_col
+    return (j // 4) * 64 + 16 * c + 4 * (j % 4)
+
+
+def same_word(b):  # ... SAME_WORD<B>
+    return (0x8 | (b + 1)) << 12 | (b + 1) << 8 | (0x8 | b) << 4 | b
+
+
+def two_words(b):  # ... TWO_WORDS<B>
+    return (0x8 | (b + 4)) << 12 | (b + 4) << 8 | (0x8 | b) << 4 | b
+
+
+def prmt(a: int, b: int, sel: int) -> int:
+    """PTX prmt.b32 (default mode): byte i of the result is byte sel[i] & 7 of (b:a), or that
+    byte's sign copied into all 8 bits where sel[i] & 8."""
+    src = a.to_bytes(4, "little") + b.to_bytes(4, "little")
+    out = bytearray(4)
+    for i in range(4):
+        n = (sel >> (4 * i)) & 0xF
+        x = src[n & 7]
+        out[i] = (0xFF if x & 0x80 else 0) if n & 8 else x
+    return int.from_bytes(out, "little")
+
+
+def widen2(lo: int, hi: int, sel: int, bf16: bool) -> tuple[float, float]:
+    """The kernel's widen2 (without FOLD): the two values of its 16-bit pair, as floats."""
+    if bf16:
+        x = (prmt(lo, hi, sel) << 4) & 0x87F087F0
+        halves = [(x >> (16 * i)) & 0xFFFF for i in range(2)]
+        vals = torch.tensor(halves, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float() * 2.0**120
+    else:
+        x = prmt(lo, hi, ((sel >> 4) & 0xF0) | (sel & 0xF))
+        vals = torch.tensor([x & 0xFF, (x >> 8) & 0xFF], dtype=torch.uint8).view(FP8).float()
+    return float(vals[0]), float(vals[1])
+
+
+def mma(a_regs, b_regs):
+    """m16n8k16 from 32 lanes' registers (PTX ISA's layouts): a_regs[lane] = 4 pairs, b_regs[lane]
+    = 2 pairs; returns the 16x8 product and, per lane, its accumulators (c0, c1, c2, c3)."""
+    A, B = torch.zeros(16, 16, dtype=torch.float64), torch.zeros(16, 8, dtype=torch.float64)
+    for lane in range(32):
+        g, c = lane // 4, lane % 4
+        for reg, (row, col) in enumerate(((g, 2 * c), (g + 8, 2 * c), (g, 2 * c + 8), (g + 8, 2 * c + 8))):
+            A[row, col], A[row, col + 1] = a_regs[lane][reg]
+        for reg, row in enumerate((2 * c, 2 * c + 8)):
+            B[row, g], B[row + 1, g] = b_regs[lane][reg]
+    C = A @ B
+    acc = [(C[l // 4, 2 * (l % 4)], C[l // 4, 2 * (l % 4) + 1], C[l // 4 + 8, 2 * (l % 4)], C[l // 4 + 8, 2 * (l % 4) + 1])
+           for l in range(32)]
+    return C, acc
+
+
+@pytest.mark.parametrize("D,bf16", [(64, True), (128, True), (128, False)])
+def test_fragment_model_multiplies_one_chunk_exactly(D, bf16):
+    """One 32-key chunk through the kernel's lane-by-lane arithmetic: S = Q·Kᵀ for every key as
+    key_of numbers it, and O = P·V with P taken from S's accumulators, each column where the
+    output store puts it (n · D/8 + u), against the plain products of the widened values."""
+    torch.manual_seed(D)
+    CHUNK, KSTEPS, VB = 32, D // 16, D // 8
+    codes = torch.randint(0, 256, (CHUNK, D), dtype=torch.uint8)
+    codes[codes.view(FP8).float().isnan()] = 0
+    vcodes = torch.randint(0, 256, (CHUNK, D), dtype=torch.uint8)
+    vcodes[vcodes.view(FP8).float().isnan()] = 0
+    K, V = codes.view(FP8).double(), vcodes.view(FP8).double()
+    Q = torch.randn(16, D, dtype=torch.float64).to(torch.bfloat16 if bf16 else torch.float16).double()
+    word = lambda t, row, col: int.from_bytes(bytes(t[row, col:col + 4].tolist()), "little")  # noqa: E731
+    # S, n-tile by n-tile: lane (g, c) holds key key_of(t, g)'s words at key_word_col(j, c)
+    S = torch.zeros(16, CHUNK, dtype=torch.float64)
+    acc_of = {}
+    for t in range(CHUNK // 8):
+        total = torch.zeros(16, 8, dtype=torch.float64)
+        accs = [[0.0] * 4 for _ in range(32)]
+        for j in range(KSTEPS):
+            a_regs, b_regs = [], []
+            for lane in range(32):
+                g, c = lane // 4, lane % 4
+                col = key_word_col(j, c)
+                a_regs.append([(float(Q[g, col]), float(Q[g, col + 1])), (float(Q[g + 8, col]), float(Q[g + 8, col + 1])),
+                               (float(Q[g, col + 2]), float(Q[g, col + 3])), (float(Q[g + 8, col + 2]), float(Q[g + 8, col + 3]))])
+                w = word(codes, key_of(t, g), col)
+                b_regs.append([widen2(w, w, same_word(0), bf16), widen2(w, w, same_word(2), bf16)])
+            C, acc = mma(a_regs, b_regs)
+            total += C
+            accs = [[x + float(y) for x, y in zip(accs[l], acc[l])] for l in range(32)]
+        for n in range(8):
+            S[:, key_of(t, n)] = total[:, n]
+        acc_of[t] = accs
+    assert torch.allclose(S, Q @ K.T, rtol=1e-12, atol=1e-12)
+    # O = P·V with P = S (no softmax: the layout is what is checked), PSTEPS k-steps of 16 keys
+    pdtype = torch.bfloat16 if bf16 else torch.float16
+    P = S.to(pdtype).double()
+    O = torch.zeros(16, D, dtype=torch.float64)
+    for ks in range(CHUNK // 16):
+        a_regs = []
+        for lane in range(32):
+            rd = lambda t, e: float(torch.tensor(acc_of[t][lane][e], dtype=torch.float64).to(pdtype))  # noqa: E731
+            a_regs.append([(rd(2 * ks, 0), rd(2 * ks, 1)), (rd(2 * ks, 2), rd(2 * ks, 3)),
+                           (rd(2 * ks + 1, 0), rd(2 * ks + 1, 1)), (rd(2 * ks + 1, 2), rd(2 * ks + 1, 3))])
+        for u in range(D // 8):
+            b_regs = []
+            for lane in range(32):
+                g, c = lane // 4, lane % 4
+                rows = [16 * ks + 4 * c + r for r in range(4)]
+                w = [word(vcodes, r, VB * g + 4 * (u // 4)) for r in rows]
+                b_regs.append([widen2(w[0], w[1], two_words(u % 4), bf16), widen2(w[2], w[3], two_words(u % 4), bf16)])
+            C, _ = mma(a_regs, b_regs)
+            for n in range(8):
+                O[:, n * VB + u] += C[:, n]
+    assert torch.allclose(O, P @ V, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("D", (64, 128))
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
+def test_builds_compile_without_spills(D, dtype):
+    for tiles in {d7.TILES[D], (16, 4, 4), (32, 2, 8)}:
+        c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
+                                defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2]})
+        for name, info in nvrtc.parse_ptxas_log(c.log).items():
+            assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (D, dtype, tiles, name, info)
+
+
+def test_split_rule():
+    """Enough blocks for every SM's slots once, within MAX_SPLITS and MIN_CHUNKS_PER_WARP."""
+    t = d7.TILES[128]
+    slots = 132 * d7.blocks_per_sm(128, t)
+    assert d7.plan_splits(64, 8, 32768, 128, t, 132) == 1  # 512 blocks already
+    n = d7.plan_splits(8, 8, 32768, 128, t, 132)
+    assert 64 * n >= slots and 64 * (n - 1) < slots
+    assert d7.plan_splits(1, 8, 512, 128, t, 132) == 1  # 16 chunks: one per warp at most
+    assert d7.plan_splits(1, 1, 10**6, 128, t, 132) == min(d7.MAX_SPLITS, slots)
+
+
+# --------------------------------------------------------------------------------------------
+# bad input (CPU: refused before any launch)
+
+def _cpu_call(**over):
+    B, H, Hk, Sq, Sk, D = 2, 8, 2, 1, 64, 128
+    q = torch.zeros(B, H, Sq, D, dtype=torch.bfloat16)
+    k8 = torch.zeros(B, Hk, Sk, D, dtype=FP8)
+    kw = dict(k_descale=torch.ones(B, Hk), v_descale=torch.ones(B, Hk))
+    kw.update(over)
+    return q, k8, k8.clone(), kw
+
+
+def test_refuses_too_many_rows_and_bad_tiles(monkeypatch):
+    import stages.stage7_decode as mod
+    monkeypatch.setattr(mod, "check_kv_fp8", lambda *a, **k: 0.1)  # the shared checks have their own tests
+    q, k8, v8, kw = _cpu_call()
+    q17 = torch.zeros(2, 8, 5, 128, dtype=torch.bfloat16)  # group 4 x Sq 5 = 20 rows
+    with pytest.raises(NotImplementedError, match="16 query rows"):
+        d7.attention(q17, k8, v8, **kw)
+    with pytest.raises(ValueError, match="tiles must be one of"):
+        d7.attention(q, k8, v8, tiles=(24, 3, 4), **kw)
+    with pytest.raises(ValueError, match="seqlens_k must be"):
+        d7.attention(q, k8, v8, seqlens_k=torch.ones(2, dtype=torch.int64), **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: against the float64 reference of the dequantized cache
+
+GPU_SHAPES = [(5, 32, 8, 1, 3001), (3, 8, 1, 4, 1000), (4, 8, 8, 1, 777), (3, 32, 8, 4, 2049),
+              (2, 8, 2, 1, 130), (2, 16, 1, 1, 5000), (1, 32, 8, 2, 40000)]
+
+
+@on_hopper
+@pytest.mark.parametrize("D", (64, 128))
+def test_matches_dequantized_reference(D, seed):
+    """GQA groups 1, 4, 8 and 16; Sq 1, 2 and 4 (bottom-right, 16 packed rows at most); odd
+    lengths, seqlens_k with zeros and ones; splits as planned, one, and forced; other tiles;
+    both dtypes; descales per (entry, K/V head), one negative and one zero."""
+    g = random.Random(seed)
+    for dtype in (torch.float16, torch.bfloat16):
+        for B, H, Hk, Sq, Sk in GPU_SHAPES:
+            q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, D, dtype, seed + B)
+            kd[0, 0], vd[-1, -1] = -kd[0, 0], 0.0
+            lens = ([0, 1, Sk, 129, g.randrange(1, Sk + 1)] * B)[:B]
+            for seqlens in (torch.tensor(lens, dtype=torch.int32, device=q.device), None):
+                for causal in ((False, "bottom_right") if Sq > 1 else (False,)):
+                    for opts in ({}, {"splits": 1}, {"splits": g.randrange(2, 9)}, {"tiles": (16, 4, 4)},
+                                 {"tiles": (32, 2, 8), "splits": 3}):
+                        with poisoned_outputs():
+                            out = d7.attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd,
+                                               v_descale=vd, **opts)
+                        check_fp8(out, q, k8, v8, kd, vd, lens if seqlens is not None else [Sk] * B, causal,
+                                  f"D{D} {dtype} {(B, H, Hk, Sq, Sk)} {causal} {opts} seqlens "
+                                  f"{seqlens is not None} seed {seed}")
+
+
+@on_hopper
+@pytest.mark.parametrize("D", (64, 128))
+def test_large_descales_and_strided_cache(D, seed):
+    """Descales too large to fold (the widening then multiplies by 2^120) beside ordinary ones,
+    and a cache that is a [B, S, H_kv, D] tensor's transposed view (row stride H_kv·D)."""
+    B, H, Hk, Sq, Sk = 3, 32, 8, 1, 1500
+    q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, D, torch.bfloat16, seed)
+    kd[0, 0], vd[0, 1], kd[1, 2] = 5000.0, 300.0, -3000.0
+    k8, v8 = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k8, v8))
+    lens = [Sk, 777, 1]
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+    for opts in ({}, {"splits": 5}):
+        with poisoned_outputs():
+            out = d7.attention(q, k8, v8, seqlens_k=seqlens, k_descale=kd, v_descale=vd, **opts)
+        assert torch.isfinite(out).all(), opts
+        check_fp8(out, q, k8, v8, kd, vd, lens, False, f"large descales / strided D{D} {opts} seed {seed}")
+
+
+@on_hopper
+@pytest.mark.parametrize("D", (64, 128))
+def test_every_e4m3_value_comes_back(D):
+    """seqlens_k 1: each output row is its head's first V row exactly, with all 254 finite e4m3
+    values in those rows (descales 1), in both dtypes, split and not."""
+    B, Hk, G = 4, 2, 4
+    codes = torch.arange(256, dtype=torch.uint8)
+    codes[codes.view(FP8).float().isnan()] = 0
+    slots = B * Hk * D
+    v_first = codes.repeat(-(-slots // 256))[:slots].roll(D // 2).reshape(B, Hk, D)
+    for dtype in (torch.float16, torch.bfloat16):
+        q, k8, v8, kd, vd = fp8_inputs(B, Hk * G, Hk, 1, 200, D, dtype, 7, unit_descale=True)
+        v8 = v8.clone()
+        v8.view(torch.uint8)[:, :, 0] = v_first.to(q.device)
+        lens = torch.ones(B, dtype=torch.int32, device=q.device)
+        for opts in ({}, {"splits": 2}):
+            with poisoned_outputs():
+                out = d7.attention(q, k8, v8, seqlens_k=lens, k_descale=kd, v_descale=vd, **opts)
+            want = v8[:, :, 0].float().repeat_interleave(G, dim=1)[:, :, None]
+            assert torch.equal(out.float(), want.to(dtype).float()), (dtype, opts)
