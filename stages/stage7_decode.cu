@@ -47,6 +47,16 @@ static_assert(D == 64 || D == 128, "e4m3 decoding is built at D 64 and 128");
 static_assert(CHUNK == 16 || CHUNK == 32, "a chunk is one or two k-steps of P·V");
 static_assert(STAGES >= 2 && STAGES <= 8, "ring depth");
 constexpr int ROWS = 16;           // query rows per K/V head: one m16 tile (G·Sq ≤ 16 real)
+// QROWS 8: a build for G·Sq ≤ 8, which leaves the m16 tile's rows 8-15 out of every register (a
+// lane keeps row g only: half the accumulators, so more warps fit an SM); 16: both halves.
+#ifndef QROWS
+#define QROWS 16
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1  // blocks an SM must hold (launch bounds: the registers a thread may take)
+#endif
+constexpr int HALVES = QROWS / 8;  // rows g (and g + 8) of a lane
+static_assert(QROWS == 8 || QROWS == 16, "QROWS");
 constexpr int KSTEPS = D / 16;     // k-steps of S = Q·Kᵀ; thread c holds 4 bytes of each: word j
 constexpr int KPIECES = D / 64;    // 16-byte pieces of a key row per thread (D128: 2, D64: 1)
 constexpr int NTILES = D / 8;      // n-tiles of O = P·V (8 head-dim columns each)
@@ -132,17 +142,40 @@ struct Args {
     float scale_log2;        // softmax scale · log2 e
 };
 
-// A warp's running softmax state and output: rows g and g + 8 of its lane.
+// A warp's running softmax state and output: rows g (and g + 8) of its lane.
 struct RowState {
-    float m[2], l[2];
-    float o[NTILES][4];
+    float m[HALVES], l[HALVES];
+    float o[NTILES][2 * HALVES];
 };
+
+// c += a·b (m16n8k16, fp32 accumulators) on a lane's HALVES: with one half, rows 8-15 of A are
+// zero and their two accumulators are thrown away (outputs no one reads: no registers kept).
+__device__ __forceinline__ void mma_rows(float (&c)[2 * HALVES], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#ifdef ELEM_BF16
+#define MMA_TYPES "f32.bf16.bf16.f32"
+#else
+#define MMA_TYPES "f32.f16.f16.f32"
+#endif
+    if constexpr (HALVES == 2) {
+        asm("mma.sync.aligned.m16n8k16.row.col." MMA_TYPES " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        float d2, d3;
+        asm("mma.sync.aligned.m16n8k16.row.col." MMA_TYPES " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %10, %10};\n"
+            : "+f"(c[0]), "+f"(c[1]), "=f"(d2), "=f"(d3)
+            : "r"(a[0]), "r"(0u), "r"(a[2]), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+    }
+#undef MMA_TYPES
+}
 
 template <bool FOLD>
 __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const unsigned (&qa)[KSTEPS][4],
                                               unsigned char* ring, const unsigned char* kbase,
                                               const unsigned char* vbase, int first, int n_chunks,
-                                              int keys, const int (&limit)[2], float sl) {
+                                              int keys, const int (&limit)[HALVES], float sl) {
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     // issue chunk i (the warp's i-th: key chunk first + i·WARPS) into ring slot i % STAGES; keys at
     // or past `keys` are zero-filled (a cache's unused slots may hold anything, and 0·NaN is NaN)
@@ -181,36 +214,40 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
         const unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
         const int key0 = (first + i * WARPS) * CHUNK;
         // S = Q·Kᵀ, STILES n-tiles of 8 keys
-        float s[STILES][4];
+        float s[STILES][2 * HALVES];
 #pragma unroll
         for (int t = 0; t < STILES; ++t) {
-            s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 2 * HALVES; ++e) s[t][e] = 0.0f;
 #pragma unroll
             for (int p = 0; p < KPIECES; ++p) {
                 const uint4 w = *reinterpret_cast<const uint4*>(slot + 16 * (32 * (t * KPIECES + p) + lane));
                 const unsigned wd[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
-                    mma_16816(s[t], qa[4 * p + j], widen2<SAME_WORD<0>, FOLD>(wd[j], wd[j]),
+                    mma_rows(s[t], qa[4 * p + j], widen2<SAME_WORD<0>, FOLD>(wd[j], wd[j]),
                               widen2<SAME_WORD<2>, FOLD>(wd[j], wd[j]));
             }
         }
         // scale, mask (keys past the rows' limits), and the online softmax
-        float mx[2] = {NEG_INF, NEG_INF};
-        const bool edge = key0 + CHUNK > min(limit[0], limit[1]);
+        float mx[HALVES];
+        int lowest = limit[0];
+#pragma unroll
+        for (int h = 0; h < HALVES; ++h) mx[h] = NEG_INF, lowest = min(lowest, limit[h]);
+        const bool edge = key0 + CHUNK > lowest;
 #pragma unroll
         for (int t = 0; t < STILES; ++t)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
+            for (int e = 0; e < 2 * HALVES; ++e) {
                 const int h = e / 2;
                 float x = s[t][e] * sl;
                 if (edge && key0 + key_of(t, 2 * c + e % 2) >= limit[h]) x = NEG_INF;
                 s[t][e] = x;
                 mx[h] = fmaxf(mx[h], x);
             }
-        float alpha[2], base[2];
+        float alpha[HALVES], base[HALVES];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < HALVES; ++h) {
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
             const float m_new = fmaxf(st.m[h], mx[h]);
@@ -220,21 +257,20 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
             st.l[h] *= alpha[h];
         }
 #pragma unroll
-        for (int u = 0; u < NTILES; ++u) {
-            st.o[u][0] *= alpha[0], st.o[u][1] *= alpha[0];
-            st.o[u][2] *= alpha[1], st.o[u][3] *= alpha[1];
-        }
+        for (int u = 0; u < NTILES; ++u)
+#pragma unroll
+            for (int e = 0; e < 2 * HALVES; ++e) st.o[u][e] *= alpha[e / 2];
         unsigned pa[PSTEPS][4];
 #pragma unroll
         for (int t = 0; t < STILES; ++t) {
-            float p[4];
+            float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
+            for (int e = 0; e < 2 * HALVES; ++e) {
                 p[e] = fast_exp2(s[t][e] - base[e / 2]);
                 st.l[e / 2] += p[e];
             }
             pa[t / 2][2 * (t % 2)] = pack2(p[0], p[1]);      // row g, keys of n-tile t
-            pa[t / 2][2 * (t % 2) + 1] = pack2(p[2], p[3]);  // row g + 8
+            pa[t / 2][2 * (t % 2) + 1] = HALVES == 2 ? pack2(p[2], p[3]) : 0u;  // row g + 8
         }
         // O += P·V, PSTEPS k-steps of 16 keys; thread (g, c) reads keys 4c … 4c + 3 of each
 #pragma unroll
@@ -254,13 +290,13 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
             const unsigned a4[4] = {pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3]};
 #pragma unroll
             for (int wi = 0; wi < VBYTES / 4; ++wi) {
-                mma_16816(st.o[4 * wi + 0], a4, widen2<TWO_WORDS<0>, FOLD>(w[0][wi], w[1][wi]),
+                mma_rows(st.o[4 * wi + 0], a4, widen2<TWO_WORDS<0>, FOLD>(w[0][wi], w[1][wi]),
                           widen2<TWO_WORDS<0>, FOLD>(w[2][wi], w[3][wi]));
-                mma_16816(st.o[4 * wi + 1], a4, widen2<TWO_WORDS<1>, FOLD>(w[0][wi], w[1][wi]),
+                mma_rows(st.o[4 * wi + 1], a4, widen2<TWO_WORDS<1>, FOLD>(w[0][wi], w[1][wi]),
                           widen2<TWO_WORDS<1>, FOLD>(w[2][wi], w[3][wi]));
-                mma_16816(st.o[4 * wi + 2], a4, widen2<TWO_WORDS<2>, FOLD>(w[0][wi], w[1][wi]),
+                mma_rows(st.o[4 * wi + 2], a4, widen2<TWO_WORDS<2>, FOLD>(w[0][wi], w[1][wi]),
                           widen2<TWO_WORDS<2>, FOLD>(w[2][wi], w[3][wi]));
-                mma_16816(st.o[4 * wi + 3], a4, widen2<TWO_WORDS<3>, FOLD>(w[0][wi], w[1][wi]),
+                mma_rows(st.o[4 * wi + 3], a4, widen2<TWO_WORDS<3>, FOLD>(w[0][wi], w[1][wi]),
                           widen2<TWO_WORDS<3>, FOLD>(w[2][wi], w[3][wi]));
             }
         }
@@ -279,7 +315,7 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
     const Args a{q, k, v, k_descale, v_descale, seqlens_k, out, part_o, part_lse, q_sb, q_sh, q_sr,     \
                  k_sb, k_sh, k_sr, v_sb, v_sh, v_sr, H, Hk, Sq, Sk, splits, causal, scale_log2}
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32) decode_e4m3(ARGS_PARAMS) {
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3(ARGS_PARAMS) {
     ARGS_MAKE;
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -289,16 +325,16 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) decode_e4m3(ARGS_PARAMS
     const int keys = a.seqlens_k ? max(0, min(a.seqlens_k[b], a.Sk)) : a.Sk;
     // row r is query head hk·group + r / Sq, query i = r % Sq; it sees the keys before its limit:
     // every key, or causal top-left (1) those up to i, bottom-right (2) those up to keys − Sq + i
-    int limit[2];
+    int limit[HALVES];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < HALVES; ++h) {
         const int r = g + 8 * h, i = r % a.Sq;
         limit[h] = r >= rows || a.causal == 0 ? keys : a.causal == 1 ? min(keys, i + 1) : keys - a.Sq + 1 + i;
     }
     // Q as S's A fragments, head-dim columns in key_word_col's order; rows past G·Sq are zero
-    unsigned qa[KSTEPS][4];
+    unsigned qa[KSTEPS][4] = {};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < HALVES; ++h) {
         const int r = g + 8 * h;
         const elem_t* qrow = a.q + (long long)b * a.q_sb + (long long)(hk * group + r / a.Sq) * a.q_sh +
                              (long long)(r % a.Sq) * a.q_sr;
@@ -321,9 +357,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) decode_e4m3(ARGS_PARAMS
     const int first = c0 + warp, n_chunks = first < c1 ? (c1 - first + WARPS - 1) / WARPS : 0;
     RowState st;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) st.m[h] = NEG_INF, st.l[h] = 0.0f;
+    for (int h = 0; h < HALVES; ++h) st.m[h] = NEG_INF, st.l[h] = 0.0f;
 #pragma unroll
-    for (int u = 0; u < NTILES; ++u) st.o[u][0] = st.o[u][1] = st.o[u][2] = st.o[u][3] = 0.0f;
+    for (int u = 0; u < NTILES; ++u)
+#pragma unroll
+        for (int e = 0; e < 2 * HALVES; ++e) st.o[u][e] = 0.0f;
     const unsigned char* kbase = a.k + (long long)b * a.k_sb + (long long)hk * a.k_sh;
     const unsigned char* vbase = a.v + (long long)b * a.v_sb + (long long)hk * a.v_sh;
     unsigned char* ring = smem + warp * STAGES * CHUNK_BYTES;
@@ -333,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) decode_e4m3(ARGS_PARAMS
         decode_chunks<false>(a, st, qa, ring, kbase, vbase, first, n_chunks, keys, limit, sl);
     // the row sums over the quad (each thread summed its own keys' p)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < HALVES; ++h) {
         st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], 1);
         st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], 2);
     }
@@ -343,7 +381,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) decode_e4m3(ARGS_PARAMS
     float* o_sm = reinterpret_cast<float*>(smem);                   // [WARPS][ROWS][D]
     float* ml_sm = o_sm + WARPS * ROWS * D;                           // [WARPS][ROWS][2]
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < HALVES; ++h) {
         const int r = g + 8 * h;
         float* orow = o_sm + (warp * ROWS + r) * D;
 #pragma unroll

@@ -35,15 +35,19 @@ from stages.stage6_kv_fp8 import check_kv_fp8
 SOURCE = Path(__file__).with_name("stage7_decode.cu")
 # what the fp8_decode record's sha256 covers (lib.results.stage_sha256)
 SOURCES = ("stages/stage7_decode.py", "stages/stage7_decode.cu", "stages/mma.cuh", "stages/attention.cuh")
-ROWS = 16  # query rows per K/V head the kernel holds: one m16 tile
+ROWS = 16  # query rows per K/V head the kernel holds: one m16 tile (the partial rows' layout)
 HEAD_DIMS = (64, 128)
 # (CHUNK keys a warp takes at a time, STAGES chunks in a warp's ring, WARPS per block), by head
-# dim. Chosen so that two blocks fit an SM (96 KB of ring each at D128) with two chunks in
-# flight per warp; to be measured (experiments/fp8_decode_registers).
-TILES = {64: (32, 4, 4), 128: (32, 3, 4)}
+# dim; to be measured (experiments/fp8_decode_registers).
+TILES = {64: (32, 3, 4), 128: (32, 2, 4)}
 TILE_CHOICES = tuple((c, s, w) for c in (16, 32) for s in (2, 3, 4, 6) for w in (2, 4, 8))
 MAX_SPLITS = 64
 SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90
+SMEM_PER_SM = 228 * 1024
+# The most warps an SM is asked to hold, by head dim: the launch bounds then give each thread
+# 65,536 / 32 / warps registers, 128 at 16 warps (D64's builds fit), 170 at 12 (D128's take 155-184;
+# at 128 they spill).
+MAX_WARPS_PER_SM = {64: 16, 128: 12}
 MIN_CHUNKS_PER_WARP = 4  # a split leaves each warp at least this many chunks
 
 
@@ -66,33 +70,47 @@ def shared_bytes(D: int, tiles) -> int:
     return max(warps * stages * 2 * chunk * D, warps * ROWS * (D + 2) * 4)
 
 
-def blocks_per_sm(D: int, tiles, smem_per_sm: int = 228 * 1024) -> int:
-    """Blocks an SM holds by shared memory (1 KB of it reserved per block)."""
-    return max(1, smem_per_sm // (shared_bytes(D, tiles) + 1024))
+def blocks_per_sm(D: int, tiles) -> int:
+    """Blocks an SM holds: by shared memory (1 KB of it reserved per block), and at most
+    MAX_WARPS_PER_SM warps (the kernel's launch bounds ask the compiler for that many)."""
+    by_smem = SMEM_PER_SM // (shared_bytes(D, tiles) + 1024)
+    return max(1, min(by_smem, MAX_WARPS_PER_SM[D] // tiles[2]))
 
 
 def plan_splits(B: int, Hk: int, Sk: int, D: int, tiles, sms: int) -> int:
-    """Key splits per (batch entry, K/V head): enough blocks for every SM's slots once, at most
+    """Key splits per (batch entry, K/V head): as many as fill every SM's block slots without
+    starting a second, partial wave (the slots over the work tiles, rounded down), at most
     MAX_SPLITS, each warp keeping MIN_CHUNKS_PER_WARP chunks."""
     chunk, _, warps = tiles
     slots = sms * blocks_per_sm(D, tiles)
     most = max(1, -(-Sk // chunk) // (warps * MIN_CHUNKS_PER_WARP))
-    return max(1, min(MAX_SPLITS, most, -(-slots // max(1, B * Hk))))
+    return max(1, min(MAX_SPLITS, most, slots // max(1, B * Hk)))
+
+
+def query_rows_build(G: int, Sq: int) -> int:
+    """QROWS of the build a call runs: 8 where its G·Sq rows fit half the m16 tile, else 16."""
+    return 8 if G * Sq <= 8 else 16
 
 
 @lru_cache(maxsize=None)
-def _kernels(dtype, D: int, tiles):
+def _kernels(dtype, D: int, tiles, qrows: int):
     chunk, stages, warps = tiles
     return nvrtc.stage_kernels(SOURCE, ("decode_e4m3", "combine_splits"), dtype, D,
                                max_dynamic_smem=shared_bytes(D, tiles),
-                               defines=(("CHUNK", chunk), ("STAGES", stages), ("WARPS", warps)))
+                               defines=(("CHUNK", chunk), ("STAGES", stages), ("WARPS", warps), ("QROWS", qrows),
+                                        ("MIN_BLOCKS", blocks_per_sm(D, tiles))))
 
 
-def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, scale=None,
-              splits: int | None = None, tiles=None):
-    """softmax(q·Kᵀ·scale)·V over an e4m3 cache (the module's docstring has the contract).
-    `splits` (None: plan_splits) and `tiles` ((chunk, stages, warps), None: TILES) are for
-    measuring."""
+class _Plan:
+    __slots__ = ("kern", "config", "combine", "splits", "mode", "scale_log2", "parts", "out_shape", "Sk_zero")
+
+
+_plans: dict = {}
+
+
+def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles) -> _Plan:
+    """Everything a call's launch needs that its tensors' shapes, strides and types decide; the
+    checks run here, once per such key (attention caches the plan: a decoding step's host time)."""
     scale = check_kv_fp8(q, k, v, k_descale, v_descale, causal=causal, scale=scale, info=s6.INFO)
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -112,29 +130,58 @@ def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, sc
         if not (isinstance(seqlens_k, torch.Tensor) and seqlens_k.dtype == torch.int32
                 and tuple(seqlens_k.shape) == (B,) and seqlens_k.device == q.device and seqlens_k.is_contiguous()):
             raise ValueError(f"seqlens_k must be a contiguous int32 [B] = [{B}] tensor on {q.device}")
-    out = torch.empty(B, H, Sq, D, dtype=q.dtype, device=q.device)
-    if out.numel() == 0:
-        return out
-    if Sk == 0:
-        return out.zero_()
+    plan = _Plan()
+    plan.out_shape, plan.Sk_zero, plan.mode = (B, H, Sq, D), Sk == 0, mode
+    plan.scale_log2 = np.float32(scale * math.log2(math.e))
     n = plan_splits(B, Hk, Sk, D, tiles, s6._sm_count(q.device)) if splits is None else int(splits)
     if not 1 <= n <= MAX_SPLITS:
         raise ValueError(f"splits must be 1 … {MAX_SPLITS}, got {splits}")
-    kern = _kernels(q.dtype, D, tiles)
-    if n > 1:
-        part_o = torch.empty(B * Hk * n * ROWS * D, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(B * Hk * n * ROWS, dtype=torch.float32, device=q.device)
+    plan.splits = n
+    plan.parts = B * Hk * n * ROWS * (D + 1) if n > 1 else 0  # partial rows, then their lse
+    if B * H * Sq == 0 or Sk == 0:
+        return plan
+    plan.kern = _kernels(q.dtype, D, tiles, query_rows_build(H // Hk, Sq))
     blocks = B * Hk * n
     nvrtc.check_grid_x("stage 7 (decode)", blocks)
+    plan.config = nvrtc.launch_config((blocks, 1, 1), (32 * tiles[2], 1, 1), shared_bytes(D, tiles))
+    plan.combine = nvrtc.launch_config((B * Hk, 1, 1), (128, 1, 1)) if n > 1 else None
+    return plan
+
+
+def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, scale=None,
+              splits: int | None = None, tiles=None):
+    """softmax(q·Kᵀ·scale)·V over an e4m3 cache (the module's docstring has the contract).
+    `splits` (None: plan_splits) and `tiles` ((chunk, stages, warps), None: TILES) are for
+    measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);
+    every call checks that its tensors' data start 16 bytes aligned."""
+    key = (*((t.shape, t.stride(), t.dtype, t.device, t.requires_grad) if isinstance(t, torch.Tensor) else (type(t),)
+             for t in (q, k, v, k_descale, v_descale, seqlens_k)),
+           causal if isinstance(causal, (bool, str)) else id(causal), scale, splits,
+           None if tiles is None else tuple(tiles))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles)
+        if len(_plans) > 1024:
+            _plans.clear()
+        _plans[key] = plan
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
+        raise ValueError("q, k and v must start 16-byte aligned (the kernel's vector copies)")
+    B, H, Sq, D = plan.out_shape
+    out = torch.empty(plan.out_shape, dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    if plan.Sk_zero:
+        return out.zero_()
+    n = plan.splits
+    parts = torch.empty(plan.parts, dtype=torch.float32, device=q.device) if n > 1 else None
+    part_o = parts.data_ptr() if n > 1 else 0
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
             0 if seqlens_k is None else seqlens_k.data_ptr(), out.data_ptr(),
-            part_o.data_ptr() if n > 1 else 0, part_lse.data_ptr() if n > 1 else 0,
+            part_o, part_o + 4 * (plan.parts // (D + 1)) * D if n > 1 else 0,
             *(np.int64(s) for t in (q, k, v) for s in t.stride()[:3]),
-            np.int32(H), np.int32(Hk), np.int32(Sq), np.int32(Sk), np.int32(n), np.int32(mode),
-            np.float32(scale * math.log2(math.e)))
-    threads = 32 * tiles[2]
-    nvrtc.launch_prepared(kern["decode_e4m3"], nvrtc.launch_config((blocks, 1, 1), (threads, 1, 1),
-                                                                   shared_bytes(D, tiles)), args)
+            np.int32(H), np.int32(k.shape[1]), np.int32(Sq), np.int32(k.shape[2]), np.int32(n),
+            np.int32(plan.mode), plan.scale_log2)
+    nvrtc.launch_prepared(plan.kern["decode_e4m3"], plan.config, args)
     if n > 1:
-        nvrtc.launch_prepared(kern["combine_splits"], nvrtc.launch_config((B * Hk, 1, 1), (128, 1, 1)), args)
+        nvrtc.launch_prepared(plan.kern["combine_splits"], plan.combine, args)
     return out

@@ -143,21 +143,27 @@ def test_fragment_model_multiplies_one_chunk_exactly(D, bf16):
 @pytest.mark.parametrize("D", (64, 128))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
 def test_builds_compile_without_spills(D, dtype):
+    """The head dim's tiles and two others, both row builds, at the launch bounds the launcher
+    gives them (blocks_per_sm)."""
     for tiles in {d7.TILES[D], (16, 4, 4), (32, 2, 8)}:
-        c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
-                                defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2]})
-        for name, info in nvrtc.parse_ptxas_log(c.log).items():
-            assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (D, dtype, tiles, name, info)
+        for qrows in (8, 16):
+            c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
+                                    defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2],
+                                             "QROWS": qrows, "MIN_BLOCKS": d7.blocks_per_sm(D, tiles)})
+            for name, info in nvrtc.parse_ptxas_log(c.log).items():
+                assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (D, dtype, tiles, qrows, name, info)
 
 
 def test_split_rule():
-    """Enough blocks for every SM's slots once, within MAX_SPLITS and MIN_CHUNKS_PER_WARP."""
+    """Every SM's block slots filled without a partial second wave, within MAX_SPLITS and
+    MIN_CHUNKS_PER_WARP; the warps an SM holds within MAX_WARPS_PER_SM."""
     t = d7.TILES[128]
     slots = 132 * d7.blocks_per_sm(128, t)
+    assert d7.blocks_per_sm(128, t) * t[2] <= d7.MAX_WARPS_PER_SM[128]
     assert d7.plan_splits(64, 8, 32768, 128, t, 132) == 1  # 512 blocks already
     n = d7.plan_splits(8, 8, 32768, 128, t, 132)
-    assert 64 * n >= slots and 64 * (n - 1) < slots
-    assert d7.plan_splits(1, 8, 512, 128, t, 132) == 1  # 16 chunks: one per warp at most
+    assert 64 * n <= slots < 64 * (n + 1)
+    assert d7.plan_splits(1, 8, 512, 128, t, 132) == 1  # few chunks: a split would leave a warp too few
     assert d7.plan_splits(1, 1, 10**6, 128, t, 132) == min(d7.MAX_SPLITS, slots)
 
 
@@ -189,7 +195,7 @@ def test_refuses_too_many_rows_and_bad_tiles(monkeypatch):
 # --------------------------------------------------------------------------------------------
 # GPU: against the float64 reference of the dequantized cache
 
-GPU_SHAPES = [(5, 32, 8, 1, 3001), (3, 8, 1, 4, 1000), (4, 8, 8, 1, 777), (3, 32, 8, 4, 2049),
+GPU_SHAPES = [(5, 32, 8, 1, 3001), (3, 8, 2, 4, 1000), (4, 8, 8, 1, 777), (3, 32, 8, 4, 2049),
               (2, 8, 2, 1, 130), (2, 16, 1, 1, 5000), (1, 32, 8, 2, 40000)]
 
 
