@@ -39,7 +39,7 @@ ROWS = 16  # query rows per K/V head the kernel holds: one m16 tile (the partial
 HEAD_DIMS = (64, 128)
 # (CHUNK keys a warp takes at a time, STAGES chunks in a warp's ring, WARPS per block), by head
 # dim; to be measured (experiments/fp8_decode_registers).
-TILES = {64: (32, 3, 4), 128: (32, 2, 4)}
+TILES = {64: (32, 3, 4), 128: (32, 3, 4)}
 TILE_CHOICES = tuple((c, s, w) for c in (16, 32) for s in (2, 3, 4, 6) for w in (2, 4, 8))
 MAX_SPLITS = 64
 SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90

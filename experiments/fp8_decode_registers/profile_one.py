@@ -1,0 +1,28 @@
+"""Two stages/stage7_decode calls for Nsight Compute, each in its own NVTX range after warm-up:
+B64 H32/8 Sq1 Sk16384 D128 ("b64": the cache's bytes bind) and B1 Sk1024 ("b1": a few chunks a
+warp, latency binds). bf16 Q, the launcher's rule.
+
+    ncu --clock-control none -k regex:decode_e4m3 --nvtx --nvtx-include "b64/" --nvtx-include "b1/" \\
+        --set full -o d7 python3 experiments/fp8_decode_registers/profile_one.py
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import stages.stage6_kv_fp8 as f8  # noqa: E402
+import stages.stage7_decode as d7  # noqa: E402
+from lib.inputs import make_qkv  # noqa: E402
+
+for name, B, Sk in (("b64", 64, 16384), ("b1", 1, 1024)):
+    q, k, v = make_qkv(B, 32, 1, 128, Sk=Sk, Hkv=8, dtype=torch.bfloat16)
+    (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
+    for _ in range(3):
+        d7.attention(q, k8, v8, k_descale=kd, v_descale=vd)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(name)
+    d7.attention(q, k8, v8, k_descale=kd, v_descale=vd)
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+print("profiled")
