@@ -7,8 +7,8 @@
 // (2.5 TB/s of e4m3 at best, experiments/fp8_kv_decode). Here nothing 16-bit is ever stored:
 //
 //   - each warp copies its own chunks of K and V (CHUNK keys) into a ring of STAGES chunks in
-//     shared memory with cp.async, and each thread copies exactly the bytes it will read back
-//     (no barrier between threads: a warp runs its own pipeline);
+//     shared memory with cp.async, whole 128-byte lines at a time (no barrier between warps: a
+//     warp runs its own pipeline);
 //   - a thread widens its bytes in registers straight into the operands of m16n8k16 products
 //     (mma.sync, 16-bit inputs, fp32 accumulators), with one prmt, a shift and a mask per two
 //     values (bf16) or one cvt (fp16);
@@ -63,13 +63,28 @@ constexpr int NTILES = D / 8;      // n-tiles of O = P·V (8 head-dim columns ea
 constexpr int VBYTES = D / 8;      // bytes of a value row per thread: column g·VBYTES + u is n-tile u's
 constexpr int STILES = CHUNK / 8;  // n-tiles of S per chunk (8 keys each)
 constexpr int PSTEPS = CHUNK / 16; // k-steps of P·V per chunk
-// A warp's ring: per chunk, K's pieces then V's rows, laid out [item][lane][bytes] so that a
-// warp's 16-byte (8-byte) reads of one item are 32 consecutive pieces: no bank conflicts.
-constexpr int K_ITEMS = STILES * KPIECES;  // 16-byte pieces per thread per chunk
-constexpr int V_ITEMS = PSTEPS * 4;        // value rows per thread per chunk (VBYTES each)
-constexpr int CHUNK_BYTES = 32 * (16 * K_ITEMS + VBYTES * V_ITEMS);
-static_assert(CHUNK_BYTES == 2 * CHUNK * D, "a chunk is CHUNK keys and values of D bytes");
+// A warp's ring: per chunk, CHUNK rows of K then CHUNK rows of V, as they lie in memory, in
+// 128-byte lines (one row at D128, two at D64) whose 16-byte units are swizzled (swizzled):
+//   - copies: each instruction of the warp copies 4 whole lines, 8 lanes a line, 16 bytes a lane,
+//     so that every 8 lanes read 128 contiguous bytes of the cache. (A first form had each lane
+//     copy the bytes it reads back; Nsight Compute found V's copies asking L2 for every sector
+//     twice, L2 at 91% of its throughput where DRAM was at 65%: experiments/fp8_decode_registers.)
+//   - reads: a lane's 16 (8) bytes of K or V as the fragments want them, no bank conflicts: the
+//     swizzle puts the 8 lanes of a quarter warp (two keys of S's fragment; four value rows of
+//     P·V's) on 8 different 16-byte units (at D64 the 16 lanes of a half warp on 16 8-byte ones).
+// Lanes read bytes other lanes copied, so the warp meets at a __syncwarp after its copies land and
+// before it overwrites a slot.
+constexpr int LINE_ROWS = 128 / D;
+constexpr int CHUNK_BYTES = 2 * CHUNK * D;
+constexpr int COPIES = CHUNK * D / 512;  // copy instructions per chunk for K (and as many for V)
 constexpr int RING_BYTES = WARPS * STAGES * CHUNK_BYTES;
+constexpr int MERGE_STRIDE = D + 4;  // floats a row takes in the warps' merge (D + D/32 used)
+// The byte of row `row`, column `col` (a multiple of 8) in a chunk's K or V.
+__device__ __forceinline__ int swizzled(int row, int col) {
+    const int swz = 2 * ((row >> 2) & 3) ^ (D == 128 ? 4 * (row & 1) : 0);  // in 16-byte units
+    const int unit = ((row % LINE_ROWS) * D + col) / 16;
+    return (row / LINE_ROWS) * 128 + 16 * (unit ^ swz) + col % 16;
+}
 
 // Word j of a key row that thread c reads: bytes (j / 4)·64 + 16c + 4(j % 4) … + 3, the head-dim
 // columns 2c, 2c + 1, 2c + 8, 2c + 9 of k-step j as S's B fragment numbers them. A warp's
@@ -79,10 +94,6 @@ __device__ __forceinline__ int key_word_col(int j, int c) { return (j / 4) * 64 
 // k-step s gives thread (g, c) the keys 16s + 4c … 16s + 4c + 3 (its B fragment's rows 2c, 2c+1
 // and 2c+8, 2c+9): four consecutive value rows.
 __device__ __forceinline__ int key_of(int t, int n) { return 16 * (t / 2) + 4 * (n / 2) + 2 * (t % 2) + (n % 2); }
-
-__device__ __forceinline__ void cp_async_8(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
 
 // Two e4m3 bytes to two 16-bit values: bytes `sel`'s picks of (lo, hi) (prmt's selector; the
 // sign-replicating nibbles 8-B copy each byte's sign through the high half of its lane).
@@ -183,34 +194,30 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
         if (i < n_chunks) {
             const int key0 = (first + i * WARPS) * CHUNK;
             unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
+            // this lane's row of copy j is row0 + 4j·LINE_ROWS: one pointer each, stepped
+            const int row0 = (lane / 8) * LINE_ROWS + (16 * (lane % 8)) / D, col = (16 * (lane % 8)) % D;
+            const unsigned char* kp = kbase + (long long)(key0 + row0) * a.k_sr + col;
+            const unsigned char* vp = vbase + (long long)(key0 + row0) * a.v_sr + col;
+            const long long kstep = 4LL * LINE_ROWS * a.k_sr, vstep = 4LL * LINE_ROWS * a.v_sr;
+            const int left = keys - key0 - row0;  // copy j reads a key while 4j·LINE_ROWS < left
 #pragma unroll
-            for (int t = 0; t < STILES; ++t) {
-                const int key = key0 + key_of(t, g);
-                const bool in = key < keys;
-#pragma unroll
-                for (int p = 0; p < KPIECES; ++p)
-                    cp_async_16(slot + 16 * (32 * (t * KPIECES + p) + lane),
-                                kbase + (in ? (long long)key * a.k_sr + 64 * p + 16 * c : 0), in ? 16 : 0);
+            for (int j = 0; j < COPIES; ++j) {
+                const int row = row0 + 4 * LINE_ROWS * j;
+                const bool in = 4 * LINE_ROWS * j < left;
+                cp_async_16(slot + swizzled(row, col), in ? kp : kbase, in ? 16 : 0);
+                cp_async_16(slot + CHUNK * D + swizzled(row, col), in ? vp : vbase, in ? 16 : 0);
+                kp += kstep, vp += vstep;
             }
-#pragma unroll
-            for (int s = 0; s < PSTEPS; ++s)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int key = key0 + 16 * s + 4 * c + r;
-                    const bool in = key < keys;
-                    unsigned char* to = slot + 32 * 16 * K_ITEMS + VBYTES * (32 * (4 * s + r) + lane);
-                    const unsigned char* from = vbase + (in ? (long long)key * a.v_sr + VBYTES * g : 0);
-                    if (VBYTES == 16) cp_async_16(to, from, in ? 16 : 0);
-                    else cp_async_8(to, from, in ? 8 : 0);
-                }
         }
         cp_async_commit();  // an empty group past the end keeps the count
     };
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) issue(i);
     for (int i = 0; i < n_chunks; ++i) {
+        __syncwarp();  // every lane done reading the slot issue() refills
         issue(i + STAGES - 1);
         cp_async_wait<STAGES - 1>();
+        __syncwarp();  // every lane's copies of chunk i landed, seen by the warp
         const unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
         const int key0 = (first + i * WARPS) * CHUNK;
         // S = Q·Kᵀ, STILES n-tiles of 8 keys
@@ -221,7 +228,7 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
             for (int e = 0; e < 2 * HALVES; ++e) s[t][e] = 0.0f;
 #pragma unroll
             for (int p = 0; p < KPIECES; ++p) {
-                const uint4 w = *reinterpret_cast<const uint4*>(slot + 16 * (32 * (t * KPIECES + p) + lane));
+                const uint4 w = *reinterpret_cast<const uint4*>(slot + swizzled(key_of(t, g), 64 * p + 16 * c));
                 const unsigned wd[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
@@ -278,7 +285,7 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
             unsigned w[4][VBYTES / 4];
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                const unsigned char* from = slot + 32 * 16 * K_ITEMS + VBYTES * (32 * (4 * ks + r) + lane);
+                const unsigned char* from = slot + CHUNK * D + swizzled(16 * ks + 4 * c + r, VBYTES * g);
                 if constexpr (VBYTES == 16) {
                     const uint4 x = *reinterpret_cast<const uint4*>(from);
                     w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
@@ -378,16 +385,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
     // merge the warps: each writes its max, sum and unnormalized rows into shared memory (the
     // ring, now idle), then thread i takes columns of the block's rows
     __syncthreads();
-    float* o_sm = reinterpret_cast<float*>(smem);                   // [WARPS][ROWS][D]
-    float* ml_sm = o_sm + WARPS * ROWS * D;                           // [WARPS][ROWS][2]
+    // [WARPS][ROWS] rows of MERGE_STRIDE floats; column col at col + col / 32, so that a warp's
+    // stores of its lanes' columns (2c·D/8 + u) fall on different banks
+    float* o_sm = reinterpret_cast<float*>(smem);
+    float* ml_sm = o_sm + WARPS * ROWS * MERGE_STRIDE;                // [WARPS][ROWS][2]
 #pragma unroll
     for (int h = 0; h < HALVES; ++h) {
         const int r = g + 8 * h;
-        float* orow = o_sm + (warp * ROWS + r) * D;
+        float* orow = o_sm + (warp * ROWS + r) * MERGE_STRIDE;
 #pragma unroll
         for (int u = 0; u < NTILES; ++u) {
-            orow[(2 * c) * VBYTES + u] = st.o[u][2 * h];          // column (2c)·D/8 + u
-            orow[(2 * c + 1) * VBYTES + u] = st.o[u][2 * h + 1];  // column (2c + 1)·D/8 + u
+            const int c0 = (2 * c) * VBYTES + u, c1 = (2 * c + 1) * VBYTES + u;  // columns (2c)·D/8 + u, (2c + 1)·D/8 + u
+            orow[c0 + c0 / 32] = st.o[u][2 * h];
+            orow[c1 + c1 / 32] = st.o[u][2 * h + 1];
         }
         if (c == 0) ml_sm[(warp * ROWS + r) * 2] = st.m[h], ml_sm[(warp * ROWS + r) * 2 + 1] = st.l[h];
     }
@@ -404,7 +414,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
         for (int w = 0; w < WARPS; ++w) {
             const float f = fast_exp2(ml_sm[(w * ROWS + r) * 2] - base);
             l += f * ml_sm[(w * ROWS + r) * 2 + 1];
-            o += f * o_sm[(w * ROWS + r) * D + d];
+            o += f * o_sm[(w * ROWS + r) * MERGE_STRIDE + d + d / 32];
         }
         const float y = l > 0.0f ? o / l * vscale : 0.0f;  // a row that saw no key: 0
         if (a.splits == 1) {

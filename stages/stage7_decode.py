@@ -45,9 +45,9 @@ MAX_SPLITS = 64
 SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90
 SMEM_PER_SM = 228 * 1024
 # The most warps an SM is asked to hold, by head dim: the launch bounds then give each thread
-# 65,536 / 32 / warps registers, 128 at 16 warps (D64's builds fit), 170 at 12 (D128's take 155-184;
-# at 128 they spill).
-MAX_WARPS_PER_SM = {64: 16, 128: 12}
+# 65,536 / 32 / warps registers, 170 at 12 (D64's builds take 123-140; at 128 the 16-row build
+# spills). D128's builds take 195-204 and its tiles' 96 KB of ring fit two blocks: 8 warps.
+MAX_WARPS_PER_SM = {64: 12, 128: 12}
 MIN_CHUNKS_PER_WARP = 4  # a split leaves each warp at least this many chunks
 
 
@@ -67,7 +67,7 @@ def shared_bytes(D: int, tiles) -> int:
     """A block's shared memory: its warps' rings, or the merge of their rows at the end (the
     rings' bytes reused), whichever is larger."""
     chunk, stages, warps = tiles
-    return max(warps * stages * 2 * chunk * D, warps * ROWS * (D + 2) * 4)
+    return max(warps * stages * 2 * chunk * D, warps * ROWS * (D + 4 + 2) * 4)  # MERGE_STRIDE = D + 4
 
 
 def blocks_per_sm(D: int, tiles) -> int:

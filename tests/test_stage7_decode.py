@@ -140,6 +140,41 @@ def test_fragment_model_multiplies_one_chunk_exactly(D, bf16):
     assert torch.allclose(O, P @ V, rtol=1e-12, atol=1e-9)
 
 
+def swizzled(row, col, D):  # stages/stage7_decode.cu, swizzled
+    swz = 2 * ((row >> 2) & 3) ^ (4 * (row & 1) if D == 128 else 0)
+    unit = ((row % (128 // D)) * D + col) // 16
+    return (row // (128 // D)) * 128 + 16 * (unit ^ swz) + col % 16
+
+
+@pytest.mark.parametrize("D", (64, 128))
+def test_ring_layout_is_a_bijection_without_bank_conflicts(D):
+    """swizzled() places every 16 bytes of a 32-key chunk once; a copy instruction's 8 lanes per
+    line write one whole 128-byte line; the reads of S's K fragments (16 bytes a lane, a quarter
+    warp at a time) and of P·V's V fragments (D/8 bytes a lane: quarter warps at D128, half warps
+    of 8-byte reads at D64) hit distinct banks."""
+    CHUNK = 32
+    where = {swizzled(r, col, D) // 16 for r in range(CHUNK) for col in range(0, D, 16)}
+    assert where == set(range(CHUNK * D // 16))
+    for j in range(CHUNK * D // 512):  # copies: lanes 8q … 8q + 7 → one line
+        for q in range(4):
+            line = 4 * j + q
+            units = {swizzled(line * (128 // D) + (16 * k) // D, (16 * k) % D, D) for k in range(8)}
+            assert {u // 128 for u in units} == {line} and len(units) == 8
+    for t in range(CHUNK // 8):  # K reads: 16 bytes a lane, quarter warps
+        for p in range(D // 64):
+            for quarter in range(4):
+                lanes = range(8 * quarter, 8 * quarter + 8)
+                banks = {(swizzled(key_of(t, l // 4), 64 * p + 16 * (l % 4), D) % 128) // 16 for l in lanes}
+                assert len(banks) == 8, (t, p, quarter)
+    vb, group = D // 8, (8 if D == 128 else 16)  # V reads: D/8 bytes a lane
+    for ks in range(CHUNK // 16):
+        for r in range(4):
+            for first in range(0, 32, group):
+                lanes = range(first, first + group)
+                banks = {(swizzled(16 * ks + 4 * (l % 4) + r, vb * (l // 4), D) % 128) // vb for l in lanes}
+                assert len(banks) == group, (ks, r, first)
+
+
 @pytest.mark.parametrize("D", (64, 128))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
 def test_builds_compile_without_spills(D, dtype):
