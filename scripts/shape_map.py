@@ -49,6 +49,7 @@ import torch  # noqa: E402
 import stages.stage6 as s6  # noqa: E402
 import stages.stage6_decoding as s6d  # noqa: E402
 import stages.stage6_kv_fp8 as f8  # noqa: E402
+import stages.stage7_decode as d7  # noqa: E402
 from lib import results as R  # noqa: E402
 from lib.inputs import ALIGNMENTS, make_qkv, paged_cache  # noqa: E402
 from lib.reference import attention_flops, check_output  # noqa: E402
@@ -654,10 +655,11 @@ def paged_ideas(a) -> int:
 # --------------------------------------------------------------------------------------------
 # --fp8-kv: decoding from an e4m3 KV cache against SDPA on the same cache in bf16 (issue 50 item 2)
 
-FP8_DOC = """--fp8-kv: Stage 6 decoding from an e4m3 KV cache (k_descale, v_descale) against SDPA's default backend
-on the same cache dequantized to bf16, and stage 6 on that bf16 cache, in the same interleaved rounds
-(lib.timing.time_interleaved); each row's e4m3 call is checked first against the float64 reference of
-the dequantized cache (a sample of entries). Sq 1, D128, H32/8, B 1/8/64, Sk 1k-32k.
+FP8_DOC = """--fp8-kv: decoding from an e4m3 KV cache (k_descale, v_descale) with FP8's own path
+(stages/stage7_decode.py) against SDPA's default backend on the same cache dequantized to bf16, with
+stage 6's e4m3 build and stage 6 on that bf16 cache beside them, in the same interleaved rounds
+(lib.timing.time_interleaved); each row's e4m3 calls are checked first against the float64 reference
+of the dequantized cache (a sample of entries). Sq 1, D128, H32/8, B 1/8/64, Sk 1k-32k.
 """
 FP8_ROWS = [(B, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768)]
 FP8_QUICK = [(1, 4096), (8, 16384), (64, 1024)]
@@ -686,28 +688,34 @@ def fp8_kv(a) -> int:
         (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
         del k, v
         k16, v16 = f8.dequantized(k8, kd, torch.bfloat16), f8.dequantized(v8, vd, torch.bfloat16)  # the same cache
-        out = s6.attention(q, k8, v8, k_descale=kd, v_descale=vd)
-        idx = torch.tensor(sorted({0, B // 2, B - 1}), device=q.device)  # the whole B64 Sk32k cache in float64: 34 GB
-        passed = fp8_checked(out[idx], q[idx], f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx]))
-        fns = {"fp8": lambda: s6.attention(q, k8, v8, k_descale=kd, v_descale=vd),
+        fns = {"fp8": lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd),
                "sdpa": sdpa_call(q, k16, v16),
+               "stage6 fp8": lambda: s6.attention(q, k8, v8, k_descale=kd, v_descale=vd),
                "bf16": lambda: s6.attention(q, k16, v16)}
+        idx = torch.tensor(sorted({0, B // 2, B - 1}), device=q.device)  # the whole B64 Sk32k cache in float64: 34 GB
+        k64, v64 = f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx])
+        outs = {name: fns[name]() for name in ("fp8", "stage6 fp8")}
+        passed = all(fp8_checked(o[idx], q[idx], k64, v64) for o in outs.values())
+        del k64, v64
         times = time_interleaved(fns, rounds=5, budget_s=0.3)
-        passed &= torch.equal(fns["fp8"](), out)  # again after the timing: the same bits
-        us, sdpa_us, bf16_us = (times[n].median_us for n in ("fp8", "sdpa", "bf16"))
+        passed &= all(torch.equal(fns[name](), o) for name, o in outs.items())  # again after the timing: the same bits
+        us, sdpa_us, s6_us, bf16_us = (times[n].median_us for n in ("fp8", "sdpa", "stage6 fp8", "bf16"))
         rows.append({"B": B, "H": FP8_H, "Hkv": FP8_HKV, "Sq": 1, "Sk": Sk, "D": FP8_D, "dtype": "bfloat16",
                      "us": us, "us_rounds": times["fp8"].round_medians_us, "sdpa_us": sdpa_us,
-                     "sdpa_us_rounds": times["sdpa"].round_medians_us, "stage6_bf16_us": bf16_us,
-                     "vs_sdpa": sdpa_us / us, "vs_bf16": bf16_us / us, "passed": passed})
+                     "sdpa_us_rounds": times["sdpa"].round_medians_us, "stage6_fp8_us": s6_us,
+                     "stage6_bf16_us": bf16_us, "vs_sdpa": sdpa_us / us, "vs_stage6_fp8": s6_us / us,
+                     "vs_bf16": bf16_us / us, "passed": passed})
         ok &= passed
         print(f"B{B} H{FP8_H}/{FP8_HKV} Sq1 Sk{Sk} D{FP8_D}: e4m3 {us:9,.1f} µs  SDPA bf16 {sdpa_us:9,.1f} µs "
-              f"({sdpa_us / us:5.2f}x)  stage 6 bf16 {bf16_us:9,.1f} µs ({bf16_us / us:5.2f}x)  "
-              f"{'pass' if passed else 'FAIL'}  ({time.time() - t0:.0f} s)", flush=True)
-        del q, k8, v8, k16, v16, fns, out
+              f"({sdpa_us / us:5.2f}x)  stage 6 e4m3 {s6_us:9,.1f} µs ({s6_us / us:5.2f}x)  stage 6 bf16 "
+              f"{bf16_us:9,.1f} µs ({bf16_us / us:5.2f}x)  {'pass' if passed else 'FAIL'}  ({time.time() - t0:.0f} s)",
+              flush=True)
+        del q, k8, v8, k16, v16, fns, outs
         torch.cuda.empty_cache()
     if a.record and ok:
         env = R.capture_env()
-        path = R.save_extra(env["gpu"], "fp8_decode", {"env": env, "sha256": R.stage_sha256(s6.INFO), "rows": rows})
+        path = R.save_extra(env["gpu"], "fp8_decode", {"env": env, "sha256": R.stage_sha256(d7.INFO),
+                                                       "stage6_sha256": R.stage_sha256(s6.INFO), "rows": rows})
         print(f"recorded in {path}")
     elif a.record:
         print("a row FAILED the error rule: nothing recorded")

@@ -25,8 +25,8 @@
 // The grid: one block per (split, batch entry, K/V head), WARPS warps; warp w takes chunks w,
 // w + WARPS, ... of its split's keys, with its own running max, sum and output; the block's
 // warps are merged through shared memory at the end. One split: the block writes the output.
-// Several: each writes its rows' output normalized and their log-sum-exp (log2), which
-// combine_splits merges.
+// Several: each writes its rows' output normalized and their log-sum-exp (log2), and the last
+// block of the (batch entry, K/V head) to finish merges them (no second launch).
 //
 // Compile-time constants: HEAD_DIM (64, 128), ELEM_BF16 (bf16 Q and output, else fp16), CHUNK
 // (keys a warp takes at a time: 16 or 32), STAGES (chunks in a warp's ring), WARPS.
@@ -146,6 +146,7 @@ struct Args {
     elem_t* out;             // [B, H, Sq, D], contiguous
     float* part_o;           // [B·H_kv, splits, ROWS, D] (splits > 1)
     float* part_lse;         // [B·H_kv, splits, ROWS], log2
+    int* counts;             // [B·H_kv] blocks done (splits > 1), zero between launches
     long long q_sb, q_sh, q_sr;
     long long k_sb, k_sh, k_sr;
     long long v_sb, v_sh, v_sr;
@@ -315,11 +316,12 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
 #define ARGS_PARAMS                                                                                      \
     const elem_t *q, const unsigned char *k, const unsigned char *v, const float *k_descale,           \
         const float *v_descale, const int *seqlens_k, elem_t *out, float *part_o, float *part_lse,      \
+        int *counts,                                                                                    \
         long long q_sb, long long q_sh, long long q_sr, long long k_sb, long long k_sh, long long k_sr, \
         long long v_sb, long long v_sh, long long v_sr, int H, int Hk, int Sq, int Sk, int splits,      \
         int causal, float scale_log2
 #define ARGS_MAKE                                                                                       \
-    const Args a{q, k, v, k_descale, v_descale, seqlens_k, out, part_o, part_lse, q_sb, q_sh, q_sr,     \
+    const Args a{q, k, v, k_descale, v_descale, seqlens_k, out, part_o, part_lse, counts, q_sb, q_sh, q_sr, \
                  k_sb, k_sh, k_sr, v_sb, v_sh, v_sr, H, Hk, Sq, Sk, splits, causal, scale_log2}
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3(ARGS_PARAMS) {
@@ -424,27 +426,31 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
             if (d == 0) a.part_lse[part * ROWS + r] = l > 0.0f ? base + __log2f(l) : NEG_INF;
         }
     }
-}
-
-// Split-KV's partial rows merged: one block per (batch entry, K/V head), each thread a column of
-// each row; weights 2^(lse_s − max lse), a row no split saw: 0.
-extern "C" __global__ void combine_splits(ARGS_PARAMS) {
-    ARGS_MAKE;
-    const int bk = blockIdx.x, b = bk / a.Hk, hk = bk % a.Hk;
-    const int group = a.H / a.Hk, rows = group * a.Sq;
-    for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
+    if (a.splits == 1) return;
+    // Split-KV: the last of the work tile's blocks to finish merges every split's rows (their
+    // weights 2^(lse_s − max lse); a row no split saw: 0) and resets the counter for the next
+    // launch. The partial rows are read past L1 (__ldcg): other blocks wrote them.
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.counts + bk, 1) == a.splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const long long p0 = (long long)bk * a.splits;
+    for (int i = threadIdx.x; i < rows * D; i += WARPS * 32) {
         const int r = i / D, d = i % D;
-        const long long p0 = (long long)bk * a.splits;
         float m = NEG_INF;
-        for (int s = 0; s < a.splits; ++s) m = fmaxf(m, a.part_lse[(p0 + s) * ROWS + r]);
+        for (int s = 0; s < a.splits; ++s) m = fmaxf(m, __ldcg(a.part_lse + (p0 + s) * ROWS + r));
         float wsum = 0.0f, o = 0.0f;
         if (m != NEG_INF)
             for (int s = 0; s < a.splits; ++s) {
-                const float w = fast_exp2(a.part_lse[(p0 + s) * ROWS + r] - m);
+                const float w = fast_exp2(__ldcg(a.part_lse + (p0 + s) * ROWS + r) - m);
                 wsum += w;
-                o += w * a.part_o[((p0 + s) * ROWS + r) * D + d];
+                o += w * __ldcg(a.part_o + ((p0 + s) * ROWS + r) * D + d);
             }
         a.out[(((long long)b * a.H + hk * group + r / a.Sq) * a.Sq + r % a.Sq) * D + d] =
             to_elem(wsum > 0.0f ? o / wsum : 0.0f);
     }
+    if (threadIdx.x == 0) a.counts[bk] = 0;
 }

@@ -38,8 +38,9 @@ SOURCES = ("stages/stage7_decode.py", "stages/stage7_decode.cu", "stages/mma.cuh
 ROWS = 16  # query rows per K/V head the kernel holds: one m16 tile (the partial rows' layout)
 HEAD_DIMS = (64, 128)
 # (CHUNK keys a warp takes at a time, STAGES chunks in a warp's ring, WARPS per block), by head
-# dim; to be measured (experiments/fp8_decode_registers).
-TILES = {64: (32, 3, 4), 128: (32, 3, 4)}
+# dim: one block of 8 warps an SM, one chunk in flight while the other is multiplied; the fastest
+# at most of the probe's rows (experiments/fp8_decode_registers/README.md).
+TILES = {64: (32, 2, 8), 128: (32, 2, 8)}
 TILE_CHOICES = tuple((c, s, w) for c in (16, 32) for s in (2, 3, 4, 6) for w in (2, 4, 8))
 MAX_SPLITS = 64
 SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90
@@ -93,16 +94,15 @@ def query_rows_build(G: int, Sq: int) -> int:
 
 
 @lru_cache(maxsize=None)
-def _kernels(dtype, D: int, tiles, qrows: int):
+def _kernel(dtype, D: int, tiles, qrows: int):
     chunk, stages, warps = tiles
-    return nvrtc.stage_kernels(SOURCE, ("decode_e4m3", "combine_splits"), dtype, D,
-                               max_dynamic_smem=shared_bytes(D, tiles),
+    return nvrtc.stage_kernels(SOURCE, ("decode_e4m3",), dtype, D, max_dynamic_smem=shared_bytes(D, tiles),
                                defines=(("CHUNK", chunk), ("STAGES", stages), ("WARPS", warps), ("QROWS", qrows),
-                                        ("MIN_BLOCKS", blocks_per_sm(D, tiles))))
+                                        ("MIN_BLOCKS", blocks_per_sm(D, tiles))))["decode_e4m3"]
 
 
 class _Plan:
-    __slots__ = ("kern", "config", "combine", "splits", "mode", "scale_log2", "parts", "out_shape", "Sk_zero")
+    __slots__ = ("kernel", "config", "splits", "tail", "out_shape", "trivial", "parts", "n_parts")
 
 
 _plans: dict = {}
@@ -130,22 +130,38 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
         if not (isinstance(seqlens_k, torch.Tensor) and seqlens_k.dtype == torch.int32
                 and tuple(seqlens_k.shape) == (B,) and seqlens_k.device == q.device and seqlens_k.is_contiguous()):
             raise ValueError(f"seqlens_k must be a contiguous int32 [B] = [{B}] tensor on {q.device}")
-    plan = _Plan()
-    plan.out_shape, plan.Sk_zero, plan.mode = (B, H, Sq, D), Sk == 0, mode
-    plan.scale_log2 = np.float32(scale * math.log2(math.e))
     n = plan_splits(B, Hk, Sk, D, tiles, s6._sm_count(q.device)) if splits is None else int(splits)
     if not 1 <= n <= MAX_SPLITS:
         raise ValueError(f"splits must be 1 … {MAX_SPLITS}, got {splits}")
-    plan.splits = n
-    plan.parts = B * Hk * n * ROWS * (D + 1) if n > 1 else 0  # partial rows, then their lse
-    if B * H * Sq == 0 or Sk == 0:
+    plan = _Plan()
+    plan.out_shape, plan.splits, plan.parts = (B, H, Sq, D), n, {}
+    plan.trivial = "empty" if B * H * Sq == 0 else "zeros" if Sk == 0 else None
+    if plan.trivial:
         return plan
-    plan.kern = _kernels(q.dtype, D, tiles, query_rows_build(H // Hk, Sq))
+    plan.kernel = _kernel(q.dtype, D, tiles, query_rows_build(H // Hk, Sq))
     blocks = B * Hk * n
     nvrtc.check_grid_x("stage 7 (decode)", blocks)
     plan.config = nvrtc.launch_config((blocks, 1, 1), (32 * tiles[2], 1, 1), shared_bytes(D, tiles))
-    plan.combine = nvrtc.launch_config((B * Hk, 1, 1), (128, 1, 1)) if n > 1 else None
+    plan.n_parts = B * Hk * n if n > 1 else 0
+    plan.tail = (*(np.int64(st) for t in (q, k, v) for st in t.stride()[:3]),
+                 np.int32(H), np.int32(Hk), np.int32(Sq), np.int32(Sk), np.int32(n), np.int32(mode),
+                 np.float32(scale * math.log2(math.e)))
     return plan
+
+
+def _partials(plan: _Plan, device) -> tuple[int, int, int]:
+    """Split-KV's partial rows (fp32), their log2-sum-exps and a counter per (batch entry, K/V
+    head), made once per plan and stream, as stage 6 keeps its own (stages/stage6.py, _partials):
+    calls on one stream run in order and may share them; the counters are zero between launches
+    (the last block resets its own)."""
+    stream = torch.cuda.current_stream(device).cuda_stream
+    parts = plan.parts.get(stream)
+    if parts is None:
+        D = plan.out_shape[3]
+        parts = plan.parts[stream] = (torch.empty(plan.n_parts * ROWS * D, dtype=torch.float32, device=device),
+                                      torch.empty(plan.n_parts * ROWS, dtype=torch.float32, device=device),
+                                      torch.zeros(plan.n_parts // plan.splits, dtype=torch.int32, device=device))
+    return parts[0].data_ptr(), parts[1].data_ptr(), parts[2].data_ptr()
 
 
 def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, scale=None,
@@ -153,7 +169,8 @@ def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, sc
     """softmax(q·Kᵀ·scale)·V over an e4m3 cache (the module's docstring has the contract).
     `splits` (None: plan_splits) and `tiles` ((chunk, stages, warps), None: TILES) are for
     measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);
-    every call checks that its tensors' data start 16 bytes aligned."""
+    every call checks that its tensors' data start 16 bytes aligned. One launch: with split-KV
+    the last block of each (batch entry, K/V head) merges the splits."""
     key = (*((t.shape, t.stride(), t.dtype, t.device, t.requires_grad) if isinstance(t, torch.Tensor) else (type(t),)
              for t in (q, k, v, k_descale, v_descale, seqlens_k)),
            causal if isinstance(causal, (bool, str)) else id(causal), scale, splits,
@@ -166,22 +183,11 @@ def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, sc
         _plans[key] = plan
     if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
         raise ValueError("q, k and v must start 16-byte aligned (the kernel's vector copies)")
-    B, H, Sq, D = plan.out_shape
     out = torch.empty(plan.out_shape, dtype=q.dtype, device=q.device)
-    if out.numel() == 0:
-        return out
-    if plan.Sk_zero:
-        return out.zero_()
-    n = plan.splits
-    parts = torch.empty(plan.parts, dtype=torch.float32, device=q.device) if n > 1 else None
-    part_o = parts.data_ptr() if n > 1 else 0
-    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
-            0 if seqlens_k is None else seqlens_k.data_ptr(), out.data_ptr(),
-            part_o, part_o + 4 * (plan.parts // (D + 1)) * D if n > 1 else 0,
-            *(np.int64(s) for t in (q, k, v) for s in t.stride()[:3]),
-            np.int32(H), np.int32(k.shape[1]), np.int32(Sq), np.int32(k.shape[2]), np.int32(n),
-            np.int32(plan.mode), plan.scale_log2)
-    nvrtc.launch_prepared(plan.kern["decode_e4m3"], plan.config, args)
-    if n > 1:
-        nvrtc.launch_prepared(plan.kern["combine_splits"], plan.combine, args)
+    if plan.trivial:
+        return out if plan.trivial == "empty" else out.zero_()
+    parts = _partials(plan, q.device) if plan.splits > 1 else (0, 0, 0)
+    nvrtc.launch_prepared(plan.kernel, plan.config,
+                          (q.data_ptr(), k.data_ptr(), v.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
+                           0 if seqlens_k is None else seqlens_k.data_ptr(), out.data_ptr(), *parts, *plan.tail))
     return out
