@@ -28,7 +28,7 @@ from scripts.shape_map import fp8_checked  # noqa: E402
 ROWS = [(B, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768)]
 QUICK = [(1, 16384), (8, 16384), (64, 4096)]
 H, HKV = 32, 8
-VARIANTS = {128: [(32, 2, 8), (32, 3, 4), (32, 3, 8), (16, 4, 8)],
+VARIANTS = {128: [(32, 2, 8), (32, 3, 4), (32, 2, 4), (16, 4, 8)],
             64: [(32, 2, 8), (32, 3, 4), (32, 3, 8)]}
 
 
@@ -58,9 +58,13 @@ def main() -> int:
                 if n <= d7.MAX_SPLITS:
                     fns[f"regs splits {n}"] = (lambda n=n: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, splits=n))
             passed = {}
-            for name, fn in fns.items():
+            for name, fn in list(fns.items()):
                 if name.startswith(("regs", "s6 e4m3")):
-                    passed[name] = fp8_checked(fn()[idx], q[idx], k64, v64)
+                    try:
+                        passed[name] = fp8_checked(fn()[idx], q[idx], k64, v64)
+                    except Exception as e:  # noqa: BLE001 (a variant that cannot launch: say so, time the rest)
+                        print(f"  {name}: {type(e).__name__}: {e}", flush=True)
+                        del fns[name]
             times = time_interleaved(fns, rounds=5, budget_s=0.25)
             base = times["sdpa"].median_us
             gb = 2 * B * HKV * Sk * D / 1e9  # e4m3 bytes of K and V
