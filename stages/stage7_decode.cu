@@ -326,7 +326,7 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3(ARGS_PARAMS) {
     ARGS_MAKE;
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem[];  // the ring's lines 128-byte aligned
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int split = blockIdx.x % a.splits, bk = blockIdx.x / a.splits;
     const int b = bk / a.Hk, hk = bk % a.Hk;
@@ -430,12 +430,15 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
     // Split-KV: the last of the work tile's blocks to finish merges every split's rows (their
     // weights 2^(lse_s − max lse); a row no split saw: 0) and resets the counter for the next
     // launch. The partial rows are read past L1 (__ldcg): other blocks wrote them.
-    __shared__ int last;
+    // (the flag in dynamic shared memory, past the merge's rows: a static __shared__ variable would
+    // come first and move the ring off its 128-byte alignment; at 48 KB of ring it would also take
+    // the block past the 48 KB a kernel gets without asking)
+    int* last = reinterpret_cast<int*>(ml_sm + WARPS * ROWS * 2);
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.counts + bk, 1) == a.splits - 1;
+    if (threadIdx.x == 0) *last = atomicAdd(a.counts + bk, 1) == a.splits - 1;
     __syncthreads();
-    if (!last) return;
+    if (!*last) return;
     __threadfence();
     const long long p0 = (long long)bk * a.splits;
     for (int i = threadIdx.x; i < rows * D; i += WARPS * 32) {

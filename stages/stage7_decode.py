@@ -68,7 +68,7 @@ def shared_bytes(D: int, tiles) -> int:
     """A block's shared memory: its warps' rings, or the merge of their rows at the end (the
     rings' bytes reused), whichever is larger."""
     chunk, stages, warps = tiles
-    return max(warps * stages * 2 * chunk * D, warps * ROWS * (D + 4 + 2) * 4)  # MERGE_STRIDE = D + 4
+    return max(warps * stages * 2 * chunk * D, warps * ROWS * (D + 4 + 2) * 4 + 16)  # MERGE_STRIDE = D + 4; a flag
 
 
 def blocks_per_sm(D: int, tiles) -> int:
