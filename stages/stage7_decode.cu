@@ -29,7 +29,8 @@
 // block of the (batch entry, K/V head) to finish merges them (no second launch).
 //
 // Compile-time constants: HEAD_DIM (64, 128), ELEM_BF16 (bf16 Q and output, else fp16), CHUNK
-// (keys a warp takes at a time: 16 or 32), STAGES (chunks in a warp's ring), WARPS.
+// (keys a warp takes at a time: 16 or 32), STAGES (chunks in a warp's ring), WARPS, QROWS (8 or
+// 16 query rows held), MIN_BLOCKS (launch bounds), F16_PRODUCTS (bf16 Q: fp16 products).
 #include "attention.cuh"
 #include "mma.cuh"
 
@@ -56,6 +57,17 @@ constexpr int ROWS = 16;           // query rows per K/V head: one m16 tile (G·
 #define MIN_BLOCKS 1  // blocks an SM must hold (launch bounds: the registers a thread may take)
 #endif
 constexpr int HALVES = QROWS / 8;  // rows g (and g + 8) of a lane
+// F16_PRODUCTS (bf16 Q): the products in fp16 all the same. Each query row is scaled by a power of
+// two that puts its largest magnitude in [2^14, 2^15) and rounded to fp16, which holds bf16's 8
+// bits of mantissa exactly (fp16 has 11) down to 2^-14 of the scaled row's largest element; the
+// scores take the power of two back. K and V then widen with one cvt per two values, as the
+// fp16 build's do, instead of the bit placement below (a prmt, a shift and a mask per two
+// values), and P goes to the tensor cores in fp16 (finer than bf16 on [2^-14, 1]).
+#if !defined(ELEM_BF16) || (defined(F16_PRODUCTS) && F16_PRODUCTS)
+#define PRODUCTS_F16 1
+#else
+#define PRODUCTS_F16 0
+#endif
 static_assert(QROWS == 8 || QROWS == 16, "QROWS");
 constexpr int KSTEPS = D / 16;     // k-steps of S = Q·Kᵀ; thread c holds 4 bytes of each: word j
 constexpr int KPIECES = D / 64;    // 16-byte pieces of a key row per thread (D128: 2, D64: 1)
@@ -101,26 +113,30 @@ __device__ __forceinline__ int key_of(int t, int n) { return 16 * (t / 2) + 4 * 
 // copy of the sign in bit 15: the bf16 of value·2^-120, exactly, subnormals too (stage 6's
 // widen4, stages/stage6.cu); FOLD leaves the 2^-120 for the descales, otherwise one bf16x2
 // multiply by 2^120 gives the value. fp16: cvt from e4m3, exact.
+// prmt selectors: bytes b, b + 1 of one word (a key's two head-dim columns), each with its sign
+// in the next byte (bf16), or byte b of two words (two keys' values of one column).
+template <int B> constexpr unsigned SAME_WORD = (0x8u | (B + 1)) << 12 | (B + 1) << 8 | (0x8u | B) << 4 | B;
+template <int B> constexpr unsigned TWO_WORDS = (0x8u | (B + 4)) << 12 | (B + 4) << 8 | (0x8u | B) << 4 | B;
 template <unsigned SEL, bool FOLD>
 __device__ __forceinline__ unsigned widen2(unsigned lo, unsigned hi) {
-#ifdef ELEM_BF16
+#if !PRODUCTS_F16
     unsigned x;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(lo), "r"(hi), "n"(SEL));
     x = (x << 4) & 0x87F087F0u;
     if (!FOLD) asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(x) : "r"(x), "r"(0x7B807B80u));
     return x;
 #else
-    unsigned x, r;
-    // the two bytes alone, in the low half: SEL's first and third nibbles
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(lo), "r"(hi), "n"(((SEL >> 4) & 0xF0u) | (SEL & 0xFu)));
+    unsigned x = lo, r;
+    if constexpr (SEL == SAME_WORD<2>) {  // a word's high half as it is
+        asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(r) : "r"(x));
+        return r;
+    }
+    if constexpr (SEL != SAME_WORD<0>)  // the two bytes alone, in the low half: SEL's first and third nibbles
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(lo), "r"(hi), "n"(((SEL >> 4) & 0xF0u) | (SEL & 0xFu)));
     asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(r) : "r"(x));
     return r;
 #endif
 }
-// prmt selectors: bytes b, b + 1 of one word (a key's two head-dim columns), each with its sign
-// in the next byte (bf16), or byte b of two words (two keys' values of one column).
-template <int B> constexpr unsigned SAME_WORD = (0x8u | (B + 1)) << 12 | (B + 1) << 8 | (0x8u | B) << 4 | B;
-template <int B> constexpr unsigned TWO_WORDS = (0x8u | (B + 4)) << 12 | (B + 4) << 8 | (0x8u | B) << 4 | B;
 
 // 2^120, what a folded widening leaves out of each bf16 value (fp16: nothing)
 #define WIDEN_FOLD __int_as_float(0x7B800000)
@@ -128,12 +144,22 @@ template <int B> constexpr unsigned TWO_WORDS = (0x8u | (B + 4)) << 12 | (B + 4)
 // call's scale (log2 units) and the value's descale are below 2^7 in magnitude, so that neither
 // product nears float's 2^128 (stage 6's rule, `folds` in stages/stage6.cu).
 __device__ __forceinline__ bool folds(float scale_log2, float kd, float vd) {
-#ifdef ELEM_BF16
+#if !PRODUCTS_F16
     return fabsf(scale_log2 * kd) < 128.0f && fabsf(vd) < 128.0f;
 #else
     (void)scale_log2, (void)kd, (void)vd;
     return false;
 #endif
+}
+
+// Two probabilities in one register, in the products' type.
+__device__ __forceinline__ unsigned pack_p(float lo, float hi) {
+#if PRODUCTS_F16
+    __half2 h = __floats2half2_rn(lo, hi);
+#else
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+#endif
+    return *reinterpret_cast<unsigned*>(&h);
 }
 
 struct Args {
@@ -163,7 +189,7 @@ struct RowState {
 // c += a·b (m16n8k16, fp32 accumulators) on a lane's HALVES: with one half, rows 8-15 of A are
 // zero and their two accumulators are thrown away (outputs no one reads: no registers kept).
 __device__ __forceinline__ void mma_rows(float (&c)[2 * HALVES], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-#ifdef ELEM_BF16
+#if !PRODUCTS_F16
 #define MMA_TYPES "f32.bf16.bf16.f32"
 #else
 #define MMA_TYPES "f32.f16.f16.f32"
@@ -187,7 +213,7 @@ template <bool FOLD>
 __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const unsigned (&qa)[KSTEPS][4],
                                               unsigned char* ring, const unsigned char* kbase,
                                               const unsigned char* vbase, int first, int n_chunks,
-                                              int keys, const int (&limit)[HALVES], float sl) {
+                                              int keys, const int (&limit)[HALVES], const float (&sl)[HALVES]) {
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     // issue chunk i (the warp's i-th: key chunk first + i·WARPS) into ring slot i % STAGES; keys at
     // or past `keys` are zero-filled (a cache's unused slots may hold anything, and 0·NaN is NaN)
@@ -248,7 +274,7 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
 #pragma unroll
             for (int e = 0; e < 2 * HALVES; ++e) {
                 const int h = e / 2;
-                float x = s[t][e] * sl;
+                float x = s[t][e] * sl[h];
                 if (edge && key0 + key_of(t, 2 * c + e % 2) >= limit[h]) x = NEG_INF;
                 s[t][e] = x;
                 mx[h] = fmaxf(mx[h], x);
@@ -277,8 +303,8 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
                 p[e] = fast_exp2(s[t][e] - base[e / 2]);
                 st.l[e / 2] += p[e];
             }
-            pa[t / 2][2 * (t % 2)] = pack2(p[0], p[1]);      // row g, keys of n-tile t
-            pa[t / 2][2 * (t % 2) + 1] = HALVES == 2 ? pack2(p[2], p[3]) : 0u;  // row g + 8
+            pa[t / 2][2 * (t % 2)] = pack_p(p[0], p[1]);      // row g, keys of n-tile t
+            pa[t / 2][2 * (t % 2) + 1] = HALVES == 2 ? pack_p(p[2], p[3]) : 0u;  // row g + 8
         }
         // O += P·V, PSTEPS k-steps of 16 keys; thread (g, c) reads keys 4c … 4c + 3 of each
 #pragma unroll
@@ -355,9 +381,43 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
             qa[j][2 + h] = x.y;  // columns 2c + 8, 2c + 9 (registers 2, 3)
         }
     }
+    float q_unscale[HALVES];  // what a row's scores are multiplied by to undo its scaling
+#pragma unroll
+    for (int h = 0; h < HALVES; ++h) q_unscale[h] = 1.0f;
+#if PRODUCTS_F16 && defined(ELEM_BF16)
+    // F16_PRODUCTS: each row times 2^(141 − e), e the biased exponent of its largest |q| (the
+    // quad's four lanes hold its columns), then rounded to fp16
+#pragma unroll
+    for (int h = 0; h < HALVES; ++h) {
+        unsigned top = 0;  // the largest magnitude's bits (for x >= 0 the bits order as the values)
+#pragma unroll
+        for (int j = 0; j < KSTEPS; ++j)
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+                const unsigned v = qa[j][h + 2 * w];
+                top = max(top, max((v & 0x7FFFu) << 16, v & 0x7FFF0000u));
+            }
+        top = max(top, __shfl_xor_sync(0xffffffffu, top, 1));
+        top = max(top, __shfl_xor_sync(0xffffffffu, top, 2));
+        const int e = min(254, max(0, (int)(top >> 23)));
+        const int up = top == 0 ? 127 : min(253, max(1, 268 - e));  // the scale's biased exponent (2^-126 … 2^126)
+        const float scale = __int_as_float(up << 23);
+        q_unscale[h] = __int_as_float((254 - up) << 23);  // 2^(127 − (up − 127)): exact
+#pragma unroll
+        for (int j = 0; j < KSTEPS; ++j)
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+                const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&qa[j][h + 2 * w]);
+                const __half2 f = __floats2half2_rn(__low2float(v) * scale, __high2float(v) * scale);
+                qa[j][h + 2 * w] = *reinterpret_cast<const unsigned*>(&f);
+            }
+    }
+#endif
     const float kd = a.k_descale[bk], vd = a.v_descale[bk];
     const bool fold = folds(a.scale_log2, kd, vd);
-    const float sl = a.scale_log2 * kd * (fold ? WIDEN_FOLD : 1.0f);
+    float sl[HALVES];
+#pragma unroll
+    for (int h = 0; h < HALVES; ++h) sl[h] = a.scale_log2 * kd * (fold ? WIDEN_FOLD : 1.0f) * q_unscale[h];
     const float vscale = vd * (fold ? WIDEN_FOLD : 1.0f);
     // this split's key chunks, and this warp's: w, w + WARPS, ...
     const int chunks = (keys + CHUNK - 1) / CHUNK;

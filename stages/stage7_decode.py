@@ -93,12 +93,19 @@ def query_rows_build(G: int, Sq: int) -> int:
     return 8 if G * Sq <= 8 else 16
 
 
+# F16_PRODUCTS for bf16 Q (stages/stage7_decode.cu): the products in fp16, Q scaled into fp16 by a
+# power of two per row, K and V widened by the hardware's cvt (one instruction per two values, where
+# bf16's bit placement takes three). The fp16 build's products are fp16 anyway.
+F16_PRODUCTS = True
+
+
 @lru_cache(maxsize=None)
-def _kernel(dtype, D: int, tiles, qrows: int):
+def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool):
     chunk, stages, warps = tiles
     return nvrtc.stage_kernels(SOURCE, ("decode_e4m3",), dtype, D, max_dynamic_smem=shared_bytes(D, tiles),
                                defines=(("CHUNK", chunk), ("STAGES", stages), ("WARPS", warps), ("QROWS", qrows),
-                                        ("MIN_BLOCKS", blocks_per_sm(D, tiles))))["decode_e4m3"]
+                                        ("MIN_BLOCKS", blocks_per_sm(D, tiles)),
+                                        ("F16_PRODUCTS", int(f16_products))))["decode_e4m3"]
 
 
 class _Plan:
@@ -108,7 +115,7 @@ class _Plan:
 _plans: dict = {}
 
 
-def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles) -> _Plan:
+def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles, f16_products) -> _Plan:
     """Everything a call's launch needs that its tensors' shapes, strides and types decide; the
     checks run here, once per such key (attention caches the plan: a decoding step's host time)."""
     scale = check_kv_fp8(q, k, v, k_descale, v_descale, causal=causal, scale=scale, info=s6.INFO)
@@ -138,7 +145,10 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
     plan.trivial = "empty" if B * H * Sq == 0 else "zeros" if Sk == 0 else None
     if plan.trivial:
         return plan
-    plan.kernel = _kernel(q.dtype, D, tiles, query_rows_build(H // Hk, Sq))
+    if f16_products not in (None, True, False):
+        raise ValueError(f"f16_products must be True, False or None (F16_PRODUCTS), got {f16_products!r}")
+    plan.kernel = _kernel(q.dtype, D, tiles, query_rows_build(H // Hk, Sq),
+                          F16_PRODUCTS if f16_products is None else f16_products)
     blocks = B * Hk * n
     nvrtc.check_grid_x("stage 7 (decode)", blocks)
     plan.config = nvrtc.launch_config((blocks, 1, 1), (32 * tiles[2], 1, 1), shared_bytes(D, tiles))
@@ -165,19 +175,19 @@ def _partials(plan: _Plan, device) -> tuple[int, int, int]:
 
 
 def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, scale=None,
-              splits: int | None = None, tiles=None):
+              splits: int | None = None, tiles=None, f16_products: bool | None = None):
     """softmax(q·Kᵀ·scale)·V over an e4m3 cache (the module's docstring has the contract).
-    `splits` (None: plan_splits) and `tiles` ((chunk, stages, warps), None: TILES) are for
-    measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);
+    `splits` (None: plan_splits), `tiles` ((chunk, stages, warps), None: TILES) and
+    `f16_products` (bf16 Q: the products in fp16; None: F16_PRODUCTS) are for measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);
     every call checks that its tensors' data start 16 bytes aligned. One launch: with split-KV
     the last block of each (batch entry, K/V head) merges the splits."""
     key = (*((t.shape, t.stride(), t.dtype, t.device, t.requires_grad) if isinstance(t, torch.Tensor) else (type(t),)
              for t in (q, k, v, k_descale, v_descale, seqlens_k)),
            causal if isinstance(causal, (bool, str)) else id(causal), scale, splits,
-           None if tiles is None else tuple(tiles))
+           None if tiles is None else tuple(tiles), f16_products)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles)
+        plan = _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles, f16_products)
         if len(_plans) > 1024:
             _plans.clear()
         _plans[key] = plan

@@ -178,15 +178,17 @@ def test_ring_layout_is_a_bijection_without_bank_conflicts(D):
 @pytest.mark.parametrize("D", (64, 128))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
 def test_builds_compile_without_spills(D, dtype):
-    """The head dim's tiles and two others, both row builds, at the launch bounds the launcher
-    gives them (blocks_per_sm)."""
+    """The head dim's tiles and two others, both row builds (bf16: with and without F16_PRODUCTS),
+    at the launch bounds the launcher gives them (blocks_per_sm)."""
     for tiles in {d7.TILES[D], (16, 4, 4), (32, 2, 8)}:
         for qrows in (8, 16):
-            c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
-                                    defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2],
-                                             "QROWS": qrows, "MIN_BLOCKS": d7.blocks_per_sm(D, tiles)})
-            for name, info in nvrtc.parse_ptxas_log(c.log).items():
-                assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (D, dtype, tiles, qrows, name, info)
+            for f16 in ((0, 1) if dtype == torch.bfloat16 else (0,)):
+                c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
+                                        defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2],
+                                                 "QROWS": qrows, "MIN_BLOCKS": d7.blocks_per_sm(D, tiles),
+                                                 "F16_PRODUCTS": f16})
+                for name, info in nvrtc.parse_ptxas_log(c.log).items():
+                    assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (D, dtype, tiles, qrows, f16, name, info)
 
 
 def test_split_rule():
@@ -249,7 +251,7 @@ def test_matches_dequantized_reference(D, seed):
             for seqlens in (torch.tensor(lens, dtype=torch.int32, device=q.device), None):
                 for causal in ((False, "bottom_right") if Sq > 1 else (False,)):
                     for opts in ({}, {"splits": 1}, {"splits": g.randrange(2, 9)}, {"tiles": (16, 4, 4)},
-                                 {"tiles": (32, 3, 4), "splits": 3}):
+                                 {"tiles": (32, 3, 4), "splits": 3}, {"f16_products": False}):
                         with poisoned_outputs():
                             out = d7.attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd,
                                                v_descale=vd, **opts)
@@ -261,15 +263,20 @@ def test_matches_dequantized_reference(D, seed):
 @on_hopper
 @pytest.mark.parametrize("D", (64, 128))
 def test_large_descales_and_strided_cache(D, seed):
-    """Descales too large to fold (the widening then multiplies by 2^120) beside ordinary ones,
-    and a cache that is a [B, S, H_kv, D] tensor's transposed view (row stride H_kv·D)."""
+    """Descales too large to fold (the bf16 bit placement then multiplies by 2^120) beside ordinary
+    ones, query rows of 2^-70 and 2^30 and one whose elements lie 2^40 apart (F16_PRODUCTS scales
+    each row into fp16), and a cache that is a [B, S, H_kv, D] tensor's transposed view."""
     B, H, Hk, Sq, Sk = 3, 32, 8, 1, 1500
     q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, D, torch.bfloat16, seed)
     kd[0, 0], vd[0, 1], kd[1, 2] = 5000.0, 300.0, -3000.0
     k8, v8 = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k8, v8))
+    q = q.clone()
+    q[0, :4] *= 2.0 ** -70  # rows far from fp16's range both ways: F16_PRODUCTS scales each row
+    q[1, 4:8] *= 2.0 ** 30
+    q[2, 8:12, :, ::3] *= 2.0 ** -40  # one row's elements 2^40 apart
     lens = [Sk, 777, 1]
     seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
-    for opts in ({}, {"splits": 5}):
+    for opts in ({}, {"splits": 5}, {"f16_products": False}):
         with poisoned_outputs():
             out = d7.attention(q, k8, v8, seqlens_k=seqlens, k_descale=kd, v_descale=vd, **opts)
         assert torch.isfinite(out).all(), opts
