@@ -142,6 +142,8 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["scripts/shape_map.py", "--parts", "splits", "--record"], "its rows go to --out, not into the record"),
     (["scripts/shape_map.py", "--fp8-kv", "--record"], "runs on sm_90 GPUs (H100/H200) only"),
     (["experiments/fp8_kv_decode/sanitize.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/fp8_decode_registers/sanitize.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/fp8_decode_registers/probe.py", "--quick"], "needs an H100 or H200 and none was found"),
     (["scripts/backward_bench.py", "--record"], "needs a CUDA GPU and none was found"),
     (["scripts/train_curve.py", "--record"], "trains on a CUDA GPU and none was found"),
     (["experiments/fp8_tile_probe/fp8_tile_probe.py"], "needs an H100 or H200 and none was found"),

@@ -25,6 +25,10 @@ from lib.inputs import make_qkv  # noqa: E402
 from lib.timing import sdpa_call, time_interleaved  # noqa: E402
 from scripts.shape_map import fp8_checked  # noqa: E402
 
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+    print("needs an H100 or H200 and none was found", file=sys.stderr)
+    sys.exit(2)
+
 ROWS = [(B, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768)]
 QUICK = [(1, 16384), (8, 16384), (64, 4096)]
 H, HKV = 32, 8

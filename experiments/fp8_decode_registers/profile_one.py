@@ -15,6 +15,10 @@ import stages.stage6_kv_fp8 as f8  # noqa: E402
 import stages.stage7_decode as d7  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
 
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+    print("needs an H100 or H200 and none was found", file=sys.stderr)
+    sys.exit(2)
+
 for name, B, Sk in (("b64", 64, 16384), ("b1", 1, 1024)):
     q, k, v = make_qkv(B, 32, 1, 128, Sk=Sk, Hkv=8, dtype=torch.bfloat16)
     (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)

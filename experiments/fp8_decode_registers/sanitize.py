@@ -12,6 +12,10 @@ import torch  # noqa: E402
 import stages.stage7_decode as d7  # noqa: E402
 from test_stage6_fp8_kv import check_fp8, fp8_inputs  # noqa: E402
 
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+    print("needs an H100 or H200 and none was found", file=sys.stderr)
+    sys.exit(2)
+
 for D in (64, 128):
     for dtype in (torch.float16, torch.bfloat16):
         for B, H, Hk, Sq, Sk in ((3, 32, 8, 1, 700), (2, 16, 4, 4, 333)):
