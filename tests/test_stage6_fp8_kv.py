@@ -474,6 +474,29 @@ GPU_SHAPES = [(5, 32, 8, 1, 3001), (3, 8, 1, 4, 1000), (4, 8, 8, 1, 777), (3, 32
               (16, 32, 8, 1, 1000), (2, 8, 2, 1, 130)]
 
 
+def check_over_shapes(attention, D, seed, shapes, options, signs=False):
+    """attention(q, k8, v8, causal=, seqlens_k=, k_descale=, v_descale=, **opts) against the float64
+    reference (check_fp8) at each (B, H, H_kv, Sq, S_k) of `shapes` in both dtypes: seqlens_k with
+    zeros, ones, the whole cache and odd lengths, and none; bottom-right causal where Sq > 1; each
+    dict of options(g) (g: a random.Random). signs: one K/V head's k_descale negated, one v_descale 0."""
+    g = random.Random(seed)
+    for dtype in (torch.float16, torch.bfloat16):
+        for B, H, Hk, Sq, Sk in shapes:
+            q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, D, dtype, seed + B)
+            if signs:
+                kd[0, 0], vd[-1, -1] = -kd[0, 0], 0.0
+            lens = ([0, 1, Sk, 129, g.randrange(1, Sk + 1)] * B)[:B]
+            for seqlens in (torch.tensor(lens, dtype=torch.int32, device=q.device), None):
+                for causal in ((False, "bottom_right") if Sq > 1 else (False,)):
+                    for opts in options(g):
+                        with poisoned_outputs():
+                            out = attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd,
+                                            v_descale=vd, **opts)
+                        check_fp8(out, q, k8, v8, kd, vd, lens if seqlens is not None else [Sk] * B, causal,
+                                  f"D{D} {dtype} {(B, H, Hk, Sq, Sk)} {causal} {opts} seqlens "
+                                  f"{seqlens is not None} seed {seed}")
+
+
 @on_hopper
 @pytest.mark.parametrize("D", (64, 128))
 def test_fp8_matches_dequantized_reference(D, seed):
@@ -481,20 +504,8 @@ def test_fp8_matches_dequantized_reference(D, seed):
     lengths; seqlens_k with zeros and ones, not a multiple of a tile, the whole cache, or none;
     split-KV as planned and forced (3-7 splits, and 2), the combine in the last block and in its
     kernel; two blocks per SM (B16 at D64); both dtypes; descales per (entry, K/V head)."""
-    g = random.Random(seed)
-    for dtype in (torch.float16, torch.bfloat16):
-        for B, H, Hk, Sq, Sk in GPU_SHAPES:
-            q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, D, dtype, seed + B)
-            lens = ([0, 1, Sk, 129, g.randrange(1, Sk + 1)] * B)[:B]
-            for seqlens in (torch.tensor(lens, dtype=torch.int32, device=q.device), None):
-                for causal in ((False, "bottom_right") if Sq > 1 else (False,)):
-                    for opts in ({}, {"splits": g.randrange(3, 8)}, {"splits": 2, "combine_in_block": False}):
-                        with poisoned_outputs():
-                            out = s6.attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd,
-                                               v_descale=vd, **opts)
-                        check_fp8(out, q, k8, v8, kd, vd, lens if seqlens is not None else [Sk] * B, causal,
-                                  f"D{D} {dtype} {(B, H, Hk, Sq, Sk)} {causal} {opts} seqlens "
-                                  f"{seqlens is not None} seed {seed}")
+    check_over_shapes(s6.attention, D, seed, GPU_SHAPES,
+                      lambda g: ({}, {"splits": g.randrange(3, 8)}, {"splits": 2, "combine_in_block": False}))
 
 
 @on_hopper

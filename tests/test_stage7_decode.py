@@ -7,7 +7,6 @@ output against the float64 reference of the dequantized cache (stage 6's e4m3 ru
 """
 from __future__ import annotations
 
-import random
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ import stages.stage7_decode as d7
 from lib import nvrtc
 from lib.inputs import poisoned_outputs
 from lib.simulator import HAS_GPU
-from test_stage6_fp8_kv import FP8, check_fp8, fp8_inputs
+from test_stage6_fp8_kv import FP8, check_fp8, check_over_shapes, fp8_inputs
 
 on_hopper = pytest.mark.skipif(not HAS_GPU or torch.cuda.get_device_capability() < (9, 0),
                                reason="needs a Hopper GPU")
@@ -242,22 +241,9 @@ def test_matches_dequantized_reference(D, seed):
     """GQA groups 1, 4, 8 and 16; Sq 1, 2 and 4 (bottom-right, 16 packed rows at most); odd
     lengths, seqlens_k with zeros and ones; splits as planned, one, and forced; other tiles;
     both dtypes; descales per (entry, K/V head), one negative and one zero."""
-    g = random.Random(seed)
-    for dtype in (torch.float16, torch.bfloat16):
-        for B, H, Hk, Sq, Sk in GPU_SHAPES:
-            q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, D, dtype, seed + B)
-            kd[0, 0], vd[-1, -1] = -kd[0, 0], 0.0
-            lens = ([0, 1, Sk, 129, g.randrange(1, Sk + 1)] * B)[:B]
-            for seqlens in (torch.tensor(lens, dtype=torch.int32, device=q.device), None):
-                for causal in ((False, "bottom_right") if Sq > 1 else (False,)):
-                    for opts in ({}, {"splits": 1}, {"splits": g.randrange(2, 9)}, {"tiles": (16, 4, 4)},
-                                 {"tiles": (32, 3, 4), "splits": 3}, {"f16_products": False}):
-                        with poisoned_outputs():
-                            out = d7.attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd,
-                                               v_descale=vd, **opts)
-                        check_fp8(out, q, k8, v8, kd, vd, lens if seqlens is not None else [Sk] * B, causal,
-                                  f"D{D} {dtype} {(B, H, Hk, Sq, Sk)} {causal} {opts} seqlens "
-                                  f"{seqlens is not None} seed {seed}")
+    check_over_shapes(d7.attention, D, seed, GPU_SHAPES,
+                      lambda g: ({}, {"splits": 1}, {"splits": g.randrange(2, 9)}, {"tiles": (16, 4, 4)},
+                                 {"tiles": (32, 3, 4), "splits": 3}, {"f16_products": False}), signs=True)
 
 
 @on_hopper
