@@ -53,8 +53,7 @@ ARCH = "sm_90a"  # wgmma and setmaxnreg exist only in the arch-specific target
 # 176-key tiles (fewer per-tile fixed costs: barriers, shuffles, turns; 2 stages fit), within the
 # noise of (128, 3, 2), which was faster causal.
 TILES = {64: (128, 2, 3), 128: (176, 2, 2)}
-# Head dims 96 and 256 (issue 51; compiled offline, not yet run or measured:
-# experiments/model_variants/head_dims.md). D96 is held in shared memory and in O's registers as
+# Head dims 96 and 256 (issue 51; the design: experiments/model_variants/head_dims.md). D96 is held in shared memory and in O's registers as
 # D128 (two 64-column blocks, the second half zero-filled by the copy engine; P·V over 128
 # columns, stages/stage6.cu: PV_N), so it takes D128's tables wherever they apply; only Q·Kᵀ is
 # shorter (6 k-steps of 16 instead of 8). D256: O alone is 128 registers per consumer thread, so

@@ -3,18 +3,19 @@
 // Decoding multiplies every cached key and value by a few query rows (a K/V head's G·Sq), so its
 // time is the cache's bytes over the memory bandwidth, and e4m3 halves them. Stage 6's KV_FP8
 // build widens each e4m3 tile into a 16-bit tile in shared memory for its wgmma consumers: the
-// bytes go DRAM → shared → registers → shared → tensor cores, and one block per SM widens
-// (2.5 TB/s of e4m3 at best, experiments/fp8_kv_decode). Here nothing 16-bit is ever stored:
+// bytes go DRAM → shared → registers → shared → tensor cores, and three warps a block widen
+// (2.5–2.6 TB/s of e4m3 at best, experiments/fp8_kv_decode). Here nothing 16-bit is ever stored:
 //
 //   - each warp copies its own chunks of K and V (CHUNK keys) into a ring of STAGES chunks in
 //     shared memory with cp.async, whole 128-byte lines at a time (no barrier between warps: a
 //     warp runs its own pipeline);
 //   - a thread widens its bytes in registers straight into the operands of m16n8k16 products
-//     (mma.sync, 16-bit inputs, fp32 accumulators), with one prmt, a shift and a mask per two
-//     values (bf16) or one cvt (fp16);
+//     (mma.sync, 16-bit inputs, fp32 accumulators): one cvt per two values into fp16 products
+//     (fp16 Q, and bf16 Q with F16_PRODUCTS, the launcher's default), or a prmt, a shift and a
+//     mask per two into bf16 products;
 //   - the products are arranged so that no operand needs a transpose. S = Q·Kᵀ takes Q (16 query
 //     rows, G·Sq ≤ 16 of them real) as the A operand and K as B, whose fragment holds, per
-//     thread, four head-dim columns of one key: four consecutive bytes once the head dim is
+//     thread, four head-dim positions of one key: four consecutive bytes once the head dim is
 //     read in a permuted order (Q is loaded in the same order, so the dot products are the
 //     same). O = P·V takes P from S's accumulators as the A operand (the FlashAttention-2
 //     register reuse) and V as B, whose fragment holds two pairs of keys for one column:

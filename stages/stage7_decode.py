@@ -47,7 +47,8 @@ SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90
 SMEM_PER_SM = 228 * 1024
 # The most warps an SM is asked to hold, by head dim: the launch bounds then give each thread
 # 65,536 / 32 / warps registers, 170 at 12 (D64's builds take 123-140; at 128 the 16-row build
-# spills). D128's builds take 195-204 and its tiles' 96 KB of ring fit two blocks: 8 warps.
+# spills). TILES' 128 KB of ring leave room for one block of 8 warps at either head dim (D128's
+# builds take 162-204 registers).
 MAX_WARPS_PER_SM = {64: 12, 128: 12}
 MIN_CHUNKS_PER_WARP = 4  # a split leaves each warp at least this many chunks
 

@@ -14,8 +14,9 @@ Two builds of the same kernels: mma.sync (stages/stage8.cu, any GPU from sm_80, 
 choices and `dq_atomics=1`, dQ summed by float32 atomics in step 2 instead of step 3) and
 WGMMA (stages/stage8_wgmma.cu, sm_90a: every product a warpgroup's wgmma, with switches of its
 own), the default on an H100. On an H100 the stage's build (WGMMA_BUILD) sums dQ in the dK/dV
-kernel with the copy engine's bulk reductions and loads Q and dO by TMA, with two warpgroups
-per block at D 128. The notebook measures each switch against the others.
+kernel with the copy engine's bulk reductions and loads Q and dO by TMA from a producer
+warpgroup feeding two MMA warpgroups per block (at D 64 taking turns at dQ). The notebook
+measures each switch against the others.
 
 Autograd: `with_grad(forward, q, k, v, ...)` runs a forward that saves the log-sum-exp so
 that its output's grad_fn runs this backward. This stage's `attention` is stage 5's forward
