@@ -1,6 +1,6 @@
 """Two stages/stage7_decode calls for Nsight Compute, each in its own NVTX range after warm-up:
-B64 H32/8 Sq1 Sk16384 D128 ("b64": the cache's bytes bind) and B1 Sk1024 ("b1": a few chunks a
-warp, latency binds). bf16 Q, the launcher's rule.
+B64 H32/8 Sq1 Sk16384 D128 ("b64": the cache's bytes bind), B1 Sk1024 ("b1") and B8 Sk4096 ("b8"),
+two rows short of their goals. bf16 Q, the launcher's rule.
 
     ncu --clock-control none -k regex:decode_e4m3 --nvtx --nvtx-include "b64/" --nvtx-include "b1/" \\
         --set full -o d7 python3 experiments/fp8_decode_registers/profile_one.py
@@ -19,7 +19,7 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
     print("needs an H100 or H200 and none was found", file=sys.stderr)
     sys.exit(2)
 
-for name, B, Sk in (("b64", 64, 16384), ("b1", 1, 1024)):
+for name, B, Sk in (("b64", 64, 16384), ("b1", 1, 1024), ("b8", 8, 4096)):
     q, k, v = make_qkv(B, 32, 1, 128, Sk=Sk, Hkv=8, dtype=torch.bfloat16)
     (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
     for _ in range(3):
