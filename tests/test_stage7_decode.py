@@ -247,6 +247,22 @@ def test_matches_dequantized_reference(D, seed):
 
 
 @on_hopper
+def test_top_left_causal(seed):
+    """causal True / "top_left" (query i sees keys up to i, SDPA's is_causal; the kernel's causal 1)
+    at Sq 1, 2 and 4, with seqlens_k shorter and longer than Sq, split and not. (Written after the
+    GPU session that made the kernel: first run in the next one.)"""
+    for B, H, Hk, Sq, Sk in ((3, 8, 2, 4, 300), (3, 8, 8, 1, 100), (2, 16, 4, 2, 1000)):
+        q, k8, v8, kd, vd = fp8_inputs(B, H, Hk, Sq, Sk, 128, torch.bfloat16, seed + Sq)
+        lens = [Sk, 3, 1][:B]
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+        for causal in (True, "top_left"):
+            for opts in ({}, {"splits": 3}):
+                with poisoned_outputs():
+                    out = d7.attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd, v_descale=vd, **opts)
+                check_fp8(out, q, k8, v8, kd, vd, lens, causal, f"top-left {(B, H, Hk, Sq, Sk)} {causal} {opts} seed {seed}")
+
+
+@on_hopper
 @pytest.mark.parametrize("D", (64, 128))
 def test_large_descales_and_strided_cache(D, seed):
     """Descales too large to fold (the bf16 bit placement then multiplies by 2^120) beside ordinary
