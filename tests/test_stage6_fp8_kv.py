@@ -586,6 +586,20 @@ def test_fp8_descale_signs_and_zero(seed):
         check_fp8(out, q, k8, v8, kd, vd, [Sk] * B, False, f"signs {opts} seed {seed}")
 
 
+def every_code_first(D, dtype, G, B=4, Hk=2):
+    """(q, k8, v8, k_descale, v_descale, seqlens_k) with descales 1 and seqlens_k 1, and V's first
+    row of each (entry, K/V head) holding the 254 finite e4m3 codes between them (NaN's two codes
+    as 0), rolled by D/2: each output row must be its head's first V row exactly."""
+    codes = torch.arange(256, dtype=torch.uint8)
+    codes[codes.view(FP8).float().isnan()] = 0
+    slots = B * Hk * D
+    v_first = codes.repeat(-(-slots // 256))[:slots].roll(D // 2).reshape(B, Hk, D)
+    q, k8, v8, kd, vd = fp8_inputs(B, Hk * G, Hk, 1, 200, D, dtype, 7, unit_descale=True)
+    v8 = v8.clone()
+    v8.view(torch.uint8)[:, :, 0] = v_first.to(q.device)
+    return q, k8, v8, kd, vd, torch.ones(B, dtype=torch.int32, device=q.device)
+
+
 @on_hopper
 @pytest.mark.parametrize("D", (64, 128))
 def test_every_e4m3_value_widens_exactly(D):
@@ -593,16 +607,9 @@ def test_every_e4m3_value_widens_exactly(D):
     l = 1), so V's first rows holding all 254 finite e4m3 values must come back as they are, in
     both dtypes: the widening, its column order and its swizzle, checked value by value. Keys
     past the first are finite (masked, multiplied by P = 0)."""
-    B, Hk, G = 4, 2, 4
-    codes = torch.arange(256, dtype=torch.uint8)
-    codes[codes.view(FP8).float().isnan()] = 0
-    slots = B * Hk * D
-    v_first = codes.repeat(-(-slots // 256))[:slots].roll(D // 2).reshape(B, Hk, D)
+    G = 4
     for dtype in (torch.float16, torch.bfloat16):
-        q, k8, v8, kd, vd = fp8_inputs(B, Hk * G, Hk, 1, 200, D, dtype, 7, unit_descale=True)
-        v8 = v8.clone()
-        v8.view(torch.uint8)[:, :, 0] = v_first.to(q.device)
-        lens = torch.ones(B, dtype=torch.int32, device=q.device)
+        q, k8, v8, kd, vd, lens = every_code_first(D, dtype, G)
         for opts in ({}, {"splits": 2}, {"fp8_switches": {"fold": False, "wide": False}},
                      {"fp8_switches": {"fold": True, "wide": False}}, {"fp8_switches": {"fold": False, "wide": True}},
                      {"fp8_switches": {"fold": True, "wide": True}, "splits": 2}):

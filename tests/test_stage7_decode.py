@@ -15,7 +15,7 @@ import stages.stage7_decode as d7
 from lib import nvrtc
 from lib.inputs import poisoned_outputs
 from lib.simulator import HAS_GPU
-from test_stage6_fp8_kv import FP8, check_fp8, check_over_shapes, fp8_inputs
+from test_stage6_fp8_kv import FP8, check_fp8, check_over_shapes, every_code_first, fp8_inputs
 
 on_hopper = pytest.mark.skipif(not HAS_GPU or torch.cuda.get_device_capability() < (9, 0),
                                reason="needs a Hopper GPU")
@@ -290,16 +290,9 @@ def test_large_descales_and_strided_cache(D, seed):
 def test_every_e4m3_value_comes_back(D):
     """seqlens_k 1: each output row is its head's first V row exactly, with all 254 finite e4m3
     values in those rows (descales 1), in both dtypes, split and not."""
-    B, Hk, G = 4, 2, 4
-    codes = torch.arange(256, dtype=torch.uint8)
-    codes[codes.view(FP8).float().isnan()] = 0
-    slots = B * Hk * D
-    v_first = codes.repeat(-(-slots // 256))[:slots].roll(D // 2).reshape(B, Hk, D)
+    G = 4
     for dtype in (torch.float16, torch.bfloat16):
-        q, k8, v8, kd, vd = fp8_inputs(B, Hk * G, Hk, 1, 200, D, dtype, 7, unit_descale=True)
-        v8 = v8.clone()
-        v8.view(torch.uint8)[:, :, 0] = v_first.to(q.device)
-        lens = torch.ones(B, dtype=torch.int32, device=q.device)
+        q, k8, v8, kd, vd, lens = every_code_first(D, dtype, G)
         for opts in ({}, {"splits": 2}):
             with poisoned_outputs():
                 out = d7.attention(q, k8, v8, seqlens_k=lens, k_descale=kd, v_descale=vd, **opts)
