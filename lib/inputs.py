@@ -368,6 +368,8 @@ def _check_cu(name: str, cu, total: int, max_len, max_name: str, q) -> list[int]
                          f"{tuple(cu.shape)}")
     if cu.device != q.device:
         raise ValueError(f"{name} must be on q's device ({q.device}), got {cu.device}")
+    if not cu.is_contiguous():  # the kernels read offset b at the data pointer plus b
+        raise ValueError(f"{name} must be contiguous, got a view with stride {cu.stride(0)}")
     if isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral) or max_len < 0:
         raise TypeError(f"{max_name} must be a non-negative int, got {max_len!r}")
     if cu.is_cuda and torch.cuda.is_current_stream_capturing():

@@ -877,7 +877,7 @@ def attention(q, k, v, *, causal=False, scale=None, attn_mask=None, is_causal=No
     enable_gqa=True) for q [B, H, Sq, D], k/v [B, H_kv, Sk, D]; output in q's dtype. `causal` may
     also name the alignment, "top_left" or "bottom_right", and `attn_mask` may be SDPA's causal
     bias, causal_upper_left(Sq, Sk) or causal_lower_right(Sq, Sk) (lib.inputs.causal_mode:
-    bottom-right rows that see no key get zeros). `seqlens_k` (int32 [B] on q's device, or
+    bottom-right rows that see no key get zeros). `seqlens_k` (contiguous int32 [B] on q's device, or
     None): batch entry b uses only its first seqlens_k[b] keys, as decoding against caches of
     different lengths does (FlashAttention's seqused_k; values are clamped to 0 … Sk, never
     read past the tensor; a bottom-right diagonal then ends at each entry's last used key).

@@ -224,9 +224,13 @@ def few_keys_per_block(head_dim: int, per_split: int) -> bool:
 
 
 def check_seqlens_k(seqlens_k, q) -> int:
+    # contiguous: the kernels read entry b at the data pointer plus b (a strided view, such as
+    # lens2d[:, 0], would be read at the wrong places without an error)
     if not (isinstance(seqlens_k, torch.Tensor) and seqlens_k.dtype == torch.int32
-            and seqlens_k.shape == (q.shape[0],) and seqlens_k.device == q.device):
-        raise ValueError(f"seqlens_k must be an int32 tensor of shape [B] = [{q.shape[0]}] on "
+            and seqlens_k.shape == (q.shape[0],) and seqlens_k.device == q.device and seqlens_k.is_contiguous()):
+        strided = isinstance(seqlens_k, torch.Tensor) and not seqlens_k.is_contiguous()
+        raise ValueError(f"seqlens_k must be a contiguous int32 tensor of shape [B] = [{q.shape[0]}] on "
                          f"{q.device}, got {getattr(seqlens_k, 'dtype', type(seqlens_k).__name__)} "
-                         f"{tuple(getattr(seqlens_k, 'shape', ()))} on {getattr(seqlens_k, 'device', '-')}")
+                         f"{tuple(getattr(seqlens_k, 'shape', ()))}{' strided' if strided else ''} on "
+                         f"{getattr(seqlens_k, 'device', '-')}")
     return seqlens_k.data_ptr()

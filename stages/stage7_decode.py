@@ -7,7 +7,7 @@ holds its launcher and the rules it launches by.
 The contract is stage 6's e4m3 call (stages/stage6_kv_fp8.py, checked by the same check_kv_fp8):
 q fp16 or bf16 [B, H, Sq, D]; k and v torch.float8_e4m3fn [B, H_kv, Sk, D] (unit-stride head dim,
 16-byte aligned); k_descale and v_descale float32 [B, H_kv] (FlashAttention-3's convention: the
-true K is k8 · k_descale[b, h_kv]); seqlens_k int32 [B] (each entry's first seqlens_k[b] keys;
+true K is k8 · k_descale[b, h_kv]); seqlens_k contiguous int32 [B] (each entry's first seqlens_k[b] keys;
 not read back on the host: trusted, as under CUDA graphs); causal False, "top_left" or
 "bottom_right" (True: top-left, SDPA's). The products are 16-bit with exact widening, so the
 accuracy is stage 6's e4m3 build's (the same error rule, tests/test_stage7_decode.py).
@@ -30,6 +30,7 @@ import torch
 from lib import nvrtc
 from lib.inputs import NO_MASK, causal_mode
 from stages import stage6 as s6
+from stages.stage6_decoding import check_seqlens_k
 from stages.stage6_kv_fp8 import check_kv_fp8
 
 SOURCE = Path(__file__).with_name("stage7_decode.cu")
@@ -135,9 +136,7 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
     if Sq == 1 and mode == 2:
         mode = NO_MASK  # one query is the last position: it sees every key
     if seqlens_k is not None:
-        if not (isinstance(seqlens_k, torch.Tensor) and seqlens_k.dtype == torch.int32
-                and tuple(seqlens_k.shape) == (B,) and seqlens_k.device == q.device and seqlens_k.is_contiguous()):
-            raise ValueError(f"seqlens_k must be a contiguous int32 [B] = [{B}] tensor on {q.device}")
+        check_seqlens_k(seqlens_k, q)
     n = plan_splits(B, Hk, Sk, D, tiles, s6._sm_count(q.device)) if splits is None else int(splits)
     if not 1 <= n <= MAX_SPLITS:
         raise ValueError(f"splits must be 1 … {MAX_SPLITS}, got {splits}")

@@ -86,6 +86,8 @@ def test_varlen_bad_input(n):
         call(cu_seqlens_q=cq.long())
     with pytest.raises(ValueError, match="cu_seqlens_k must be non-decreasing"):
         call(cu_seqlens_k=torch.tensor([0, 4, 3, 11], dtype=torch.int32))
+    with pytest.raises(ValueError, match="cu_seqlens_k must be contiguous.*stride 2"):  # right values, every other one
+        call(cu_seqlens_k=torch.stack([ck, ck], 1).reshape(-1)[::2])
     with pytest.raises(ValueError, match="cu_seqlens_q must start at 0"):
         call(cu_seqlens_q=torch.tensor([1, 3, 3, 8], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"cu_seqlens_q\[-1\] is 7.*8 tokens"):
@@ -267,8 +269,10 @@ def test_stage6_seqlens_k(seed):
                 kb, vb = k[b:b + 1, :, :n_k], v[b:b + 1, :, :n_k]
                 c = check_output(out[b:b + 1], q[b:b + 1], kb, vb, causal=causal)
                 assert c.passed, f"Sq {Sq} {causal} splits {splits} entry {b} ({n_k} keys): {c.summary()}"
-    with pytest.raises(ValueError, match="seqlens_k must be an int32 tensor of shape"):
+    with pytest.raises(ValueError, match="seqlens_k must be a contiguous int32 tensor of shape"):
         mod.attention(q, k, v, seqlens_k=seqlens.long())
+    with pytest.raises(ValueError, match="seqlens_k must be a contiguous int32 .* strided"):
+        mod.attention(q, k, v, seqlens_k=torch.stack([seqlens, seqlens], 1)[:, 0])  # a column: stride 2
 
 
 @gpu

@@ -122,7 +122,9 @@ def test_bad_arguments_get_clear_errors(on_cpu):
         (ValueError, "leave schedule=None", q, k8, v8, dict(ok, schedule=s6.DECODE_SCHEDULE)),
         (ValueError, "tiles with an e4m3 cache", q, k8, v8, dict(ok, tiles=(176, 2, 2))),
         (ValueError, "scale must be finite", q, k8, v8, dict(ok, scale=float("inf"))),
-        (ValueError, "seqlens_k must be an int32", q, k8, v8, dict(ok, seqlens_k=lens.long())),
+        (ValueError, "seqlens_k must be a contiguous int32", q, k8, v8, dict(ok, seqlens_k=lens.long())),
+        (ValueError, "seqlens_k must be a contiguous int32.* strided", q, k8, v8,
+         dict(ok, seqlens_k=torch.stack([lens, lens], 1)[:, 0])),
     ]
     for exc, msg, q_, k_, v_, kw in cases:
         with pytest.raises(exc, match=msg):

@@ -79,7 +79,9 @@ def test_bad_arguments_get_clear_errors(on_cpu):
         (ValueError, "page_table must be an int32", dict(seqlens_k=lens, page_table=table[0])),
         (ValueError, "page_table must be contiguous", dict(seqlens_k=lens, page_table=torch.zeros(12, 2, dtype=torch.int32).t())),
         (TypeError, "page_table must be a torch.Tensor", dict(seqlens_k=lens, page_table=[[0]])),
-        (ValueError, "seqlens_k must be an int32", dict(seqlens_k=lens.long(), page_table=table)),
+        (ValueError, "seqlens_k must be a contiguous int32", dict(seqlens_k=lens.long(), page_table=table)),
+        (ValueError, "seqlens_k must be a contiguous int32.* strided",  # a column of a [B, 2] tensor
+         dict(seqlens_k=torch.stack([lens, lens], 1)[:, 0], page_table=table)),
         (NotImplementedError, "attn_mask", dict(ok, attn_mask=torch.zeros(1, 1))),
         (ValueError, "lse is not written with page_table", dict(ok, lse=torch.zeros(2, 8, 1))),
         (ValueError, "whole pages", dict(ok, tiles=(176, 2, 2))),

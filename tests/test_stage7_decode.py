@@ -226,6 +226,8 @@ def test_refuses_too_many_rows_and_bad_tiles(monkeypatch):
         d7.attention(q, k8, v8, tiles=(24, 3, 4), **kw)
     with pytest.raises(ValueError, match="seqlens_k must be"):
         d7.attention(q, k8, v8, seqlens_k=torch.ones(2, dtype=torch.int64), **kw)
+    with pytest.raises(ValueError, match="seqlens_k must be a contiguous int32.* strided"):
+        d7.attention(q, k8, v8, seqlens_k=torch.ones(2, 2, dtype=torch.int32)[:, 0], **kw)
 
 
 # --------------------------------------------------------------------------------------------
