@@ -210,40 +210,43 @@ __device__ __forceinline__ void mma_rows(float (&c)[2 * HALVES], const unsigned 
 #undef MMA_TYPES
 }
 
+// Issue the warp's chunk i (key chunk first + i·WARPS) into ring slot i % STAGES; keys at or past
+// `keys` are zero-filled (a cache's unused slots may hold anything, and 0·NaN is NaN).
+__device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, const unsigned char* kbase,
+                                            const unsigned char* vbase, int first, int n_chunks, int keys, int i) {
+    const int lane = threadIdx.x % 32;
+    if (i < n_chunks) {
+        const int key0 = (first + i * WARPS) * CHUNK;
+        unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
+        // this lane's row of copy j is row0 + 4j·LINE_ROWS: one pointer each, stepped
+        const int row0 = (lane / 8) * LINE_ROWS + (16 * (lane % 8)) / D, col = (16 * (lane % 8)) % D;
+        const unsigned char* kp = kbase + (long long)(key0 + row0) * a.k_sr + col;
+        const unsigned char* vp = vbase + (long long)(key0 + row0) * a.v_sr + col;
+        const long long kstep = 4LL * LINE_ROWS * a.k_sr, vstep = 4LL * LINE_ROWS * a.v_sr;
+        const int left = keys - key0 - row0;  // copy j reads a key while 4j·LINE_ROWS < left
+#pragma unroll
+        for (int j = 0; j < COPIES; ++j) {
+            const int row = row0 + 4 * LINE_ROWS * j;
+            const bool in = 4 * LINE_ROWS * j < left;
+            cp_async_16(slot + swizzled(row, col), in ? kp : kbase, in ? 16 : 0);
+            cp_async_16(slot + CHUNK * D + swizzled(row, col), in ? vp : vbase, in ? 16 : 0);
+            kp += kstep, vp += vstep;
+        }
+    }
+    cp_async_commit();  // an empty group past the end keeps the count
+}
+
+// The warp's chunks, its first STAGES − 1 already issued (issue_chunk) by the kernel before it
+// loaded Q and the descales, so that those loads wait in the shadow of the cache's.
 template <bool FOLD>
 __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const unsigned (&qa)[KSTEPS][4],
                                               unsigned char* ring, const unsigned char* kbase,
                                               const unsigned char* vbase, int first, int n_chunks,
                                               int keys, const int (&limit)[HALVES], const float (&sl)[HALVES]) {
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    // issue chunk i (the warp's i-th: key chunk first + i·WARPS) into ring slot i % STAGES; keys at
-    // or past `keys` are zero-filled (a cache's unused slots may hold anything, and 0·NaN is NaN)
-    auto issue = [&](int i) {
-        if (i < n_chunks) {
-            const int key0 = (first + i * WARPS) * CHUNK;
-            unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
-            // this lane's row of copy j is row0 + 4j·LINE_ROWS: one pointer each, stepped
-            const int row0 = (lane / 8) * LINE_ROWS + (16 * (lane % 8)) / D, col = (16 * (lane % 8)) % D;
-            const unsigned char* kp = kbase + (long long)(key0 + row0) * a.k_sr + col;
-            const unsigned char* vp = vbase + (long long)(key0 + row0) * a.v_sr + col;
-            const long long kstep = 4LL * LINE_ROWS * a.k_sr, vstep = 4LL * LINE_ROWS * a.v_sr;
-            const int left = keys - key0 - row0;  // copy j reads a key while 4j·LINE_ROWS < left
-#pragma unroll
-            for (int j = 0; j < COPIES; ++j) {
-                const int row = row0 + 4 * LINE_ROWS * j;
-                const bool in = 4 * LINE_ROWS * j < left;
-                cp_async_16(slot + swizzled(row, col), in ? kp : kbase, in ? 16 : 0);
-                cp_async_16(slot + CHUNK * D + swizzled(row, col), in ? vp : vbase, in ? 16 : 0);
-                kp += kstep, vp += vstep;
-            }
-        }
-        cp_async_commit();  // an empty group past the end keeps the count
-    };
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) issue(i);
     for (int i = 0; i < n_chunks; ++i) {
-        __syncwarp();  // every lane done reading the slot issue() refills
-        issue(i + STAGES - 1);
+        __syncwarp();  // every lane done reading the slot issue_chunk refills
+        issue_chunk(a, ring, kbase, vbase, first, n_chunks, keys, i + STAGES - 1);
         cp_async_wait<STAGES - 1>();
         __syncwarp();  // every lane's copies of chunk i landed, seen by the warp
         const unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
@@ -367,6 +370,16 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
         const int r = g + 8 * h, i = r % a.Sq;
         limit[h] = r >= rows || a.causal == 0 ? keys : a.causal == 1 ? min(keys, i + 1) : keys - a.Sq + 1 + i;
     }
+    // this split's key chunks, and this warp's: w, w + WARPS, ...; their first STAGES − 1 issued now
+    const int chunks = (keys + CHUNK - 1) / CHUNK;
+    const int per_split = (chunks + a.splits - 1) / a.splits;
+    const int c0 = min(chunks, split * per_split), c1 = min(chunks, c0 + per_split);
+    const int first = c0 + warp, n_chunks = first < c1 ? (c1 - first + WARPS - 1) / WARPS : 0;
+    const unsigned char* kbase = a.k + (long long)b * a.k_sb + (long long)hk * a.k_sh;
+    const unsigned char* vbase = a.v + (long long)b * a.v_sb + (long long)hk * a.v_sh;
+    unsigned char* ring = smem + warp * STAGES * CHUNK_BYTES;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) issue_chunk(a, ring, kbase, vbase, first, n_chunks, keys, i);
     // Q as S's A fragments, head-dim columns in key_word_col's order; rows past G·Sq are zero
     unsigned qa[KSTEPS][4] = {};
 #pragma unroll
@@ -420,11 +433,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
 #pragma unroll
     for (int h = 0; h < HALVES; ++h) sl[h] = a.scale_log2 * kd * (fold ? WIDEN_FOLD : 1.0f) * q_unscale[h];
     const float vscale = vd * (fold ? WIDEN_FOLD : 1.0f);
-    // this split's key chunks, and this warp's: w, w + WARPS, ...
-    const int chunks = (keys + CHUNK - 1) / CHUNK;
-    const int per_split = (chunks + a.splits - 1) / a.splits;
-    const int c0 = min(chunks, split * per_split), c1 = min(chunks, c0 + per_split);
-    const int first = c0 + warp, n_chunks = first < c1 ? (c1 - first + WARPS - 1) / WARPS : 0;
     RowState st;
 #pragma unroll
     for (int h = 0; h < HALVES; ++h) st.m[h] = NEG_INF, st.l[h] = 0.0f;
@@ -432,9 +440,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
     for (int u = 0; u < NTILES; ++u)
 #pragma unroll
         for (int e = 0; e < 2 * HALVES; ++e) st.o[u][e] = 0.0f;
-    const unsigned char* kbase = a.k + (long long)b * a.k_sb + (long long)hk * a.k_sh;
-    const unsigned char* vbase = a.v + (long long)b * a.v_sb + (long long)hk * a.v_sh;
-    unsigned char* ring = smem + warp * STAGES * CHUNK_BYTES;
     if (fold)
         decode_chunks<true>(a, st, qa, ring, kbase, vbase, first, n_chunks, keys, limit, sl);
     else

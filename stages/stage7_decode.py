@@ -47,10 +47,9 @@ MAX_SPLITS = 64
 SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90
 SMEM_PER_SM = 228 * 1024
 # The most warps an SM is asked to hold, by head dim: the launch bounds then give each thread
-# 65,536 / 32 / warps registers, 170 at 12 (D64's builds take 123-140; at 128 the 16-row build
-# spills). TILES' 128 KB of ring leave room for one block of 8 warps at either head dim (D128's
-# builds take 162-204 registers).
-MAX_WARPS_PER_SM = {64: 12, 128: 12}
+# 65,536 / 32 / warps registers, 170 at 12 (D64's builds take 123-144), 256 at 8 (D128's take
+# 157-215: at 12 warps, 168, the builds of 4 warps and 2 stages spilled).
+MAX_WARPS_PER_SM = {64: 12, 128: 8}
 MIN_CHUNKS_PER_WARP = 4  # a split leaves each warp at least this many chunks
 
 

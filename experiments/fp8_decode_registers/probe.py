@@ -4,6 +4,11 @@ rounds; and the kernel's tiles (CHUNK, STAGES, WARPS) and split counts side by s
 output is checked against the float64 reference of the dequantized cache (three entries) first.
 
     python3 experiments/fp8_decode_registers/probe.py [--quick] [--out rows.json]
+    python3 experiments/fp8_decode_registers/probe.py --grid     # the small caches: tiles x splits
+
+--grid times every (tiles, splits) of GRID_TILES and GRID_SPLITS that leaves each warp a chunk at
+the rows short of issue 50's goals (and two long rows, to see what a rule for the short ones would
+cost there), with a one-chunk cache (Sk 32) for the floor of a launch.
 """
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
 ROWS = [(B, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768)]
 QUICK = [(1, 16384), (8, 16384), (64, 4096)]
 H, HKV = 32, 8
+GRID_ROWS = [(1, 32), (1, 1024), (1, 4096), (8, 1024), (8, 4096), (64, 1024), (8, 16384), (64, 4096)]
+GRID_TILES = [(32, 2, 8), (32, 2, 4), (32, 3, 4), (16, 2, 8), (16, 4, 4)]
+GRID_SPLITS = (1, 2, 4, 8, 16)
 VARIANTS = {128: [(32, 2, 8), (32, 3, 4), (16, 4, 8)],
             64: [(32, 2, 8), (32, 3, 4), (32, 3, 8)]}
 
@@ -39,13 +47,14 @@ VARIANTS = {128: [(32, 2, 8), (32, 3, 4), (16, 4, 8)],
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--grid", action="store_true")
     ap.add_argument("--D", type=int, nargs="+", default=[128])
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     sms = s6._sm_count(torch.device("cuda"))
     rows, t0 = [], time.time()
     for D in a.D:
-        for B, Sk in (QUICK if a.quick else ROWS):
+        for B, Sk in (GRID_ROWS if a.grid else QUICK if a.quick else ROWS):
             q, k, v = make_qkv(B, H, 1, D, Sk=Sk, Hkv=HKV, dtype=torch.bfloat16)
             (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
             del k, v
@@ -56,12 +65,22 @@ def main() -> int:
             fns = {"sdpa": sdpa_call(q, k16, v16),
                    "s6 e4m3": lambda: s6.attention(q, k8, v8, k_descale=kd, v_descale=vd),
                    "s6 bf16": lambda: s6.attention(q, k16, v16)}
-            for t in VARIANTS[D]:
-                fns[f"regs {t}"] = (lambda t=t: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, tiles=t))
-            fns["regs bf16 products"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, f16_products=False)
-            for n in sorted({max(1, planned // 2), 2 * planned} - {planned}):
-                if n <= d7.MAX_SPLITS:
-                    fns[f"regs splits {n}"] = (lambda n=n: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, splits=n))
+            if a.grid:
+                fns["regs planned"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd)
+                for t in GRID_TILES:
+                    for n in GRID_SPLITS:
+                        if n == 1 or -(-Sk // t[0]) >= n * t[2]:  # every warp of every split a chunk
+                            fns[f"regs {t} splits {n}"] = (lambda t=t, n=n: d7.attention(
+                                q, k8, v8, k_descale=kd, v_descale=vd, tiles=t, splits=n))
+            else:
+                for t in VARIANTS[D]:
+                    fns[f"regs {t}"] = (lambda t=t: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, tiles=t))
+                fns["regs bf16 products"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd,
+                                                                 f16_products=False)
+                for n in sorted({max(1, planned // 2), 2 * planned} - {planned}):
+                    if n <= d7.MAX_SPLITS:
+                        fns[f"regs splits {n}"] = (lambda n=n: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd,
+                                                                            splits=n))
             passed = {}
             for name, fn in list(fns.items()):
                 if name.startswith(("regs", "s6 e4m3")):
@@ -70,17 +89,17 @@ def main() -> int:
                     except Exception as e:  # noqa: BLE001 (a variant that cannot launch: say so, time the rest)
                         print(f"  {name}: {type(e).__name__}: {e}", flush=True)
                         del fns[name]
-            times = time_interleaved(fns, rounds=5, budget_s=0.25)
+            times = time_interleaved(fns, rounds=5, budget_s=0.1 if a.grid else 0.25)
             base = times["sdpa"].median_us
             gb = 2 * B * HKV * Sk * D / 1e9  # e4m3 bytes of K and V
             print(f"D{D} B{B} Sk{Sk} (planned splits {planned}; SDPA {base:,.1f} µs)  ({time.time() - t0:.0f} s)", flush=True)
             for name, t in times.items():
                 us = t.median_us
-                print(f"  {name:22s} {us:10,.1f} µs  {base / us:5.2f}x SDPA  {gb / us * 1e6 / 1e3:5.2f} TB/s of e4m3  "
+                print(f"  {name:30s} {us:10,.1f} µs  {base / us:5.2f}x SDPA  {gb / us * 1e6 / 1e3:5.2f} TB/s of e4m3  "
                       f"{'' if name not in passed else ('pass' if passed[name] else 'FAIL')}", flush=True)
                 rows.append({"D": D, "B": B, "Sk": Sk, "name": name, "us": us, "rounds": t.round_medians_us,
                              "sdpa_us": base, "passed": passed.get(name)})
-            if B == 1 and Sk == 1024:  # host time per call against the GPU's (lib.timing.time_host)
+            if B == 1 and Sk == 1024 and not a.grid:  # host time per call against the GPU's (lib.timing.time_host)
                 from lib.timing import time_host
                 for name in ("sdpa", "s6 e4m3", f"regs {d7.TILES[D]}"):
                     h = time_host(fns[name])
