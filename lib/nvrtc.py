@@ -343,18 +343,24 @@ def current_stream():
     return stream
 
 
-def launch_config(grid, block, smem: int = 0, *, pdl: bool = False):
-    """cuda.core's LaunchConfig, made once per (grid, block, shared memory, pdl). pdl: launched
-    with programmatic dependent launch (sm_90+; cuda.core ≥ 1.2), so that the kernel may start
-    before the one before it in the stream has finished: it must wait for that one itself
-    (griddepcontrol.wait) before reading what it wrote."""
-    key = (grid, block, smem, pdl)
+def launch_config(grid, block, smem: int = 0, *, pdl: bool = False, cluster: int = 1):
+    """cuda.core's LaunchConfig, made once per (grid, block, shared memory, pdl, cluster). pdl:
+    launched with programmatic dependent launch (sm_90+; cuda.core ≥ 1.2), so that the kernel may
+    start before the one before it in the stream has finished: it must wait for that one itself
+    (griddepcontrol.wait) before reading what it wrote. cluster: blocks per thread-block cluster
+    along x (sm_90+), consecutive blocks forming one; `grid` stays in blocks (a multiple of it)."""
+    key = (grid, block, smem, pdl, cluster)
     config = _configs.get(key)
     if config is None:
         from cuda.core import LaunchConfig
         if len(_configs) > 4096:
             _configs.clear()
         extra = {"programmatic_stream_serialization": True} if pdl else {}
+        if cluster > 1:
+            if grid[0] % cluster:
+                raise ValueError(f"a grid of {grid[0]} blocks is not a whole number of {cluster}-block clusters")
+            # cuda.core (1.x) takes the grid in clusters when a cluster is given
+            grid, extra["cluster"] = (grid[0] // cluster, *grid[1:]), (cluster, 1, 1)
         config = _configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=smem, **extra)
     return config
 

@@ -181,25 +181,38 @@ struct Args {
     float scale_log2;        // softmax scale · log2 e
 };
 
-// A warp's running softmax state and output: rows g (and g + 8) of its lane.
+// IDLE_ACCUMULATORS (the QROWS 8 build): rows 8-15's two accumulators of every product stay in
+// registers that are never read, instead of being thrown away. An m16n8k16 takes its four
+// accumulators in four consecutive registers, so thrown-away ones must be zeroed before each
+// product (a CS2R before each of a chunk's 64 mma: 59 of its 723 instructions, SASS); kept ones
+// cost 2 registers per accumulator tile (40 a thread at D128; the build has room at 8 warps an SM).
+#ifndef IDLE_ACCUMULATORS
+#define IDLE_ACCUMULATORS 1
+#endif
+constexpr int ACC = (HALVES == 2 || IDLE_ACCUMULATORS) ? 4 : 2;  // accumulators a lane keeps per tile
+
+// A warp's running softmax state and output: rows g (and g + 8) of its lane (o[u][e], e < 2·HALVES;
+// the rest idle).
 struct RowState {
     float m[HALVES], l[HALVES];
-    float o[NTILES][2 * HALVES];
+    float o[NTILES][ACC];
 };
 
 // c += a·b (m16n8k16, fp32 accumulators) on a lane's HALVES: with one half, rows 8-15 of A are
-// zero and their two accumulators are thrown away (outputs no one reads: no registers kept).
-__device__ __forceinline__ void mma_rows(float (&c)[2 * HALVES], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+// zero, and their two accumulators (c[2], c[3]) are idle registers (IDLE_ACCUMULATORS) or
+// outputs no one reads.
+__device__ __forceinline__ void mma_rows(float (&c)[ACC], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 #if !PRODUCTS_F16
 #define MMA_TYPES "f32.bf16.bf16.f32"
 #else
 #define MMA_TYPES "f32.f16.f16.f32"
 #endif
-    if constexpr (HALVES == 2) {
+    if constexpr (ACC == 4) {
+        const unsigned a1 = HALVES == 2 ? a[1] : 0u, a3 = HALVES == 2 ? a[3] : 0u;
         asm("mma.sync.aligned.m16n8k16.row.col." MMA_TYPES " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
             "{%0, %1, %2, %3};\n"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+            : "r"(a[0]), "r"(a1), "r"(a[2]), "r"(a3), "r"(b0), "r"(b1));
     } else {
         float d2, d3;
         asm("mma.sync.aligned.m16n8k16.row.col." MMA_TYPES " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -208,6 +221,35 @@ __device__ __forceinline__ void mma_rows(float (&c)[2 * HALVES], const unsigned 
             : "r"(a[0]), "r"(0u), "r"(a[2]), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
     }
 #undef MMA_TYPES
+}
+
+// WHOLE_CHUNK_COPIES: a chunk whose keys all lie before `keys` (every chunk but a cache's last) is
+// copied without a bound check per copy (the SEL of its source and size and the ISETP before each
+// cp.async: 32 + 8 of a chunk's instructions, SASS).
+#ifndef WHOLE_CHUNK_COPIES
+#define WHOLE_CHUNK_COPIES 1
+#endif
+__device__ __forceinline__ void cp_async_16_whole(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_addr(dst)), "l"(src));
+}
+
+// CLUSTER_MERGE: a build launched with the splits of each work tile as one thread-block cluster
+// (splits ≤ 8, the portable cluster size), which merges them through distributed shared memory
+// instead of the last block to finish reading every split's rows back from global memory
+// (a fence, an atomic counter and a read of L2 on the way to the output).
+#ifndef CLUSTER_MERGE
+#define CLUSTER_MERGE 0
+#endif
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The float at `p` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ float ld_cluster(const float* p, int rank) {
+    unsigned addr;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(addr) : "r"(smem_addr(p)), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+    return v;
 }
 
 // Issue the warp's chunk i (key chunk first + i·WARPS) into ring slot i % STAGES; keys at or past
@@ -223,6 +265,17 @@ __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, 
         const unsigned char* kp = kbase + (long long)(key0 + row0) * a.k_sr + col;
         const unsigned char* vp = vbase + (long long)(key0 + row0) * a.v_sr + col;
         const long long kstep = 4LL * LINE_ROWS * a.k_sr, vstep = 4LL * LINE_ROWS * a.v_sr;
+        if (WHOLE_CHUNK_COPIES && key0 + CHUNK <= keys) {  // the warp's branch: key0 is the warp's
+#pragma unroll
+            for (int j = 0; j < COPIES; ++j) {
+                const int row = row0 + 4 * LINE_ROWS * j;
+                cp_async_16_whole(slot + swizzled(row, col), kp);
+                cp_async_16_whole(slot + CHUNK * D + swizzled(row, col), vp);
+                kp += kstep, vp += vstep;
+            }
+            cp_async_commit();
+            return;
+        }
         const int left = keys - key0 - row0;  // copy j reads a key while 4j·LINE_ROWS < left
 #pragma unroll
         for (int j = 0; j < COPIES; ++j) {
@@ -252,11 +305,11 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
         const unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
         const int key0 = (first + i * WARPS) * CHUNK;
         // S = Q·Kᵀ, STILES n-tiles of 8 keys
-        float s[STILES][2 * HALVES];
+        float s[STILES][ACC];
 #pragma unroll
         for (int t = 0; t < STILES; ++t) {
 #pragma unroll
-            for (int e = 0; e < 2 * HALVES; ++e) s[t][e] = 0.0f;
+            for (int e = 0; e < ACC; ++e) s[t][e] = 0.0f;
 #pragma unroll
             for (int p = 0; p < KPIECES; ++p) {
                 const uint4 w = *reinterpret_cast<const uint4*>(slot + swizzled(key_of(t, g), 64 * p + 16 * c));
@@ -439,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
 #pragma unroll
     for (int u = 0; u < NTILES; ++u)
 #pragma unroll
-        for (int e = 0; e < 2 * HALVES; ++e) st.o[u][e] = 0.0f;
+        for (int e = 0; e < ACC; ++e) st.o[u][e] = 0.0f;
     if (fold)
         decode_chunks<true>(a, st, qa, ring, kbase, vbase, first, n_chunks, keys, limit, sl);
     else
@@ -471,6 +524,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
     }
     __syncthreads();
     const long long part = (long long)bk * a.splits + split;
+#if CLUSTER_MERGE
+    // this block's rows of the split, normalized, and their log2-sum-exps: past the warps' merge
+    float* part_sm = ml_sm + WARPS * ROWS * 2 + 4;  // + 16 bytes: the flag's place (unused here)
+    float* lse_sm = part_sm + ROWS * D;
+    (void)part;
+#endif
     for (int i = threadIdx.x; i < rows * D; i += WARPS * 32) {
         const int r = i / D, d = i % D;
         float m = NEG_INF;
@@ -488,11 +547,39 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
         if (a.splits == 1) {
             a.out[(((long long)b * a.H + hk * group + r / a.Sq) * a.Sq + r % a.Sq) * D + d] = to_elem(y);
         } else {
+#if CLUSTER_MERGE
+            part_sm[r * D + d] = y;
+            if (d == 0) lse_sm[r] = l > 0.0f ? base + __log2f(l) : NEG_INF;
+#else
             a.part_o[(part * ROWS + r) * D + d] = y;
             if (d == 0) a.part_lse[part * ROWS + r] = l > 0.0f ? base + __log2f(l) : NEG_INF;
+#endif
         }
     }
     if (a.splits == 1) return;
+#if CLUSTER_MERGE
+    // The splits of a work tile are one cluster (the launcher's cluster dims: splits blocks, split =
+    // the block's rank): each block takes a slice of the output's elements and merges them from
+    // every block's rows in shared memory (weights 2^(lse_s − max lse); a row no split saw: 0).
+    // The second barrier keeps each block's shared memory alive until the others have read it.
+    cluster_sync();
+    for (int i = split * WARPS * 32 + threadIdx.x; i < rows * D; i += a.splits * WARPS * 32) {
+        const int r = i / D, d = i % D;
+        float m = NEG_INF;
+        for (int s = 0; s < a.splits; ++s) m = fmaxf(m, ld_cluster(lse_sm + r, s));
+        float wsum = 0.0f, o = 0.0f;
+        if (m != NEG_INF)
+            for (int s = 0; s < a.splits; ++s) {
+                const float w = fast_exp2(ld_cluster(lse_sm + r, s) - m);
+                wsum += w;
+                o += w * ld_cluster(part_sm + r * D + d, s);
+            }
+        a.out[(((long long)b * a.H + hk * group + r / a.Sq) * a.Sq + r % a.Sq) * D + d] =
+            to_elem(wsum > 0.0f ? o / wsum : 0.0f);
+    }
+    cluster_sync();
+    return;
+#endif
     // Split-KV: the last of the work tile's blocks to finish merges every split's rows (their
     // weights 2^(lse_s − max lse); a row no split saw: 0) and resets the counter for the next
     // launch. The partial rows are read past L1 (__ldcg): other blocks wrote them.

@@ -51,6 +51,11 @@ SMEM_PER_SM = 228 * 1024
 # 157-215: at 12 warps, 168, the builds of 4 warps and 2 stages spilled).
 MAX_WARPS_PER_SM = {64: 12, 128: 8}
 MIN_CHUNKS_PER_WARP = 4  # a split leaves each warp at least this many chunks
+# CLUSTER_MERGE (stages/stage7_decode.cu): split-KV with 2 … CLUSTER_MAX splits launched as one
+# thread-block cluster per work tile, its splits merged through distributed shared memory; more
+# splits, or False: the last block to finish merges them from global memory.
+CLUSTER_MERGE = True
+CLUSTER_MAX = 8  # the portable cluster size
 
 
 class _Info:
@@ -65,11 +70,13 @@ class _Info:
 INFO = _Info()
 
 
-def shared_bytes(D: int, tiles) -> int:
+def shared_bytes(D: int, tiles, cluster: bool = False) -> int:
     """A block's shared memory: its warps' rings, or the merge of their rows at the end (the
-    rings' bytes reused), whichever is larger."""
+    rings' bytes reused; with CLUSTER_MERGE the block's merged rows and their log-sum-exps past
+    it), whichever is larger."""
     chunk, stages, warps = tiles
-    return max(warps * stages * 2 * chunk * D, warps * ROWS * (D + 4 + 2) * 4 + 16)  # MERGE_STRIDE = D + 4; a flag
+    merge = warps * ROWS * (D + 4 + 2) * 4 + 16  # MERGE_STRIDE = D + 4; a flag
+    return max(warps * stages * 2 * chunk * D, merge + (ROWS * D + ROWS) * 4 * cluster)
 
 
 def blocks_per_sm(D: int, tiles) -> int:
@@ -101,12 +108,17 @@ F16_PRODUCTS = True
 
 
 @lru_cache(maxsize=None)
-def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool):
+def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool, cluster: bool = False, switches=()):
+    """The build; `switches`: ((name, 0 or 1), ...) of the .cu's other compile-time ideas, for measuring."""
     chunk, stages, warps = tiles
-    return nvrtc.stage_kernels(SOURCE, ("decode_e4m3",), dtype, D, max_dynamic_smem=shared_bytes(D, tiles),
+    return nvrtc.stage_kernels(SOURCE, ("decode_e4m3",), dtype, D, max_dynamic_smem=shared_bytes(D, tiles, cluster),
                                defines=(("CHUNK", chunk), ("STAGES", stages), ("WARPS", warps), ("QROWS", qrows),
                                         ("MIN_BLOCKS", blocks_per_sm(D, tiles)),
-                                        ("F16_PRODUCTS", int(f16_products))))["decode_e4m3"]
+                                        ("F16_PRODUCTS", int(f16_products)), ("CLUSTER_MERGE", int(cluster)),
+                                        *switches))["decode_e4m3"]
+
+
+SWITCHES = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES")  # the .cu's ideas a call may turn off (probe)
 
 
 class _Plan:
@@ -116,7 +128,8 @@ class _Plan:
 _plans: dict = {}
 
 
-def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles, f16_products) -> _Plan:
+def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles, f16_products,
+          cluster_merge=None, switches=()) -> _Plan:
     """Everything a call's launch needs that its tensors' shapes, strides and types decide; the
     checks run here, once per such key (attention caches the plan: a decoding step's host time)."""
     scale = check_kv_fp8(q, k, v, k_descale, v_descale, causal=causal, scale=scale, info=s6.INFO)
@@ -146,12 +159,19 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
         return plan
     if f16_products not in (None, True, False):
         raise ValueError(f"f16_products must be True, False or None (F16_PRODUCTS), got {f16_products!r}")
+    if cluster_merge not in (None, True, False):
+        raise ValueError(f"cluster_merge must be True, False or None (CLUSTER_MERGE), got {cluster_merge!r}")
+    for name, on in switches:
+        if name not in SWITCHES or on not in (0, 1):
+            raise ValueError(f"switches are (name, 0 or 1) with name in {SWITCHES}, got {(name, on)!r}")
+    cluster = 1 < n <= CLUSTER_MAX and (CLUSTER_MERGE if cluster_merge is None else cluster_merge)
     plan.kernel = _kernel(q.dtype, D, tiles, query_rows_build(H // Hk, Sq),
-                          F16_PRODUCTS if f16_products is None else f16_products)
+                          F16_PRODUCTS if f16_products is None else f16_products, cluster, tuple(switches))
     blocks = B * Hk * n
     nvrtc.check_grid_x("stage 7 (decode)", blocks)
-    plan.config = nvrtc.launch_config((blocks, 1, 1), (32 * tiles[2], 1, 1), shared_bytes(D, tiles))
-    plan.n_parts = B * Hk * n if n > 1 else 0
+    plan.config = nvrtc.launch_config((blocks, 1, 1), (32 * tiles[2], 1, 1), shared_bytes(D, tiles, cluster),
+                                      cluster=n if cluster else 1)
+    plan.n_parts = B * Hk * n if n > 1 and not cluster else 0
     plan.tail = (*(np.int64(st) for t in (q, k, v) for st in t.stride()[:3]),
                  np.int32(H), np.int32(Hk), np.int32(Sq), np.int32(Sk), np.int32(n), np.int32(mode),
                  np.float32(scale * math.log2(math.e)))
@@ -174,19 +194,23 @@ def _partials(plan: _Plan, device) -> tuple[int, int, int]:
 
 
 def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, scale=None,
-              splits: int | None = None, tiles=None, f16_products: bool | None = None):
+              splits: int | None = None, tiles=None, f16_products: bool | None = None,
+              cluster_merge: bool | None = None, switches=()):
     """softmax(q·Kᵀ·scale)·V over an e4m3 cache (the module's docstring has the contract).
-    `splits` (None: plan_splits), `tiles` ((chunk, stages, warps), None: TILES) and
-    `f16_products` (bf16 Q: the products in fp16; None: F16_PRODUCTS) are for measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);
+    `splits` (None: plan_splits), `tiles` ((chunk, stages, warps), None: TILES), `f16_products`
+    (bf16 Q: the products in fp16; None: F16_PRODUCTS), `cluster_merge` (None: CLUSTER_MERGE)
+    and `switches` (((name, 0 or 1), ...) of SWITCHES; the .cu's defaults otherwise) are for
+    measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);
     every call checks that its tensors' data start 16 bytes aligned. One launch: with split-KV
-    the last block of each (batch entry, K/V head) merges the splits."""
+    each (batch entry, K/V head)'s splits are merged by its cluster, or by its last block."""
     key = (*((t.shape, t.stride(), t.dtype, t.device, t.requires_grad) if isinstance(t, torch.Tensor) else (type(t),)
              for t in (q, k, v, k_descale, v_descale, seqlens_k)),
            causal if isinstance(causal, (bool, str)) else id(causal), scale, splits,
-           None if tiles is None else tuple(tiles), f16_products)
+           None if tiles is None else tuple(tiles), f16_products, cluster_merge, tuple(switches))
     plan = _plans.get(key)
     if plan is None:
-        plan = _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles, f16_products)
+        plan = _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles, f16_products,
+                     cluster_merge, tuple(switches))
         if len(_plans) > 1024:
             _plans.clear()
         _plans[key] = plan
@@ -195,7 +219,7 @@ def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, sc
     out = torch.empty(plan.out_shape, dtype=q.dtype, device=q.device)
     if plan.trivial:
         return out if plan.trivial == "empty" else out.zero_()
-    parts = _partials(plan, q.device) if plan.splits > 1 else (0, 0, 0)
+    parts = _partials(plan, q.device) if plan.n_parts else (0, 0, 0)
     nvrtc.launch_prepared(plan.kernel, plan.config,
                           (q.data_ptr(), k.data_ptr(), v.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(),
                            0 if seqlens_k is None else seqlens_k.data_ptr(), out.data_ptr(), *parts, *plan.tail))

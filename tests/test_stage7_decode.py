@@ -177,17 +177,21 @@ def test_ring_layout_is_a_bijection_without_bank_conflicts(D):
 @pytest.mark.parametrize("D", (64, 128))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
 def test_builds_compile_without_spills(D, dtype):
-    """The head dim's tiles and two others, both row builds (bf16: with and without F16_PRODUCTS),
-    at the launch bounds the launcher gives them (blocks_per_sm)."""
-    for tiles in {d7.TILES[D], (16, 4, 4), (32, 2, 8)}:
-        for qrows in (8, 16):
-            for f16 in ((0, 1) if dtype == torch.bfloat16 else (0,)):
-                c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
-                                        defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2],
-                                                 "QROWS": qrows, "MIN_BLOCKS": d7.blocks_per_sm(D, tiles),
-                                                 "F16_PRODUCTS": f16})
-                for name, info in nvrtc.parse_ptxas_log(c.log).items():
-                    assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (D, dtype, tiles, qrows, f16, name, info)
+    """The head dim's tiles and others, both row builds (bf16: with and without F16_PRODUCTS), the
+    cluster merge's builds and those without the .cu's switches, at the launch bounds the launcher
+    gives them (blocks_per_sm)."""
+    builds = [(tiles, qrows, f16, 0, ()) for tiles in {d7.TILES[D], (32, 3, 4)}
+              for qrows in (8, 16) for f16 in ((0, 1) if dtype == torch.bfloat16 else (0,))]
+    builds += [(d7.TILES[D], qrows, 1, 1, ()) for qrows in (8, 16)]  # the cluster merge
+    builds += [(d7.TILES[D], qrows, 1, 0, tuple((n, 0) for n in d7.SWITCHES)) for qrows in (8, 16)]
+    for tiles, qrows, f16, cluster, switches in builds:
+        c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
+                                defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2],
+                                         "QROWS": qrows, "MIN_BLOCKS": d7.blocks_per_sm(D, tiles),
+                                         "F16_PRODUCTS": f16, "CLUSTER_MERGE": cluster, **dict(switches)})
+        for name, info in nvrtc.parse_ptxas_log(c.log).items():
+            assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (D, dtype, tiles, qrows, f16, cluster,
+                                                                           switches, name, info)
 
 
 def test_split_rule():
@@ -241,11 +245,15 @@ GPU_SHAPES = [(5, 32, 8, 1, 3001), (3, 8, 2, 4, 1000), (4, 8, 8, 1, 777), (3, 32
 @pytest.mark.parametrize("D", (64, 128))
 def test_matches_dequantized_reference(D, seed):
     """GQA groups 1, 4, 8 and 16; Sq 1, 2 and 4 (bottom-right, 16 packed rows at most); odd
-    lengths, seqlens_k with zeros and ones; splits as planned, one, and forced; other tiles;
-    both dtypes; descales per (entry, K/V head), one negative and one zero."""
+    lengths, seqlens_k with zeros and ones; splits as planned, one, and forced, merged in a
+    cluster (2-8) and by the last block (2-8 without the cluster, and 9-16); other tiles; both
+    dtypes; the .cu's switches off; descales per (entry, K/V head), one negative and one zero."""
     check_over_shapes(d7.attention, D, seed, GPU_SHAPES,
-                      lambda g: ({}, {"splits": 1}, {"splits": g.randrange(2, 9)}, {"tiles": (16, 4, 4)},
-                                 {"tiles": (32, 3, 4), "splits": 3}, {"f16_products": False}), signs=True)
+                      lambda g: ({}, {"splits": 1}, {"splits": g.randrange(2, 9)},
+                                 {"splits": g.randrange(2, 9), "cluster_merge": False},
+                                 {"splits": g.randrange(9, 17)}, {"tiles": (16, 4, 4)},
+                                 {"tiles": (32, 3, 4), "splits": 3}, {"f16_products": False},
+                                 {"switches": tuple((name, 0) for name in d7.SWITCHES)}), signs=True)
 
 
 @on_hopper
@@ -258,7 +266,7 @@ def test_top_left_causal(seed):
         lens = [Sk, 3, 1][:B]
         seqlens = torch.tensor(lens, dtype=torch.int32, device=q.device)
         for causal in (True, "top_left"):
-            for opts in ({}, {"splits": 3}):
+            for opts in ({}, {"splits": 3}, {"splits": 3, "cluster_merge": False}):
                 with poisoned_outputs():
                     out = d7.attention(q, k8, v8, causal=causal, seqlens_k=seqlens, k_descale=kd, v_descale=vd, **opts)
                 check_fp8(out, q, k8, v8, kd, vd, lens, causal, f"top-left {(B, H, Hk, Sq, Sk)} {causal} {opts} seed {seed}")

@@ -37,8 +37,8 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
 ROWS = [(B, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768)]
 QUICK = [(1, 16384), (8, 16384), (64, 4096)]
 H, HKV = 32, 8
-GRID_ROWS = [(1, 32), (1, 1024), (1, 4096), (8, 1024), (8, 4096), (64, 1024), (8, 16384), (64, 4096)]
-GRID_TILES = [(32, 2, 8), (32, 2, 4), (32, 3, 4), (16, 2, 8), (16, 4, 4)]
+GRID_ROWS = [(1, 32)] + ROWS
+GRID_TILES = [(32, 2, 8), (32, 2, 4), (32, 3, 4), (16, 2, 8)]
 GRID_SPLITS = (1, 2, 4, 8, 16)
 VARIANTS = {128: [(32, 2, 8), (32, 3, 4), (16, 4, 8)],
             64: [(32, 2, 8), (32, 3, 4), (32, 3, 8)]}
@@ -67,6 +67,12 @@ def main() -> int:
                    "s6 bf16": lambda: s6.attention(q, k16, v16)}
             if a.grid:
                 fns["regs planned"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd)
+                for off in (*((n,) for n in d7.SWITCHES), d7.SWITCHES):  # each idea off, then both
+                    fns[f"regs planned, {'+'.join(off)} off"] = (lambda off=off: d7.attention(
+                        q, k8, v8, k_descale=kd, v_descale=vd, switches=tuple((n, 0) for n in off)))
+                if 1 < planned <= d7.CLUSTER_MAX:
+                    fns["regs planned, last-block merge"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd,
+                                                                                 cluster_merge=False)
                 for t in GRID_TILES:
                     for n in GRID_SPLITS:
                         if n == 1 or -(-Sk // t[0]) >= n * t[2]:  # every warp of every split a chunk
@@ -95,7 +101,7 @@ def main() -> int:
             print(f"D{D} B{B} Sk{Sk} (planned splits {planned}; SDPA {base:,.1f} µs)  ({time.time() - t0:.0f} s)", flush=True)
             for name, t in times.items():
                 us = t.median_us
-                print(f"  {name:30s} {us:10,.1f} µs  {base / us:5.2f}x SDPA  {gb / us * 1e6 / 1e3:5.2f} TB/s of e4m3  "
+                print(f"  {name:52s} {us:10,.1f} µs  {base / us:5.2f}x SDPA  {gb / us * 1e6 / 1e3:5.2f} TB/s of e4m3  "
                       f"{'' if name not in passed else ('pass' if passed[name] else 'FAIL')}", flush=True)
                 rows.append({"D": D, "B": B, "Sk": Sk, "name": name, "us": us, "rounds": t.round_medians_us,
                              "sdpa_us": base, "passed": passed.get(name)})
