@@ -252,6 +252,13 @@ __device__ __forceinline__ float ld_cluster(const float* p, int rank) {
     return v;
 }
 
+// SPLIT_S_CHAIN: S's k-steps accumulate into two sets of registers (even and odd), added at the
+// end, so that each n-tile's chain of dependent mma is half as long (a warp waits on its own
+// instructions at the small caches: experiments/fp8_decode_registers).
+#ifndef SPLIT_S_CHAIN
+#define SPLIT_S_CHAIN 0
+#endif
+
 // Issue the warp's chunk i (key chunk first + i·WARPS) into ring slot i % STAGES; keys at or past
 // `keys` are zero-filled (a cache's unused slots may hold anything, and 0·NaN is NaN).
 __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, const unsigned char* kbase,
@@ -304,21 +311,24 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
         __syncwarp();  // every lane's copies of chunk i landed, seen by the warp
         const unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
         const int key0 = (first + i * WARPS) * CHUNK;
-        // S = Q·Kᵀ, STILES n-tiles of 8 keys
-        float s[STILES][ACC];
+        // S = Q·Kᵀ, STILES n-tiles of 8 keys (SPLIT_S_CHAIN: odd k-steps into a second accumulator)
+        float s[STILES][ACC], s_odd[STILES][ACC];
 #pragma unroll
         for (int t = 0; t < STILES; ++t) {
 #pragma unroll
-            for (int e = 0; e < ACC; ++e) s[t][e] = 0.0f;
+            for (int e = 0; e < ACC; ++e) s[t][e] = 0.0f, s_odd[t][e] = 0.0f;
 #pragma unroll
             for (int p = 0; p < KPIECES; ++p) {
                 const uint4 w = *reinterpret_cast<const uint4*>(slot + swizzled(key_of(t, g), 64 * p + 16 * c));
                 const unsigned wd[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
-                    mma_rows(s[t], qa[4 * p + j], widen2<SAME_WORD<0>, FOLD>(wd[j], wd[j]),
-                              widen2<SAME_WORD<2>, FOLD>(wd[j], wd[j]));
+                    mma_rows(SPLIT_S_CHAIN && j % 2 ? s_odd[t] : s[t], qa[4 * p + j],
+                             widen2<SAME_WORD<0>, FOLD>(wd[j], wd[j]), widen2<SAME_WORD<2>, FOLD>(wd[j], wd[j]));
             }
+            if (SPLIT_S_CHAIN)
+#pragma unroll
+                for (int e = 0; e < 2 * HALVES; ++e) s[t][e] += s_odd[t][e];
         }
         // scale, mask (keys past the rows' limits), and the online softmax
         float mx[HALVES];

@@ -40,8 +40,11 @@ ROWS = 16  # query rows per K/V head the kernel holds: one m16 tile (the partial
 HEAD_DIMS = (64, 128)
 # (CHUNK keys a warp takes at a time, STAGES chunks in a warp's ring, WARPS per block), by head
 # dim: one block of 8 warps an SM, one chunk in flight while the other is multiplied; the fastest
-# at most of the probe's rows (experiments/fp8_decode_registers/README.md).
+# at most of the probe's rows (experiments/fp8_decode_registers/README.md). plan_launch takes
+# SMALL_TILES, blocks of 4 warps, where a block of 8 would leave warps without work or an SM
+# without a second block to overlap a short one's start and end.
 TILES = {64: (32, 2, 8), 128: (32, 2, 8)}
+SMALL_TILES = {64: (32, 2, 4), 128: (32, 2, 4)}
 TILE_CHOICES = tuple((c, s, w) for c in (16, 32) for s in (2, 3, 4, 6) for w in (2, 4, 8))
 MAX_SPLITS = 64
 SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90
@@ -86,14 +89,35 @@ def blocks_per_sm(D: int, tiles) -> int:
     return max(1, min(by_smem, MAX_WARPS_PER_SM[D] // tiles[2]))
 
 
-def plan_splits(B: int, Hk: int, Sk: int, D: int, tiles, sms: int) -> int:
-    """Key splits per (batch entry, K/V head): as many as fill every SM's block slots without
-    starting a second, partial wave (the slots over the work tiles, rounded down), at most
-    MAX_SPLITS, each warp keeping MIN_CHUNKS_PER_WARP chunks."""
+def plan_splits(B: int, Hk: int, Sk: int, D: int, tiles, sms: int, most: int = MAX_SPLITS) -> int:
+    """Key splits per (batch entry, K/V head) for given tiles: as many as fill every SM's block
+    slots without starting a second, partial wave (the slots over the work tiles, rounded down),
+    at most `most`, each warp keeping MIN_CHUNKS_PER_WARP chunks."""
     chunk, _, warps = tiles
     slots = sms * blocks_per_sm(D, tiles)
-    most = max(1, -(-Sk // chunk) // (warps * MIN_CHUNKS_PER_WARP))
-    return max(1, min(MAX_SPLITS, most, slots // max(1, B * Hk)))
+    enough = max(1, -(-Sk // chunk) // (warps * MIN_CHUNKS_PER_WARP))
+    return max(1, min(most, enough, slots // max(1, B * Hk)))
+
+
+def plan_launch(B: int, Hk: int, Sk: int, D: int, sms: int, cluster_merge: bool = True) -> tuple[tuple, int]:
+    """(tiles, splits) of a call: the rule the probe's grid of tiles and splits chose at H32/8
+    Sq1 D128 (experiments/fp8_decode_registers/README.md, "The launch rule"; D64 follows it
+    unmeasured). Splits merge in a cluster (cluster_merge) up to CLUSTER_MAX, which beat more
+    splits merged by the last block at every B 1 row.
+      - A few work tiles (B·H_kv ≤ SMs/4, B 1): each split down to at least a chunk a warp, the
+        SMs over the tiles at most; 8 warps a block where each keeps 2 chunks, else 4.
+      - Many short ones (B·H_kv ≥ 2 SMs, at most 128 chunks: B 64 Sk ≤ 4k): SMALL_TILES, two
+        blocks an SM, so one's start and end overlap the other's copies.
+      - Otherwise TILES, split by plan_splits."""
+    most = CLUSTER_MAX if cluster_merge else MAX_SPLITS
+    work, chunk = B * Hk, TILES[D][0]
+    chunks = -(-Sk // chunk)
+    if 4 * work <= sms:
+        small = SMALL_TILES[D]
+        n = max(1, min(most, sms // work, chunks // small[2]))
+        return (TILES[D] if -(-chunks // n) >= 2 * TILES[D][2] else small), n
+    tiles = SMALL_TILES[D] if work >= 2 * sms and chunks <= 128 else TILES[D]
+    return tiles, plan_splits(B, Hk, Sk, D, tiles, sms, most)
 
 
 def query_rows_build(G: int, Sq: int) -> int:
@@ -118,7 +142,7 @@ def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool, cluster: bool 
                                         *switches))["decode_e4m3"]
 
 
-SWITCHES = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES")  # the .cu's ideas a call may turn off (probe)
+SWITCHES = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "SPLIT_S_CHAIN")  # the .cu's ideas a call may set (probe)
 
 
 class _Plan:
@@ -138,18 +162,27 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
     if (H // Hk) * Sq > ROWS:
         raise NotImplementedError(f"stages.stage7_decode holds {ROWS} query rows per K/V head (group "
                                   f"{H // Hk} x Sq {Sq} = {(H // Hk) * Sq}): use stages.stage6.attention")
-    tiles = TILES[D] if tiles is None else tuple(tiles)
-    if tiles not in TILE_CHOICES:
-        raise ValueError(f"tiles must be one of {TILE_CHOICES}, got {tiles}")
-    if shared_bytes(D, tiles) > SMEM_MAX:
-        raise ValueError(f"tiles {tiles} need {shared_bytes(D, tiles):,} bytes of shared memory at D{D}, "
-                         f"more than a block's {SMEM_MAX:,}")
+    if cluster_merge not in (None, True, False):
+        raise ValueError(f"cluster_merge must be True, False or None (CLUSTER_MERGE), got {cluster_merge!r}")
+    cluster_ok = CLUSTER_MERGE if cluster_merge is None else cluster_merge
+    if tiles is not None:
+        tiles = tuple(tiles)
+        if tiles not in TILE_CHOICES:
+            raise ValueError(f"tiles must be one of {TILE_CHOICES}, got {tiles}")
+        if shared_bytes(D, tiles) > SMEM_MAX:
+            raise ValueError(f"tiles {tiles} need {shared_bytes(D, tiles):,} bytes of shared memory at D{D}, "
+                             f"more than a block's {SMEM_MAX:,}")
     mode = causal_mode(causal, Sq, Sk, s6.INFO)
     if Sq == 1 and mode == 2:
         mode = NO_MASK  # one query is the last position: it sees every key
     if seqlens_k is not None:
         check_seqlens_k(seqlens_k, q)
-    n = plan_splits(B, Hk, Sk, D, tiles, s6._sm_count(q.device)) if splits is None else int(splits)
+    if tiles is None and splits is None:
+        tiles, n = plan_launch(B, Hk, Sk, D, s6._sm_count(q.device), cluster_ok)
+    else:
+        tiles = TILES[D] if tiles is None else tiles
+        n = (plan_splits(B, Hk, Sk, D, tiles, s6._sm_count(q.device), CLUSTER_MAX if cluster_ok else MAX_SPLITS)
+             if splits is None else int(splits))
     if not 1 <= n <= MAX_SPLITS:
         raise ValueError(f"splits must be 1 … {MAX_SPLITS}, got {splits}")
     plan = _Plan()
@@ -159,12 +192,10 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
         return plan
     if f16_products not in (None, True, False):
         raise ValueError(f"f16_products must be True, False or None (F16_PRODUCTS), got {f16_products!r}")
-    if cluster_merge not in (None, True, False):
-        raise ValueError(f"cluster_merge must be True, False or None (CLUSTER_MERGE), got {cluster_merge!r}")
     for name, on in switches:
         if name not in SWITCHES or on not in (0, 1):
             raise ValueError(f"switches are (name, 0 or 1) with name in {SWITCHES}, got {(name, on)!r}")
-    cluster = 1 < n <= CLUSTER_MAX and (CLUSTER_MERGE if cluster_merge is None else cluster_merge)
+    cluster = 1 < n <= CLUSTER_MAX and cluster_ok
     plan.kernel = _kernel(q.dtype, D, tiles, query_rows_build(H // Hk, Sq),
                           F16_PRODUCTS if f16_products is None else f16_products, cluster, tuple(switches))
     blocks = B * Hk * n
@@ -197,7 +228,7 @@ def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, sc
               splits: int | None = None, tiles=None, f16_products: bool | None = None,
               cluster_merge: bool | None = None, switches=()):
     """softmax(q·Kᵀ·scale)·V over an e4m3 cache (the module's docstring has the contract).
-    `splits` (None: plan_splits), `tiles` ((chunk, stages, warps), None: TILES), `f16_products`
+    `tiles` ((chunk, stages, warps)) and `splits` (None: plan_launch; given tiles, plan_splits), `f16_products`
     (bf16 Q: the products in fp16; None: F16_PRODUCTS), `cluster_merge` (None: CLUSTER_MERGE)
     and `switches` (((name, 0 or 1), ...) of SWITCHES; the .cu's defaults otherwise) are for
     measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);

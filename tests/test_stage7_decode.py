@@ -207,6 +207,29 @@ def test_split_rule():
     assert d7.plan_splits(1, 1, 10**6, 128, t, 132) == min(d7.MAX_SPLITS, slots)
 
 
+@pytest.mark.parametrize("D", (64, 128))
+def test_launch_rule(D):
+    """plan_launch: a few work tiles split down to a chunk or two a warp, merged in one cluster at
+    most; many short tiles in two 4-warp blocks an SM; the rest as plan_splits says, within a
+    cluster; never a split without a chunk for each warp, never a grid past one wave."""
+    small, big = d7.SMALL_TILES[D], d7.TILES[D]
+    assert d7.plan_launch(1, 8, 1024, D, 132) == (small, 8)       # 32 chunks: 4 a split, one a warp
+    assert d7.plan_launch(1, 8, 4096, D, 132) == (big, 8)         # 16 a split: two a warp of 8
+    assert d7.plan_launch(1, 8, 32, D, 132) == (small, 1)         # one chunk: nothing to split
+    assert d7.plan_launch(8, 8, 1024, D, 132) == (big, 1)         # 64 tiles: 4 chunks a warp unsplit
+    assert d7.plan_launch(8, 8, 32768, D, 132) == (big, 2)
+    assert d7.plan_launch(64, 8, 4096, D, 132) == (small, 1)      # 512 short tiles: two blocks an SM
+    assert d7.plan_launch(64, 8, 16384, D, 132) == (big, 1)
+    assert d7.plan_launch(1, 1, 10**6, D, 132, cluster_merge=False)[1] == d7.MAX_SPLITS
+    for B in (1, 2, 3, 8, 17, 64):
+        for Hk in (1, 2, 8):
+            for Sk in (1, 31, 100, 1024, 5000, 40000):
+                tiles, n = d7.plan_launch(B, Hk, Sk, D, 132)
+                assert tiles in d7.TILE_CHOICES and 1 <= n <= d7.CLUSTER_MAX, (B, Hk, Sk)
+                assert n == 1 or -(-Sk // tiles[0]) >= n * tiles[2], (B, Hk, Sk, tiles, n)  # a chunk a warp
+                assert n == 1 or B * Hk * n <= 132 * d7.blocks_per_sm(D, tiles), (B, Hk, Sk, tiles, n)
+
+
 # --------------------------------------------------------------------------------------------
 # bad input (CPU: refused before any launch)
 

@@ -5,10 +5,12 @@ output is checked against the float64 reference of the dequantized cache (three 
 
     python3 experiments/fp8_decode_registers/probe.py [--quick] [--out rows.json]
     python3 experiments/fp8_decode_registers/probe.py --grid     # the small caches: tiles x splits
+    python3 experiments/fp8_decode_registers/probe.py --rule     # plan_launch against 1eedebf's rule
 
 --grid times every (tiles, splits) of GRID_TILES and GRID_SPLITS that leaves each warp a chunk at
-the rows short of issue 50's goals (and two long rows, to see what a rule for the short ones would
-cost there), with a one-chunk cache (Sk 32) for the floor of a launch.
+every row of the fp8_decode entry, and at a one-chunk cache (Sk 32) for the floor of a launch. --rule times plan_launch's
+launch at the same rows against 1eedebf's (TILES, plan_splits, the last block merging), each of
+the .cu's switches flipped, and the last-block merge in place of the cluster's.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ H, HKV = 32, 8
 GRID_ROWS = [(1, 32)] + ROWS
 GRID_TILES = [(32, 2, 8), (32, 2, 4), (32, 3, 4), (16, 2, 8)]
 GRID_SPLITS = (1, 2, 4, 8, 16)
+ON_BY_DEFAULT = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES")  # the .cu's switches that are on
 VARIANTS = {128: [(32, 2, 8), (32, 3, 4), (16, 4, 8)],
             64: [(32, 2, 8), (32, 3, 4), (32, 3, 8)]}
 
@@ -48,31 +51,39 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--grid", action="store_true")
+    ap.add_argument("--rule", action="store_true")
     ap.add_argument("--D", type=int, nargs="+", default=[128])
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     sms = s6._sm_count(torch.device("cuda"))
     rows, t0 = [], time.time()
     for D in a.D:
-        for B, Sk in (GRID_ROWS if a.grid else QUICK if a.quick else ROWS):
+        for B, Sk in (GRID_ROWS if a.grid or a.rule else QUICK if a.quick else ROWS):
             q, k, v = make_qkv(B, H, 1, D, Sk=Sk, Hkv=HKV, dtype=torch.bfloat16)
             (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
             del k, v
             k16, v16 = f8.dequantized(k8, kd, torch.bfloat16), f8.dequantized(v8, vd, torch.bfloat16)
             idx = torch.tensor(sorted({0, B // 2, B - 1}), device=q.device)
             k64, v64 = f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx])
-            planned = d7.plan_splits(B, HKV, Sk, D, d7.TILES[D], sms)
+            planned_tiles, planned = d7.plan_launch(B, HKV, Sk, D, sms)
             fns = {"sdpa": sdpa_call(q, k16, v16),
                    "s6 e4m3": lambda: s6.attention(q, k8, v8, k_descale=kd, v_descale=vd),
                    "s6 bf16": lambda: s6.attention(q, k16, v16)}
-            if a.grid:
+            if a.grid or a.rule:
                 fns["regs planned"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd)
-                for off in (*((n,) for n in d7.SWITCHES), d7.SWITCHES):  # each idea off, then both
+                for off in (*((n,) for n in ON_BY_DEFAULT), ON_BY_DEFAULT):  # each idea off, then both
                     fns[f"regs planned, {'+'.join(off)} off"] = (lambda off=off: d7.attention(
                         q, k8, v8, k_descale=kd, v_descale=vd, switches=tuple((n, 0) for n in off)))
                 if 1 < planned <= d7.CLUSTER_MAX:
-                    fns["regs planned, last-block merge"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd,
-                                                                                 cluster_merge=False)
+                    fns["regs planned, last-block merge"] = lambda: d7.attention(
+                        q, k8, v8, k_descale=kd, v_descale=vd, tiles=planned_tiles, splits=planned, cluster_merge=False)
+            if a.rule:
+                fns["regs planned, SPLIT_S_CHAIN on"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd,
+                                                                             switches=(("SPLIT_S_CHAIN", 1),))
+                old = d7.plan_splits(B, HKV, Sk, D, d7.TILES[D], sms)  # 1eedebf's rule: TILES, last-block merge
+                fns["regs 1eedebf's launch rule"] = lambda: d7.attention(
+                    q, k8, v8, k_descale=kd, v_descale=vd, tiles=d7.TILES[D], splits=old, cluster_merge=False)
+            if a.grid:
                 for t in GRID_TILES:
                     for n in GRID_SPLITS:
                         if n == 1 or -(-Sk // t[0]) >= n * t[2]:  # every warp of every split a chunk
@@ -95,7 +106,7 @@ def main() -> int:
                     except Exception as e:  # noqa: BLE001 (a variant that cannot launch: say so, time the rest)
                         print(f"  {name}: {type(e).__name__}: {e}", flush=True)
                         del fns[name]
-            times = time_interleaved(fns, rounds=5, budget_s=0.1 if a.grid else 0.25)
+            times = time_interleaved(fns, rounds=5, budget_s=0.1 if a.grid else 0.25)  # --rule: 0.25
             base = times["sdpa"].median_us
             gb = 2 * B * HKV * Sk * D / 1e9  # e4m3 bytes of K and V
             print(f"D{D} B{B} Sk{Sk} (planned splits {planned}; SDPA {base:,.1f} µs)  ({time.time() - t0:.0f} s)", flush=True)
@@ -105,7 +116,7 @@ def main() -> int:
                       f"{'' if name not in passed else ('pass' if passed[name] else 'FAIL')}", flush=True)
                 rows.append({"D": D, "B": B, "Sk": Sk, "name": name, "us": us, "rounds": t.round_medians_us,
                              "sdpa_us": base, "passed": passed.get(name)})
-            if B == 1 and Sk == 1024 and not a.grid:  # host time per call against the GPU's (lib.timing.time_host)
+            if B == 1 and Sk == 1024 and not (a.grid or a.rule):  # host time per call against the GPU's (lib.timing.time_host)
                 from lib.timing import time_host
                 for name in ("sdpa", "s6 e4m3", f"regs {d7.TILES[D]}"):
                     h = time_host(fns[name])
