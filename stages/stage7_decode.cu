@@ -26,12 +26,16 @@
 // The grid: one block per (split, batch entry, K/V head), WARPS warps; warp w takes chunks w,
 // w + WARPS, ... of its split's keys, with its own running max, sum and output; the block's
 // warps are merged through shared memory at the end. One split: the block writes the output.
-// Several: each writes its rows' output normalized and their log-sum-exp (log2), and the last
-// block of the (batch entry, K/V head) to finish merges them (no second launch).
+// Several: each has its rows' output normalized and their log-sum-exp (log2); the splits of a
+// (batch entry, K/V head) launched as one cluster (CLUSTER_MERGE, 2-8 splits) merge them through
+// distributed shared memory, otherwise the last of its blocks to finish merges them from global
+// memory. Either way a call is one launch.
 //
 // Compile-time constants: HEAD_DIM (64, 128), ELEM_BF16 (bf16 Q and output, else fp16), CHUNK
 // (keys a warp takes at a time: 16 or 32), STAGES (chunks in a warp's ring), WARPS, QROWS (8 or
-// 16 query rows held), MIN_BLOCKS (launch bounds), F16_PRODUCTS (bf16 Q: fp16 products).
+// 16 query rows held), MIN_BLOCKS (launch bounds), F16_PRODUCTS (bf16 Q: fp16 products),
+// CLUSTER_MERGE, and the switches IDLE_ACCUMULATORS, WHOLE_CHUNK_COPIES, SPLIT_S_CHAIN (each
+// explained where it is defined; stages/stage7_decode.py's SWITCHES).
 #include "attention.cuh"
 #include "mma.cuh"
 
