@@ -263,6 +263,13 @@ __device__ __forceinline__ float ld_cluster(const float* p, int rank) {
 #define SPLIT_S_CHAIN 0
 #endif
 
+// PACKED_ROWS: the build for caches whose key rows lie D bytes apart (k and v's stride(2) == D, as
+// in a contiguous [B, H_kv, S_k, D] cache; the launcher picks it): the row stride is a constant, so
+// a chunk's 2·COPIES copy addresses are two registers plus immediates instead of a 64-bit add each.
+#ifndef PACKED_ROWS
+#define PACKED_ROWS 0
+#endif
+
 // Issue the warp's chunk i (key chunk first + i·WARPS) into ring slot i % STAGES; keys at or past
 // `keys` are zero-filled (a cache's unused slots may hold anything, and 0·NaN is NaN).
 __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, const unsigned char* kbase,
@@ -273,9 +280,14 @@ __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, 
         unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
         // this lane's row of copy j is row0 + 4j·LINE_ROWS: one pointer each, stepped
         const int row0 = (lane / 8) * LINE_ROWS + (16 * (lane % 8)) / D, col = (16 * (lane % 8)) % D;
-        const unsigned char* kp = kbase + (long long)(key0 + row0) * a.k_sr + col;
-        const unsigned char* vp = vbase + (long long)(key0 + row0) * a.v_sr + col;
-        const long long kstep = 4LL * LINE_ROWS * a.k_sr, vstep = 4LL * LINE_ROWS * a.v_sr;
+#if PACKED_ROWS
+        const long long k_sr = D, v_sr = D;  // known here: each copy's address is the first's plus a constant
+#else
+        const long long k_sr = a.k_sr, v_sr = a.v_sr;
+#endif
+        const unsigned char* kp = kbase + (long long)(key0 + row0) * k_sr + col;
+        const unsigned char* vp = vbase + (long long)(key0 + row0) * v_sr + col;
+        const long long kstep = 4LL * LINE_ROWS * k_sr, vstep = 4LL * LINE_ROWS * v_sr;
         if (WHOLE_CHUNK_COPIES && key0 + CHUNK <= keys) {  // the warp's branch: key0 is the warp's
 #pragma unroll
             for (int j = 0; j < COPIES; ++j) {

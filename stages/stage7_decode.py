@@ -142,7 +142,9 @@ def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool, cluster: bool 
                                         *switches))["decode_e4m3"]
 
 
-SWITCHES = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "SPLIT_S_CHAIN")  # the .cu's ideas a call may set (probe)
+# the .cu's ideas a call may set (probe); PACKED_ROWS only off: the launcher turns it on where the
+# cache's rows lie D bytes apart
+SWITCHES = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "SPLIT_S_CHAIN", "PACKED_ROWS")
 
 
 class _Plan:
@@ -193,8 +195,11 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
     if f16_products not in (None, True, False):
         raise ValueError(f"f16_products must be True, False or None (F16_PRODUCTS), got {f16_products!r}")
     for name, on in switches:
-        if name not in SWITCHES or on not in (0, 1):
-            raise ValueError(f"switches are (name, 0 or 1) with name in {SWITCHES}, got {(name, on)!r}")
+        if name not in SWITCHES or on not in (0, 1) or (name == "PACKED_ROWS" and on):
+            raise ValueError(f"switches are (name, 0 or 1) with name in {SWITCHES} (PACKED_ROWS: 0 only), "
+                             f"got {(name, on)!r}")
+    packed = k.stride(2) == D and v.stride(2) == D and ("PACKED_ROWS", 0) not in switches
+    switches = (*(sw for sw in switches if sw[0] != "PACKED_ROWS"), ("PACKED_ROWS", int(packed)))
     cluster = 1 < n <= CLUSTER_MAX and cluster_ok
     plan.kernel = _kernel(q.dtype, D, tiles, query_rows_build(H // Hk, Sq),
                           F16_PRODUCTS if f16_products is None else f16_products, cluster, tuple(switches))

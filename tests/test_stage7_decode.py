@@ -180,9 +180,10 @@ def test_builds_compile_without_spills(D, dtype):
     """The head dim's tiles and others, both row builds (bf16: with and without F16_PRODUCTS), the
     cluster merge's builds and those without the .cu's switches, at the launch bounds the launcher
     gives them (blocks_per_sm)."""
-    builds = [(tiles, qrows, f16, 0, ()) for tiles in {d7.TILES[D], (32, 3, 4)}
+    packed = (("PACKED_ROWS", 1),)  # the launcher's build for a contiguous cache
+    builds = [(tiles, qrows, f16, 0, packed) for tiles in {d7.TILES[D], d7.SMALL_TILES[D]}
               for qrows in (8, 16) for f16 in ((0, 1) if dtype == torch.bfloat16 else (0,))]
-    builds += [(d7.TILES[D], qrows, 1, 1, ()) for qrows in (8, 16)]  # the cluster merge
+    builds += [(d7.TILES[D], qrows, 1, 1, packed) for qrows in (8, 16)]  # the cluster merge
     builds += [(d7.TILES[D], qrows, 1, 0, tuple((n, 0) for n in d7.SWITCHES)) for qrows in (8, 16)]
     for tiles, qrows, f16, cluster, switches in builds:
         c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,

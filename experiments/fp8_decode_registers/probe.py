@@ -42,7 +42,7 @@ H, HKV = 32, 8
 GRID_ROWS = [(1, 32)] + ROWS
 GRID_TILES = [(32, 2, 8), (32, 2, 4), (32, 3, 4), (16, 2, 8)]
 GRID_SPLITS = (1, 2, 4, 8, 16)
-ON_BY_DEFAULT = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES")  # the .cu's switches that are on
+ON_BY_DEFAULT = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "PACKED_ROWS")  # the .cu's switches that are on
 VARIANTS = {128: [(32, 2, 8), (32, 3, 4), (16, 4, 8)],
             64: [(32, 2, 8), (32, 3, 4), (32, 3, 8)]}
 
@@ -80,6 +80,8 @@ def main() -> int:
             if a.rule:
                 fns["regs planned, SPLIT_S_CHAIN on"] = lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd,
                                                                              switches=(("SPLIT_S_CHAIN", 1),))
+                fns["regs planned, 3 stages"] = lambda: d7.attention(
+                    q, k8, v8, k_descale=kd, v_descale=vd, tiles=(planned_tiles[0], 3, planned_tiles[2]), splits=planned)
                 old = d7.plan_splits(B, HKV, Sk, D, d7.TILES[D], sms)  # 1eedebf's rule: TILES, last-block merge
                 fns["regs 1eedebf's launch rule"] = lambda: d7.attention(
                     q, k8, v8, k_descale=kd, v_descale=vd, tiles=d7.TILES[D], splits=old, cluster_merge=False)
