@@ -89,6 +89,18 @@ def blocks_per_sm(D: int, tiles) -> int:
     return max(1, min(by_smem, MAX_WARPS_PER_SM[D] // tiles[2]))
 
 
+def launch_smem(D: int, tiles, cluster: bool = False) -> int:
+    """The dynamic shared memory a launch asks for: shared_bytes, padded so that an SM holds no more
+    than blocks_per_sm blocks. A build whose registers leave room for one block more would
+    otherwise get it: the PACKED_ROWS build of SMALL_TILES at D128 (168 registers) ran three blocks
+    of 4 warps an SM, 1.08-1.13x slower than two at B 64 Sk 1k-4k (experiments/fp8_decode_registers/h200_rule_c73887c.log)."""
+    own, n = shared_bytes(D, tiles, cluster), blocks_per_sm(D, tiles)
+    if n * (own + 1024) > SMEM_PER_SM:  # the merge rows of a cluster build may take past it: as it is
+        return own
+    least = SMEM_PER_SM // (n + 1) - 1024 + 1  # n + 1 blocks of this much do not fit
+    return max(own, -(-least // 128) * 128)
+
+
 def plan_splits(B: int, Hk: int, Sk: int, D: int, tiles, sms: int, most: int = MAX_SPLITS) -> int:
     """Key splits per (batch entry, K/V head) for given tiles: as many as fill every SM's block
     slots without starting a second, partial wave (the slots over the work tiles, rounded down),
@@ -135,7 +147,7 @@ F16_PRODUCTS = True
 def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool, cluster: bool = False, switches=()):
     """The build; `switches`: ((name, 0 or 1), ...) of the .cu's other compile-time ideas, for measuring."""
     chunk, stages, warps = tiles
-    return nvrtc.stage_kernels(SOURCE, ("decode_e4m3",), dtype, D, max_dynamic_smem=shared_bytes(D, tiles, cluster),
+    return nvrtc.stage_kernels(SOURCE, ("decode_e4m3",), dtype, D, max_dynamic_smem=launch_smem(D, tiles, cluster),
                                defines=(("CHUNK", chunk), ("STAGES", stages), ("WARPS", warps), ("QROWS", qrows),
                                         ("MIN_BLOCKS", blocks_per_sm(D, tiles)),
                                         ("F16_PRODUCTS", int(f16_products)), ("CLUSTER_MERGE", int(cluster)),
@@ -205,7 +217,7 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
                           F16_PRODUCTS if f16_products is None else f16_products, cluster, tuple(switches))
     blocks = B * Hk * n
     nvrtc.check_grid_x("stage 7 (decode)", blocks)
-    plan.config = nvrtc.launch_config((blocks, 1, 1), (32 * tiles[2], 1, 1), shared_bytes(D, tiles, cluster),
+    plan.config = nvrtc.launch_config((blocks, 1, 1), (32 * tiles[2], 1, 1), launch_smem(D, tiles, cluster),
                                       cluster=n if cluster else 1)
     plan.n_parts = B * Hk * n if n > 1 and not cluster else 0
     plan.tail = (*(np.int64(st) for t in (q, k, v) for st in t.stride()[:3]),

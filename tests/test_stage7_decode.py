@@ -209,6 +209,22 @@ def test_split_rule():
 
 
 @pytest.mark.parametrize("D", (64, 128))
+def test_launch_smem_caps_the_blocks_an_sm_holds(D):
+    """launch_smem: blocks_per_sm blocks fit an SM's shared memory and one more does not, whatever
+    the registers would allow, for every tile choice whose blocks fit at all."""
+    for tiles in d7.TILE_CHOICES:
+        if d7.shared_bytes(D, tiles) > d7.SMEM_MAX:
+            continue
+        n = d7.blocks_per_sm(D, tiles)
+        for cluster in (False, True):
+            smem = d7.launch_smem(D, tiles, cluster)
+            assert smem >= d7.shared_bytes(D, tiles, cluster) and smem <= d7.SMEM_MAX, (tiles, cluster)
+            assert (n + 1) * (smem + 1024) > d7.SMEM_PER_SM, (tiles, cluster, n, smem)
+            if not cluster:
+                assert n * (smem + 1024) <= d7.SMEM_PER_SM, (tiles, n, smem)
+
+
+@pytest.mark.parametrize("D", (64, 128))
 def test_launch_rule(D):
     """plan_launch: a few work tiles split down to a chunk or two a warp, merged in one cluster at
     most; many short tiles in two 4-warp blocks an SM; the rest as plan_splits says, within a
