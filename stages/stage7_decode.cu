@@ -244,6 +244,9 @@ __device__ __forceinline__ void cp_async_16_whole(void* dst, const void* src) {
 #ifndef CLUSTER_MERGE
 #define CLUSTER_MERGE 0
 #endif
+#ifndef CLUSTER_MAX
+#define CLUSTER_MAX 8  // the most blocks a cluster merges (stages/stage7_decode.py's CLUSTER_MAX)
+#endif
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
@@ -449,16 +452,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
         const int r = g + 8 * h, i = r % a.Sq;
         limit[h] = r >= rows || a.causal == 0 ? keys : a.causal == 1 ? min(keys, i + 1) : keys - a.Sq + 1 + i;
     }
-    // this split's key chunks, and this warp's: w, w + WARPS, ...; their first STAGES − 1 issued now
-    const int chunks = (keys + CHUNK - 1) / CHUNK;
-    const int per_split = (chunks + a.splits - 1) / a.splits;
-    const int c0 = min(chunks, split * per_split), c1 = min(chunks, c0 + per_split);
-    const int first = c0 + warp, n_chunks = first < c1 ? (c1 - first + WARPS - 1) / WARPS : 0;
-    const unsigned char* kbase = a.k + (long long)b * a.k_sb + (long long)hk * a.k_sh;
-    const unsigned char* vbase = a.v + (long long)b * a.v_sb + (long long)hk * a.v_sh;
-    unsigned char* ring = smem + warp * STAGES * CHUNK_BYTES;
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) issue_chunk(a, ring, kbase, vbase, first, n_chunks, keys, i);
     // Q as S's A fragments, head-dim columns in key_word_col's order; rows past G·Sq are zero
     unsigned qa[KSTEPS][4] = {};
 #pragma unroll
@@ -474,6 +467,18 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
             qa[j][2 + h] = x.y;  // columns 2c + 8, 2c + 9 (registers 2, 3)
         }
     }
+    const float kd = a.k_descale[bk], vd = a.v_descale[bk];
+    // this split's key chunks, and this warp's: w, w + WARPS, ...; their first STAGES − 1 issued
+    // now, behind Q's loads and before Q is used (both wait on memory at once)
+    const int chunks = (keys + CHUNK - 1) / CHUNK;
+    const int per_split = (chunks + a.splits - 1) / a.splits;
+    const int c0 = min(chunks, split * per_split), c1 = min(chunks, c0 + per_split);
+    const int first = c0 + warp, n_chunks = first < c1 ? (c1 - first + WARPS - 1) / WARPS : 0;
+    const unsigned char* kbase = a.k + (long long)b * a.k_sb + (long long)hk * a.k_sh;
+    const unsigned char* vbase = a.v + (long long)b * a.v_sb + (long long)hk * a.v_sh;
+    unsigned char* ring = smem + warp * STAGES * CHUNK_BYTES;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) issue_chunk(a, ring, kbase, vbase, first, n_chunks, keys, i);
     float q_unscale[HALVES];  // what a row's scores are multiplied by to undo its scaling
 #pragma unroll
     for (int h = 0; h < HALVES; ++h) q_unscale[h] = 1.0f;
@@ -506,7 +511,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
             }
     }
 #endif
-    const float kd = a.k_descale[bk], vd = a.v_descale[bk];
     const bool fold = folds(a.scale_log2, kd, vd);
     float sl[HALVES];
 #pragma unroll
@@ -588,17 +592,27 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_e4m3
     // the block's rank): each block takes a slice of the output's elements and merges them from
     // every block's rows in shared memory (weights 2^(lse_s − max lse); a row no split saw: 0).
     // The second barrier keeps each block's shared memory alive until the others have read it.
+    // Every block's two values are loaded before any is used (the loop unrolled to CLUSTER_MAX):
+    // one round trip through the cluster, where a loop of a.splits steps would wait on each load.
     cluster_sync();
     for (int i = split * WARPS * 32 + threadIdx.x; i < rows * D; i += a.splits * WARPS * 32) {
         const int r = i / D, d = i % D;
+        float lse[CLUSTER_MAX], part[CLUSTER_MAX];
+#pragma unroll
+        for (int s = 0; s < CLUSTER_MAX; ++s) {
+            lse[s] = s < a.splits ? ld_cluster(lse_sm + r, s) : NEG_INF;
+            part[s] = s < a.splits ? ld_cluster(part_sm + r * D + d, s) : 0.0f;
+        }
         float m = NEG_INF;
-        for (int s = 0; s < a.splits; ++s) m = fmaxf(m, ld_cluster(lse_sm + r, s));
+#pragma unroll
+        for (int s = 0; s < CLUSTER_MAX; ++s) m = fmaxf(m, lse[s]);
         float wsum = 0.0f, o = 0.0f;
         if (m != NEG_INF)
-            for (int s = 0; s < a.splits; ++s) {
-                const float w = fast_exp2(ld_cluster(lse_sm + r, s) - m);
+#pragma unroll
+            for (int s = 0; s < CLUSTER_MAX; ++s) {
+                const float w = fast_exp2(lse[s] - m);  // 0 past a.splits (lse −∞)
                 wsum += w;
-                o += w * ld_cluster(part_sm + r * D + d, s);
+                o += w * part[s];
             }
         a.out[(((long long)b * a.H + hk * group + r / a.Sq) * a.Sq + r % a.Sq) * D + d] =
             to_elem(wsum > 0.0f ? o / wsum : 0.0f);

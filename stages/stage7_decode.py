@@ -151,6 +151,7 @@ def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool, cluster: bool 
                                defines=(("CHUNK", chunk), ("STAGES", stages), ("WARPS", warps), ("QROWS", qrows),
                                         ("MIN_BLOCKS", blocks_per_sm(D, tiles)),
                                         ("F16_PRODUCTS", int(f16_products)), ("CLUSTER_MERGE", int(cluster)),
+                                        ("CLUSTER_MAX", CLUSTER_MAX),
                                         *switches))["decode_e4m3"]
 
 
