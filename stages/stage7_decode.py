@@ -113,7 +113,7 @@ def plan_splits(B: int, Hk: int, Sk: int, D: int, tiles, sms: int, most: int = M
 
 def plan_launch(B: int, Hk: int, Sk: int, D: int, sms: int, cluster_merge: bool = True) -> tuple[tuple, int]:
     """(tiles, splits) of a call: the rule the probe's grid of tiles and splits chose at H32/8
-    Sq1 D128 (experiments/fp8_decode_registers/README.md, "The launch rule"; D64 follows it
+    Sq1 D128 (experiments/fp8_decode_registers/README.md, "The small caches"; D64 follows it
     unmeasured). Splits merge in a cluster (cluster_merge) up to CLUSTER_MAX, which beat more
     splits merged by the last block at every B 1 row.
       - A few work tiles (B·H_kv ≤ SMs/4, B 1): each split down to at least a chunk a warp, the
