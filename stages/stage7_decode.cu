@@ -34,8 +34,9 @@
 // Compile-time constants: HEAD_DIM (64, 128), ELEM_BF16 (bf16 Q and output, else fp16), CHUNK
 // (keys a warp takes at a time: 16 or 32), STAGES (chunks in a warp's ring), WARPS, QROWS (8 or
 // 16 query rows held), MIN_BLOCKS (launch bounds), F16_PRODUCTS (bf16 Q: fp16 products),
-// CLUSTER_MERGE, and the switches IDLE_ACCUMULATORS, WHOLE_CHUNK_COPIES, SPLIT_S_CHAIN (each
-// explained where it is defined; stages/stage7_decode.py's SWITCHES).
+// CLUSTER_MERGE and CLUSTER_MAX, PACKED_ROWS (chosen from the cache's strides), and the switches
+// IDLE_ACCUMULATORS, WHOLE_CHUNK_COPIES, SPLIT_S_CHAIN (each explained where it is defined;
+// stages/stage7_decode.py's SWITCHES).
 #include "attention.cuh"
 #include "mma.cuh"
 
@@ -315,8 +316,8 @@ __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, 
     cp_async_commit();  // an empty group past the end keeps the count
 }
 
-// The warp's chunks, its first STAGES − 1 already issued (issue_chunk) by the kernel before it
-// loaded Q and the descales, so that those loads wait in the shadow of the cache's.
+// The warp's chunks, its first STAGES − 1 already issued (issue_chunk) by the kernel, right behind
+// Q's and the descales' loads, so that all of them wait on memory at once.
 template <bool FOLD>
 __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const unsigned (&qa)[KSTEPS][4],
                                               unsigned char* ring, const unsigned char* kbase,

@@ -50,8 +50,9 @@ MAX_SPLITS = 64
 SMEM_MAX = 227 * 1024  # a block's shared memory on sm_90
 SMEM_PER_SM = 228 * 1024
 # The most warps an SM is asked to hold, by head dim: the launch bounds then give each thread
-# 65,536 / 32 / warps registers, 170 at 12 (D64's builds take 123-144), 256 at 8 (D128's take
-# 157-215: at 12 warps, 168, the builds of 4 warps and 2 stages spilled).
+# 65,536 / 32 / warps registers, 170 at 12 (D64's builds take 114-150), 256 at 8 (D128's take
+# 157-219: at 12 warps, 168, the 16-row builds of 4 warps spill, and the 8-row ones that fit ran
+# slower than at 8 warps an SM: launch_smem).
 MAX_WARPS_PER_SM = {64: 12, 128: 8}
 MIN_CHUNKS_PER_WARP = 4  # a split leaves each warp at least this many chunks
 # CLUSTER_MERGE (stages/stage7_decode.cu): split-KV with 2 … CLUSTER_MAX splits launched as one
@@ -246,10 +247,10 @@ def attention(q, k, v, *, k_descale, v_descale, seqlens_k=None, causal=False, sc
               splits: int | None = None, tiles=None, f16_products: bool | None = None,
               cluster_merge: bool | None = None, switches=()):
     """softmax(q·Kᵀ·scale)·V over an e4m3 cache (the module's docstring has the contract).
-    `tiles` ((chunk, stages, warps)) and `splits` (None: plan_launch; given tiles, plan_splits), `f16_products`
-    (bf16 Q: the products in fp16; None: F16_PRODUCTS), `cluster_merge` (None: CLUSTER_MERGE)
-    and `switches` (((name, 0 or 1), ...) of SWITCHES; the .cu's defaults otherwise) are for
-    measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);
+    `tiles` ((chunk, stages, warps)) and `splits` (None: plan_launch; tiles given: plan_splits),
+    `f16_products` (bf16 Q: the products in fp16; None: F16_PRODUCTS), `cluster_merge` (None:
+    CLUSTER_MERGE) and `switches` (((name, 0 or 1), ...) of SWITCHES; the .cu's defaults
+    otherwise) are for measuring. The checks run once per shapes, strides, dtypes and options (a cached plan);
     every call checks that its tensors' data start 16 bytes aligned. One launch: with split-KV
     each (batch entry, K/V head)'s splits are merged by its cluster, or by its last block."""
     key = (*((t.shape, t.stride(), t.dtype, t.device, t.requires_grad) if isinstance(t, torch.Tensor) else (type(t),)
