@@ -692,6 +692,21 @@ def update_readme(block: str, readme: Path = README) -> None:
     readme.write_text(head + TABLE_BEGIN + "\n" + block + "\n" + TABLE_END + tail)
 
 
+def refresh_readme_blocks(path) -> bool:
+    """After a change to the record the README shows (results/CURRENT) made without `lib.bench
+    --record` (a declared pending re-record, say): its results blocks in README.md and
+    docs/results.md generated again from it, the plots kept. False where `path` is another record."""
+    path = Path(path).resolve()
+    if not CURRENT.exists() or (RESULTS_DIR / CURRENT.read_text().strip()).resolve() != path:
+        return False
+    data = load(path)
+    block = README.read_text().split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
+    plot = next(ln for ln in block.splitlines() if ln.startswith("![")).split("](")[1][:-1]
+    update_readme(readme_block(data, plot), README)
+    update_readme(docs_block(data, plot), DOCS_RESULTS)
+    return True
+
+
 if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description="Recorded results. --pending: say in the results "
@@ -714,6 +729,8 @@ if __name__ == "__main__":
     else:
         for n, p in declare_pending(target, a.pending, a.why).items():
             print(f"stage {n}: pending re-record, sources {p['sha256'][:12]}")
+        if refresh_readme_blocks(target):
+            print("README.md and docs/results.md: results blocks generated again")
 
 
 def sdpa_spread(rows, field: str) -> tuple | None:

@@ -355,6 +355,35 @@ def _fake_results(tmp_path, monkeypatch, info):
                                                                "matmul_shape": "n"}})
 
 
+def test_refresh_readme_blocks_follows_a_pending_declaration(tmp_path, monkeypatch):
+    """A declared pending re-record changes the provenance the README's results block shows:
+    refresh_readme_blocks writes README.md's and docs/results.md's blocks again from the record
+    results/CURRENT names (plots kept), and leaves them alone for another record."""
+    src = tmp_path / "stage_fake.py"
+    src.write_text("print('kernel v1')\n")
+    info = dataclasses.replace(__import__("stages").get(0).INFO, number=7, sources=(str(src),))
+    path = _fake_results(tmp_path, monkeypatch, info)
+    readme, docs, current = tmp_path / "README.md", tmp_path / "results.md", tmp_path / "CURRENT"
+    for f in (readme, docs):
+        f.write_text(f"head\n{results.TABLE_BEGIN}\nthe previous block\n![TFLOPS per stage](results/x.png)\n"
+                     f"{results.TABLE_END}\ntail\n")
+    monkeypatch.setattr(results, "README", readme)
+    monkeypatch.setattr(results, "DOCS_RESULTS", docs)
+    monkeypatch.setattr(results, "CURRENT", current)
+    current.write_text("another.json\n")
+    assert not results.refresh_readme_blocks(path) and "the previous block" in readme.read_text()
+    current.write_text(path.name + "\n")
+    results.declare_pending(path, [], "nothing")  # (no stage: the file rewritten as it is)
+    data = results.load(path)
+    data["pending_rerecord"] = {"7": {"sha256": "x", "why": "a host-side check", "since_commit": "abc1234"}}
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "_path"}))
+    assert results.refresh_readme_blocks(path)
+    text = readme.read_text()
+    assert "the previous block" not in text and "a host-side check" in text and "](results/x.png)" in text
+    assert text.startswith("head\n") and text.endswith("tail\n")
+    assert "a host-side check" in docs.read_text() and "](../results/x.png)" in docs.read_text()
+
+
 def test_results_roundtrip_table_and_staleness(tmp_path, monkeypatch):
     src = tmp_path / "stage_fake.py"
     src.write_text("print('kernel v1')\n")
