@@ -683,7 +683,10 @@ def docs_block(data: dict, plot_rel: str | None) -> str:
     return results_block(data, plot_rel=plot_rel and f"../{plot_rel}")
 
 
-def update_readme(block: str, readme: Path = README) -> None:
+def update_readme(block: str, readme: Path | None = None) -> None:
+    """The results block between the markers of `readme` (None: README, looked up at the call, so
+    that a test's stand-in for it is the one written) replaced by `block`."""
+    readme = README if readme is None else readme
     text = readme.read_text()
     if TABLE_BEGIN not in text or TABLE_END not in text:
         raise RuntimeError(f"{readme} lacks the results-table markers")
@@ -702,7 +705,7 @@ def refresh_readme_blocks(path) -> bool:
     data = load(path)
     block = README.read_text().split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
     plot = next(ln for ln in block.splitlines() if ln.startswith("![")).split("](")[1][:-1]
-    update_readme(readme_block(data, plot), README)
+    update_readme(readme_block(data, plot))
     update_readme(docs_block(data, plot), DOCS_RESULTS)
     return True
 
