@@ -71,23 +71,31 @@ def ids_ahead(page_size: int, warp_specialized: bool, choice: int | None = None)
     return choice
 
 
-SPLITS_TWICE_ROWS = 32    # doubles_splits: packed rows per work tile (G·Sq) at most
-SPLITS_TWICE_KEYS = 4096  # ... and the call's keys at least
+SPLITS_TWICE_ROWS = 32          # doubles_splits: packed rows per work tile (G·Sq) at most,
+SPLITS_TWICE_SPLIT_KEYS = 1024  # ... or more rows where each doubled split keeps at least these keys
+SPLITS_TWICE_KEYS = 4096        # ... and the call's keys at least
 
 
 def doubles_splits(page_size: int, pack: bool, work: int, splits: int, sms: int, Sk: int, rows: int) -> bool:
     """Whether a paged decoding call runs twice the splits plan_splits chose, the rule: pages below
-    IDS_AHEAD_BELOW keys, packed work tiles of at most SPLITS_TWICE_ROWS rows whose blocks fill no
-    more than one per SM, at least SPLITS_TWICE_KEYS keys. A 16-key page costs the producer 16
+    IDS_AHEAD_BELOW keys, packed work tiles whose blocks fill no more than one per SM, at least
+    SPLITS_TWICE_KEYS keys, and at most SPLITS_TWICE_ROWS rows a work tile — or more rows where each
+    of the doubled splits still walks SPLITS_TWICE_SPLIT_KEYS of the Sk keys (a split's merge costs
+    in proportion to its rows, so it must have keys enough to pay for it). A 16-key page costs the producer 16
     copies and their ids a key tile where a contiguous cache costs 4, so a block spends longer
     per tile between a buffer's release and its refill; with one block per SM that latency is
     the rate (B8 decoding at 2 splits: 128 blocks). Twice the blocks keep two in flight per SM.
     Measured on the H200 at 16-key pages, D128 H32/8 bf16 (shape_map.py --paged --paged-ideas,
     the rule's build, ids ahead, at twice the splits against the chosen count): better at every
     row the rule takes, worse where it does not — B64 (512 blocks), Sk 1024 at B8, and B1 Sq16
-    (64 packed rows); chosen from that one run, which the paged entry's re-record checks."""
-    return (0 < page_size < IDS_AHEAD_BELOW and pack and work * splits <= sms and Sk >= SPLITS_TWICE_KEYS
-            and rows <= SPLITS_TWICE_ROWS)
+    (64 packed rows, 16 splits of 512 keys: 0.90x contiguous doubled, 0.98x not); chosen from
+    that one run, which the paged entry's re-record at 02e7c1d checked (every row at or above 0.95x
+    but B8 Sq16 Sk4096, 64 packed rows in 2 splits of 2048 keys: 0.949x, where twice the splits had
+    run 0.965x against the rule's 0.943x in the first run). The rows-or-tiles condition takes that
+    row and leaves B1 Sq16 alone; the paged entry's next re-record checks it."""
+    if not (0 < page_size < IDS_AHEAD_BELOW and pack and work * splits <= sms and Sk >= SPLITS_TWICE_KEYS):
+        return False
+    return rows <= SPLITS_TWICE_ROWS or Sk // (2 * splits) >= SPLITS_TWICE_SPLIT_KEYS
 
 
 def paged_tiles(tiles):

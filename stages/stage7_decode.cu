@@ -238,6 +238,11 @@ __device__ __forceinline__ void cp_async_16_whole(void* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_addr(dst)), "l"(src));
 }
 
+// ... to a shared-space address (a register plus a constant, which ptxas folds into the instruction)
+__device__ __forceinline__ void cp_async_16_at(unsigned at, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(at), "l"(src));
+}
+
 // CLUSTER_MERGE: a build launched with the splits of each work tile as one thread-block cluster
 // (splits ≤ 8, the portable cluster size), which merges them through distributed shared memory
 // instead of the last block to finish reading every split's rows back from global memory
@@ -316,6 +321,79 @@ __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, 
     cp_async_commit();  // an empty group past the end keeps the count
 }
 
+// HOISTED_ADDRESSES: every shared-memory address a lane copies to or reads from is its own part,
+// worked out once before the loop, plus a constant and the slot's offset; its cache pointers step by
+// a chunk. The swizzle's lane terms do not change with the chunk: a copy's row is row0 + 4j·LINE_ROWS
+// (its swizzle repeats every 4 copies, 2048 bytes on), a key read's is key_of(t, g), whose swizzle
+// is g's alone, and a value read's 16ks + 4c + r, whose swizzle is c's and r's parity. Without it
+// the compiler worked them out from the thread index for every chunk: about 150 of a chunk's ~590
+// instructions (SASS, D128), where the small caches' warps wait on their own instructions.
+#ifndef HOISTED_ADDRESSES
+#define HOISTED_ADDRESSES 1
+#endif
+constexpr int COPY_ROWS = COPIES < 4 ? COPIES : 4;  // copies whose lane offsets differ (then + 2048 bytes)
+struct LaneAddresses {
+    unsigned copy[COPY_ROWS];        // copy j's shared address in slot 0: copy[j % 4] + 2048·(j / 4)
+    unsigned key[KPIECES], value[2]; // key piece p of key_of(0, g); value row 4c + (r % 2)
+    const unsigned char *kp, *vp;    // the lane's first copy of the warp's first chunk
+    long long k_chunk, v_chunk;      // a chunk on (the warp's next: WARPS chunks of the cache)
+};
+__device__ __forceinline__ LaneAddresses lane_addresses(const Args& a, const unsigned char* ring,
+                                                        const unsigned char* kbase, const unsigned char* vbase,
+                                                        int first) {
+    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int row0 = (lane / 8) * LINE_ROWS + (16 * (lane % 8)) / D, col = (16 * (lane % 8)) % D;
+    LaneAddresses la;
+#pragma unroll
+    for (int j = 0; j < COPY_ROWS; ++j) la.copy[j] = smem_addr(ring) + swizzled(row0 + 4 * LINE_ROWS * j, col);
+#pragma unroll
+    for (int p = 0; p < KPIECES; ++p) la.key[p] = swizzled(key_of(0, g), 64 * p + 16 * c);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) la.value[r] = CHUNK * D + swizzled(4 * c + r, VBYTES * g);
+#if PACKED_ROWS
+    const long long k_sr = D, v_sr = D;
+#else
+    const long long k_sr = a.k_sr, v_sr = a.v_sr;
+#endif
+    la.kp = kbase + (long long)(first * CHUNK + row0) * k_sr + col;
+    la.vp = vbase + (long long)(first * CHUNK + row0) * v_sr + col;
+    la.k_chunk = (long long)WARPS * CHUNK * k_sr, la.v_chunk = (long long)WARPS * CHUNK * v_sr;
+    // opaque to the compiler, which would otherwise work them out again inside the loop
+#pragma unroll
+    for (int j = 0; j < COPY_ROWS; ++j) asm volatile("" : "+r"(la.copy[j]));
+#pragma unroll
+    for (int p = 0; p < KPIECES; ++p) asm volatile("" : "+r"(la.key[p]));
+    asm volatile("" : "+r"(la.value[0]), "+r"(la.value[1]), "+l"(la.kp), "+l"(la.vp));
+    return la;
+}
+// issue_chunk with the lane's addresses: a whole chunk's copies are the lane's offsets plus
+// constants; a chunk that the cache's end cuts takes issue_chunk's bound checks.
+__device__ __forceinline__ void issue_chunk_at(const Args& a, const LaneAddresses& la, unsigned char* ring,
+                                               const unsigned char* kbase, const unsigned char* vbase,
+                                               int first, int n_chunks, int keys, int i) {
+    if (!(WHOLE_CHUNK_COPIES && i < n_chunks && (first + i * WARPS) * CHUNK + CHUNK <= keys)) {
+        issue_chunk(a, ring, kbase, vbase, first, n_chunks, keys, i);
+        return;
+    }
+    const unsigned slot = (i % STAGES) * CHUNK_BYTES;
+    const unsigned char* kp = la.kp + i * la.k_chunk;
+    const unsigned char* vp = la.vp + i * la.v_chunk;
+#if PACKED_ROWS
+    constexpr long long kstep = 4LL * LINE_ROWS * D, vstep = kstep;
+#else
+    const long long kstep = 4LL * LINE_ROWS * a.k_sr, vstep = 4LL * LINE_ROWS * a.v_sr;
+#endif
+    unsigned at[COPY_ROWS];  // the slot's copy addresses; the rest are these plus constants
+#pragma unroll
+    for (int j = 0; j < COPY_ROWS; ++j) at[j] = la.copy[j] + slot;
+#pragma unroll
+    for (int j = 0; j < COPIES; ++j) {
+        cp_async_16_at(at[j % COPY_ROWS] + 2048 * (j / COPY_ROWS), kp + j * kstep);
+        cp_async_16_at(at[j % COPY_ROWS] + 2048 * (j / COPY_ROWS) + CHUNK * D, vp + j * vstep);
+    }
+    cp_async_commit();
+}
+
 // The warp's chunks, its first STAGES − 1 already issued (issue_chunk) by the kernel, right behind
 // Q's and the descales' loads, so that all of them wait on memory at once.
 template <bool FOLD>
@@ -324,9 +402,16 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
                                               const unsigned char* vbase, int first, int n_chunks,
                                               int keys, const int (&limit)[HALVES], const float (&sl)[HALVES]) {
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#if HOISTED_ADDRESSES
+    const LaneAddresses la = lane_addresses(a, ring, kbase, vbase, first);
+#endif
     for (int i = 0; i < n_chunks; ++i) {
         __syncwarp();  // every lane done reading the slot issue_chunk refills
+#if HOISTED_ADDRESSES
+        issue_chunk_at(a, la, ring, kbase, vbase, first, n_chunks, keys, i + STAGES - 1);
+#else
         issue_chunk(a, ring, kbase, vbase, first, n_chunks, keys, i + STAGES - 1);
+#endif
         cp_async_wait<STAGES - 1>();
         __syncwarp();  // every lane's copies of chunk i landed, seen by the warp
         const unsigned char* slot = ring + (i % STAGES) * CHUNK_BYTES;
@@ -339,7 +424,12 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
             for (int e = 0; e < ACC; ++e) s[t][e] = 0.0f, s_odd[t][e] = 0.0f;
 #pragma unroll
             for (int p = 0; p < KPIECES; ++p) {
+#if HOISTED_ADDRESSES  // the lane's part, and t's: lane 0's offset from its key_of(0, 0)
+                const uint4 w = *reinterpret_cast<const uint4*>(
+                    slot + la.key[p] + (swizzled(key_of(t, 0), 64 * p) - swizzled(key_of(0, 0), 64 * p)));
+#else
                 const uint4 w = *reinterpret_cast<const uint4*>(slot + swizzled(key_of(t, g), 64 * p + 16 * c));
+#endif
                 const unsigned wd[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
@@ -399,7 +489,11 @@ __device__ __forceinline__ void decode_chunks(const Args& a, RowState& st, const
             unsigned w[4][VBYTES / 4];
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
+#if HOISTED_ADDRESSES
+                const unsigned char* from = slot + la.value[r % 2] + (swizzled(16 * ks + r, 0) - swizzled(r % 2, 0));
+#else
                 const unsigned char* from = slot + CHUNK * D + swizzled(16 * ks + 4 * c + r, VBYTES * g);
+#endif
                 if constexpr (VBYTES == 16) {
                     const uint4 x = *reinterpret_cast<const uint4*>(from);
                     w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;

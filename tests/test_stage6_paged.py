@@ -228,6 +228,32 @@ def test_page_ids_ahead_rule(on_cpu):
         assert dict(cfgs[-1]["defines"]).get("PAGE_IDS_AHEAD") == want, (ps, ahead)
 
 
+def test_doubled_splits_rule():
+    """doubles_splits: a paged call of 16- or 32-key pages runs twice plan_splits' count where its
+    blocks fill at most one per SM, with at least SPLITS_TWICE_KEYS keys, and either at most
+    SPLITS_TWICE_ROWS packed rows or at least SPLITS_TWICE_SPLIT_KEYS keys in each doubled split;
+    nowhere else. Checked through choose() at the paged entry's rows (D128 H32/8) against the same
+    call without pages."""
+    rows = [(B, 1, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384)] + [(1, 4, 8192), (8, 4, 4096),
+                                                                               (1, 16, 8192), (8, 16, 4096)]
+    doubled = []
+    for B, Sq, Sk in rows:
+        causal = 2 if Sq > 1 else False
+        plain = s6.choose(B, 32, 8, Sq, Sk, 128, causal, 132)
+        for ps in sp.PAGE_SIZES:
+            paged = s6.choose(B, 32, 8, Sq, Sk, 128, causal, 132, paged=ps)
+            keys = plain["splits"] * plain["per_split"] * plain["tiles"][0]  # plain's key span, in its tiles
+            twice = paged["splits"] * paged["per_split"] * paged["tiles"][0] >= keys and paged["splits"] == 2 * plain["splits"]
+            want = (ps < sp.IDS_AHEAD_BELOW and plain["work"] * plain["splits"] <= 132 and Sk >= sp.SPLITS_TWICE_KEYS
+                    and (4 * Sq <= sp.SPLITS_TWICE_ROWS or Sk // (2 * plain["splits"]) >= sp.SPLITS_TWICE_SPLIT_KEYS))
+            assert twice == want, (B, Sq, Sk, ps, plain["splits"], paged["splits"])
+            if twice and ps == 16:
+                doubled.append((B, Sq, Sk))
+    # the rows the rule was chosen at: B1 Sq16 (16 splits of 512 keys) keeps its count, B8 Sq16 doubles
+    assert (8, 16, 4096) in doubled and (1, 16, 8192) not in doubled and (1, 4, 8192) in doubled
+    assert not any(B == 64 for B, _, _ in doubled) and (8, 1, 1024) not in doubled
+
+
 # --------------------------------------------------------------------------------------------
 # CPU: the producer's addressing, modelled
 

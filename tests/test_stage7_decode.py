@@ -175,6 +175,31 @@ def test_ring_layout_is_a_bijection_without_bank_conflicts(D):
 
 
 @pytest.mark.parametrize("D", (64, 128))
+@pytest.mark.parametrize("chunk", (16, 32))
+def test_hoisted_addresses_are_the_swizzled_ones(D, chunk):
+    """HOISTED_ADDRESSES: every address the loop uses, as the lane's part worked out once plus a
+    constant, is swizzled()'s — copy j at copy[j % 4] + 2048·(j / 4), K piece p of n-tile t at
+    key[p] + (lane 0's offset of t from n-tile 0), value row 16ks + 4c + r at value[r % 2] + (lane
+    0's offset of that row from row r % 2) — for every lane."""
+    lr, vb, copies = 128 // D, D // 8, chunk * D // 512
+    rows = min(copies, 4)
+    for lane in range(32):
+        g, c = lane // 4, lane % 4
+        row0, col = (lane // 8) * lr + (16 * (lane % 8)) // D, (16 * (lane % 8)) % D
+        copy = [swizzled(row0 + 4 * lr * j, col, D) for j in range(rows)]
+        for j in range(copies):
+            assert swizzled(row0 + 4 * lr * j, col, D) == copy[j % rows] + 2048 * (j // rows), (lane, j)
+        for t in range(chunk // 8):
+            for p in range(D // 64):
+                const = swizzled(key_of(t, 0), 64 * p, D) - swizzled(key_of(0, 0), 64 * p, D)
+                assert swizzled(key_of(t, g), 64 * p + 16 * c, D) == swizzled(key_of(0, g), 64 * p + 16 * c, D) + const
+        for ks in range(chunk // 16):
+            for r in range(4):
+                const = swizzled(16 * ks + r, 0, D) - swizzled(r % 2, 0, D)
+                assert swizzled(16 * ks + 4 * c + r, vb * g, D) == swizzled(4 * c + r % 2, vb * g, D) + const
+
+
+@pytest.mark.parametrize("D", (64, 128))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
 def test_builds_compile_without_spills(D, dtype):
     """The head dim's tiles and others, both row builds (bf16: with and without F16_PRODUCTS), the
