@@ -42,7 +42,7 @@ H, HKV = 32, 8
 GRID_ROWS = [(1, 32)] + ROWS
 GRID_TILES = [(32, 2, 8), (32, 2, 4), (32, 3, 4), (16, 2, 8)]
 GRID_SPLITS = (1, 2, 4, 8, 16)
-ON_BY_DEFAULT = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "PACKED_ROWS")  # the .cu's switches that are on
+ON_BY_DEFAULT = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "PACKED_ROWS", "HOISTED_ADDRESSES")  # the .cu's switches that are on
 VARIANTS = {128: [(32, 2, 8), (32, 3, 4), (16, 4, 8)],
             64: [(32, 2, 8), (32, 3, 4), (32, 3, 8)]}
 
