@@ -6,11 +6,13 @@ output is checked against the float64 reference of the dequantized cache (three 
     python3 experiments/fp8_decode_registers/probe.py [--quick] [--out rows.json]
     python3 experiments/fp8_decode_registers/probe.py --grid     # the small caches: tiles x splits
     python3 experiments/fp8_decode_registers/probe.py --rule     # plan_launch against 1eedebf's rule
+    python3 experiments/fp8_decode_registers/probe.py --grid --tiles 32,2,2 32,2,4 --rows 64,1024 8,4096
 
 --grid times every (tiles, splits) of GRID_TILES and GRID_SPLITS that leaves each warp a chunk at
 every row of the fp8_decode entry, and at a one-chunk cache (Sk 32) for the floor of a launch. --rule times plan_launch's
 launch at the same rows against 1eedebf's (TILES, plan_splits, the last block merging), each of
-the .cu's switches flipped, and the last-block merge in place of the cluster's.
+the .cu's switches flipped, and the last-block merge in place of the cluster's. --tiles and --rows
+narrow --grid to other tiles (CHUNK,STAGES,WARPS) and some of its rows (B,Sk).
 """
 from __future__ import annotations
 
@@ -53,12 +55,16 @@ def main() -> int:
     ap.add_argument("--grid", action="store_true")
     ap.add_argument("--rule", action="store_true")
     ap.add_argument("--D", type=int, nargs="+", default=[128])
+    ap.add_argument("--tiles", nargs="+", help="--grid's tiles instead of GRID_TILES: CHUNK,STAGES,WARPS each")
+    ap.add_argument("--rows", nargs="+", help="--grid's rows instead of GRID_ROWS: B,Sk each")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     sms = s6._sm_count(torch.device("cuda"))
     rows, t0 = [], time.time()
+    grid_tiles = [tuple(int(x) for x in t.split(",")) for t in a.tiles] if a.tiles else GRID_TILES
+    grid_rows = [tuple(int(x) for x in r.split(",")) for r in a.rows] if a.rows else GRID_ROWS
     for D in a.D:
-        for B, Sk in (GRID_ROWS if a.grid or a.rule else QUICK if a.quick else ROWS):
+        for B, Sk in (grid_rows if a.grid or a.rule else QUICK if a.quick else ROWS):
             q, k, v = make_qkv(B, H, 1, D, Sk=Sk, Hkv=HKV, dtype=torch.bfloat16)
             (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
             del k, v
@@ -86,7 +92,7 @@ def main() -> int:
                 fns["regs 1eedebf's launch rule"] = lambda: d7.attention(
                     q, k8, v8, k_descale=kd, v_descale=vd, tiles=d7.TILES[D], splits=old, cluster_merge=False)
             if a.grid:
-                for t in GRID_TILES:
+                for t in grid_tiles:
                     for n in GRID_SPLITS:
                         if n == 1 or -(-Sk // t[0]) >= n * t[2]:  # every warp of every split a chunk
                             fns[f"regs {t} splits {n}"] = (lambda t=t, n=n: d7.attention(
