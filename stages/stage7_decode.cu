@@ -158,14 +158,15 @@ __device__ __forceinline__ bool folds(float scale_log2, float kd, float vd) {
 #endif
 }
 
-// Two probabilities in one register, in the products' type.
+// Two probabilities in one register, in the products' type: Q's (mma.cuh's pack2), or fp16 where
+// bf16 Q's products run in fp16.
 __device__ __forceinline__ unsigned pack_p(float lo, float hi) {
-#if PRODUCTS_F16
+#if PRODUCTS_F16 && defined(ELEM_BF16)
     __half2 h = __floats2half2_rn(lo, hi);
-#else
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-#endif
     return *reinterpret_cast<unsigned*>(&h);
+#else
+    return pack2(lo, hi);
+#endif
 }
 
 struct Args {
