@@ -260,7 +260,8 @@ def test_launch_rule(D):
     assert d7.plan_launch(1, 8, 32, D, 132) == (small, 1)         # one chunk: nothing to split
     assert d7.plan_launch(8, 8, 1024, D, 132) == (big, 1)         # 64 tiles: 4 chunks a warp unsplit
     assert d7.plan_launch(8, 8, 32768, D, 132) == (big, 2)
-    assert d7.plan_launch(64, 8, 4096, D, 132) == (small, 1)      # 512 short tiles: two blocks an SM
+    assert d7.plan_launch(64, 8, 1024, D, 132) == (small, 1)      # 512 short tiles: two blocks an SM
+    assert d7.plan_launch(64, 8, 4096, D, 132) == ((small, 1) if D == 128 else (big, 1))  # D 64: 128 chunks are long
     assert d7.plan_launch(64, 8, 16384, D, 132) == (big, 1)
     assert d7.plan_launch(1, 1, 10**6, D, 132, cluster_merge=False)[1] == d7.MAX_SPLITS
     for B in (1, 2, 3, 8, 17, 64):
