@@ -91,8 +91,9 @@ def doubles_splits(page_size: int, pack: bool, work: int, splits: int, sms: int,
     (64 packed rows, 16 splits of 512 keys: 0.90x contiguous doubled, 0.98x not); chosen from
     that one run, which the paged entry's re-record at 02e7c1d checked (every row at or above 0.95x
     but B8 Sq16 Sk4096, 64 packed rows in 2 splits of 2048 keys: 0.949x, where twice the splits had
-    run 0.965x against the rule's 0.943x in the first run). The rows-or-tiles condition takes that
-    row and leaves B1 Sq16 alone; the paged entry's next re-record checks it."""
+    run 0.965x against the rule's 0.943x in the first run). The rows-or-keys condition takes that
+    row and leaves B1 Sq16 alone: re-recorded at 8ab35c5, that row ran 0.993x and every row of the
+    entry 0.954x or more (results/logs/2026-11-29-8ab35c5-h200/pagedbench.log)."""
     if not (0 < page_size < IDS_AHEAD_BELOW and pack and work * splits <= sms and Sk >= SPLITS_TWICE_KEYS):
         return False
     return rows <= SPLITS_TWICE_ROWS or Sk // (2 * splits) >= SPLITS_TWICE_SPLIT_KEYS

@@ -327,8 +327,10 @@ __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, 
 // a chunk. The swizzle's lane terms do not change with the chunk: a copy's row is row0 + 4j·LINE_ROWS
 // (its swizzle repeats every 4 copies, 2048 bytes on), a key read's is key_of(t, g), whose swizzle
 // is g's alone, and a value read's 16ks + 4c + r, whose swizzle is c's and r's parity. Without it
-// the compiler worked them out from the thread index for every chunk: about 150 of a chunk's ~590
-// instructions (SASS, D128), where the small caches' warps wait on their own instructions.
+// the compiler worked them out from the thread index for every chunk: about 85 of a chunk's ~590
+// instructions (SASS, D128 (32, 2, 8): 505 with it). Predicted a few % at the small caches; measured
+// 0.99-1.02x without it against with it (experiments/fp8_decode_registers, "Addresses worked out
+// once"): what those rows wait for is not the count of instructions.
 #ifndef HOISTED_ADDRESSES
 #define HOISTED_ADDRESSES 1
 #endif
