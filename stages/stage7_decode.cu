@@ -235,14 +235,12 @@ __device__ __forceinline__ void mma_rows(float (&c)[ACC], const unsigned (&a)[4]
 #ifndef WHOLE_CHUNK_COPIES
 #define WHOLE_CHUNK_COPIES 1
 #endif
-__device__ __forceinline__ void cp_async_16_whole(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_addr(dst)), "l"(src));
-}
-
-// ... to a shared-space address (a register plus a constant, which ptxas folds into the instruction)
+// (`at`: a shared-space address, such as a register plus a constant, which ptxas folds into the
+// instruction)
 __device__ __forceinline__ void cp_async_16_at(unsigned at, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(at), "l"(src));
 }
+__device__ __forceinline__ void cp_async_16_whole(void* dst, const void* src) { cp_async_16_at(smem_addr(dst), src); }
 
 // CLUSTER_MERGE: a build launched with the splits of each work tile as one thread-block cluster
 // (splits ≤ 8, the portable cluster size), which merges them through distributed shared memory

@@ -242,8 +242,7 @@ def test_doubled_splits_rule():
         plain = s6.choose(B, 32, 8, Sq, Sk, 128, causal, 132)
         for ps in sp.PAGE_SIZES:
             paged = s6.choose(B, 32, 8, Sq, Sk, 128, causal, 132, paged=ps)
-            keys = plain["splits"] * plain["per_split"] * plain["tiles"][0]  # plain's key span, in its tiles
-            twice = paged["splits"] * paged["per_split"] * paged["tiles"][0] >= keys and paged["splits"] == 2 * plain["splits"]
+            twice = paged["splits"] == 2 * plain["splits"]
             want = (ps < sp.IDS_AHEAD_BELOW and plain["work"] * plain["splits"] <= 132 and Sk >= sp.SPLITS_TWICE_KEYS
                     and (4 * Sq <= sp.SPLITS_TWICE_ROWS or Sk // (2 * plain["splits"]) >= sp.SPLITS_TWICE_SPLIT_KEYS))
             assert twice == want, (B, Sq, Sk, ps, plain["splits"], paged["splits"])
