@@ -63,7 +63,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
-            "DS_GUARD": (0, 1)}
+            "DS_GUARD": (0, 1), "DK_LAST": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -91,8 +91,10 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               store waits at a named barrier for the other warpgroup's dQ product of the step
 #               before, which arrives there once it has read (without it, time orders them:
 #               experiments/backward_producer, "Found by reading, then guarded").
+#   DK_LAST     (with DQ_ATOMICS, one dQ product per turn) FlashAttention-3's order: dK's product
+#               issued after dQ's, so that it runs while the warps store the dQ tile.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
-                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD")
+                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -122,9 +124,9 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     builds before it stay measurable (BEFORE_PRODUCER, the record's comparisons).
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-         "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
+         "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
-          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0},
+          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -262,6 +264,10 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_early=1 issues the dQ product of the dK/dV kernel early: it needs dq_atomics=1")
+        if chosen["DK_LAST"] and not (chosen["DQ_ATOMICS"] and not chosen["DQ_EARLY"]
+                                      and (dp == 64 or dp // 64 == chosen["WARPGROUPS"])):
+            raise ValueError("dk_last=1 issues dK after the dK/dV kernel's dQ product: it needs dq_atomics=1, "
+                             "dq_early=0 and one dQ product per turn (D 64, or two warpgroups at D 128)")
         if chosen["DQ_TURNS"] and not turns_fit:
             raise ValueError("dq_turns=1 takes two warpgroups at D 64 summing dQ in the dK/dV kernel "
                              "(warpgroups=2, dq_atomics=1)")

@@ -80,6 +80,12 @@
 //     product is waited for (bar.arrive: it does not wait); the writer waits at 4 + its own before
 //     its stores, so it waits only if that read is not done. FlashAttention-3 syncs both
 //     warpgroups there (BwdNamedBarriers::PdS with one dS stage).
+//   DK_LAST 1 (with DQ_ATOMICS; one dQ product per turn: D 128's halves, or D 64): the products in
+//     FlashAttention-3's order. dK += dSᵀ·Q is issued after the dQ product instead of before the
+//     dSᵀ exchange, and the warpgroup waits for dQ alone (dK may still run) before it stores its
+//     dQ tile: the tensor core works on dK while the warps store dQ and start the next step,
+//     where it idled before. The price: dK no longer runs under the dSᵀ stores and the exchange
+//     (dV, issued earlier, still may), and dSᵀ's registers stay live until dK is done.
 // Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
 // block's dK is waited for.
 //
@@ -150,6 +156,9 @@
 #ifndef DS_GUARD
 #define DS_GUARD 0
 #endif
+#ifndef DK_LAST
+#define DK_LAST 0
+#endif
 #ifndef SOFTCAP
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
 #endif
@@ -200,6 +209,8 @@ static_assert(!DQ_EARLY || DQ_ATOMICS, "DQ_EARLY: the dQ product in this kernel"
 static_assert(!DS_GUARD || (DQ_ATOMICS && DQ_ALL_KEYS && WARPGROUPS == 2),
               "DS_GUARD: guards the dSᵀ that this kernel's dQ product reads from both warpgroups");
 static_assert(!DS_GUARD || D == 64 || DQ_SPLITS_D, "DS_GUARD: one dQ product per warpgroup and step (its arrival)");
+static_assert(!DK_LAST || (DQ_ATOMICS && !DQ_EARLY && (DQ_SPLITS_D || ATOMS == 1)),
+              "DK_LAST: dK after this kernel's dQ product, one dQ product per turn (D 128's halves, or D 64)");
 static_assert(!PRODUCER || (TMA_LOADS && DQ_BULK && BLOCKS_PER_SM == 1),
               "PRODUCER issues the TMA loads and the bulk reductions (TMA_LOADS, DQ_BULK), two dQ buffers");
 // The block: the warpgroups that multiply (threads 0 … KEY_THREADS − 1, as without a producer),
@@ -548,14 +559,17 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]) * scale;
         pack_a(dsa, dp);
 
-        // dK += dSᵀ·Q (Q MN-major), and without OVERLAP dV here too.
-        wgmma_fence();
+        // dK += dSᵀ·Q (Q MN-major), and without OVERLAP dV here too. (DK_LAST: dK after dQ, below.)
+        auto issue_dk = [&](int t) { Wgmma<DKV>::rs(dk_acc, dsa[t], mnmajor<ROWS>(&sm.q[buf][cw / 64][0][0]) + row_step(t), 1); };
+        if (!OVERLAP || !DK_LAST) {
+            wgmma_fence();
 #pragma unroll
-        for (int t = 0; t < ROWS / 16; ++t) {
-            if (!OVERLAP) Wgmma<DKV>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][cw / 64][0][0]) + row_step(t), 1);
-            Wgmma<DKV>::rs(dk_acc, dsa[t], mnmajor<ROWS>(&sm.q[buf][cw / 64][0][0]) + row_step(t), 1);
+            for (int t = 0; t < ROWS / 16; ++t) {
+                if (!OVERLAP) Wgmma<DKV>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][cw / 64][0][0]) + row_step(t), 1);
+                if (!DK_LAST) issue_dk(t);
+            }
+            wgmma_commit();
         }
-        wgmma_commit();
 #if DQ_ATOMICS
 #if DS_GUARD
         // the other warpgroup's dQ product of step it − 1 is done with sm.ds (DS_GUARD, above);
@@ -588,11 +602,11 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
                                                                      16 * t + 8 * (j / 2) + 2 * i4)) = dsa[t][j];
 #endif
         fence_proxy_async();  // these stores, visible to wgmma
-        if (!DQ_EARLY) {
+        if (!DQ_EARLY && !DK_LAST) {
             wgmma_wait<0>();  // dV and dK done: pa and dsa free their registers for dQ's
             fence_registers(pa);
             fence_registers(dsa);
-        }  // DQ_EARLY: pa and dsa stay live (the fences at the step's end) while dV and dK run
+        }  // DQ_EARLY, DK_LAST: pa and dsa stay live (the fences at the step's end) while dV and dK run
         // The dQ tiles of step it − 2, which this step overwrites, were read out (those of step
         // it − 1 may still be in flight: two buffers); the barrier tells the warpgroup. (PRODUCER:
         // the buffer's empty mbarrier does, below.)
@@ -623,7 +637,14 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
                 wgmma_ss_tt(dq, mnmajor<KEYS>(&sm.ds[k0][0]) + row_step(t),
                             mnmajor<KEYS>(&sm.k[c / 64][k0][0]) + row_step(t), t > 0);
             wgmma_commit();
-            wgmma_wait<0>();
+            if (DK_LAST) {  // dK queued behind dQ; wait for dQ alone (and dV, before it)
+#pragma unroll
+                for (int t = 0; t < ROWS / 16; ++t) issue_dk(t);
+                wgmma_commit();
+                wgmma_wait<1>();
+            } else {
+                wgmma_wait<0>();
+            }
             fence_registers(dq);
 #if DS_GUARD
             // This product has read sm.ds: the other warpgroup may store its next dSᵀ (DS_GUARD;
@@ -650,6 +671,12 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             for (int i = 0; i < 32; i += 2)
                 red_add2(dq_rows + 8 * ((i / 2) % 2) * DP + c + 8 * (i / 4) + 2 * i4, dq[i], dq[i + 1]);
 #endif
+        }
+        if (DK_LAST && !dq_turn) {  // DQ_TURNS: the other warpgroup's turn at dQ; dK alone
+            wgmma_fence();
+#pragma unroll
+            for (int t = 0; t < ROWS / 16; ++t) issue_dk(t);
+            wgmma_commit();
         }
 #if DQ_BULK
         if (dq_turn) {

@@ -42,7 +42,9 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
                                                              {"dq_turns": 1}),
              (64, torch.bfloat16, 1, {}, {"dq_early": 1}), (128, torch.bfloat16, 2, {}, {"dq_early": 1}),
              (64, torch.bfloat16, 1, {}, {"overlap": 1}), (128, torch.bfloat16, 2, {}, {"overlap": 0}),
-             (128, torch.float16, 1, {}, {"overlap": 0})])
+             (128, torch.float16, 1, {}, {"overlap": 0}),
+             (64, torch.bfloat16, 2, {}, {"dq_turns": 1, "dk_last": 1}), (64, torch.bfloat16, 1, {}, {"dk_last": 1}),
+             (128, torch.bfloat16, 2, {}, {"dk_last": 1}), (128, torch.float16, 2, {"softcap": 1}, {"dk_last": 1})])
 _build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
                        ).rstrip("-")
 # setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
@@ -82,6 +84,17 @@ def test_producer_config():
         stage8.config(64, wgmma=1, producer=1, warpgroups=1, overlap=0, blocks_per_sm=3)
     with pytest.raises(ValueError, match="producer"):
         stage8.config(64, wgmma=1, producer=2)
+
+
+def test_dk_last_config():
+    """DK_LAST (dK's product after dQ's) is off in the stage's build, and refused where the dK/dV kernel
+    makes no dQ product (the dQ pass), issues it early, or makes two a turn (one warpgroup at D 128)."""
+    for D in (64, 128):
+        assert dict(stage8.config(D, wgmma=1)["defines"])["DK_LAST"] == 0
+        assert dict(stage8.config(D, wgmma=1, dk_last=1)["defines"])["DK_LAST"] == 1
+    for D, bad in ((128, {"dq_atomics": 0}), (64, {"dq_early": 1}), (128, {"warpgroups": 1})):
+        with pytest.raises(ValueError, match="dk_last=1"):
+            stage8.config(D, wgmma=1, dk_last=1, **bad)
 
 
 def _sass_parts(text):
@@ -170,6 +183,24 @@ def test_producer_with_other_switches(shape, switches, seed):
     grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, producer=1, **switches)
     _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal), f"{shape} {switches} seed {seed}")
     _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, producer=0, **switches)
+    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {switches} seed {seed}"
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("switches", [{}, {"warpgroups": 1, "dq_turns": 0}], ids=str)
+@pytest.mark.parametrize("shape", SHAPES + [(2, 8, 2, 2100, 1100, 64, "bottom_right"),
+                                            (2, 8, 2, 1100, 2100, 128, True)], ids=str)
+def test_dk_last_matches_reference(shape, switches, seed):
+    """DK_LAST (dK's product issued after dQ's): gradients by the rule against float64, and dK and dV
+    bit-equal to the build without it, which adds the same products in the same order."""
+    if switches and shape[5] != 64:
+        pytest.skip("one warpgroup with DK_LAST: D 64 (at D 128 it makes two dQ products a step)")
+    causal = shape[6]
+    q, k, v, out, dout, lse = _inputs(shape, torch.bfloat16, seed)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, dk_last=1, **switches)
+    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal), f"{shape} {switches} seed {seed}")
+    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, dk_last=0, **switches)
     assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {switches} seed {seed}"
 
 
