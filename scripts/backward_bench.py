@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
-from lib.notebook_backward import DETERMINISTIC_LABEL  # noqa: E402
+from lib.notebook_backward import DETERMINISTIC_LABEL, DK_LAST_LABEL, GUARD_LABEL  # noqa: E402
 from lib.reference import attention_flops, check_gradients, visible_scores  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
 from lib.timing import sdpa_backward_call, sdpa_call, time_interleaved  # noqa: E402
@@ -140,22 +140,27 @@ def variants(D, which="all"):
 def producer_variants(D):
     """The stage's build with a producer warpgroup (PRODUCER: loads and dQ's bulk reductions
     issued by a warpgroup of their own, setmaxnreg) and, at D 64, with two warpgroups that
-    multiply, which the producer's registers make room for (alone, and taking turns at dQ)."""
+    multiply, which the producer's registers make room for (alone, and taking turns at dQ); then
+    the stage's build with DK_LAST flipped (dK's product after dQ's: on in D 128's build)."""
     before = {"wgmma": 1, **{name.lower(): value for name, value in stage8.BEFORE_PRODUCER[D].items()}}
     out = [("WGMMA, producer warpgroup", {**before, "producer": 1})]
     if D == 64:
         out += [("WGMMA 2 warpgroups, producer warpgroup", {**before, "producer": 1, "warpgroups": 2}),
                 ("WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
                  {**before, "producer": 1, "warpgroups": 2, "dq_turns": 1})]
+    if stage8.WGMMA_BUILD[D]["DK_LAST"]:
+        out.append((GUARD_LABEL, {"wgmma": 1, "dk_last": 0}))
+    else:
+        out.append((DK_LAST_LABEL, {"wgmma": 1, "dk_last": 1}))
     return out
 
 
 # The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup, then at D 64 the two
 # warpgroups its registers make room for, taking turns at dQ; last the stage's build, which adds the
-# dSᵀ store's guard (DS_GUARD) to those
+# dSᵀ store's guard (DS_GUARD) to those, and at D 128 (after a bar with the guard alone) dK's product last
 PRODUCER_PATH = {64: ["WGMMA, producer warpgroup", "WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
                       "WGMMA, the stage's build again"],
-                 128: ["WGMMA, producer warpgroup", "WGMMA, the stage's build again"]}
+                 128: ["WGMMA, producer warpgroup", GUARD_LABEL, "WGMMA, the stage's build again"]}
 
 
 # --train-step: the training map -----------------------------------------------------------------

@@ -135,9 +135,12 @@ BEFORE_PRODUCER = {
 #     causal) and 1.03x and 0.99x at D 128 in the backward record at b6a1670 (H200, same rounds,
 #     bf16; results/logs/2026-11-29-b6a1670-h200; the forms timed before it in
 #     results/logs/2026-11-29-6c69c51-h200-ds-guard).
+#   D 128: DK_LAST on (FlashAttention-3's order: dK's product after dQ's, which the warps store while
+#     dK runs): 1.03-1.06x the build without it at six rows (H200, same rounds, bf16; dK and dV bit-equal;
+#     experiments/backward_dk_last). D 64 off: 0.995-0.998x there, its dQ product being every other step's.
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
     # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its
     # own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside two Q and two dO
@@ -255,6 +258,11 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         guard_fits = chosen["WARPGROUPS"] == 2 and chosen["DQ_ATOMICS"] and (dp == 128 or chosen["DQ_TURNS"])
         if given.get("ds_guard") is None and not guard_fits:
             chosen["DS_GUARD"] = 0
+        # DK_LAST: one dQ product a turn in this kernel (D 64, or D 128's two halves)
+        dk_last_fits = (chosen["DQ_ATOMICS"] and not chosen["DQ_EARLY"]
+                        and (dp == 64 or dp // 64 == chosen["WARPGROUPS"]))
+        if given.get("dk_last") is None and not dk_last_fits:
+            chosen["DK_LAST"] = 0
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
         if chosen["DS_GUARD"] and not guard_fits:
@@ -264,8 +272,7 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_early=1 issues the dQ product of the dK/dV kernel early: it needs dq_atomics=1")
-        if chosen["DK_LAST"] and not (chosen["DQ_ATOMICS"] and not chosen["DQ_EARLY"]
-                                      and (dp == 64 or dp // 64 == chosen["WARPGROUPS"])):
+        if chosen["DK_LAST"] and not dk_last_fits:
             raise ValueError("dk_last=1 issues dK after the dK/dV kernel's dQ product: it needs dq_atomics=1, "
                              "dq_early=0 and one dQ product per turn (D 64, or two warpgroups at D 128)")
         if chosen["DQ_TURNS"] and not turns_fit:

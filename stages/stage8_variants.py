@@ -52,13 +52,15 @@ def variant_switches(head_dim: int, variants: Variants) -> dict:
     since ffe4adc) D 128's softcap with a window spilled 8 bytes in tanh.approx's form too
     (test_variant_builds_compile_without_spills): both run the build before the producer there.
     With the dSᵀ store's guard (DS_GUARD, the stage's build since 4b7e999) tanh.approx's form with a
-    window spilled 44 bytes in that build too, and none with dq_bulk=0: both forms take it."""
+    window spilled 44 bytes in that build too, and none with dq_bulk=0: both forms take it. With
+    DK_LAST (D 128's build since it was measured in experiments/backward_dk_last) D 96's softcap with a
+    window spilled 4 bytes in the ex2 form: that build keeps dK's product before dQ's."""
     if head_dim == 128 and variants.softcap_build and variants.window is not None:
         return {"producer": 0, "dq_bulk": 0}
     if head_dim == 96 and variants.softcap_build and variants.window is not None:
         # D 96 in D 128's tiles: that build spilled 4-8 bytes there (its window mask beside fewer
         # k-steps), none without the overlap too
-        return {"producer": 0, "dq_bulk": 0, "overlap": 0}
+        return {"producer": 0, "dq_bulk": 0, "overlap": 0, "dk_last": 0}
     return {}
 
 

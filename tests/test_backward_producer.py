@@ -44,7 +44,7 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
              (64, torch.bfloat16, 1, {}, {"overlap": 1}), (128, torch.bfloat16, 2, {}, {"overlap": 0}),
              (128, torch.float16, 1, {}, {"overlap": 0}),
              (64, torch.bfloat16, 2, {}, {"dq_turns": 1, "dk_last": 1}), (64, torch.bfloat16, 1, {}, {"dk_last": 1}),
-             (128, torch.bfloat16, 2, {}, {"dk_last": 1}), (128, torch.float16, 2, {"softcap": 1}, {"dk_last": 1})])
+             (128, torch.bfloat16, 2, {}, {"dk_last": 0}), (128, torch.float16, 2, {"softcap": 1}, {"dk_last": 0})])
 _build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
                        ).rstrip("-")
 # setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
@@ -87,14 +87,16 @@ def test_producer_config():
 
 
 def test_dk_last_config():
-    """DK_LAST (dK's product after dQ's) is off in the stage's build, and refused where the dK/dV kernel
-    makes no dQ product (the dQ pass), issues it early, or makes two a turn (one warpgroup at D 128)."""
-    for D in (64, 128):
-        assert dict(stage8.config(D, wgmma=1)["defines"])["DK_LAST"] == 0
+    """DK_LAST (dK's product after dQ's) is on in the stage's build at D 128 (and D 96, in its tiles),
+    off at D 64; refused where the dK/dV kernel makes no dQ product (the dQ pass), issues it early,
+    or makes two a turn (one warpgroup at D 128), and left off where such a call does not name it."""
+    for D, on in ((64, 0), (96, 1), (128, 1)):
+        assert dict(stage8.config(D, wgmma=1)["defines"])["DK_LAST"] == on
         assert dict(stage8.config(D, wgmma=1, dk_last=1)["defines"])["DK_LAST"] == 1
     for D, bad in ((128, {"dq_atomics": 0}), (64, {"dq_early": 1}), (128, {"warpgroups": 1})):
         with pytest.raises(ValueError, match="dk_last=1"):
             stage8.config(D, wgmma=1, dk_last=1, **bad)
+        assert dict(stage8.config(D, wgmma=1, **bad)["defines"])["DK_LAST"] == 0
 
 
 def _sass_parts(text):
