@@ -86,6 +86,10 @@
 //     dQ tile: the tensor core works on dK while the warps store dQ and start the next step,
 //     where it idled before. The price: dK no longer runs under the dSᵀ stores and the exchange
 //     (dV, issued earlier, still may), and dSᵀ's registers stay live until dK is done.
+//   MASK_SPLIT 1 (the builds without SOFTCAP): a step whose tile neither the causal diagonal nor a
+//     window's edge cuts computes its exponentials without the per-score compares and selects
+//     (two instructions a score, every step, even without a mask); the tiles that an edge cuts
+//     keep them. FlashAttention-3 makes the masked steps a loop of their own for the same reason.
 // Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
 // block's dK is waited for.
 //
@@ -158,6 +162,9 @@
 #endif
 #ifndef DK_LAST
 #define DK_LAST 0
+#endif
+#ifndef MASK_SPLIT
+#define MASK_SPLIT 0
 #endif
 #ifndef SOFTCAP
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
@@ -529,6 +536,13 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             pa[i / 8][(i % 8) / 2] = pack2(p2[0], p2[1]);
         }
 #else
+#if MASK_SPLIT
+        if (!straddles) {  // no edge cuts the tile: no compares
+#pragma unroll
+            for (int i = 0; i < 32; ++i)
+                s[i] = fast_exp2(fmaf(s[i], scale_log2, -sm.lse[buf][8 * (i / 4) + 2 * i4 + i % 2]));
+        } else
+#endif
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = 8 * (i / 4) + 2 * i4 + i % 2;
