@@ -343,9 +343,12 @@ D64_TURNS = D64_TWO_WG + ", dQ in turns"
 D64_THREE_BLOCKS = D64_BUILD_AGAIN + ", 3 blocks per SM"
 DQ_EARLY_LABEL = "WGMMA, dQ issued before dV and dK are done"
 # DK_LAST (dK's product after dQ's): at D 128 the stage's build has it, and this is its build without
-# it (the producer and the guard); at D 64 the stage's build has it off, and this is the build with it
+# it or MASK_SPLIT (the producer and the guard); at D 64 the stage's build has it off, and this is the
+# build with it
 GUARD_LABEL = "WGMMA, producer warpgroup and guard"
 DK_LAST_LABEL = "WGMMA, dK's product last"
+NO_MASK_SPLIT_LABEL = "WGMMA, the stage's build without the mask split"  # MASK_SPLIT off
+STATS_PAIRS_LABEL = "WGMMA, lse and δ read in pairs"  # the stage's build with STATS_PAIRS
 DETERMINISTIC_LABEL = "WGMMA, deterministic (dQ by its own pass)"  # attention_backward(deterministic=True)
 
 

@@ -36,7 +36,8 @@ import torch  # noqa: E402
 
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
-from lib.notebook_backward import DETERMINISTIC_LABEL, DK_LAST_LABEL, GUARD_LABEL  # noqa: E402
+from lib.notebook_backward import (DETERMINISTIC_LABEL, DK_LAST_LABEL, GUARD_LABEL, NO_MASK_SPLIT_LABEL,  # noqa: E402
+                                   STATS_PAIRS_LABEL)
 from lib.reference import attention_flops, check_gradients, visible_scores  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
 from lib.timing import sdpa_backward_call, sdpa_call, time_interleaved  # noqa: E402
@@ -141,16 +142,17 @@ def variants(D, which="all"):
     warpgroup's builds (producer_variants; which="producer": those alone); and (which="all") every tile choice of the mma.sync build, with dQ by
     atomics and by its own pass."""
     out = []
+    build = stage8.BEFORE_PRODUCER[D]  # the comparisons below are the build before the producer's
+    as_built = {"wgmma": 1, **{name.lower(): value for name, value in build.items()}}
     if stage8.wgmma_here() and which != "producer":
-        out += [(wgmma_label(w, a, b, t), {"wgmma": 1, "warpgroups": w, "dq_atomics": a, "dq_bulk": b,
+        # every switch these combinations do not name as in that build (the later ones off)
+        out += [(wgmma_label(w, a, b, t), {**as_built, "warpgroups": w, "dq_atomics": a, "dq_bulk": b,
                                             "tma_loads": t, "overlap": 1, "dq_turns": 0, "producer": 0})
                 for t in stage8.SWITCHES["TMA_LOADS"] for w in stage8.SWITCHES["WARPGROUPS"] for a, b in _DQ]
         if D == 64:  # two warpgroups taking turns at dQ over all 128 keys (DQ_TURNS)
             out.append((wgmma_label(2, 1, 1, 1) + ", dQ in turns",
-                        {"wgmma": 1, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1,
+                        {**as_built, "warpgroups": 2, "dq_atomics": 1, "dq_bulk": 1, "tma_loads": 1, "dq_turns": 1,
                          "producer": 0}))
-        build = stage8.BEFORE_PRODUCER[D]  # the comparisons below are the build before the producer's
-        as_built = {"wgmma": 1, **{name.lower(): value for name, value in build.items()}}
         without_overlap = wgmma_label(build["WARPGROUPS"], build["DQ_ATOMICS"], build["DQ_BULK"], build["TMA_LOADS"], 0)
         if build["OVERLAP"]:
             out.append(("WGMMA without overlap", {**as_built, "overlap": 0}))
@@ -173,7 +175,9 @@ def producer_variants(D):
     """The stage's build with a producer warpgroup (PRODUCER: loads and dQ's bulk reductions
     issued by a warpgroup of their own, setmaxnreg) and, at D 64, with two warpgroups that
     multiply, which the producer's registers make room for (alone, and taking turns at dQ); then
-    the stage's build with DK_LAST flipped (dK's product after dQ's: on in D 128's build)."""
+    the stage's build with DK_LAST flipped (dK's product after dQ's: on in D 128's build, whose
+    build without it is also without MASK_SPLIT, a step of the waterfall), without MASK_SPLIT, and
+    with STATS_PAIRS (lse and δ read two columns a load)."""
     before = {"wgmma": 1, **{name.lower(): value for name, value in stage8.BEFORE_PRODUCER[D].items()}}
     out = [("WGMMA, producer warpgroup", {**before, "producer": 1})]
     if D == 64:
@@ -181,18 +185,19 @@ def producer_variants(D):
                 ("WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
                  {**before, "producer": 1, "warpgroups": 2, "dq_turns": 1})]
     if stage8.WGMMA_BUILD[D]["DK_LAST"]:
-        out.append((GUARD_LABEL, {"wgmma": 1, "dk_last": 0}))
+        out.append((GUARD_LABEL, {"wgmma": 1, "dk_last": 0, "mask_split": 0}))
     else:
         out.append((DK_LAST_LABEL, {"wgmma": 1, "dk_last": 1}))
-    return out
+    return out + [(NO_MASK_SPLIT_LABEL, {"wgmma": 1, "mask_split": 0}),
+                  (STATS_PAIRS_LABEL, {"wgmma": 1, "stats_pairs": 1})]
 
 
 # The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup, then at D 64 the two
-# warpgroups its registers make room for, taking turns at dQ; last the stage's build, which adds the
-# dSᵀ store's guard (DS_GUARD) to those, and at D 128 (after a bar with the guard alone) dK's product last
+# warpgroups its registers make room for, taking turns at dQ; then the dSᵀ store's guard (DS_GUARD),
+# at D 128 with dK's product last (DK_LAST) after it; last the stage's build, which adds MASK_SPLIT
 PRODUCER_PATH = {64: ["WGMMA, producer warpgroup", "WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
-                      "WGMMA, the stage's build again"],
-                 128: ["WGMMA, producer warpgroup", GUARD_LABEL, "WGMMA, the stage's build again"]}
+                      NO_MASK_SPLIT_LABEL, "WGMMA, the stage's build again"],
+                 128: ["WGMMA, producer warpgroup", GUARD_LABEL, NO_MASK_SPLIT_LABEL, "WGMMA, the stage's build again"]}
 
 
 # --train-step: the training map -----------------------------------------------------------------

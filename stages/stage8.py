@@ -63,7 +63,8 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
-            "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1)}
+            "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1),
+            "STATS_PAIRS": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -95,8 +96,10 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               issued after dQ's, so that it runs while the warps store the dQ tile.
 #   MASK_SPLIT  the exponentials of a step whose tile no mask edge cuts skip the per-score compares
 #               (the softcap's builds keep them).
+#   STATS_PAIRS lse and δ read two adjacent columns a load (8 bytes), 16 loads a step instead of 32.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
-                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT")
+                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT",
+                  "STATS_PAIRS")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -127,10 +130,10 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-         "MASK_SPLIT": 0},
+         "MASK_SPLIT": 0, "STATS_PAIRS": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-          "MASK_SPLIT": 0},
+          "MASK_SPLIT": 0, "STATS_PAIRS": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -142,9 +145,12 @@ BEFORE_PRODUCER = {
 #   D 128: DK_LAST on (FlashAttention-3's order: dK's product after dQ's, which the warps store while
 #     dK runs): 1.03-1.06x the build without it at six rows (H200, same rounds, bf16; dK and dV bit-equal;
 #     experiments/backward_dk_last). D 64 off: 0.995-0.998x there, its dQ product being every other step's.
+#   Both: MASK_SPLIT on (a step whose tile no mask edge cuts skips the per-score compares): 1.03-1.04x
+#     the build without it at D 64 (full, causal) and D 128 causal, 1.01-1.02x at S 512, level at D 128
+#     full (0.998x) (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_mask_split).
 WGMMA_BUILD = {
-    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1},
+    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
     # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its
     # own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside two Q and two dO
@@ -267,6 +273,8 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
                         and (dp == 64 or dp // 64 == chosen["WARPGROUPS"]))
         if given.get("dk_last") is None and not dk_last_fits:
             chosen["DK_LAST"] = 0
+        if given.get("mask_split") is None and chosen["BLOCKS_PER_SM"] == 3:
+            chosen["MASK_SPLIT"] = 0  # in 168 registers its second loop of exponentials spilled 16 bytes
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
         if chosen["DS_GUARD"] and not guard_fits:

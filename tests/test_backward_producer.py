@@ -45,9 +45,11 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
              (128, torch.float16, 1, {}, {"overlap": 0}),
              (64, torch.bfloat16, 2, {}, {"dq_turns": 1, "dk_last": 1}), (64, torch.bfloat16, 1, {}, {"dk_last": 1}),
              (128, torch.bfloat16, 2, {}, {"dk_last": 0}), (128, torch.float16, 2, {"softcap": 1}, {"dk_last": 0}),
-             (64, torch.bfloat16, 2, {}, {"mask_split": 1}), (128, torch.float16, 2, {}, {"mask_split": 1}),
-             (128, torch.bfloat16, 2, {"window": True}, {"mask_split": 1}),
-             (64, torch.float16, 2, {"window": True}, {"mask_split": 1})])
+             (64, torch.bfloat16, 2, {}, {"mask_split": 0}), (128, torch.float16, 2, {}, {"mask_split": 0}),
+             (128, torch.bfloat16, 2, {"window": True}, {"mask_split": 0}),
+             (64, torch.bfloat16, 2, {}, {"stats_pairs": 1}), (128, torch.float16, 2, {}, {"stats_pairs": 1}),
+             (64, torch.float16, 2, {"window": True}, {"stats_pairs": 1}),
+             (128, torch.bfloat16, 2, {"window": True}, {"stats_pairs": 1})])
 _build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
                        ).rstrip("-")
 # setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
@@ -100,6 +102,16 @@ def test_dk_last_config():
         with pytest.raises(ValueError, match="dk_last=1"):
             stage8.config(D, wgmma=1, dk_last=1, **bad)
         assert dict(stage8.config(D, wgmma=1, **bad)["defines"])["DK_LAST"] == 0
+
+
+def test_mask_split_and_stats_pairs_config():
+    """MASK_SPLIT is on in the stage's build at every head dim of the WGMMA build with a dQ in this
+    kernel (D 64, 96, 128), STATS_PAIRS off; either is a switch a call may flip."""
+    for D in (64, 96, 128):
+        defines = dict(stage8.config(D, wgmma=1)["defines"])
+        assert defines["MASK_SPLIT"] == 1 and defines["STATS_PAIRS"] == 0, defines
+        flipped = dict(stage8.config(D, wgmma=1, mask_split=0, stats_pairs=1)["defines"])
+        assert flipped == {**defines, "MASK_SPLIT": 0, "STATS_PAIRS": 1}
 
 
 def _sass_parts(text):
@@ -211,21 +223,23 @@ def test_dk_last_matches_reference(shape, switches, seed):
 
 @gpu
 @hopper
+@pytest.mark.parametrize("switch", ["mask_split", "stats_pairs"])
 @pytest.mark.parametrize("window", [None, (70, 0), (33, 9)], ids=str)
 @pytest.mark.parametrize("shape", [s for s in SHAPES if s[3] > 1] + [(1, 4, 2, 700, 900, 64, "bottom_right")], ids=str)
-def test_mask_split_matches_reference(shape, window, seed):
-    """MASK_SPLIT (the exponentials of a step no mask edge cuts, without the per-score compares):
-    gradients by the rule against float64, dK and dV bit-equal to the build without it, with the
-    causal masks and with windows (stage 6's forward with the same window)."""
+def test_mask_split_matches_reference(shape, window, switch, seed):
+    """MASK_SPLIT (the exponentials of a step no mask edge cuts, without the per-score compares) and
+    STATS_PAIRS (lse and δ read two columns a load): gradients by the rule against float64, dK and dV
+    bit-equal to the build without the switch, with the causal masks and with windows (stage 6's
+    forward with the same window)."""
     B, H, Hk, Sq, Sk, D, causal = shape
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
     dout = torch.randn_like(q)
     lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
     out = stage6.attention(q, k, v, causal=causal, lse=lse, window=window)
-    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, window=window, wgmma=1, mask_split=1)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, window=window, wgmma=1, **{switch: 1})
     _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal, window=window), f"{shape} {window} seed {seed}")
-    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, window=window, wgmma=1, mask_split=0)
-    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {window} seed {seed}"
+    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, window=window, wgmma=1, **{switch: 0})
+    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {window} {switch} seed {seed}"
 
 
 @gpu
