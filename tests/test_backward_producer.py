@@ -185,6 +185,15 @@ def test_producer_matches_reference(shape, dtype, w, seed):
     assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {dtype} wg{w} seed {seed}"
 
 
+def _one_switch(q, k, v, out, dout, lse, causal, on: dict, off: dict, label: str, window=None):
+    """stage 8's gradients with the switches `on` by the rule against float64, and its dK and dV
+    bit-equal to those with `off`: builds that add the same products in the same order."""
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, window=window, wgmma=1, **on)
+    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal, window=window), label)
+    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, window=window, wgmma=1, **off)
+    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), label
+
+
 @gpu
 @hopper
 @pytest.mark.parametrize("switches", [{"warpgroups": 2, "dq_turns": 1}, {"dq_early": 1}, {"overlap": 1},
@@ -195,51 +204,35 @@ def test_producer_with_other_switches(shape, switches, seed):
     bit-equal to the same switches without it."""
     if "dq_turns" in switches and shape[5] != 64:
         pytest.skip("dq_turns is a D 64 build")
-    causal = shape[6]
     q, k, v, out, dout, lse = _inputs(shape, torch.bfloat16, seed)
-    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, producer=1, **switches)
-    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal), f"{shape} {switches} seed {seed}")
-    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, producer=0, **switches)
-    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {switches} seed {seed}"
+    _one_switch(q, k, v, out, dout, lse, shape[6], {"producer": 1, **switches}, {"producer": 0, **switches},
+                f"{shape} {switches} seed {seed}")
+
+
+# DK_LAST (dK's product after dQ's; also with one warpgroup at D 64), MASK_SPLIT (no per-score compares
+# where no mask edge cuts a step's tile), STATS_PAIRS (lse and δ two columns a load): each on and off
+SWITCH_CASES = [("dk_last", {}), ("dk_last", {"warpgroups": 1, "dq_turns": 0}), ("mask_split", {}), ("stats_pairs", {})]
 
 
 @gpu
 @hopper
-@pytest.mark.parametrize("switches", [{}, {"warpgroups": 1, "dq_turns": 0}], ids=str)
-@pytest.mark.parametrize("shape", SHAPES + [(2, 8, 2, 2100, 1100, 64, "bottom_right"),
-                                            (2, 8, 2, 1100, 2100, 128, True)], ids=str)
-def test_dk_last_matches_reference(shape, switches, seed):
-    """DK_LAST (dK's product issued after dQ's): gradients by the rule against float64, and dK and dV
-    bit-equal to the build without it, which adds the same products in the same order."""
-    if switches and shape[5] != 64:
-        pytest.skip("one warpgroup with DK_LAST: D 64 (at D 128 it makes two dQ products a step)")
-    causal = shape[6]
-    q, k, v, out, dout, lse = _inputs(shape, torch.bfloat16, seed)
-    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, dk_last=1, **switches)
-    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal), f"{shape} {switches} seed {seed}")
-    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, dk_last=0, **switches)
-    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {switches} seed {seed}"
-
-
-@gpu
-@hopper
-@pytest.mark.parametrize("switch", ["mask_split", "stats_pairs"])
+@pytest.mark.parametrize("case", SWITCH_CASES, ids=str)
 @pytest.mark.parametrize("window", [None, (70, 0), (33, 9)], ids=str)
-@pytest.mark.parametrize("shape", [s for s in SHAPES if s[3] > 1] + [(1, 4, 2, 700, 900, 64, "bottom_right")], ids=str)
-def test_mask_split_matches_reference(shape, window, switch, seed):
-    """MASK_SPLIT (the exponentials of a step no mask edge cuts, without the per-score compares) and
-    STATS_PAIRS (lse and δ read two columns a load): gradients by the rule against float64, dK and dV
-    bit-equal to the build without the switch, with the causal masks and with windows (stage 6's
-    forward with the same window)."""
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[3] > 1] + [(1, 4, 2, 700, 900, 64, "bottom_right"),
+                                                                    (2, 8, 2, 1100, 2100, 128, True)], ids=str)
+def test_one_switch_matches_reference(shape, window, case, seed):
+    """Each switch on: gradients by the rule against float64, dK and dV bit-equal to the build with it
+    off, with the causal masks and with windows (stage 6's forward with the same window)."""
+    switch, others = case
+    if others and shape[5] != 64:
+        pytest.skip("one warpgroup with DK_LAST: D 64 (at D 128 it makes two dQ products a step)")
     B, H, Hk, Sq, Sk, D, causal = shape
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
     dout = torch.randn_like(q)
     lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
     out = stage6.attention(q, k, v, causal=causal, lse=lse, window=window)
-    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, window=window, wgmma=1, **{switch: 1})
-    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal, window=window), f"{shape} {window} seed {seed}")
-    _, dk, dv = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, window=window, wgmma=1, **{switch: 0})
-    assert torch.equal(grads[1], dk) and torch.equal(grads[2], dv), f"{shape} {window} {switch} seed {seed}"
+    _one_switch(q, k, v, out, dout, lse, causal, {switch: 1, **others}, {switch: 0, **others},
+                f"{shape} {window} {case} seed {seed}", window=window)
 
 
 @gpu
