@@ -92,8 +92,8 @@
 //     keep them. FlashAttention-3 makes the masked steps a loop of their own for the same reason.
 //   STATS_PAIRS 1: a thread's 16 columns of lse and δ come in pairs (columns 2·i4 and 2·i4 + 1 of
 //     each 8 are adjacent), so it reads each as 8 loads of 8 bytes instead of one load a score.
-// Not here yet (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this
-// block's dK is waited for.
+// Not here (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this block's
+// dK is waited for; tried with DK_LAST, slower at D 64 and spilled at D 128 (experiments/backward_dk_last).
 //
 // Head dim 96 (Phi-3's): the tiles are D 128's (DP), columns 96-127 zeros. K and V are copied with
 // those columns zero-filled, and the copy engine zero-fills Q's and dO's boxes past column 96,
