@@ -100,8 +100,10 @@ def ab_rows(rows, builds_of, rounds: int = 7) -> bool:
         builds = builds_of(D)
         base = next(iter(builds))
         seed = torch.randint(0, 2**31 - 1, ()).item()
-        passes = lambda seed: all(c.passed for kw in builds.values()  # noqa: E731
-                                  for c in check(B, H, S, D, causal, torch.bfloat16, seed, stage6, **kw).values())
+
+        def passes(seed):  # every build's gradients on a slice (check), before and after timing
+            return all(c.passed for kw in builds.values()
+                       for c in check(B, H, S, D, causal, torch.bfloat16, seed, stage6, **kw).values())
         ok &= passes(seed)
         q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16, seed=seed)
         dout = torch.randn_like(q)
