@@ -35,7 +35,7 @@
 // (keys a warp takes at a time: 16 or 32), STAGES (chunks in a warp's ring), WARPS, QROWS (8 or
 // 16 query rows held), MIN_BLOCKS (launch bounds), F16_PRODUCTS (bf16 Q: fp16 products),
 // CLUSTER_MERGE and CLUSTER_MAX, PACKED_ROWS (chosen from the cache's strides), and the switches
-// IDLE_ACCUMULATORS, WHOLE_CHUNK_COPIES, SPLIT_S_CHAIN (each explained where it is defined;
+// IDLE_ACCUMULATORS, WHOLE_CHUNK_COPIES, SPLIT_S_CHAIN, EVICT_FIRST, PREFETCH_256 (each explained where it is defined;
 // stages/stage7_decode.py's SWITCHES).
 #include "attention.cuh"
 #include "mma.cuh"
@@ -237,10 +237,50 @@ __device__ __forceinline__ void mma_rows(float (&c)[ACC], const unsigned (&a)[4]
 #endif
 // (`at`: a shared-space address, such as a register plus a constant, which ptxas folds into the
 // instruction)
+// EVICT_FIRST: the cache's copies carry an L2 eviction hint (an evict_first policy, made once by
+// createpolicy): each line of K and V is read once, so a set of L2 gives up those lines before the
+// lines other kernels left there. A decoding step follows kernels that leave L2 full of dirty lines
+// (the timing's flush does too, experiments/l2_flush_writeback); without the hint the cache's reads
+// evict them all, and their write-back to memory shares the read's bandwidth.
+// PREFETCH_256: the copies ask L2 to fetch 256 bytes around each line (cp.async's .L2::256B), two
+// of a chunk's 128-byte rows at once.
+#ifndef EVICT_FIRST
+#define EVICT_FIRST 0
+#endif
+#ifndef PREFETCH_256
+#define PREFETCH_256 0
+#endif
+#if PREFETCH_256
+#define CP_ASYNC_CG "cp.async.cg.shared.global.L2::256B"
+#else
+#define CP_ASYNC_CG "cp.async.cg.shared.global"
+#endif
+__device__ __forceinline__ unsigned long long stream_policy() {
+    unsigned long long p;  // not volatile: the compiler makes it once
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
 __device__ __forceinline__ void cp_async_16_at(unsigned at, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(at), "l"(src));
+#if EVICT_FIRST
+    asm volatile(CP_ASYNC_CG ".L2::cache_hint [%0], [%1], 16, %2;\n" :: "r"(at), "l"(src), "l"(stream_policy()));
+#else
+    asm volatile(CP_ASYNC_CG " [%0], [%1], 16;\n" :: "r"(at), "l"(src));
+#endif
 }
 __device__ __forceinline__ void cp_async_16_whole(void* dst, const void* src) { cp_async_16_at(smem_addr(dst), src); }
+// a copy that a cache's end may cut (src_bytes 0: 16 zero bytes), with the same hints
+__device__ __forceinline__ void cp_async_16_cut(void* dst, const void* src, int src_bytes) {
+#if EVICT_FIRST || PREFETCH_256
+#if EVICT_FIRST
+    asm volatile(CP_ASYNC_CG ".L2::cache_hint [%0], [%1], 16, %2, %3;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes), "l"(stream_policy()));
+#else
+    asm volatile(CP_ASYNC_CG " [%0], [%1], 16, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+#endif
+#else
+    cp_async_16(dst, src, src_bytes);
+#endif
+}
 
 // CLUSTER_MERGE: a build launched with the splits of each work tile as one thread-block cluster
 // (splits ≤ 8, the portable cluster size), which merges them through distributed shared memory
@@ -312,8 +352,8 @@ __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, 
         for (int j = 0; j < COPIES; ++j) {
             const int row = row0 + 4 * LINE_ROWS * j;
             const bool in = 4 * LINE_ROWS * j < left;
-            cp_async_16(slot + swizzled(row, col), in ? kp : kbase, in ? 16 : 0);
-            cp_async_16(slot + CHUNK * D + swizzled(row, col), in ? vp : vbase, in ? 16 : 0);
+            cp_async_16_cut(slot + swizzled(row, col), in ? kp : kbase, in ? 16 : 0);
+            cp_async_16_cut(slot + CHUNK * D + swizzled(row, col), in ? vp : vbase, in ? 16 : 0);
             kp += kstep, vp += vstep;
         }
     }

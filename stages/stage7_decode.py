@@ -163,7 +163,8 @@ def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool, cluster: bool 
 
 # the .cu's ideas a call may set (probe); PACKED_ROWS only off: the launcher turns it on where the
 # cache's rows lie D bytes apart
-SWITCHES = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "SPLIT_S_CHAIN", "PACKED_ROWS", "HOISTED_ADDRESSES")
+SWITCHES = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "SPLIT_S_CHAIN", "PACKED_ROWS", "HOISTED_ADDRESSES",
+            "EVICT_FIRST", "PREFETCH_256")
 
 
 class _Plan:

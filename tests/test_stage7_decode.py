@@ -199,6 +199,9 @@ def test_hoisted_addresses_are_the_swizzled_ones(D, chunk):
                 assert swizzled(16 * ks + 4 * c + r, vb * g, D) == swizzled(4 * c + r % 2, vb * g, D) + const
 
 
+HINTS = (("EVICT_FIRST", 1), ("PREFETCH_256", 1))  # the copies' L2 hints, both on
+
+
 @pytest.mark.parametrize("D", (64, 128))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
 def test_builds_compile_without_spills(D, dtype):
@@ -210,6 +213,7 @@ def test_builds_compile_without_spills(D, dtype):
               for qrows in (8, 16) for f16 in ((0, 1) if dtype == torch.bfloat16 else (0,))]
     builds += [(d7.TILES[D], qrows, 1, 1, packed) for qrows in (8, 16)]  # the cluster merge
     builds += [(d7.TILES[D], qrows, 1, 0, tuple((n, 0) for n in d7.SWITCHES)) for qrows in (8, 16)]
+    builds += [(tiles, 8, 1, 0, packed + HINTS) for tiles in {d7.TILES[D], d7.SMALL_TILES[D]}]
     for tiles, qrows, f16, cluster, switches in builds:
         c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
                                 defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2],
@@ -313,13 +317,15 @@ def test_matches_dequantized_reference(D, seed):
     """GQA groups 1, 4, 8 and 16; Sq 1, 2 and 4 (bottom-right, 16 packed rows at most); odd
     lengths, seqlens_k with zeros and ones; splits as planned, one, and forced, merged in a
     cluster (2-8) and by the last block (2-8 without the cluster, and 9-16); other tiles; both
-    dtypes; the .cu's switches off; descales per (entry, K/V head), one negative and one zero."""
+    dtypes; the .cu's switches off, and its L2 hints on; descales per (entry, K/V head), one negative
+    and one zero."""
     check_over_shapes(d7.attention, D, seed, GPU_SHAPES,
                       lambda g: ({}, {"splits": 1}, {"splits": g.randrange(2, 9)},
                                  {"splits": g.randrange(2, 9), "cluster_merge": False},
                                  {"splits": g.randrange(9, 17)}, {"tiles": (16, 4, 4)},
                                  {"tiles": (32, 3, 4), "splits": 3}, {"f16_products": False},
-                                 {"switches": tuple((name, 0) for name in d7.SWITCHES)}), signs=True)
+                                 {"switches": tuple((name, 0) for name in d7.SWITCHES)},
+                                 {"switches": HINTS}), signs=True)
 
 
 @on_hopper
