@@ -65,6 +65,12 @@ MIN_CHUNKS_PER_WARP = 4  # a split leaves each warp at least this many chunks
 # splits, or False: the last block to finish merges them from global memory.
 CLUSTER_MERGE = True
 CLUSTER_MAX = 8  # the portable cluster size
+# EVICT_FIRST (the .cu): the cache's copies marked evict_first in L2, taken by a call whose cache
+# (K and V, e4m3, at Sk) is at most this many L2s. On the H200 with the records' flush, which leaves
+# L2 full of dirty lines (experiments/fp8_decode_evict_first): 1.05-1.09x at caches of 34-134 MB
+# (the dirty lines' write-back no longer shares the read), level at 268 MB, 0.96-0.97x at 537 MB and
+# more; level everywhere with clean lines in L2. The H100 follows the rule unmeasured.
+EVICT_FIRST_L2S = 3
 
 
 class _Info:
@@ -138,6 +144,16 @@ def plan_launch(B: int, Hk: int, Sk: int, D: int, sms: int, cluster_merge: bool 
     return tiles, plan_splits(B, Hk, Sk, D, tiles, sms, most)
 
 
+def evict_first(B: int, Hk: int, Sk: int, D: int, l2_bytes: int) -> bool:
+    """Whether a call's copies carry the evict_first hint: its cache at most EVICT_FIRST_L2S L2s."""
+    return 2 * B * Hk * Sk * D <= EVICT_FIRST_L2S * l2_bytes
+
+
+@lru_cache(maxsize=None)
+def _l2_bytes(device) -> int:
+    return torch.cuda.get_device_properties(device).L2_cache_size
+
+
 def query_rows_build(G: int, Sq: int) -> int:
     """QROWS of the build a call runs: 8 where its G·Sq rows fit half the m16 tile, else 16."""
     return 8 if G * Sq <= 8 else 16
@@ -162,7 +178,7 @@ def _kernel(dtype, D: int, tiles, qrows: int, f16_products: bool, cluster: bool 
 
 
 # the .cu's ideas a call may set (probe); PACKED_ROWS only off: the launcher turns it on where the
-# cache's rows lie D bytes apart
+# cache's rows lie D bytes apart; EVICT_FIRST: evict_first() unless given
 SWITCHES = ("IDLE_ACCUMULATORS", "WHOLE_CHUNK_COPIES", "SPLIT_S_CHAIN", "PACKED_ROWS", "HOISTED_ADDRESSES",
             "EVICT_FIRST", "PREFETCH_256")
 
@@ -220,6 +236,8 @@ def _plan(q, k, v, k_descale, v_descale, seqlens_k, causal, scale, splits, tiles
                              f"got {(name, on)!r}")
     packed = k.stride(2) == D and v.stride(2) == D and ("PACKED_ROWS", 0) not in switches
     switches = (*(sw for sw in switches if sw[0] != "PACKED_ROWS"), ("PACKED_ROWS", int(packed)))
+    if not any(name == "EVICT_FIRST" for name, _ in switches):
+        switches += (("EVICT_FIRST", int(evict_first(B, Hk, Sk, D, _l2_bytes(q.device)))),)
     cluster = 1 < n <= CLUSTER_MAX and cluster_ok
     plan.kernel = _kernel(q.dtype, D, tiles, query_rows_build(H // Hk, Sq),
                           F16_PRODUCTS if f16_products is None else f16_products, cluster, tuple(switches))

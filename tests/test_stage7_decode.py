@@ -224,6 +224,16 @@ def test_builds_compile_without_spills(D, dtype):
                                                                            switches, name, info)
 
 
+def test_evict_first_rule():
+    """The copies' evict_first hint up to EVICT_FIRST_L2S L2s of cache and not past: the H200's
+    60 MB L2 takes it at B 64 Sk 1k (134 MB of e4m3) and not at B 8 Sk 16k (268 MB)."""
+    l2 = 60 << 20
+    assert d7.evict_first(64, 8, 1024, 128, l2) and d7.evict_first(1, 8, 32768, 128, l2)
+    assert not d7.evict_first(8, 8, 16384, 128, l2) and not d7.evict_first(64, 8, 4096, 128, l2)
+    limit = d7.EVICT_FIRST_L2S * l2 // (2 * 8 * 128)  # keys at B 1, H_kv 8, D 128
+    assert d7.evict_first(1, 8, limit, 128, l2) and not d7.evict_first(1, 8, limit + 1, 128, l2)
+
+
 def test_split_rule():
     """Every SM's block slots filled without a partial second wave, within MAX_SPLITS and
     MIN_CHUNKS_PER_WARP; the warps an SM holds within MAX_WARPS_PER_SM."""

@@ -32,17 +32,27 @@ from scripts.shape_map import fp8_checked  # noqa: E402
 
 H, HKV, D = 32, 8, 128
 ROWS = [(B, Sk) for B in (1, 8, 64) for Sk in (1024, 4096, 16384, 32768)]
-VARIANTS = {"launcher": (), "evict_first": (("EVICT_FIRST", 1),), "prefetch_256": (("PREFETCH_256", 1),),
-            "both": (("EVICT_FIRST", 1), ("PREFETCH_256", 1))}
-CLEAN = ("sdpa", "launcher", "evict_first")  # timed again with clean lines in L2
+# "launcher": the hints as the launcher's rule sets them (stage7_decode.evict_first); the others fix them
+VARIANTS = {"no hint": (("EVICT_FIRST", 0),), "evict_first": (("EVICT_FIRST", 1),),
+            "prefetch_256": (("EVICT_FIRST", 0), ("PREFETCH_256", 1)),
+            "both": (("EVICT_FIRST", 1), ("PREFETCH_256", 1)), "launcher": ()}
+CLEAN = ("sdpa", "no hint", "evict_first")  # timed again with clean lines in L2
+# --grid: tiles (CHUNK, STAGES, WARPS) and splits with evict_first, at the rows nearest 1.7x
+GRID_ROWS = [(64, 1024), (8, 1024), (8, 4096)]
+GRID_TILES = [(32, 2, 8), (32, 3, 8), (32, 2, 4), (32, 4, 4), (32, 6, 4), (32, 2, 2), (32, 3, 2), (32, 4, 2),
+              (16, 4, 4), (16, 6, 4)]
+GRID_SPLITS = (1, 2, 4)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", nargs="+", help="B,Sk each (default: the fp8_decode entry's rows)")
+    ap.add_argument("--grid", action="store_true", help="tiles x splits with evict_first (GRID_ROWS by default)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
-    rows = [tuple(int(x) for x in r.split(",")) for r in a.rows] if a.rows else ROWS
+    rows = [tuple(int(x) for x in r.split(",")) for r in a.rows] if a.rows else GRID_ROWS if a.grid else ROWS
+    if a.grid:
+        return grid(rows, a.out)
     zero = T.flush_l2
     out, ok_all = [], True
     for B, Sk in rows:
@@ -68,15 +78,53 @@ def main() -> int:
         z, c = row["zero"], row["zero+read"]
         print(f"B{B:2d} Sk{Sk:6d} {'pass' if ok else 'FAIL'}  zero: SDPA {z['sdpa']['us']:7.1f}  "
               + "  ".join(f"{n} {z[n]['us']:7.1f} ({z['sdpa']['us'] / z[n]['us']:.3f}x)" for n in VARIANTS)
-              + f"  | zero+read: SDPA {c['sdpa']['us']:7.1f}  launcher {c['launcher']['us']:7.1f} "
-              f"({c['sdpa']['us'] / c['launcher']['us']:.3f}x)  evict_first {c['evict_first']['us']:7.1f} "
-              f"({c['sdpa']['us'] / c['evict_first']['us']:.3f}x)", flush=True)
+              + f"  | zero+read: SDPA {c['sdpa']['us']:7.1f}  "
+              + "  ".join(f"{n} {c[n]['us']:7.1f} ({c['sdpa']['us'] / c[n]['us']:.3f}x)" for n in CLEAN[1:]),
+              flush=True)
         out.append(row)
         ok_all &= ok
         del q, k8, v8, k16, v16, fns, base
         torch.cuda.empty_cache()
     if a.out:
         a.out.write_text(json.dumps({"env": R.capture_env(), "rows": out}, indent=1))
+    return 0 if ok_all else 1
+
+
+def grid(rows, out_path) -> int:
+    """Every (tiles, splits) of GRID_TILES x GRID_SPLITS that fits a block and leaves each warp a
+    chunk, evict_first on, beside the launcher and SDPA, under the records' flush."""
+    out, ok_all = [], True
+    for B, Sk in rows:
+        q, k, v = make_qkv(B, H, 1, D, Sk=Sk, Hkv=HKV, dtype=torch.bfloat16)
+        (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
+        del k, v
+        k16, v16 = f8.dequantized(k8, kd, torch.bfloat16), f8.dequantized(v8, vd, torch.bfloat16)
+        fns = {"sdpa": T.sdpa_call(q, k16, v16),
+               "launcher": lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd),
+               "launcher, no hint": lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd,
+                                                         switches=(("EVICT_FIRST", 0),))}
+        for t in GRID_TILES:
+            for n in GRID_SPLITS:
+                if d7.shared_bytes(D, t) <= d7.SMEM_MAX and -(-Sk // t[0]) >= n * t[2]:
+                    fns[f"{t} splits {n}"] = (lambda t=t, n=n: d7.attention(
+                        q, k8, v8, k_descale=kd, v_descale=vd, tiles=t, splits=n, switches=(("EVICT_FIRST", 1),)))
+        base = fns["launcher"]()
+        idx = torch.tensor(sorted({0, B // 2, B - 1}), device=q.device)
+        ok = fp8_checked(base[idx], q[idx], f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx]))
+        for name in list(fns)[2:]:  # the same sums in another order: each against the reference
+            ok &= fp8_checked(fns[name]()[idx], q[idx], f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx]))
+        t = T.time_interleaved(fns, rounds=5, budget_s=0.1)
+        s = t["sdpa"].median_us
+        print(f"B{B} Sk{Sk} {'pass' if ok else 'FAIL'}  SDPA {s:.1f} µs", flush=True)
+        for name in sorted(fns, key=lambda n: t[n].median_us):
+            print(f"  {name:28s} {t[name].median_us:8.1f} µs  {s / t[name].median_us:.3f}x SDPA", flush=True)
+        out.append({"B": B, "H": H, "Hkv": HKV, "Sq": 1, "Sk": Sk, "D": D, "passed": ok,
+                    "times": {n: {"us": t[n].median_us, "rounds": t[n].round_medians_us} for n in fns}})
+        ok_all &= ok
+        del q, k8, v8, k16, v16, fns, base
+        torch.cuda.empty_cache()
+    if out_path:
+        out_path.write_text(json.dumps({"env": R.capture_env(), "rows": out}, indent=1))
     return 0 if ok_all else 1
 
 
