@@ -1,6 +1,6 @@
 """Small calls of stages/stage7_decode for compute-sanitizer (memcheck, racecheck, synccheck):
 both head dims and dtypes, split and not (merged in a cluster and by the last block), Sq 4
-bottom-right, seqlens_k with 0 and 1 and past a chunk, a strided cache, the .cu's switches off. Each output is checked against the float64 reference too."""
+bottom-right, seqlens_k with 0 and 1 and past a chunk, a strided cache, the .cu's switches off, its L2 hints on. Each output is checked against the float64 reference too."""
 import sys
 from pathlib import Path
 
@@ -26,7 +26,8 @@ for D in (64, 128):
             seq = torch.tensor(lens, dtype=torch.int32, device=q.device)
             for causal in ((False,) if Sq == 1 else (False, "bottom_right")):
                 for opts in ({}, {"splits": 1}, {"splits": 3}, {"splits": 3, "cluster_merge": False}, {"splits": 11},
-                             {"tiles": (16, 4, 4)}, {"switches": tuple((n, 0) for n in d7.SWITCHES)}):
+                             {"tiles": (16, 4, 4)}, {"switches": tuple((n, 0) for n in d7.SWITCHES)},
+                             {"switches": (("EVICT_FIRST", 1), ("PREFETCH_256", 1))}):
                     out = d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, seqlens_k=seq, causal=causal, **opts)
                     check_fp8(out, q, k8, v8, kd, vd, lens, causal, f"D{D} {dtype} {causal} {opts}")
 torch.cuda.synchronize()
