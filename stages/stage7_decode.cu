@@ -242,6 +242,9 @@ __device__ __forceinline__ void mma_rows(float (&c)[ACC], const unsigned (&a)[4]
 // lines other kernels left there. A decoding step follows kernels that leave L2 full of dirty lines
 // (the timing's flush does too, experiments/l2_flush_writeback); without the hint the cache's reads
 // evict them all, and their write-back to memory shares the read's bandwidth.
+// The copies of a chunk that the cache's end cuts (a cache's last, src-size 0 past it) go without
+// the hint: with it, its first form (.L2::cache_hint and a src-size in one cp.async) raised
+// "illegal instruction" in the GPU tests at caches not a whole number of chunks (H200, NVRTC 13.0).
 // PREFETCH_256: the copies ask L2 to fetch 256 bytes around each line (cp.async's .L2::256B), two
 // of a chunk's 128-byte rows at once.
 #ifndef EVICT_FIRST
@@ -268,19 +271,6 @@ __device__ __forceinline__ void cp_async_16_at(unsigned at, const void* src) {
 #endif
 }
 __device__ __forceinline__ void cp_async_16_whole(void* dst, const void* src) { cp_async_16_at(smem_addr(dst), src); }
-// a copy that a cache's end may cut (src_bytes 0: 16 zero bytes), with the same hints
-__device__ __forceinline__ void cp_async_16_cut(void* dst, const void* src, int src_bytes) {
-#if EVICT_FIRST || PREFETCH_256
-#if EVICT_FIRST
-    asm volatile(CP_ASYNC_CG ".L2::cache_hint [%0], [%1], 16, %2, %3;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes), "l"(stream_policy()));
-#else
-    asm volatile(CP_ASYNC_CG " [%0], [%1], 16, %2;\n" :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-#endif
-#else
-    cp_async_16(dst, src, src_bytes);
-#endif
-}
 
 // CLUSTER_MERGE: a build launched with the splits of each work tile as one thread-block cluster
 // (splits ≤ 8, the portable cluster size), which merges them through distributed shared memory
@@ -352,8 +342,8 @@ __device__ __forceinline__ void issue_chunk(const Args& a, unsigned char* ring, 
         for (int j = 0; j < COPIES; ++j) {
             const int row = row0 + 4 * LINE_ROWS * j;
             const bool in = 4 * LINE_ROWS * j < left;
-            cp_async_16_cut(slot + swizzled(row, col), in ? kp : kbase, in ? 16 : 0);
-            cp_async_16_cut(slot + CHUNK * D + swizzled(row, col), in ? vp : vbase, in ? 16 : 0);
+            cp_async_16(slot + swizzled(row, col), in ? kp : kbase, in ? 16 : 0);  // no hint: see EVICT_FIRST
+            cp_async_16(slot + CHUNK * D + swizzled(row, col), in ? vp : vbase, in ? 16 : 0);
             kp += kstep, vp += vstep;
         }
     }

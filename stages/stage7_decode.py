@@ -45,6 +45,10 @@ HEAD_DIMS = (64, 128)
 # without a second block to overlap a short one's start and end.
 TILES = {64: (32, 2, 8), 128: (32, 2, 8)}
 SMALL_TILES = {64: (32, 2, 4), 128: (32, 2, 4)}
+# plan_launch's many short work tiles: blocks of 2 warps at D 128, four an SM (B 64 Sk 1k with
+# EVICT_FIRST: 1.018x SMALL_TILES, experiments/fp8_decode_evict_first "The tiles with the hint"; 1.004x
+# at Sk 4k without it, experiments/fp8_decode_registers/h200_grid_warps2_9d3135c.log); D 64's as measured there.
+MANY_SHORT_TILES = {64: (32, 2, 4), 128: (32, 2, 2)}
 # plan_launch's "many short work tiles": at most this many chunks a tile, by head dim. D 128's
 # from the grid probe (B 64 Sk 1k-4k: 2-6% over TILES); D 64's from probe.py --rule --D 64 at d03da32
 # (experiments/fp8_decode_registers/h200_rule64_d03da32.log): SMALL_TILES 1.05x TILES at B 64 Sk 1k
@@ -131,7 +135,7 @@ def plan_launch(B: int, Hk: int, Sk: int, D: int, sms: int, cluster_merge: bool 
       - A few work tiles (B·H_kv ≤ SMs/4, B 1): each split down to at least a chunk a warp, the
         SMs over the tiles at most; 8 warps a block where each keeps 2 chunks, else 4.
       - Many short ones (B·H_kv ≥ 2 SMs, at most SMALL_MAX_CHUNKS: B 64 Sk ≤ 4k at D 128, Sk ≤ 1k
-        at D 64): SMALL_TILES, two blocks an SM, so one's start and end overlap the other's copies.
+        at D 64): MANY_SHORT_TILES, several blocks an SM, so one's start and end overlap the others' copies.
       - Otherwise TILES, split by plan_splits."""
     most = CLUSTER_MAX if cluster_merge else MAX_SPLITS
     work, chunk = B * Hk, TILES[D][0]
@@ -140,7 +144,7 @@ def plan_launch(B: int, Hk: int, Sk: int, D: int, sms: int, cluster_merge: bool 
         small = SMALL_TILES[D]
         n = max(1, min(most, sms // work, chunks // small[2]))
         return (TILES[D] if -(-chunks // n) >= 2 * TILES[D][2] else small), n
-    tiles = SMALL_TILES[D] if work >= 2 * sms and chunks <= SMALL_MAX_CHUNKS[D] else TILES[D]
+    tiles = MANY_SHORT_TILES[D] if work >= 2 * sms and chunks <= SMALL_MAX_CHUNKS[D] else TILES[D]
     return tiles, plan_splits(B, Hk, Sk, D, tiles, sms, most)
 
 

@@ -209,11 +209,11 @@ def test_builds_compile_without_spills(D, dtype):
     cluster merge's builds and those without the .cu's switches, at the launch bounds the launcher
     gives them (blocks_per_sm)."""
     packed = (("PACKED_ROWS", 1),)  # the launcher's build for a contiguous cache
-    builds = [(tiles, qrows, f16, 0, packed) for tiles in {d7.TILES[D], d7.SMALL_TILES[D]}
+    builds = [(tiles, qrows, f16, 0, packed) for tiles in {d7.TILES[D], d7.SMALL_TILES[D], d7.MANY_SHORT_TILES[D]}
               for qrows in (8, 16) for f16 in ((0, 1) if dtype == torch.bfloat16 else (0,))]
     builds += [(d7.TILES[D], qrows, 1, 1, packed) for qrows in (8, 16)]  # the cluster merge
     builds += [(d7.TILES[D], qrows, 1, 0, tuple((n, 0) for n in d7.SWITCHES)) for qrows in (8, 16)]
-    builds += [(tiles, 8, 1, 0, packed + HINTS) for tiles in {d7.TILES[D], d7.SMALL_TILES[D]}]
+    builds += [(tiles, 8, 1, 0, packed + HINTS) for tiles in {d7.TILES[D], d7.SMALL_TILES[D], d7.MANY_SHORT_TILES[D]}]
     for tiles, qrows, f16, cluster, switches in builds:
         c = nvrtc.compile_stage(d7.SOURCE, arch="sm_90", dtype=dtype, head_dim=D,
                                 defines={"CHUNK": tiles[0], "STAGES": tiles[1], "WARPS": tiles[2],
@@ -274,8 +274,9 @@ def test_launch_rule(D):
     assert d7.plan_launch(1, 8, 32, D, 132) == (small, 1)         # one chunk: nothing to split
     assert d7.plan_launch(8, 8, 1024, D, 132) == (big, 1)         # 64 tiles: 4 chunks a warp unsplit
     assert d7.plan_launch(8, 8, 32768, D, 132) == (big, 2)
-    assert d7.plan_launch(64, 8, 1024, D, 132) == (small, 1)      # 512 short tiles: two blocks an SM
-    assert d7.plan_launch(64, 8, 4096, D, 132) == ((small, 1) if D == 128 else (big, 1))  # D 64: 128 chunks are long
+    many = d7.MANY_SHORT_TILES[D]
+    assert d7.plan_launch(64, 8, 1024, D, 132) == (many, 1)       # 512 short tiles: several blocks an SM
+    assert d7.plan_launch(64, 8, 4096, D, 132) == ((many, 1) if D == 128 else (big, 1))  # D 64: 128 chunks are long
     assert d7.plan_launch(64, 8, 16384, D, 132) == (big, 1)
     assert d7.plan_launch(1, 1, 10**6, D, 132, cluster_merge=False)[1] == d7.MAX_SPLITS
     for B in (1, 2, 3, 8, 17, 64):
@@ -333,7 +334,8 @@ def test_matches_dequantized_reference(D, seed):
                       lambda g: ({}, {"splits": 1}, {"splits": g.randrange(2, 9)},
                                  {"splits": g.randrange(2, 9), "cluster_merge": False},
                                  {"splits": g.randrange(9, 17)}, {"tiles": (16, 4, 4)},
-                                 {"tiles": (32, 3, 4), "splits": 3}, {"f16_products": False},
+                                 {"tiles": (32, 3, 4), "splits": 3}, {"tiles": d7.MANY_SHORT_TILES[D]},
+                                 {"f16_products": False},
                                  {"switches": tuple((name, 0) for name in d7.SWITCHES)},
                                  {"switches": HINTS}), signs=True)
 
