@@ -87,12 +87,12 @@ def ab_line(label: str, t: dict, a, b) -> str:
             f"{[round(r) for r in t[a].round_medians_us]} | {[round(r) for r in t[b].round_medians_us]}")
 
 
-def ab_rows(rows, builds_of, rounds: int = 7) -> bool:
+def ab_rows(rows, builds_of, rounds: int = 7, exact=lambda D: True) -> bool:
     """An experiment's A/B over rows (B, H, S, D, causal; bf16, stage 6's forward): each row's builds
     (builds_of(D): {name: switches}, the first the baseline) checked against float64 on a slice before
     and after timing, their dK and dV compared bit for bit with the baseline's (for switches that
-    change no sum's order), and timed in the same rounds with SDPA's default backward; one ab_line
-    per other build. Returns whether every check passed."""
+    change no sum's order; exact(D) False: dV only), and timed in the same rounds with SDPA's default
+    backward; one ab_line per other build. Returns whether every check passed."""
     ok = True
     print(f"{'row (bf16): other build':34s} {'base':>10s} {'other':>10s} {'b/o':>6s} {'SDPA':>9s} {'S/b':>8s} "
           f"{'S/o':>8s}  rounds (base | other)", flush=True)
@@ -109,7 +109,7 @@ def ab_rows(rows, builds_of, rounds: int = 7) -> bool:
         dout = torch.randn_like(q)
         out, lse = forward_with_lse(q, k, v, causal, stage6)
         g = {name: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw) for name, kw in builds.items()}
-        same = all(torch.equal(g[base][i], x[i]) for x in g.values() for i in (1, 2))
+        same = all(torch.equal(g[base][i], x[i]) for x in g.values() for i in ((1, 2) if exact(D) else (2,)))
         ok &= same
         t = time_builds(q, k, v, out, dout, lse, causal, builds, rounds=rounds)
         for name in list(builds)[1:]:
@@ -117,7 +117,8 @@ def ab_rows(rows, builds_of, rounds: int = 7) -> bool:
                   + ("" if same else "  dK/dV DIFFER"), flush=True)
         del q, k, v, dout, out, lse, g
         ok &= passes(seed + 1)
-    print("gradients pass, dK and dV bit-equal" if ok else "A CHECK FAILED", flush=True)
+    print("gradients pass, dK and dV bit-equal (dV alone where the builds round dK apart)" if ok
+          else "A CHECK FAILED", flush=True)
     return ok
 
 

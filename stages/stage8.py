@@ -64,7 +64,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
             "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1),
-            "STATS_PAIRS": (0, 1)}
+            "STATS_PAIRS": (0, 1), "SCALE_AT_END": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -97,9 +97,11 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #   MASK_SPLIT  the exponentials of a step whose tile no mask edge cuts skip the per-score compares
 #               (the softcap's builds keep them).
 #   STATS_PAIRS lse and δ read two adjacent columns a load (8 bytes), 16 loads a step instead of 32.
+#   SCALE_AT_END (with DQ_BULK, or the dQ pass) dS without the softmax scale: dK's accumulators and
+#               the postprocess's dQ take it once, instead of a multiply per score every step.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT",
-                  "STATS_PAIRS")
+                  "STATS_PAIRS", "SCALE_AT_END")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -130,10 +132,10 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-         "MASK_SPLIT": 0, "STATS_PAIRS": 0},
+         "MASK_SPLIT": 0, "STATS_PAIRS": 0, "SCALE_AT_END": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-          "MASK_SPLIT": 0, "STATS_PAIRS": 0},
+          "MASK_SPLIT": 0, "STATS_PAIRS": 0, "SCALE_AT_END": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -280,6 +282,9 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if chosen["DS_GUARD"] and not guard_fits:
             raise ValueError("ds_guard=1 orders a warpgroup's dSᵀ store after the other's dQ product: it needs two "
                              "warpgroups whose dQ products read both warpgroups' dSᵀ (D 128, or dq_turns=1 at D 64)")
+        if chosen["SCALE_AT_END"] and chosen["DQ_ATOMICS"] and not chosen["DQ_BULK"]:
+            raise ValueError("scale_at_end=1 leaves the scale to the postprocess of dQ's bulk sum: it needs "
+                             "dq_bulk=1, or the dQ pass (dq_atomics=0)")
         if chosen["DQ_BULK"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("dq_bulk=1 is a way of summing dQ in the dK/dV kernel: it needs dq_atomics=1")
         if chosen["DQ_EARLY"] and not chosen["DQ_ATOMICS"]:
@@ -366,25 +371,26 @@ def _preprocess_kernel(dtype, head_dim: int, part: str = "preprocess"):
     return nvrtc.stage_kernels(src, (f"attention_backward_{part}",), dtype, head_dim)[f"attention_backward_{part}"]
 
 
-def postprocess(acc: torch.Tensor, Sq: int, dtype, head_dim: int | None = None) -> torch.Tensor:
+def postprocess(acc: torch.Tensor, Sq: int, dtype, head_dim: int | None = None, scale: float = 1.0) -> torch.Tensor:
     """The [B, H, sq_pad, DP] float32 dQ the bulk reductions summed (tiles in the accumulators'
     order, tiles_in_order says how) as a new contiguous [B, H, Sq, D] tensor of `dtype`: one
-    kernel (stages/stage8_postprocess.cu), one pass. D: head_dim (default DP, the tiles' width;
-    D 96's tiles are 128 wide)."""
+    kernel (stages/stage8_postprocess.cu), one pass, times `scale`. D: head_dim (default DP, the
+    tiles' width; D 96's tiles are 128 wide)."""
     B, H, sq_pad, dp = acc.shape
     D = head_dim or dp
     dq = torch.empty((B, H, Sq, D), dtype=dtype, device=acc.device)
-    kernel, cfg, args = _post_launch(B, H, Sq, sq_pad, D, dtype)
+    kernel, cfg, args = _post_launch(B, H, Sq, sq_pad, D, dtype, scale)
     nvrtc.launch_prepared(kernel, cfg, (acc.data_ptr(), dq.data_ptr(), *args))
     return dq
 
 
-def _post_launch(B, H, Sq, sq_pad, D, dtype) -> tuple:
-    """The postprocess's kernel, launch configuration and scalar arguments."""
+def _post_launch(B, H, Sq, sq_pad, D, dtype, scale: float = 1.0) -> tuple:
+    """The postprocess's kernel, launch configuration and scalar arguments (scale: what dQ's sum is
+    multiplied by, the softmax scale where the main kernel left it out: SCALE_AT_END)."""
     quads = B * H * sq_pad * tile_width(D) // 4  # the float32 sum's, tile_width(D) columns a row
     nvrtc.check_grid_x("stage 8 (postprocess)", -(-quads // 256))
     return (_preprocess_kernel(dtype, D, "postprocess"), nvrtc.launch_config((-(-quads // 256), 1, 1), (256, 1, 1)),
-            (np.int32(Sq), np.int32(sq_pad // 64), np.int64(quads)))
+            (np.int32(Sq), np.int32(sq_pad // 64), np.int64(quads), np.float32(scale)))
 
 
 def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None):
@@ -586,7 +592,8 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     p.pre, p.pre_config, p.pre_args = _pre_launch(out_l, dout_l, p.sq_pad)
     p.dq_kernel = p.dq_config = p.post = p.post_config = p.post_args = None
     if p.bulk:
-        p.post, p.post_config, p.post_args = _post_launch(B, H, Sq, p.sq_pad, D, q.dtype)
+        p.post, p.post_config, p.post_args = _post_launch(B, H, Sq, p.sq_pad, D, q.dtype,
+                                                          scale if dict(cfg["defines"])["SCALE_AT_END"] else 1.0)
     elif not p.atomics:
         n_dq_blocks = (Sq + DQ_ROWS - 1) // DQ_ROWS * B * H
         nvrtc.check_grid_x("stage 8 (dQ pass)", n_dq_blocks)

@@ -92,6 +92,11 @@
 //     keep them. FlashAttention-3 makes the masked steps a loop of their own for the same reason.
 //   STATS_PAIRS 1: a thread's 16 columns of lse and δ come in pairs (columns 2·i4 and 2·i4 + 1 of
 //     each 8 are adjacent), so it reads each as 8 loads of 8 bytes instead of one load a score.
+//   SCALE_AT_END 1 (with DQ_BULK, or the dQ pass): dSᵀ = Pᵀ ∘ (dPᵀ − δ) without the softmax scale,
+//     which every product of dS carries linearly: dK's accumulators take it once before their
+//     store, and the postprocess once per element of dQ, instead of one multiply per score every
+//     step (32 a thread). At D 64 the scale is 2⁻³, so dSᵀ's 16-bit values are the scaled ones'
+//     times 8 exactly and dK and dQ come out bit-equal; at D 128 they round differently.
 // Not here (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this block's
 // dK is waited for; tried with DK_LAST, slower at D 64 and spilled at D 128 (experiments/backward_dk_last).
 //
@@ -170,6 +175,9 @@
 #endif
 #ifndef STATS_PAIRS
 #define STATS_PAIRS 0
+#endif
+#ifndef SCALE_AT_END
+#define SCALE_AT_END 0
 #endif
 #ifndef SOFTCAP
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
@@ -589,16 +597,17 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             wgmma_wait<1>();  // dPᵀ is done (groups complete in order); dV may still be running
         }
         fence_registers(dp);
-        // dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale (SOFTCAP: s holds Pᵀ ∘ (1 − t²))
+        // dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale (SOFTCAP: s holds Pᵀ ∘ (1 − t²); SCALE_AT_END: without the scale)
+        const float ds_scale = SCALE_AT_END ? 1.0f : scale;
 #pragma unroll
 #if STATS_PAIRS
         for (int i = 0; i < 32; i += 4) {  // δ of columns 8·(i / 4) + 2·i4 and + 1, one load
             const float2 d = *reinterpret_cast<const float2*>(&sm.delta[buf][8 * (i / 4) + 2 * i4]);
-            dp[i] = s[i] * (dp[i] - d.x) * scale, dp[i + 1] = s[i + 1] * (dp[i + 1] - d.y) * scale;
-            dp[i + 2] = s[i + 2] * (dp[i + 2] - d.x) * scale, dp[i + 3] = s[i + 3] * (dp[i + 3] - d.y) * scale;
+            dp[i] = s[i] * (dp[i] - d.x) * ds_scale, dp[i + 1] = s[i + 1] * (dp[i + 1] - d.y) * ds_scale;
+            dp[i + 2] = s[i + 2] * (dp[i + 2] - d.x) * ds_scale, dp[i + 3] = s[i + 3] * (dp[i + 3] - d.y) * ds_scale;
         }
 #else
-        for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]) * scale;
+        for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]) * ds_scale;
 #endif
         pack_a(dsa, dp);
 
@@ -762,6 +771,10 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     cp_async_wait<0>();
     // (PRODUCER: the consumers issued no bulk groups, so this waits for nothing)
     if (DQ_BULK && tid % THREADS == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // before the block's memory goes
+#if SCALE_AT_END
+#pragma unroll
+    for (int i = 0; i < DKV / 2; ++i) dk_acc[i] *= scale;  // the scale dSᵀ went without
+#endif
     // dK and dV, rows key0 and key0 + 8: element i at column 8·(i / 4) + 2·i4 + i % 2.
     const size_t out_rows = (size_t)bhk * Sk;
 #pragma unroll

@@ -318,13 +318,16 @@ def test_preprocess_matches_torch(D, seed):
 def test_postprocess_matches_tiles_in_order(D, seed):
     """The postprocess kernel puts bulk-summed dQ tiles back in row order as tiles_in_order does
     (itself checked element by element on the CPU), converted to bf16, dropping padding rows (and at
-    D 96 the tiles' columns 96-127)."""
+    D 96 the tiles' columns 96-127); with a scale, multiplied by it first."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     B, H, Sq, sq_pad = 2, 3, 77, 128
     acc = torch.randn(B, H, sq_pad, stage8.tile_width(D), device="cuda", generator=gen)
     got = stage8.postprocess(acc, Sq, torch.bfloat16, head_dim=D)
     want = stage8.tiles_in_order(acc, torch.bfloat16)[:, :, :Sq, :D]
     assert got.shape == (B, H, Sq, D) and got.is_contiguous() and torch.equal(got, want)
+    scale = D ** -0.5  # SCALE_AT_END's: the sum times the softmax scale, then rounded
+    got = stage8.postprocess(acc, Sq, torch.bfloat16, head_dim=D, scale=scale)
+    assert torch.equal(got, stage8.tiles_in_order(acc * scale, torch.bfloat16)[:, :, :Sq, :D])
 
 
 def test_backward_table_shows_the_dtype_when_the_record_has_both(monkeypatch):
