@@ -150,8 +150,12 @@ BEFORE_PRODUCER = {
 #   Both: MASK_SPLIT on (a step whose tile no mask edge cuts skips the per-score compares): 1.03-1.04x
 #     the build without it at D 64 (full, causal) and D 128 causal, 1.01-1.02x at S 512, level at D 128
 #     full (0.998x) (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_mask_split).
+#   D 64: SCALE_AT_END on (one multiply a score less every step): 1.012-1.021x the build without it at
+#     five D 64 rows, dK and dV bit-equal (the scale is 2⁻³); D 128 off: 0.988-0.998x at four rows
+#     (H200, same rounds, bf16; experiments/backward_scale_at_end).
 WGMMA_BUILD = {
-    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1},
+    64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1,
+         "SCALE_AT_END": 1},
     128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
     # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its

@@ -152,3 +152,25 @@ def test_plot_says_when_there_is_no_map(bench, capsys):
                                                      if r["D"] == 64 and r["Hkv"] == 16 and not r["causal"]])
     assert "NVIDIA H200" in ax.get_title() and "abc1234" in ax.get_title()
     assert any(list(ln.get_ydata()) == [1.0, 1.0] for ln in ax.get_lines())  # the line at 1
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_waterfall_turns_one_switch_a_step(bench, monkeypatch, D):
+    """The record's waterfall (the stage 8 notebook's bars): each build of PRODUCER_PATH is one of the
+    timed variants, and each differs from the one before it in one switch of stage 8's defines (two
+    where a step names two: the producer with a second warpgroup taking turns); the last is the
+    stage's build."""
+    import stages.stage8 as stage8
+    monkeypatch.setattr(stage8, "wgmma_here", lambda: True)
+    timed = dict(bench.variants(D, "wgmma"))
+    path = bench.PRODUCER_PATH[D]
+    assert all(label in timed for label in path), [label for label in path if label not in timed]
+
+    def defines(label):
+        kw = {k: v for k, v in timed[label].items() if k != "wgmma"}
+        return dict(stage8.config(D, None, kw.pop("dq_atomics", None), 1, **kw)["defines"])
+    steps = [defines(label) for label in path]
+    assert steps[-1] == dict(stage8.config(D, wgmma=1)["defines"])
+    for a, b, label in zip(steps, steps[1:], path[1:]):
+        changed = {k for k in a if a[k] != b[k]}
+        assert 1 <= len(changed) <= (3 if "turns" in label else 1), (label, changed)
