@@ -243,8 +243,8 @@ __device__ __forceinline__ void mma_rows(float (&c)[ACC], const unsigned (&a)[4]
 // (the timing's flush does too, experiments/l2_flush_writeback); without the hint the cache's reads
 // evict them all, and their write-back to memory shares the read's bandwidth.
 // The copies of a chunk that the cache's end cuts (a cache's last, src-size 0 past it) go without
-// the hint: with it, its first form (.L2::cache_hint and a src-size in one cp.async) raised
-// "illegal instruction" in the GPU tests at caches not a whole number of chunks (H200, NVRTC 13.0).
+// the hint: with it (.L2::cache_hint and a src-size in one cp.async) some builds raised "illegal
+// instruction" on such caches and others did not (H200, NVRTC 13.0; experiments/fp8_decode_evict_first).
 // PREFETCH_256: the copies ask L2 to fetch 256 bytes around each line (cp.async's .L2::256B), two
 // of a chunk's 128-byte rows at once.
 #ifndef EVICT_FIRST
