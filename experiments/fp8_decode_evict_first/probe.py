@@ -44,6 +44,20 @@ GRID_TILES = [(32, 2, 8), (32, 3, 8), (32, 2, 4), (32, 4, 4), (32, 6, 4), (32, 2
 GRID_SPLITS = (1, 2, 4)
 
 
+def cache(B: int, Sk: int):
+    """q (bf16), the e4m3 cache with its descales, and the same cache dequantized to bf16 (SDPA's)."""
+    q, k, v = make_qkv(B, H, 1, D, Sk=Sk, Hkv=HKV, dtype=torch.bfloat16)
+    (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
+    del k, v
+    return q, k8, kd, v8, vd, f8.dequantized(k8, kd, torch.bfloat16), f8.dequantized(v8, vd, torch.bfloat16)
+
+
+def checked(out, q, k8, kd, v8, vd) -> bool:
+    """out against the float64 reference of the dequantized cache, at three batch entries."""
+    idx = torch.tensor(sorted({0, q.shape[0] // 2, q.shape[0] - 1}), device=q.device)
+    return fp8_checked(out[idx], q[idx], f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx]))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", nargs="+", help="B,Sk each (default: the fp8_decode entry's rows)")
@@ -56,16 +70,12 @@ def main() -> int:
     zero = T.flush_l2
     out, ok_all = [], True
     for B, Sk in rows:
-        q, k, v = make_qkv(B, H, 1, D, Sk=Sk, Hkv=HKV, dtype=torch.bfloat16)
-        (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
-        del k, v
-        k16, v16 = f8.dequantized(k8, kd, torch.bfloat16), f8.dequantized(v8, vd, torch.bfloat16)
+        q, k8, kd, v8, vd, k16, v16 = cache(B, Sk)
         fns = {"sdpa": T.sdpa_call(q, k16, v16)}
         for name, sw in VARIANTS.items():
             fns[name] = (lambda sw=sw: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd, switches=sw))
         base = fns["launcher"]()
-        idx = torch.tensor(sorted({0, B // 2, B - 1}), device=q.device)
-        ok = fp8_checked(base[idx], q[idx], f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx]))
+        ok = checked(base, q, k8, kd, v8, vd)
         same = {name: torch.equal(fns[name](), base) for name in VARIANTS}
         ok &= all(same.values())
         row = {"B": B, "H": H, "Hkv": HKV, "Sq": 1, "Sk": Sk, "D": D, "passed": ok, "bitwise": same}
@@ -95,10 +105,7 @@ def grid(rows, out_path) -> int:
     chunk, evict_first on, beside the launcher and SDPA, under the records' flush."""
     out, ok_all = [], True
     for B, Sk in rows:
-        q, k, v = make_qkv(B, H, 1, D, Sk=Sk, Hkv=HKV, dtype=torch.bfloat16)
-        (k8, kd), (v8, vd) = f8.quantize(k), f8.quantize(v)
-        del k, v
-        k16, v16 = f8.dequantized(k8, kd, torch.bfloat16), f8.dequantized(v8, vd, torch.bfloat16)
+        q, k8, kd, v8, vd, k16, v16 = cache(B, Sk)
         fns = {"sdpa": T.sdpa_call(q, k16, v16),
                "launcher": lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd),
                "launcher, no hint": lambda: d7.attention(q, k8, v8, k_descale=kd, v_descale=vd,
@@ -109,10 +116,9 @@ def grid(rows, out_path) -> int:
                     fns[f"{t} splits {n}"] = (lambda t=t, n=n: d7.attention(
                         q, k8, v8, k_descale=kd, v_descale=vd, tiles=t, splits=n, switches=(("EVICT_FIRST", 1),)))
         base = fns["launcher"]()
-        idx = torch.tensor(sorted({0, B // 2, B - 1}), device=q.device)
-        ok = fp8_checked(base[idx], q[idx], f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx]))
+        ok = checked(base, q, k8, kd, v8, vd)
         for name in list(fns)[2:]:  # the same sums in another order: each against the reference
-            ok &= fp8_checked(fns[name]()[idx], q[idx], f8.dequantized(k8[idx], kd[idx]), f8.dequantized(v8[idx], vd[idx]))
+            ok &= checked(fns[name](), q, k8, kd, v8, vd)
         t = T.time_interleaved(fns, rounds=5, budget_s=0.1)
         s = t["sdpa"].median_us
         print(f"B{B} Sk{Sk} {'pass' if ok else 'FAIL'}  SDPA {s:.1f} µs", flush=True)
