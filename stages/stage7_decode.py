@@ -71,7 +71,7 @@ CLUSTER_MERGE = True
 CLUSTER_MAX = 8  # the portable cluster size
 # EVICT_FIRST (the .cu): the cache's copies marked evict_first in L2, taken by a call whose cache
 # (K and V, e4m3, at Sk) is at most this many L2s. On the H200 with the records' flush, which leaves
-# L2 full of dirty lines (experiments/fp8_decode_evict_first): 1.05-1.09x at caches of 34-134 MB
+# L2 full of dirty lines (experiments/fp8_decode_evict_first): 1.06-1.10x at caches of 34-134 MB
 # (the dirty lines' write-back no longer shares the read), level at 268 MB, 0.96-0.97x at 537 MB and
 # more; level everywhere with clean lines in L2. The H100 follows the rule unmeasured.
 EVICT_FIRST_L2S = 3
