@@ -279,6 +279,8 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
                         and (dp == 64 or dp // 64 == chosen["WARPGROUPS"]))
         if given.get("dk_last") is None and not dk_last_fits:
             chosen["DK_LAST"] = 0
+        if given.get("scale_at_end") is None and chosen["DQ_ATOMICS"] and not chosen["DQ_BULK"]:
+            chosen["SCALE_AT_END"] = 0  # the vector reductions' dQ has no postprocess to take the scale
         if given.get("mask_split") is None and chosen["BLOCKS_PER_SM"] == 3:
             chosen["MASK_SPLIT"] = 0  # in 168 registers its second loop of exponentials spilled 16 bytes
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:

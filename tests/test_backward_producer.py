@@ -115,6 +115,7 @@ def test_scale_at_end_config():
         assert on == {**dict(stage8.config(D, wgmma=1)["defines"]), "SCALE_AT_END": 1}
     with pytest.raises(ValueError, match="scale_at_end=1"):
         stage8.config(64, None, 1, 1, dq_bulk=0, scale_at_end=1)
+    assert dict(stage8.config(64, None, 1, 1, dq_bulk=0)["defines"])["SCALE_AT_END"] == 0  # unsaid: off
     stage8.config(64, None, 0, 1, scale_at_end=1)  # the dQ pass: its own dS keeps the scale
 
 
