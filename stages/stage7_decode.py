@@ -46,7 +46,7 @@ HEAD_DIMS = (64, 128)
 TILES = {64: (32, 2, 8), 128: (32, 2, 8)}
 SMALL_TILES = {64: (32, 2, 4), 128: (32, 2, 4)}
 # plan_launch's many short work tiles: blocks of 2 warps at D 128, four an SM (B 64 Sk 1k with
-# EVICT_FIRST: 1.018x SMALL_TILES, experiments/fp8_decode_evict_first "The tiles with the hint"; 1.004x
+# EVICT_FIRST: 1.018x SMALL_TILES, experiments/fp8_decode_evict_first, "Tiles with the hint"; 1.004x
 # at Sk 4k without it, experiments/fp8_decode_registers/h200_grid_warps2_9d3135c.log); D 64's as measured there.
 MANY_SHORT_TILES = {64: (32, 2, 4), 128: (32, 2, 2)}
 # plan_launch's "many short work tiles": at most this many chunks a tile, by head dim. D 128's
