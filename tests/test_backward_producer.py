@@ -7,11 +7,14 @@ float64 autograd (lib.reference.check_gradients) at odd shapes, and dK and dV bi
 build without the producer, whose dK and dV add the same products in the same order (dQ's bulk
 reductions from many blocks land in any order, so dQ is only judged by the rule)."""
 import math
+import re
+from collections import Counter
 
 import pytest
 import torch
 
 from conftest import assert_no_local_memory, compile_cases, gpu
+from lib import sass
 from lib.inputs import make_qkv
 from lib.reference import check_gradients
 from stages import stage5, stage6, stage8
@@ -129,6 +132,35 @@ def test_mask_split_and_stats_pairs_config():
         assert flipped == {**defines, "MASK_SPLIT": 0, "STATS_PAIRS": 1}
 
 
+def test_epilogue_switches_config():
+    """EXIT_ON_READ changes the producer's last wait: off where a call turns the producer off and
+    leaves it unsaid, refused where asked for without one; EPILOGUE_SMEM a switch at every head dim."""
+    for D in (64, 96, 128, 256):
+        flipped = dict(stage8.config(D, wgmma=1, epilogue_smem=1)["defines"])
+        assert flipped == {**dict(stage8.config(D, wgmma=1, epilogue_smem=0)["defines"]), "EPILOGUE_SMEM": 1}
+    assert dict(stage8.config(64, wgmma=1, producer=0, exit_on_read=None)["defines"])["EXIT_ON_READ"] == 0
+    assert dict(stage8.config(128, wgmma=1, exit_on_read=1)["defines"])["EXIT_ON_READ"] == 1
+    with pytest.raises(ValueError, match="exit_on_read=1"):
+        stage8.config(128, wgmma=1, producer=0, exit_on_read=1)
+
+
+def test_epilogue_smem_stores_whole_pieces():
+    """Offline (NVRTC, no GPU): with EPILOGUE_SMEM a thread of the dK/dV kernel stores dK and dV as
+    16-byte pieces of rows (STG.E.128: 2 tensors × 128 keys × D/8 pieces over 256 threads), where the
+    accumulators' pairs take D/2 4-byte stores (2 tensors × 2 rows × D/8); dQ leaves by bulk
+    reductions, so no other global store is left. The postprocess reads 64 bytes a thread and
+    stores two 16-byte pieces."""
+    for D in (64, 128):
+        stores = {}
+        for on in (0, 1):
+            built = stage8.compile_for("sm_90a", torch.bfloat16, D, epilogue_smem=on)
+            stores[on] = Counter(re.findall(r"\bSTG\S*", sass.function_text(sass.sass_text(built["attention_backward"].cubin),
+                                                                              "attention_backward")))
+        assert stores[0] == {"STG.E": D // 2} and stores[1] == {"STG.E.128": D // 8}, (D, stores)
+        post = Counter(re.findall(r"\b(?:LDG|STG)\S*", sass.sass_text(built["attention_backward_postprocess"].cubin)))
+        assert post == {"LDG.E.128.CONSTANT": 4, "STG.E.128": 2}, post
+
+
 def _sass_parts(text):
     """The dK/dV kernel's SASS lines, and the consumers' part: from their setmaxnreg (TRY_ALLOC) to
     the producer's (DEALLOC). (ptxas lays the consumers' branch out first; the wait loops' retries
@@ -227,9 +259,11 @@ def test_producer_with_other_switches(shape, switches, seed):
 
 # DK_LAST (dK's product after dQ's; also with one warpgroup at D 64), MASK_SPLIT (no per-score compares
 # where no mask edge cuts a step's tile), STATS_PAIRS (lse and δ two columns a load), SCALE_AT_END (the
-# softmax scale on dK and dQ once, not on dS): each on and off
+# softmax scale on dK and dQ once, not on dS), EPILOGUE_SMEM (dK and dV out through shared memory; also
+# with one warpgroup), EXIT_ON_READ (the producer's last wait): each on and off
 SWITCH_CASES = [("dk_last", {}), ("dk_last", {"warpgroups": 1, "dq_turns": 0}), ("mask_split", {}), ("stats_pairs", {}),
-                ("scale_at_end", {})]
+                ("scale_at_end", {}), ("epilogue_smem", {}), ("epilogue_smem", {"warpgroups": 1, "dq_turns": 0}),
+                ("exit_on_read", {})]
 
 
 @gpu
@@ -253,6 +287,22 @@ def test_one_switch_matches_reference(shape, window, case, seed):
     exact = switch != "scale_at_end" or math.log2(D ** -0.5).is_integer()
     _one_switch(q, k, v, out, dout, lse, causal, {switch: 1, **others}, {switch: 0, **others},
                 f"{shape} {window} {case} seed {seed}", window=window, exact=exact)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("shape", [(2, 3, 1, 90, 130, 96, False), (1, 4, 2, 75, 200, 96, "bottom_right"),
+                                   (2, 2, 2, 130, 70, 256, True), (1, 2, 1, 64, 193, 256, False)], ids=str)
+def test_epilogue_smem_other_head_dims(shape, seed):
+    """EPILOGUE_SMEM where the tile is wider than D (D 96: columns 96-127 not stored) and where two
+    warpgroups split D (D 256), key counts that cut the last block: dK and dV bit-equal to the
+    pairs' stores, gradients by the rule."""
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
+    dout = torch.randn_like(q)
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
+    out = stage6.attention(q, k, v, causal=causal, lse=lse)
+    _one_switch(q, k, v, out, dout, lse, causal, {"epilogue_smem": 1}, {"epilogue_smem": 0}, f"{shape} seed {seed}")
 
 
 @gpu

@@ -7,6 +7,7 @@ lib.reference (check_gradients). Run on an H100/H200 as
         compute-sanitizer --tool $tool --kernel-name kns=attention_backward \
             python3 experiments/model_variants/sanitize_backward.py || break
     done
+(`--switch=NAME=VALUE`, repeated: the cases on the Hopper build with those switches of stage 8.)
 """
 import sys
 from pathlib import Path
@@ -56,4 +57,17 @@ def run(cases, done: str, **always) -> None:
 
 
 if __name__ == "__main__":
-    run(CASES, "stage 8 model-variant backward calls: all match the reference")
+    # --switch NAME=VALUE (repeatable): these cases again with a build's switches, e.g. a new
+    # switch of stage 8 under the sanitizers without a case list of its own
+    switches = {}
+    for arg in sys.argv[1:]:
+        name, _, value = arg.removeprefix("--switch=").partition("=")
+        if not arg.startswith("--switch=") or not value.isdigit():
+            sys.exit(f"usage: {sys.argv[0]} [--switch=NAME=VALUE ...], got {arg!r}")
+        switches[name] = int(value)
+    if switches:  # on the Hopper build: the cases that run the stage's dK/dV kernel (not the dQ pass,
+        # nor D 128's softcap with a window, which runs the build before the producer: variant_switches)
+        cases = [c for c in CASES if not c[4] and not (c[0][5] == 128 and {"softcap", "window"} <= set(c[3]))]
+        run(cases, f"stage 8 backward with {switches}: all match the reference", wgmma=1, **switches)
+    else:
+        run(CASES, "stage 8 model-variant backward calls: all match the reference")
