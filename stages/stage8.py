@@ -64,7 +64,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
             "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1),
-            "STATS_PAIRS": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1), "EXIT_ON_READ": (0, 1)}
+            "STATS_PAIRS": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -101,11 +101,9 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               the postprocess's dQ take it once, instead of a multiply per score every step.
 #   EPILOGUE_SMEM dK and dV stored through shared memory in whole 16-byte pieces of rows, instead of
 #               the accumulators' 4-byte pairs straight from registers.
-#   EXIT_ON_READ (with PRODUCER) the block ends once the copy engine has read its last dQ tiles out,
-#               without waiting for their sums to land.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT",
-                  "STATS_PAIRS", "SCALE_AT_END", "EPILOGUE_SMEM", "EXIT_ON_READ")
+                  "STATS_PAIRS", "SCALE_AT_END", "EPILOGUE_SMEM")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -136,10 +134,10 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-         "MASK_SPLIT": 0, "STATS_PAIRS": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "EXIT_ON_READ": 0},
+         "MASK_SPLIT": 0, "STATS_PAIRS": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-          "MASK_SPLIT": 0, "STATS_PAIRS": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "EXIT_ON_READ": 0},
+          "MASK_SPLIT": 0, "STATS_PAIRS": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -273,8 +271,6 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen["DQ_TURNS"] = 0
         if given.get("producer") is None and not producer_fits:
             chosen["PRODUCER"] = 0
-        if given.get("exit_on_read") is None and not chosen["PRODUCER"]:
-            chosen["EXIT_ON_READ"] = 0  # the producer's last wait: none without one
         # DS_GUARD: two warpgroups whose dQ products read both's dSᵀ (D 128, or dQ in turns)
         dp = tile_width(head_dim)  # the tiles' width (D 96: D 128's)
         guard_fits = chosen["WARPGROUPS"] == 2 and chosen["DQ_ATOMICS"] and (dp == 128 or chosen["DQ_TURNS"])
@@ -314,8 +310,6 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if head_dim == 256 and (chosen["WARPGROUPS"] != 2 or chosen["DQ_ATOMICS"] or chosen["PRODUCER"]):
             raise ValueError("D 256 has one build: two warpgroups that split D (warpgroups=2), dQ by its own "
                              "pass (dq_atomics=0), no producer (stages/stage8_wgmma.cu, 'Head dim 256')")
-        if chosen["EXIT_ON_READ"] and not chosen["PRODUCER"]:
-            raise ValueError("exit_on_read=1 changes the producer's last wait: it needs producer=1")
         if chosen["PRODUCER"] and not producer_fits:
             raise ValueError("producer=1 issues the TMA loads and the dQ bulk reductions: it needs tma_loads=1 "
                              "and dq_bulk=1 (with dq_atomics=1), and blocks_per_sm=1")

@@ -99,13 +99,9 @@
 //     times 8 exactly and dK and dQ come out bit-equal; at D 128 they round differently.
 //   EPILOGUE_SMEM 1: dK and dV leave through shared memory. Each thread writes its accumulators'
 //     pairs (4 bytes, 8 rows apart) into Q's and dO's buffers, free once every product of the
-//     last step is done, and then stores whole 16-byte pieces of rows: a quarter of the store
-//     instructions, each writing whole 128-byte lines, where the pairs wrote 16 bytes of 8 lines
-//     each. At S 512 a block walks only 8 steps, so what its start and end cost counts.
-//   EXIT_ON_READ 1 (PRODUCER): the producer's last wait is for the copy engine to have read the
-//     last dQ tiles out of shared memory (wait_group.read), not for their sums to land in global
-//     memory: the kernel's end orders those before the postprocess anyway, and the block's
-//     shared memory (with one block per SM, the next block's start) waits for this thread alone.
+//     last step is done; then each warp stores its own 16 rows in whole 16-byte pieces: a
+//     quarter of the store instructions, each writing whole 128-byte lines, where the pairs wrote
+//     16 bytes of 8 lines each. At S 512 a block walks only 8 steps, so its end counts.
 // Not here (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this block's
 // dK is waited for; tried with DK_LAST, slower at D 64 and spilled at D 128 (experiments/backward_dk_last).
 //
@@ -191,9 +187,6 @@
 #ifndef EPILOGUE_SMEM
 #define EPILOGUE_SMEM 0
 #endif
-#ifndef EXIT_ON_READ
-#define EXIT_ON_READ 0
-#endif
 #ifndef SOFTCAP
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
 #endif
@@ -246,7 +239,6 @@ static_assert(!DS_GUARD || (DQ_ATOMICS && DQ_ALL_KEYS && WARPGROUPS == 2),
 static_assert(!DS_GUARD || D == 64 || DQ_SPLITS_D, "DS_GUARD: one dQ product per warpgroup and step (its arrival)");
 static_assert(!DK_LAST || (DQ_ATOMICS && !DQ_EARLY && (DQ_SPLITS_D || ATOMS == 1)),
               "DK_LAST: dK after this kernel's dQ product, one dQ product per turn (D 128's halves, or D 64)");
-static_assert(!EXIT_ON_READ || PRODUCER, "EXIT_ON_READ: the producer's last wait");
 static_assert(!PRODUCER || (TMA_LOADS && DQ_BULK && BLOCKS_PER_SM == 1),
               "PRODUCER issues the TMA loads and the bulk reductions (TMA_LOADS, DQ_BULK), two dQ buffers");
 // The block: the warpgroups that multiply (threads 0 … KEY_THREADS − 1, as without a producer),
@@ -486,9 +478,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
                     mbar_arrive(&sm.dq_empty[(u - 1) % DQ_BUFFERS][w]);
                 }
             }
-            // before the block's shared memory goes (EXIT_ON_READ: once read, see above)
-            if (EXIT_ON_READ) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-            else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+            asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // before the block's memory goes
         }
         return;
     }
@@ -797,29 +787,29 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     const size_t out_rows = (size_t)bhk * Sk;
 #if EPILOGUE_SMEM
     // [KEYS][DP], dK over Q's buffers and dV over dO's; 16-byte piece c of row r at c ^ (r % 8):
-    // the pairs' stores (8 rows, 4 lanes each) and the pieces' loads (8 lanes, one row) hit 32 banks
+    // the pairs' stores (8 rows, 4 lanes each) and the pieces' loads (8 lanes, one row) hit 32
+    // banks. Each warp reads back only the 16 rows it wrote, so a warp barrier orders them.
     static_assert(sizeof(KeySmem::q) >= KEYS * DP * sizeof(elem_t) && sizeof(KeySmem::dout) == sizeof(KeySmem::q),
                   "dK and dV fit in Q's and dO's buffers");
     elem_t* const dk_tile = &sm.q[0][0][0][0];
     elem_t* const dv_tile = &sm.dout[0][0][0][0];
     auto piece = [](int r, int c) { return r * DP + ((c / 8) ^ (r % 8)) * 8 + c % 8; };
     named_bar_sync(3, KEY_THREADS);  // every warpgroup's products are done reading Q and dO
+    const int row0 = kw + 16 * warp;  // the warp's 16 keys, rows of the block's
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        const int r = kw + 16 * warp + g + 8 * hh;  // the key's row in the block
 #pragma unroll
         for (int n = 0; n < DKV / 8; ++n) {
-            const int c = cw + 8 * n + 2 * i4;
+            const int r = row0 + g + 8 * hh, c = cw + 8 * n + 2 * i4;
             *reinterpret_cast<unsigned*>(dk_tile + piece(r, c)) = pack2(dk_acc[4 * n + 2 * hh], dk_acc[4 * n + 2 * hh + 1]);
             *reinterpret_cast<unsigned*>(dv_tile + piece(r, c)) = pack2(dv_acc[4 * n + 2 * hh], dv_acc[4 * n + 2 * hh + 1]);
         }
     }
-    named_bar_sync(3, KEY_THREADS);
-    constexpr int PIECES = DP / 8;  // a row's 16-byte pieces
-    static_assert(KEYS * PIECES % KEY_THREADS == 0, "whole rounds of pieces");
+    __syncwarp();
+    constexpr int PIECES = DKV / 8;  // 16-byte pieces of a row's DKV columns
 #pragma unroll
-    for (int j = 0; j < KEYS * PIECES / KEY_THREADS; ++j) {
-        const int i = tid + j * KEY_THREADS, r = i / PIECES, c = 8 * (i % PIECES);
+    for (int j = 0; j < 16 * PIECES / 32; ++j) {
+        const int r = row0 + (lane + 32 * j) / PIECES, c = cw + 8 * ((lane + 32 * j) % PIECES);
         if (n0 + r < Sk && (DP == D || c < D)) {  // D 96: columns 96-127 are not the tensor's
             const size_t at_out = (out_rows + n0 + r) * D + c;
             *reinterpret_cast<uint4*>(dk + at_out) = *reinterpret_cast<const uint4*>(dk_tile + piece(r, c));

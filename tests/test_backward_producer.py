@@ -132,16 +132,11 @@ def test_mask_split_and_stats_pairs_config():
         assert flipped == {**defines, "MASK_SPLIT": 0, "STATS_PAIRS": 1}
 
 
-def test_epilogue_switches_config():
-    """EXIT_ON_READ changes the producer's last wait: off where a call turns the producer off and
-    leaves it unsaid, refused where asked for without one; EPILOGUE_SMEM a switch at every head dim."""
+def test_epilogue_smem_config():
+    """EPILOGUE_SMEM is a switch a call may flip at every head dim, changing no other define."""
     for D in (64, 96, 128, 256):
         flipped = dict(stage8.config(D, wgmma=1, epilogue_smem=1)["defines"])
         assert flipped == {**dict(stage8.config(D, wgmma=1, epilogue_smem=0)["defines"]), "EPILOGUE_SMEM": 1}
-    assert dict(stage8.config(64, wgmma=1, producer=0, exit_on_read=None)["defines"])["EXIT_ON_READ"] == 0
-    assert dict(stage8.config(128, wgmma=1, exit_on_read=1)["defines"])["EXIT_ON_READ"] == 1
-    with pytest.raises(ValueError, match="exit_on_read=1"):
-        stage8.config(128, wgmma=1, producer=0, exit_on_read=1)
 
 
 def test_epilogue_smem_stores_whole_pieces():
@@ -260,10 +255,9 @@ def test_producer_with_other_switches(shape, switches, seed):
 # DK_LAST (dK's product after dQ's; also with one warpgroup at D 64), MASK_SPLIT (no per-score compares
 # where no mask edge cuts a step's tile), STATS_PAIRS (lse and δ two columns a load), SCALE_AT_END (the
 # softmax scale on dK and dQ once, not on dS), EPILOGUE_SMEM (dK and dV out through shared memory; also
-# with one warpgroup), EXIT_ON_READ (the producer's last wait): each on and off
+# with one warpgroup): each on and off
 SWITCH_CASES = [("dk_last", {}), ("dk_last", {"warpgroups": 1, "dq_turns": 0}), ("mask_split", {}), ("stats_pairs", {}),
-                ("scale_at_end", {}), ("epilogue_smem", {}), ("epilogue_smem", {"warpgroups": 1, "dq_turns": 0}),
-                ("exit_on_read", {})]
+                ("scale_at_end", {}), ("epilogue_smem", {}), ("epilogue_smem", {"warpgroups": 1, "dq_turns": 0})]
 
 
 @gpu
