@@ -63,8 +63,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
-            "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1),
-            "STATS_PAIRS": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1)}
+            "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -96,14 +95,12 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               issued after dQ's, so that it runs while the warps store the dQ tile.
 #   MASK_SPLIT  the exponentials of a step whose tile no mask edge cuts skip the per-score compares
 #               (the softcap's builds keep them).
-#   STATS_PAIRS lse and δ read two adjacent columns a load (8 bytes), 16 loads a step instead of 32.
 #   SCALE_AT_END (with DQ_BULK, or the dQ pass) dS without the softmax scale: dK's accumulators and
 #               the postprocess's dQ take it once, instead of a multiply per score every step.
 #   EPILOGUE_SMEM dK and dV stored through shared memory in whole 16-byte pieces of rows, instead of
 #               the accumulators' 4-byte pairs straight from registers.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
-                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT",
-                  "STATS_PAIRS", "SCALE_AT_END", "EPILOGUE_SMEM")
+                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT", "SCALE_AT_END", "EPILOGUE_SMEM")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -134,10 +131,10 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-         "MASK_SPLIT": 0, "STATS_PAIRS": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0},
+         "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-          "MASK_SPLIT": 0, "STATS_PAIRS": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0},
+          "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -155,9 +152,15 @@ BEFORE_PRODUCER = {
 #   D 64: SCALE_AT_END on (one multiply a score less every step): 1.012-1.021x the build without it at
 #     five D 64 rows, dK and dV bit-equal (the scale is 2⁻³); D 128 off: 0.988-0.998x at four rows
 #     (H200, same rounds, bf16; experiments/backward_scale_at_end).
+#   D 64: EPILOGUE_SMEM on (dK and dV leave through shared memory in whole 16-byte pieces of rows):
+#     1.02-1.06x the build without it at seven rows from S 512 to S 8192, the most where a block walks
+#     fewest steps (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_epilogue).
+#     D 128 (and 96): by EPILOGUE_SMEM_STEPS, on only where a key block walks at most 16 query steps:
+#     1.06-1.11x there (S 512, S 1024 causal), 0.99x at S 2048 and S 4096 full, 0.96x at S 8192 full
+#     and level causal, which the same rounds measured but nothing here explains.
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1,
-         "SCALE_AT_END": 1},
+         "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1},
     128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
     # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its
@@ -168,6 +171,18 @@ WGMMA_BUILD = {
 }
 # D 96 (Phi-3's) in D 128's tiles, columns 96-127 zero (stages/stage8_wgmma.cu, "Head dim 96"): D 128's build.
 WGMMA_BUILD[96] = WGMMA_BUILD[128]
+# D 96 and 128 turn EPILOGUE_SMEM on where a key block walks at most this many query steps (the
+# query blocks times the heads sharing its keys), unless the call says: the end of a short block
+# counts, and D 128's long blocks ran slower with it (WGMMA_BUILD's comment). Not with a softcap:
+# there its addresses spill 4-28 bytes (NVRTC 13's ptxas; the builds without a softcap spill none).
+EPILOGUE_SMEM_STEPS = 16
+
+
+def epilogue_smem(head_dim: int, Sq: int, group: int, softcap: int = 0) -> int | None:
+    """EPILOGUE_SMEM for a call that leaves it unsaid: 1 at D 96 and 128 without a softcap where a
+    key block walks at most EPILOGUE_SMEM_STEPS query steps, else None (the build's, WGMMA_BUILD)."""
+    steps = (Sq + WGMMA_ROWS - 1) // WGMMA_ROWS * group
+    return 1 if tile_width(head_dim) == 128 and not softcap and steps <= EPILOGUE_SMEM_STEPS else None
 # Head dims the mma.sync build takes by running another's build on zero-padded copies: D 96 as
 # D 128 (columns 96-127 of Q, K, V, O and dO zero change no score, no δ and no gradient of the
 # first 96 columns; the scale stays 1/sqrt(96)). The price: five copies in and three out. The
@@ -561,6 +576,8 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     if wgmma and dq_atomics is None and switches.get("dq_bulk") is None and not switches.get("producer"):
         # (a call that asks for the producer keeps it: variant_switches is the stage's rule)
         switches = {**switches, **variant_switches(D, variants)}
+    if wgmma and switches.get("epilogue_smem") is None:
+        switches = {**switches, "epilogue_smem": epilogue_smem(D, Sq, H // Hk, variants.softcap_build)}
     cfg = config(D, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)),
                  variants.softcap_build, variants.window is not None, **switches)
     p = _Launch()

@@ -90,8 +90,6 @@
 //     window's edge cuts computes its exponentials without the per-score compares and selects
 //     (two instructions a score, every step, even without a mask); the tiles that an edge cuts
 //     keep them. FlashAttention-3 makes the masked steps a loop of their own for the same reason.
-//   STATS_PAIRS 1: a thread's 16 columns of lse and δ come in pairs (columns 2·i4 and 2·i4 + 1 of
-//     each 8 are adjacent), so it reads each as 8 loads of 8 bytes instead of one load a score.
 //   SCALE_AT_END 1 (with DQ_BULK, or the dQ pass): dSᵀ = Pᵀ ∘ (dPᵀ − δ) without the softmax scale,
 //     which every product of dS carries linearly: dK's accumulators take it once before their
 //     store, and the postprocess once per element of dQ, instead of one multiply per score every
@@ -177,9 +175,6 @@
 #endif
 #ifndef MASK_SPLIT
 #define MASK_SPLIT 0
-#endif
-#ifndef STATS_PAIRS
-#define STATS_PAIRS 0
 #endif
 #ifndef SCALE_AT_END
 #define SCALE_AT_END 0
@@ -522,14 +517,6 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (OVERLAP) wgmma_wait<1>();  // Sᵀ is done; dPᵀ may still be running
         else wgmma_wait<0>();
         fence_registers(s);
-#if STATS_PAIRS
-        float lse_c[16];  // this thread's columns 8·j + 2·i4 and + 1: entries 2·j and 2·j + 1
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const float2 l = *reinterpret_cast<const float2*>(&sm.lse[buf][8 * j + 2 * i4]);
-            lse_c[2 * j] = l.x, lse_c[2 * j + 1] = l.y;
-        }
-#endif
 
         // Pᵀ: element i is key key0 + 8·((i / 2) % 2) and query 8·(i / 4) + 2·i4 + i % 2.
 #if WINDOW
@@ -569,21 +556,13 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (!straddles) {  // no edge cuts the tile: no compares
 #pragma unroll
             for (int i = 0; i < 32; ++i)
-#if STATS_PAIRS
-                s[i] = fast_exp2(fmaf(s[i], scale_log2, -lse_c[2 * (i / 4) + i % 2]));
-#else
                 s[i] = fast_exp2(fmaf(s[i], scale_log2, -sm.lse[buf][8 * (i / 4) + 2 * i4 + i % 2]));
-#endif
         } else
 #endif
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = 8 * (i / 4) + 2 * i4 + i % 2;
-#if STATS_PAIRS
-            float p = fast_exp2(fmaf(s[i], scale_log2, -lse_c[2 * (i / 4) + i % 2]));
-#else
             float p = fast_exp2(fmaf(s[i], scale_log2, -sm.lse[buf][col]));
-#endif
 #if WINDOW
             const int c = 8 * (i / 4) + i % 2 - 8 * ((i / 2) % 2);
             if (straddles && (over - c > 0 || under - c < 0)) p = 0.0f;
@@ -608,15 +587,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale (SOFTCAP: s holds Pᵀ ∘ (1 − t²); SCALE_AT_END: without the scale)
         const float ds_scale = SCALE_AT_END ? 1.0f : scale;
 #pragma unroll
-#if STATS_PAIRS
-        for (int i = 0; i < 32; i += 4) {  // δ of columns 8·(i / 4) + 2·i4 and + 1, one load
-            const float2 d = *reinterpret_cast<const float2*>(&sm.delta[buf][8 * (i / 4) + 2 * i4]);
-            dp[i] = s[i] * (dp[i] - d.x) * ds_scale, dp[i + 1] = s[i + 1] * (dp[i + 1] - d.y) * ds_scale;
-            dp[i + 2] = s[i + 2] * (dp[i + 2] - d.x) * ds_scale, dp[i + 3] = s[i + 3] * (dp[i + 3] - d.y) * ds_scale;
-        }
-#else
         for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]) * ds_scale;
-#endif
         pack_a(dsa, dp);
 
         // dK += dSᵀ·Q (Q MN-major), and without OVERLAP dV here too. (DK_LAST: dK after dQ, below.)

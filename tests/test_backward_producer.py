@@ -52,9 +52,9 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
              (128, torch.bfloat16, 2, {}, {"dk_last": 0}), (128, torch.float16, 2, {"softcap": 1}, {"dk_last": 0}),
              (64, torch.bfloat16, 2, {}, {"mask_split": 0}), (128, torch.float16, 2, {}, {"mask_split": 0}),
              (128, torch.bfloat16, 2, {"window": True}, {"mask_split": 0}),
-             (64, torch.bfloat16, 2, {}, {"stats_pairs": 1}), (128, torch.float16, 2, {}, {"stats_pairs": 1}),
-             (64, torch.float16, 2, {"window": True}, {"stats_pairs": 1}),
-             (128, torch.bfloat16, 2, {"window": True}, {"stats_pairs": 1})])
+             (64, torch.bfloat16, 2, {}, {"epilogue_smem": 0}), (128, torch.float16, 2, {}, {"epilogue_smem": 1}),
+             (64, torch.float16, 2, {"window": True}, {"epilogue_smem": 0}),
+             (128, torch.bfloat16, 2, {"window": True}, {"epilogue_smem": 1})])
 _build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
                        ).rstrip("-")
 # setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
@@ -122,21 +122,32 @@ def test_scale_at_end_config():
     stage8.config(64, None, 0, 1, scale_at_end=1)  # the dQ pass: its own dS keeps the scale
 
 
-def test_mask_split_and_stats_pairs_config():
+def test_mask_split_config():
     """MASK_SPLIT is on in the stage's build at every head dim of the WGMMA build with a dQ in this
-    kernel (D 64, 96, 128), STATS_PAIRS off; either is a switch a call may flip."""
+    kernel (D 64, 96, 128); a switch a call may flip."""
     for D in (64, 96, 128):
         defines = dict(stage8.config(D, wgmma=1)["defines"])
-        assert defines["MASK_SPLIT"] == 1 and defines["STATS_PAIRS"] == 0, defines
-        flipped = dict(stage8.config(D, wgmma=1, mask_split=0, stats_pairs=1)["defines"])
-        assert flipped == {**defines, "MASK_SPLIT": 0, "STATS_PAIRS": 1}
+        assert defines["MASK_SPLIT"] == 1, defines
+        flipped = dict(stage8.config(D, wgmma=1, mask_split=0)["defines"])
+        assert flipped == {**defines, "MASK_SPLIT": 0}
 
 
 def test_epilogue_smem_config():
-    """EPILOGUE_SMEM is a switch a call may flip at every head dim, changing no other define."""
+    """EPILOGUE_SMEM is a switch a call may flip at every head dim, changing no other define; on in
+    D 64's build; at D 96 and 128 the launcher's rule turns it on where a key block walks at most
+    EPILOGUE_SMEM_STEPS query steps (query blocks × heads per K/V head), not with a softcap, and a
+    call's word wins."""
     for D in (64, 96, 128, 256):
         flipped = dict(stage8.config(D, wgmma=1, epilogue_smem=1)["defines"])
         assert flipped == {**dict(stage8.config(D, wgmma=1, epilogue_smem=0)["defines"]), "EPILOGUE_SMEM": 1}
+    assert [stage8.WGMMA_BUILD[D]["EPILOGUE_SMEM"] for D in (64, 96, 128, 256)] == [1, 0, 0, 0]
+    steps = stage8.EPILOGUE_SMEM_STEPS
+    for D in (96, 128):
+        assert stage8.epilogue_smem(D, 64 * steps, 1) == 1 and stage8.epilogue_smem(D, 64 * steps - 63, 1) == 1
+        assert stage8.epilogue_smem(D, 64 * steps + 1, 1) is None
+        assert stage8.epilogue_smem(D, 64 * (steps // 4), 4) == 1 and stage8.epilogue_smem(D, 64 * steps, 4) is None
+        assert stage8.epilogue_smem(D, 512, 1, softcap=1) is None  # its addresses spilled with a softcap
+    assert stage8.epilogue_smem(64, 512, 1) is None and stage8.epilogue_smem(256, 512, 1) is None
 
 
 def test_epilogue_smem_stores_whole_pieces():
@@ -253,10 +264,10 @@ def test_producer_with_other_switches(shape, switches, seed):
 
 
 # DK_LAST (dK's product after dQ's; also with one warpgroup at D 64), MASK_SPLIT (no per-score compares
-# where no mask edge cuts a step's tile), STATS_PAIRS (lse and δ two columns a load), SCALE_AT_END (the
+# where no mask edge cuts a step's tile), SCALE_AT_END (the
 # softmax scale on dK and dQ once, not on dS), EPILOGUE_SMEM (dK and dV out through shared memory; also
 # with one warpgroup): each on and off
-SWITCH_CASES = [("dk_last", {}), ("dk_last", {"warpgroups": 1, "dq_turns": 0}), ("mask_split", {}), ("stats_pairs", {}),
+SWITCH_CASES = [("dk_last", {}), ("dk_last", {"warpgroups": 1, "dq_turns": 0}), ("mask_split", {}),
                 ("scale_at_end", {}), ("epilogue_smem", {}), ("epilogue_smem", {"warpgroups": 1, "dq_turns": 0})]
 
 
