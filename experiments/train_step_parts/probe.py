@@ -5,7 +5,7 @@ torch.profiler (CUPTI's kernel records); each kernel's summed device time over t
 printed per call, next to the step's time with the GPU held and not held (interleaved rounds, the
 L2 flushed before each run, as the map).
 
-    python3 experiments/train_step_parts/probe.py
+    python3 experiments/train_step_parts/probe.py [--row B,H,Hkv,S,D,causal ...]
 """
 import sys
 from collections import defaultdict
@@ -47,10 +47,23 @@ def short(name: str) -> str:
     return name if len(name) < 90 else name[:60] + "…" + name[-25:]
 
 
+def rows_asked(argv) -> list:
+    """--row B,H,Hkv,S,D,causal (repeatable; causal 0 or 1) instead of SHORT."""
+    if not argv:
+        return SHORT
+    if len(argv) % 2 or any(a != "--row" for a in argv[::2]):
+        sys.exit("usage: probe.py [--row B,H,Hkv,S,D,causal ...]")
+    rows = [tuple(int(x) for x in r.split(",")) for r in argv[1::2]]
+    if any(len(r) != 6 for r in rows):
+        sys.exit("a row is six integers: B,H,Hkv,S,D,causal")
+    return [(*r[:5], bool(r[5])) for r in rows]
+
+
 def main():
+    rows = rows_asked(sys.argv[1:])
     flush = kernel_times(lambda: None)  # the flush's own kernels, subtracted below
     print("the L2 flush: " + ", ".join(f"{short(n)} {t:.1f} µs" for n, t in flush.items()))
-    for B, H, Hkv, S, D, causal in SHORT:
+    for B, H, Hkv, S, D, causal in rows:
         q, k, v = make_qkv(B, H, S, D, Hkv=Hkv, dtype=torch.bfloat16)
         dout = torch.randn_like(q)
         ours, theirs = leaves(q, k, v), leaves(q, k, v)
