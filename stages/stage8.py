@@ -153,8 +153,8 @@ BEFORE_PRODUCER = {
 #     five D 64 rows, dK and dV bit-equal (the scale is 2⁻³); D 128 off: 0.988-0.998x at four rows
 #     (H200, same rounds, bf16; experiments/backward_scale_at_end).
 #   D 64: EPILOGUE_SMEM on (dK and dV leave through shared memory in whole 16-byte pieces of rows):
-#     1.02-1.06x the build without it at seven rows from S 512 to S 8192, the most where a block walks
-#     fewest steps (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_epilogue).
+#     1.015-1.064x the build without it at five rows from S 512 to S 8192, the most where a block
+#     walks fewest steps (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_epilogue).
 #     D 128 (and 96): by EPILOGUE_SMEM_STEPS, on only where a key block walks at most 16 query steps:
 #     1.06-1.11x there (S 512, S 1024 causal), 0.99x at S 2048 and S 4096 full, 0.96x at S 8192 full
 #     and level causal, which the same rounds measured but nothing here explains.
