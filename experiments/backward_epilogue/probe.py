@@ -65,6 +65,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--only", choices=("post", "blocks"))
     a = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: times stage 8's Hopper build (sm_90a), so it needs an H100 or H200 and none was found\n")
     ok = True
     if a.only != "blocks":
         ok &= postprocess_ab(a.rounds)

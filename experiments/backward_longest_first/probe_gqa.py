@@ -10,6 +10,7 @@ Runs on a tree with `longest_first_605fcbf.patch` applied (the switch is not in 
     git apply experiments/backward_longest_first/longest_first_605fcbf.patch
     python3 experiments/backward_longest_first/probe_gqa.py
 """
+import argparse
 import sys
 from pathlib import Path
 
@@ -37,6 +38,13 @@ def passes(H, Hkv, S, D, seed) -> bool:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: times stage 8's Hopper build (sm_90a), so it needs an H100 or H200 and none was found\n")
+    if "LONGEST_FIRST" not in stage8.WGMMA_SWITCHES:
+        ap.exit(2, f"{ap.prog}: LONGEST_FIRST is not in this tree's stage 8: "
+                   "git apply experiments/backward_longest_first/longest_first_605fcbf.patch first\n")
     ok = True
     print(f"{'row (bf16, causal): other build':34s} {'base':>10s} {'other':>10s} {'b/o':>6s} {'SDPA':>9s} {'S/b':>8s} "
           f"{'S/o':>8s}  rounds (base | other)", flush=True)

@@ -7,6 +7,7 @@ L2 flushed before each run, as the map).
 
     python3 experiments/train_step_parts/probe.py [--row B,H,Hkv,S,D,causal ...]
 """
+import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -47,20 +48,21 @@ def short(name: str) -> str:
     return name if len(name) < 90 else name[:60] + "…" + name[-25:]
 
 
-def rows_asked(argv) -> list:
-    """--row B,H,Hkv,S,D,causal (repeatable; causal 0 or 1) instead of SHORT."""
-    if not argv:
-        return SHORT
-    if len(argv) % 2 or any(a != "--row" for a in argv[::2]):
-        sys.exit("usage: probe.py [--row B,H,Hkv,S,D,causal ...]")
-    rows = [tuple(int(x) for x in r.split(",")) for r in argv[1::2]]
-    if any(len(r) != 6 for r in rows):
-        sys.exit("a row is six integers: B,H,Hkv,S,D,causal")
-    return [(*r[:5], bool(r[5])) for r in rows]
+def row(text: str) -> tuple:
+    """--row B,H,Hkv,S,D,causal (causal 0 or 1)."""
+    r = [int(x) for x in text.split(",")]
+    if len(r) != 6:
+        raise argparse.ArgumentTypeError("a row is six integers: B,H,Hkv,S,D,causal")
+    return (*r[:5], bool(r[5]))
 
 
 def main():
-    rows = rows_asked(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--row", type=row, action="append", help="B,H,Hkv,S,D,causal (repeatable; default SHORT)")
+    a = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: times stage 6 + 8's training step (sm_90a), so it needs an H100 or H200 and none was found\n")
+    rows = a.row or SHORT
     flush = kernel_times(lambda: None)  # the flush's own kernels, subtracted below
     print("the L2 flush: " + ", ".join(f"{short(n)} {t:.1f} µs" for n, t in flush.items()))
     for B, H, Hkv, S, D, causal in rows:
