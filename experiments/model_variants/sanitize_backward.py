@@ -65,9 +65,5 @@ if __name__ == "__main__":
         if not arg.startswith("--switch=") or not value.isdigit():
             sys.exit(f"usage: {sys.argv[0]} [--switch=NAME=VALUE ...], got {arg!r}")
         switches[name] = int(value)
-    if switches:  # on the Hopper build: the cases that run the stage's dK/dV kernel (not the dQ pass,
-        # nor D 128's softcap with a window, which runs the build before the producer: variant_switches)
-        cases = [c for c in CASES if not c[4] and not (c[0][5] == 128 and {"softcap", "window"} <= set(c[3]))]
-        run(cases, f"stage 8 backward with {switches}: all match the reference", wgmma=1, **switches)
-    else:
-        run(CASES, "stage 8 model-variant backward calls: all match the reference")
+    run(CASES, f"stage 8 backward{f' with {switches}' if switches else ''} model-variant calls: all match the reference",
+        **({"wgmma": 1, **switches} if switches else {}))
