@@ -182,6 +182,9 @@
 #ifndef EPILOGUE_SMEM
 #define EPILOGUE_SMEM 0
 #endif
+#ifndef LONGEST_FIRST
+#define LONGEST_FIRST 0
+#endif
 #ifndef SOFTCAP
 #define SOFTCAP 0  // 1: c·tanh(s / c) on the scores by tanh.approx; 2: by ex2 and rcp (as stage 6's)
 #endif
@@ -377,8 +380,22 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     const int tid = threadIdx.x, wg = tid / THREADS, warp = tid % THREADS / 32, lane = tid % 32;
     const int g = lane / 4, i4 = lane % 4;
     const int n_key_blocks = (Sk + KEYS - 1) / KEYS;
-    const int bhk = blockIdx.x / n_key_blocks, b = bhk / (H / group), hk = bhk % (H / group);
-    const int n0 = (blockIdx.x % n_key_blocks) * KEYS, kw = SPLIT_D ? 0 : ROWS * wg, nw = n0 + kw;  // the block's keys, the warpgroup's
+    int bhk = blockIdx.x / n_key_blocks, key_block = blockIdx.x % n_key_blocks;  // head by head
+#if LONGEST_FIRST && !WINDOW
+    if (causal) {  // key block j of every head in a section before block j + 1
+        constexpr long long SECTION_L2_BYTES = 40ll << 20;
+        const int n_heads = gridDim.x / n_key_blocks;
+        const long long head_bytes = (long long)group * Sq_pad * D * 8;  // Q and dO (16-bit), dQ (float32)
+        int section = 1;
+        while (section < n_heads && 2 * section * head_bytes <= SECTION_L2_BYTES) section *= 2;
+        const int s = blockIdx.x / (section * n_key_blocks), in = blockIdx.x % (section * n_key_blocks);
+        const int heads = min(section, n_heads - s * section);  // the last section may hold fewer
+        key_block = in / heads;
+        bhk = s * section + in % heads;
+    }
+#endif
+    const int b = bhk / (H / group), hk = bhk % (H / group);
+    const int n0 = key_block * KEYS, kw = SPLIT_D ? 0 : ROWS * wg, nw = n0 + kw;  // the block's keys, the warpgroup's
     const int cw = SPLIT_D ? DKV * wg : 0;  // the first of the warpgroup's dK and dV columns
     k += b * k_batch + hk * k_head;
     v += b * v_batch + hk * v_head;

@@ -1107,6 +1107,43 @@ def test_ds_guard_matches_and_equals_unguarded(shape, extra, seed):
     assert torch.equal(grads[1], plain[1]) and torch.equal(grads[2], plain[2]), f"{shape} {extra} seed {seed}"
 
 
+# ---- LONGEST_FIRST: causal key blocks handed out longest first across a section's heads ---------
+# (B, H, Hk, Sq, Sk, D): S 8192 at D 128 makes sections of 4 heads (Q, dO and dQ 8 MB a head), so
+# 6 heads leave the last section part-full; GQA 3:1 with 5 K/V heads; D 64 with Sk > Sq (bottom-
+# right) and a short ragged S
+LONGEST_FIRST_SHAPES = [(1, 6, 6, 8192, 8192, 128), (1, 15, 5, 4500, 4500, 64), (3, 4, 2, 333, 1000, 128),
+                        (2, 3, 3, 200, 77, 64)]
+
+
+@gpu
+@pytest.mark.parametrize("causal", [1, 2], ids=["top-left", "bottom-right"])
+@pytest.mark.parametrize("shape", LONGEST_FIRST_SHAPES, ids=str)
+def test_longest_first_equals_head_by_head(shape, causal, seed):
+    """The order blocks start in changes no block's sums: dK and dV are head by head's bits, dQ
+    (float32 additions in another order) within a few ulps of its largest value, and the gradients
+    pass the rule against float64 autograd on a slice of the heads."""
+    if not stage8.wgmma_here():
+        pytest.skip("the WGMMA build needs sm_90")
+    B, H, Hk, Sq, Sk, D = shape
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, device="cuda", seed=seed)
+    dout = torch.randn_like(q)
+    mode = "bottom_right" if causal == 2 else True
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
+    out = stage5.attention(q, k, v, causal=mode, lse=lse)
+    first = stage8.attention_backward(q, k, v, out, dout, lse, causal=mode, longest_first=1)
+    plain = stage8.attention_backward(q, k, v, out, dout, lse, causal=mode, longest_first=0)
+    assert torch.equal(first[1], plain[1]) and torch.equal(first[2], plain[2]), f"{shape} {mode} seed {seed}"
+    gap = (first[0].float() - plain[0].float()).abs().max().item()
+    assert gap <= 2 ** -6 * plain[0].float().abs().max().item(), f"dq {gap} {shape} {mode} seed {seed}"
+    g = H // Hk  # one K/V head and its query heads
+    sl = [t[:1, :g].contiguous() for t in (q, dout)] + [t[:1, :1].contiguous() for t in (k, v)]
+    lse_s = torch.empty(sl[0].shape[:3], dtype=torch.float32, device="cuda")
+    out_s = stage5.attention(sl[0], sl[2], sl[3], causal=mode, lse=lse_s)
+    grads = stage8.attention_backward(sl[0], sl[2], sl[3], out_s, sl[1], lse_s, causal=mode, longest_first=1)
+    for name, c in check_gradients(grads, sl[0], sl[2], sl[3], sl[1], causal=mode).items():
+        assert c.passed, f"{name} {shape} {mode} seed {seed}: {c.summary()}"
+
+
 # ---- deterministic=True: the same bits every run (dQ by its own pass) -------------------------
 
 def test_deterministic_is_the_dq_pass(monkeypatch):

@@ -163,6 +163,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["experiments/train_step_parts/probe.py", "--row", "1,2,2,64,64,1"], "needs an H100 or H200 and none was found"),
     (["experiments/backward_epilogue/probe.py", "--only", "post"], "needs an H100 or H200 and none was found"),
     (["experiments/backward_longest_first/probe_gqa.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/backward_longest_first/probe_map.py"], "needs an H100 or H200 and none was found"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message, run_script):
     before = _tree_digest(ROOT / "results")
