@@ -158,10 +158,16 @@ BEFORE_PRODUCER = {
 #     D 128 (and 96): by EPILOGUE_SMEM_STEPS, on only where a key block walks at most 16 query steps:
 #     1.06-1.11x there (S 512, S 1024 causal), 0.99x at S 2048 and S 4096 full, 0.96x at S 8192 full
 #     and level causal, which the same rounds measured but nothing here explains.
+#   Both: LONGEST_FIRST on (causal calls without a window: key block j of every head in an L2-sized
+#     section of heads starts before block j + 1 of any, FlashAttention-3's order), except where
+#     longest_first() says: 1.03-1.21x head by head at the training map's twelve grouped-heads (4:1)
+#     causal rows but its S 16384 D 64 one, where a section holds one head and the order is head
+#     by head's; with one K/V head per query head 0.98-1.03x from S 4096 and 0.94-1.00x below, the
+#     least at S 512 (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_longest_first).
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1,
-         "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1},
+         "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1, "LONGEST_FIRST": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1, "LONGEST_FIRST": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
     # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its
     # own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside two Q and two dO
@@ -183,6 +189,16 @@ def epilogue_smem(head_dim: int, Sq: int, group: int, softcap: int = 0) -> int |
     key block walks at most EPILOGUE_SMEM_STEPS query steps, else None (the build's, WGMMA_BUILD)."""
     steps = (Sq + WGMMA_ROWS - 1) // WGMMA_ROWS * group
     return 1 if tile_width(head_dim) == 128 and not softcap and steps <= EPILOGUE_SMEM_STEPS else None
+# LONGEST_FIRST is off, unless the call says, for one K/V head per query head below this many query
+# rows: there the blocks running together share less of Q and dO in L2 across heads than head by
+# head, and the tail the order shortens is short (WGMMA_BUILD's comment).
+LONGEST_FIRST_MIN_SQ = 4096
+
+
+def longest_first(Sq: int, group: int) -> int | None:
+    """LONGEST_FIRST for a call that leaves it unsaid: 0 without grouped heads below
+    LONGEST_FIRST_MIN_SQ query rows, else None (the build's, WGMMA_BUILD)."""
+    return 0 if group == 1 and Sq < LONGEST_FIRST_MIN_SQ else None
 # Head dims the mma.sync build takes by running another's build on zero-padded copies: D 96 as
 # D 128 (columns 96-127 of Q, K, V, O and dO zero change no score, no δ and no gradient of the
 # first 96 columns; the scale stays 1/sqrt(96)). The price: five copies in and three out. The
@@ -578,6 +594,8 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
         switches = {**switches, **variant_switches(D, variants)}
     if wgmma and switches.get("epilogue_smem") is None:
         switches = {**switches, "epilogue_smem": epilogue_smem(D, Sq, H // Hk, variants.softcap_build)}
+    if wgmma and switches.get("longest_first") is None:
+        switches = {**switches, "longest_first": longest_first(Sq, H // Hk)}
     cfg = config(D, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)),
                  variants.softcap_build, variants.window is not None, **switches)
     p = _Launch()

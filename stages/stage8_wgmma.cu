@@ -100,6 +100,12 @@
 //     last step is done; then each warp stores its own 16 rows in whole 16-byte pieces: a
 //     quarter of the store instructions, each writing whole 128-byte lines, where the pairs wrote
 //     16 bytes of 8 lines each. At S 512 a block walks only 8 steps, so its end counts.
+//   LONGEST_FIRST 1 (causal calls without a window): blocks start in another order. Head by
+//     head, a head's key block 0 (which walks every query block) starts before its last (one or
+//     two), and the last heads' longest blocks start among the last of the launch. Instead key
+//     block j of every head in a section starts before block j + 1 of any: sections of a power
+//     of two of heads whose Q, dO and float32 dQ fit 40 MB of L2 (FlashAttention-3's causal
+//     scheduler). No block's sums change; dQ's float32 additions come in another order.
 // Not here (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this block's
 // dK is waited for; tried with DK_LAST, slower at D 64 and spilled at D 128 (experiments/backward_dk_last).
 //
