@@ -5,9 +5,8 @@ times as long, uneven under the causal mask. Beside them the same rows with as m
 query heads. Each row: dK and dV of both orders compared bit for bit, the longest-first build's
 gradients checked against float64 on one K/V group (before and after timing), both builds timed in
 7 interleaved rounds with SDPA's default backward (scripts/backward_bench.py's time_builds, ab_line).
-Runs on a tree with `longest_first_605fcbf.patch` applied (the switch is not in the stage).
+Ran on a tree with `longest_first_605fcbf.patch` applied; since bf75975 the stage has the switch.
 
-    git apply experiments/backward_longest_first/longest_first_605fcbf.patch
     python3 experiments/backward_longest_first/probe_gqa.py
 """
 import argparse
