@@ -160,7 +160,7 @@ BEFORE_PRODUCER = {
 #     and level causal, which the same rounds measured but nothing here explains.
 #   Both: LONGEST_FIRST on (causal calls without a window: key block j of every head in an L2-sized
 #     section of heads starts before block j + 1 of any, FlashAttention-3's order), except where
-#     longest_first() says: 1.03-1.21x head by head at the training map's twelve grouped-heads (4:1)
+#     longest_first() says: 1.01-1.21x head by head at the training map's twelve grouped-heads (4:1)
 #     causal rows but its S 16384 D 64 one, where a section holds one head and the order is head
 #     by head's; with one K/V head per query head 0.98-1.03x from S 4096 and 0.94-1.00x below, the
 #     least at S 512 (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_longest_first).
