@@ -63,7 +63,8 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 # computes two more products per tile — at B4 H16 S8192 D128 the atomics add 34 GB into dQ.
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
-            "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1), "LONGEST_FIRST": (0, 1)}
+            "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1), "LONGEST_FIRST": (0, 1),
+            "DS_STMATRIX": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -99,8 +100,11 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               the postprocess's dQ take it once, instead of a multiply per score every step.
 #   EPILOGUE_SMEM dK and dV stored through shared memory in whole 16-byte pieces of rows, instead of
 #               the accumulators' 4-byte pairs straight from registers.
+#   DS_STMATRIX (with DQ_ATOMICS) a warp's dSᵀ stored for the dQ product by four stmatrix a step
+#               instead of sixteen 4-byte stores.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
-                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT", "SCALE_AT_END", "EPILOGUE_SMEM", "LONGEST_FIRST")
+                  "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT", "SCALE_AT_END", "EPILOGUE_SMEM", "LONGEST_FIRST",
+                  "DS_STMATRIX")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -131,10 +135,10 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-         "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0},
+         "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-          "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0},
+          "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's

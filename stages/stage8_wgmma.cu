@@ -86,6 +86,9 @@
 //     dQ tile: the tensor core works on dK while the warps store dQ and start the next step,
 //     where it idled before. The price: dK no longer runs under the dSᵀ stores and the exchange
 //     (dV, issued earlier, still may), and dSᵀ's registers stay live until dK is done.
+//   DS_STMATRIX 1 (with DQ_ATOMICS): a warp stores its dSᵀ for the dQ product with four stmatrix, one
+//     per 16 queries (four 8 × 8 tiles: its 16 keys × 16 queries), instead of sixteen 4-byte stores.
+//     The same bytes at the same places; the stores sit between dS and the exchange before dQ.
 //   MASK_SPLIT 1 (the builds without SOFTCAP): a step whose tile neither the causal diagonal nor a
 //     window's edge cuts computes its exponentials without the per-score compares and selects
 //     (two instructions a score, every step, even without a mask); the tiles that an edge cuts
@@ -181,6 +184,9 @@
 #endif
 #ifndef MASK_SPLIT
 #define MASK_SPLIT 0
+#endif
+#ifndef DS_STMATRIX
+#define DS_STMATRIX 0
 #endif
 #ifndef SCALE_AT_END
 #define SCALE_AT_END 0
@@ -345,6 +351,13 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[32], unsigned long long a
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
                  " wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES " " WG_R32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
                  : WG_F32(d) : "l"(a), "l"(b), "r"(accumulate));
+}
+// Four 8×8 tiles of 16-bit elements from registers to shared memory (sm_90's stmatrix): register j
+// of lane t holds row t / 4, elements 2(t % 4) and 2(t % 4) + 1, of tile j (an accumulator fragment,
+// packed); lanes 8j … 8j + 7 give the shared addresses of tile j's rows, 16 bytes each.
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 // *p += (x, y): two adjacent floats of global memory, one reduction (sm_90's vector red).
 __device__ __forceinline__ void red_add2(float* p, float x, float y) {
@@ -632,7 +645,17 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #endif
         // dSᵀ to shared memory, rows ROWS·wg + 16·warp + g (+ 8): dsa[t][j] holds queries
         // 16t + 8·(j / 2) + 2·i4 and + 1 of row + 8·(j % 2) (pack_a's layout).
-#if PRODUCER
+#if DS_STMATRIX
+        {
+            // tile j of k-step t: rows 8·(j % 2) …, queries 16t + 8·(j / 2) …, one 16-byte chunk of
+            // each row (chunk 2t + j / 2 at (2t + j / 2) ^ row % 8); lane l gives tile l / 8's row l % 8
+            const int lr = lane % 8 + 8 * ((lane / 8) % 2);
+            const unsigned row_addr = smem_u32(&sm.ds[ROWS * wg + 16 * warp + lr][0]);
+#pragma unroll
+            for (int t = 0; t < ROWS / 16; ++t)
+                stmatrix_x4(row_addr + (((2 * t + lane / 16) ^ (lane % 8)) * 16), dsa[t][0], dsa[t][1], dsa[t][2], dsa[t][3]);
+        }
+#elif PRODUCER
         {
             // The same addresses as below, from one row pointer and chunk c at c ^ g (rows g and
             // g + 8 share the swizzle), the XORs worked out each step: hoisted out of the loop, the

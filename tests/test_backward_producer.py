@@ -54,7 +54,9 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
              (128, torch.bfloat16, 2, {"window": True}, {"mask_split": 0}),
              (64, torch.bfloat16, 2, {}, {"epilogue_smem": 0}), (128, torch.float16, 2, {}, {"epilogue_smem": 1}),
              (64, torch.float16, 2, {"window": True}, {"epilogue_smem": 0}),
-             (128, torch.bfloat16, 2, {"window": True}, {"epilogue_smem": 1})])
+             (128, torch.bfloat16, 2, {"window": True}, {"epilogue_smem": 1}),
+             (64, torch.bfloat16, 2, {}, {"ds_stmatrix": 1}), (64, torch.float16, 2, {}, {"ds_stmatrix": 1, "overlap": 1}),
+             (128, torch.float16, 2, {}, {"ds_stmatrix": 1}), (64, torch.bfloat16, 1, {"window": True}, {"ds_stmatrix": 1})])
 _build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
                        ).rstrip("-")
 # setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
@@ -167,6 +169,19 @@ def test_epilogue_smem_stores_whole_pieces():
         assert post == {"LDG.E.128.CONSTANT": 4, "STG.E.128": 2}, post
 
 
+def test_ds_stmatrix_stores():
+    """Offline (NVRTC, no GPU): with DS_STMATRIX a warp of the dK/dV kernel stores its dSᵀ of a step by
+    four stmatrix (STSM, one per 16 queries) and sixteen fewer 4-byte shared stores; without it, none."""
+    for D in (64, 128):
+        ops = {}
+        for on in (0, 1):
+            built = stage8.compile_for("sm_90a", torch.bfloat16, D, ds_stmatrix=on)
+            text = sass.function_text(sass.sass_text(built["attention_backward"].cubin), "attention_backward")
+            ops[on] = Counter(re.findall(r"\b(STSM\S*|STS)\b", text))
+        assert ops[0]["STSM.16.M88.4"] == 0 and ops[1]["STSM.16.M88.4"] == 4, (D, ops)
+        assert ops[0]["STS"] - ops[1]["STS"] == 16, (D, ops)
+
+
 def _sass_parts(text):
     """The dK/dV kernel's SASS lines, and the consumers' part: from their setmaxnreg (TRY_ALLOC) to
     the producer's (DEALLOC). (ptxas lays the consumers' branch out first; the wait loops' retries
@@ -266,9 +281,11 @@ def test_producer_with_other_switches(shape, switches, seed):
 # DK_LAST (dK's product after dQ's; also with one warpgroup at D 64), MASK_SPLIT (no per-score compares
 # where no mask edge cuts a step's tile), SCALE_AT_END (the
 # softmax scale on dK and dQ once, not on dS), EPILOGUE_SMEM (dK and dV out through shared memory; also
-# with one warpgroup): each on and off
+# with one warpgroup), DS_STMATRIX (dSᵀ stored by stmatrix; also with one warpgroup and the overlap at
+# D 64): each on and off
 SWITCH_CASES = [("dk_last", {}), ("dk_last", {"warpgroups": 1, "dq_turns": 0}), ("mask_split", {}),
-                ("scale_at_end", {}), ("epilogue_smem", {}), ("epilogue_smem", {"warpgroups": 1, "dq_turns": 0})]
+                ("scale_at_end", {}), ("epilogue_smem", {}), ("epilogue_smem", {"warpgroups": 1, "dq_turns": 0}),
+                ("ds_stmatrix", {}), ("ds_stmatrix", {"overlap": 1, "warpgroups": 1, "dq_turns": 0})]
 
 
 @gpu

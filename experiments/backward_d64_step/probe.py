@@ -1,0 +1,38 @@
+"""Stage 8's step with dSᵀ stored by stmatrix (DS_STMATRIX), and at D 64 with OVERLAP (each product
+its own commit group, the exponentials under dPᵀ) now that the producer warpgroup feeds the
+block, each against the stage's build, beside SDPA's default backward (cuDNN), in interleaved
+rounds on the same tensors; gradients checked against float64 before and after timing, dK and dV
+compared bit for bit (scripts/backward_bench.py's ab_rows).
+
+    python3 experiments/backward_d64_step/probe.py [--rounds 7]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[2] / "scripts")]
+from backward_bench import ab_rows  # noqa: E402
+
+# (B, H, S, D, causal): the backward record's four rows, then the training map's shortest D 64 rows
+ROWS = [(16, 16, 2048, 64, False), (16, 16, 2048, 64, True), (4, 16, 8192, 128, False), (4, 16, 8192, 128, True),
+        (32, 16, 512, 64, False), (32, 16, 512, 64, True)]
+BUILDS = {  # the first is the stage's build (its switches unsaid)
+    64: {"build": {}, "ds_stmatrix": {"ds_stmatrix": 1}, "overlap": {"overlap": 1},
+         "overlap+ds_stmatrix": {"overlap": 1, "ds_stmatrix": 1}},
+    128: {"build": {}, "ds_stmatrix": {"ds_stmatrix": 1}},
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: times stage 8's Hopper build (sm_90a), so it needs an H100 or H200 and none was found\n")
+    return 0 if ab_rows(ROWS, lambda D: BUILDS[D], a.rounds) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
