@@ -1,6 +1,6 @@
 """Stage 8's step with dSᵀ stored by stmatrix (DS_STMATRIX), and at D 64 with OVERLAP (each product
 its own commit group, the exponentials under dPᵀ) now that the producer warpgroup feeds the
-block, each against the stage's build, beside SDPA's default backward (cuDNN), in interleaved
+block, also with dK's product last (DK_LAST), each against the stage's build, beside SDPA's default backward (cuDNN), in interleaved
 rounds on the same tensors; gradients checked against float64 before and after timing, dK and dV
 compared bit for bit (scripts/backward_bench.py's ab_rows).
 
@@ -20,7 +20,7 @@ ROWS = [(16, 16, 2048, 64, False), (16, 16, 2048, 64, True), (4, 16, 8192, 128, 
         (32, 16, 512, 64, False), (32, 16, 512, 64, True)]
 BUILDS = {  # the first is the stage's build (its switches unsaid)
     64: {"build": {}, "ds_stmatrix": {"ds_stmatrix": 1}, "overlap": {"overlap": 1},
-         "overlap+ds_stmatrix": {"overlap": 1, "ds_stmatrix": 1}},
+         "overlap+ds_stmatrix": {"overlap": 1, "ds_stmatrix": 1}, "overlap+dk_last": {"overlap": 1, "dk_last": 1}},
     128: {"build": {}, "ds_stmatrix": {"ds_stmatrix": 1}},
 }
 
