@@ -64,7 +64,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
             "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1), "LONGEST_FIRST": (0, 1),
-            "DS_STMATRIX": (0, 1)}
+            "DS_STMATRIX": (0, 1), "PREP_EARLY": (0, 1, 2)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -102,9 +102,12 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               the accumulators' 4-byte pairs straight from registers.
 #   DS_STMATRIX (with DQ_ATOMICS) a warp's dSᵀ stored for the dQ product by four stmatrix a step
 #               instead of sixteen 4-byte stores.
+#   PREP_EARLY  a step's lse (the thread's 16 columns) read into registers and its first query row
+#               worked out before Sᵀ and dPᵀ are issued, not after the wait for Sᵀ; 2: δ's too, read
+#               once Sᵀ is in (D 64: at D 128 that spills).
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT", "SCALE_AT_END", "EPILOGUE_SMEM", "LONGEST_FIRST",
-                  "DS_STMATRIX")
+                  "DS_STMATRIX", "PREP_EARLY")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -135,10 +138,10 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-         "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0},
+         "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0, "PREP_EARLY": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-          "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0},
+          "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0, "PREP_EARLY": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -335,6 +338,11 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if chosen["DK_LAST"] and not dk_last_fits:
             raise ValueError("dk_last=1 issues dK after the dK/dV kernel's dQ product: it needs dq_atomics=1, "
                              "dq_early=0 and one dQ product per turn (D 64, or two warpgroups at D 128)")
+        if chosen["PREP_EARLY"] == 2 and head_dim != 64:
+            raise ValueError("prep_early=2 keeps δ in registers across dPᵀ too: at D 96, 128 and 256 that spills "
+                             "(prep_early=1 reads lse alone early)")
+        if chosen["DS_STMATRIX"] and not chosen["DQ_ATOMICS"]:
+            raise ValueError("ds_stmatrix=1 stores the dSᵀ of the dK/dV kernel's dQ product: it needs dq_atomics=1")
         if chosen["DQ_TURNS"] and not turns_fit:
             raise ValueError("dq_turns=1 takes two warpgroups at D 64 summing dQ in the dK/dV kernel "
                              "(warpgroups=2, dq_atomics=1)")

@@ -89,6 +89,12 @@
 //   DS_STMATRIX 1 (with DQ_ATOMICS): a warp stores its dSᵀ for the dQ product with four stmatrix, one
 //     per 16 queries (four 8 × 8 tiles: its 16 keys × 16 queries), instead of sixteen 4-byte stores.
 //     The same bytes at the same places; the stores sit between dS and the exchange before dQ.
+//   PREP_EARLY 1: what a step's exponentials need besides Sᵀ is ready when Sᵀ lands: the thread's 16
+//     columns of lse read into registers (8-byte pairs) and the step's first query row worked out
+//     (a division) before the products are issued, instead of after the wait for Sᵀ, whose latency
+//     then sat between the product and the exponentials. PREP_EARLY 2: δ's 16 columns too, read
+//     once Sᵀ is in, ready for dS when dPᵀ is. The price: 16 (32) registers live across the products;
+//     at D 128 PREP_EARLY 2 spills (NVRTC 13.0).
 //   MASK_SPLIT 1 (the builds without SOFTCAP): a step whose tile neither the causal diagonal nor a
 //     window's edge cuts computes its exponentials without the per-score compares and selects
 //     (two instructions a score, every step, even without a mask); the tiles that an edge cuts
@@ -187,6 +193,9 @@
 #endif
 #ifndef DS_STMATRIX
 #define DS_STMATRIX 0
+#endif
+#ifndef PREP_EARLY
+#define PREP_EARLY 0
 #endif
 #ifndef SCALE_AT_END
 #define SCALE_AT_END 0
@@ -541,7 +550,24 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (it + 1 < n_iter) issue(it + 1);
         cp_async_commit();
 #endif
-        const int buf = it % 2, m0 = m0_of(it);
+        const int buf = it % 2;
+        int m0 = m0_of(it);
+        // PREP_EARLY: lse of the thread's 16 query columns (8j + 2·i4 and + 1: entries 2j and 2j + 1)
+        // into registers, and m0 worked out, before the products are issued: the empty asm keeps the
+        // compiler from sinking m0's division below the wait for Sᵀ (it moves arithmetic freely
+        // across the asm statements that wait). PREP_EARLY 2: δ too, once Sᵀ is in.
+        float lse_r[16], delta_r[16];
+        if (PREP_EARLY) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float2 l = *reinterpret_cast<const float2*>(&sm.lse[buf][8 * j + 2 * i4]);
+                lse_r[2 * j] = l.x, lse_r[2 * j + 1] = l.y;
+            }
+            asm volatile("" : "+r"(m0));
+        }
+        // score element i's query column: 8·(i / 4) + 2·i4 + i % 2
+        auto lse_at = [&](int i) { return PREP_EARLY ? lse_r[2 * (i / 4) + i % 2] : sm.lse[buf][8 * (i / 4) + 2 * i4 + i % 2]; };
+        auto delta_at = [&](int i) { return PREP_EARLY == 2 ? delta_r[2 * (i / 4) + i % 2] : sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]; };
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), a commit group each.
         float s[32], dp[32];
@@ -553,6 +579,13 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (OVERLAP) wgmma_wait<1>();  // Sᵀ is done; dPᵀ may still be running
         else wgmma_wait<0>();
         fence_registers(s);
+        if (PREP_EARLY == 2) {  // δ: read now, ready when dPᵀ is (16 registers fewer across the products)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float2 d = *reinterpret_cast<const float2*>(&sm.delta[buf][8 * j + 2 * i4]);
+                delta_r[2 * j] = d.x, delta_r[2 * j + 1] = d.y;
+            }
+        }
 
         // Pᵀ: element i is key key0 + 8·((i / 2) % 2) and query 8·(i / 4) + 2·i4 + i % 2.
 #if WINDOW
@@ -575,7 +608,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             for (int e = 0; e < 2; ++e) {
                 const int col = 8 * ((i + e) / 4) + 2 * i4 + (i + e) % 2;
                 const float t = cap_tanh(s[i + e] * cap_mul);
-                float p = fast_exp2(fmaf(t, cap_log2, -sm.lse[buf][col]));
+                float p = fast_exp2(fmaf(t, cap_log2, -lse_at(i + e)));
 #if WINDOW
                 const int c = 8 * ((i + e) / 4) + (i + e) % 2 - 8 * (((i + e) / 2) % 2);
                 if (straddles && (over - c > 0 || under - c < 0)) p = 0.0f;
@@ -592,13 +625,13 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (!straddles) {  // no edge cuts the tile: no compares
 #pragma unroll
             for (int i = 0; i < 32; ++i)
-                s[i] = fast_exp2(fmaf(s[i], scale_log2, -sm.lse[buf][8 * (i / 4) + 2 * i4 + i % 2]));
+                s[i] = fast_exp2(fmaf(s[i], scale_log2, -lse_at(i)));
         } else
 #endif
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int col = 8 * (i / 4) + 2 * i4 + i % 2;
-            float p = fast_exp2(fmaf(s[i], scale_log2, -sm.lse[buf][col]));
+            float p = fast_exp2(fmaf(s[i], scale_log2, -lse_at(i)));
 #if WINDOW
             const int c = 8 * (i / 4) + i % 2 - 8 * ((i / 2) % 2);
             if (straddles && (over - c > 0 || under - c < 0)) p = 0.0f;
@@ -623,7 +656,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale (SOFTCAP: s holds Pᵀ ∘ (1 − t²); SCALE_AT_END: without the scale)
         const float ds_scale = SCALE_AT_END ? 1.0f : scale;
 #pragma unroll
-        for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]) * ds_scale;
+        for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - delta_at(i)) * ds_scale;
         pack_a(dsa, dp);
 
         // dK += dSᵀ·Q (Q MN-major), and without OVERLAP dV here too. (DK_LAST: dK after dQ, below.)

@@ -56,7 +56,12 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
              (64, torch.float16, 2, {"window": True}, {"epilogue_smem": 0}),
              (128, torch.bfloat16, 2, {"window": True}, {"epilogue_smem": 1}),
              (64, torch.bfloat16, 2, {}, {"ds_stmatrix": 1}), (64, torch.float16, 2, {}, {"ds_stmatrix": 1, "overlap": 1}),
-             (128, torch.float16, 2, {}, {"ds_stmatrix": 1}), (64, torch.bfloat16, 1, {"window": True}, {"ds_stmatrix": 1})])
+             (128, torch.float16, 2, {}, {"ds_stmatrix": 1}), (64, torch.bfloat16, 1, {"window": True}, {"ds_stmatrix": 1}),
+             (64, torch.bfloat16, 2, {}, {"prep_early": 2}), (64, torch.float16, 2, {"softcap": 2, "window": True},
+                                                              {"prep_early": 2}),
+             (128, torch.bfloat16, 2, {}, {"prep_early": 1}), (128, torch.float16, 2, {"window": True}, {"prep_early": 1}),
+             (64, torch.bfloat16, 2, {}, {"prep_early": 2, "ds_stmatrix": 1}),
+             (128, torch.bfloat16, 2, {}, {"prep_early": 1, "ds_stmatrix": 1})])
 _build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
                        ).rstrip("-")
 # setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
@@ -167,6 +172,23 @@ def test_epilogue_smem_stores_whole_pieces():
         assert stores[0] == {"STG.E": D // 2} and stores[1] == {"STG.E.128": D // 8}, (D, stores)
         post = Counter(re.findall(r"\b(?:LDG|STG)\S*", sass.sass_text(built["attention_backward_postprocess"].cubin)))
         assert post == {"LDG.E.128.CONSTANT": 4, "STG.E.128": 2}, post
+
+
+def test_prep_early_config():
+    """PREP_EARLY is a switch a call may flip (1 at every head dim of the WGMMA build with a dQ in this
+    kernel, 2 at D 64 only: elsewhere it spills), changing no other define; DS_STMATRIX likewise, and
+    refused where the dK/dV kernel makes no dQ product (the dQ pass)."""
+    for D in (64, 96, 128):
+        base = dict(stage8.config(D, wgmma=1, prep_early=0, ds_stmatrix=0)["defines"])
+        for name, values in (("prep_early", (1, 2) if D == 64 else (1,)), ("ds_stmatrix", (1,))):
+            for value in values:
+                flipped = {"prep_early": 0, "ds_stmatrix": 0, name: value}
+                assert dict(stage8.config(D, wgmma=1, **flipped)["defines"]) == {**base, name.upper(): value}
+    for D in (96, 128, 256):
+        with pytest.raises(ValueError, match="prep_early=2"):
+            stage8.config(D, wgmma=1, prep_early=2)
+    with pytest.raises(ValueError, match="ds_stmatrix=1"):
+        stage8.config(64, None, 0, 1, ds_stmatrix=1)
 
 
 def test_ds_stmatrix_stores():
@@ -282,10 +304,12 @@ def test_producer_with_other_switches(shape, switches, seed):
 # where no mask edge cuts a step's tile), SCALE_AT_END (the
 # softmax scale on dK and dQ once, not on dS), EPILOGUE_SMEM (dK and dV out through shared memory; also
 # with one warpgroup), DS_STMATRIX (dSᵀ stored by stmatrix; also with one warpgroup and the overlap at
-# D 64): each on and off
+# D 64), PREP_EARLY (lse, and at D 64 with 2 δ too, read before the waits): each on ("name=value": at
+# that value) and off
 SWITCH_CASES = [("dk_last", {}), ("dk_last", {"warpgroups": 1, "dq_turns": 0}), ("mask_split", {}),
                 ("scale_at_end", {}), ("epilogue_smem", {}), ("epilogue_smem", {"warpgroups": 1, "dq_turns": 0}),
-                ("ds_stmatrix", {}), ("ds_stmatrix", {"overlap": 1, "warpgroups": 1, "dq_turns": 0})]
+                ("ds_stmatrix", {}), ("ds_stmatrix", {"overlap": 1, "warpgroups": 1, "dq_turns": 0}),
+                ("prep_early", {}), ("prep_early=2", {})]
 
 
 @gpu
@@ -298,8 +322,10 @@ def test_one_switch_matches_reference(shape, window, case, seed):
     """Each switch on: gradients by the rule against float64, dK and dV bit-equal to the build with it
     off, with the causal masks and with windows (stage 6's forward with the same window)."""
     switch, others = case
-    if others and shape[5] != 64:
-        pytest.skip("one warpgroup with DK_LAST: D 64 (at D 128 it makes two dQ products a step)")
+    switch, _, value = switch.partition("=")
+    if (others or value == "2") and shape[5] != 64:
+        pytest.skip("one warpgroup with DK_LAST, or prep_early=2: D 64 (at D 128 DK_LAST makes two dQ products a "
+                    "step with one warpgroup; prep_early=2 spills)")
     B, H, Hk, Sq, Sk, D, causal = shape
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
     dout = torch.randn_like(q)
@@ -307,7 +333,7 @@ def test_one_switch_matches_reference(shape, window, case, seed):
     out = stage6.attention(q, k, v, causal=causal, lse=lse, window=window)
     # SCALE_AT_END: dK bit-equal where the scale is a power of two (D 64's 2⁻³), else rounded apart
     exact = switch != "scale_at_end" or math.log2(D ** -0.5).is_integer()
-    _one_switch(q, k, v, out, dout, lse, causal, {switch: 1, **others}, {switch: 0, **others},
+    _one_switch(q, k, v, out, dout, lse, causal, {switch: int(value or 1), **others}, {switch: 0, **others},
                 f"{shape} {window} {case} seed {seed}", window=window, exact=exact)
 
 
