@@ -343,13 +343,18 @@ D64_TURNS = D64_TWO_WG + ", dQ in turns"
 D64_THREE_BLOCKS = D64_BUILD_AGAIN + ", 3 blocks per SM"
 DQ_EARLY_LABEL = "WGMMA, dQ issued before dV and dK are done"
 # the stage's build with every switch after the guard off (DK_LAST, MASK_SPLIT, SCALE_AT_END,
-# EPILOGUE_SMEM, LONGEST_FIRST): the producer (at D 64 with two warpgroups taking turns at dQ) and the guard
+# EPILOGUE_SMEM, LONGEST_FIRST, DS_STMATRIX, PREP_EARLY): the producer (at D 64 with two warpgroups taking
+# turns at dQ) and the guard
 GUARD_LABEL = "WGMMA, producer warpgroup and guard"
 GUARD_SCALE_LABEL = GUARD_LABEL + ", the scale at the end"  # D 64's waterfall: that build with SCALE_AT_END
 # DK_LAST (dK's product after dQ's): on in D 128's build; at D 64, where it is off, the build with it
 DK_LAST_LABEL = "WGMMA, dK's product last"
-NO_MASK_SPLIT_LABEL = "WGMMA, the stage's build without the mask split"  # MASK_SPLIT and LONGEST_FIRST off
-HEAD_BY_HEAD_LABEL = "WGMMA, the stage's build head by head"  # LONGEST_FIRST off (it changes causal calls only)
+NO_MASK_SPLIT_LABEL = "WGMMA, the stage's build without the mask split"  # MASK_SPLIT, LONGEST_FIRST and those after off
+HEAD_BY_HEAD_LABEL = "WGMMA, the stage's build head by head"  # LONGEST_FIRST (causal calls only) and those after off
+# the stage's build without DS_STMATRIX (dSᵀ by stmatrix) and PREP_EARLY (lse read before the waits); then at
+# D 128, where PREP_EARLY is on, the build without it alone
+NO_STMATRIX_LABEL = "WGMMA, the stage's build with dSᵀ stored 4 bytes a store"
+NO_PREP_EARLY_LABEL = "WGMMA, the stage's build with lse read after the wait"
 # SCALE_AT_END (the softmax scale on dK and dQ once, not on dS): on in D 64's build; at D 128, where
 # it is off, the build with it
 SCALE_AT_END_LABEL = "WGMMA, the scale at the end"

@@ -171,10 +171,19 @@ BEFORE_PRODUCER = {
 #     causal rows but its S 16384 D 64 one, where a section holds one head and the order is head
 #     by head's; with one K/V head per query head 0.98-1.03x from S 4096 and 0.94-1.00x below, the
 #     least at S 512 (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_longest_first).
+#   Both: DS_STMATRIX on (a warp's dSᵀ stored by four stmatrix, not sixteen 4-byte stores): 1.000-1.005x
+#     the build without it at four D 64 rows in each of two runs, 1.03x at D 128 S 1024 full, level
+#     within the rounds' spread at D 128 S 8192 (H200, same rounds, bf16; dK and dV bit-equal;
+#     experiments/backward_step_overheads).
+#   D 128: PREP_EARLY 1 on (lse read into registers before the products, not after the wait for Sᵀ):
+#     with DS_STMATRIX 1.038x at D 128 S 1024 full, 1.009x and 1.002x at S 8192 full and causal (the
+#     rounds spread 3-6% there). D 64 off: 0.987-1.000x; PREP_EARLY 2 (δ too) 0.95-0.99x; and D 64 with
+#     OVERLAP, now beside the producer, 0.985-0.993x (same probe).
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1,
-         "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1, "LONGEST_FIRST": 1},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1, "LONGEST_FIRST": 1},
+         "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1, "LONGEST_FIRST": 1, "DS_STMATRIX": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1, "LONGEST_FIRST": 1,
+          "DS_STMATRIX": 1, "PREP_EARLY": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
     # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its
     # own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside two Q and two dO
@@ -323,6 +332,10 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen["SCALE_AT_END"] = 0  # the vector reductions' dQ has no postprocess to take the scale
         if given.get("mask_split") is None and chosen["BLOCKS_PER_SM"] == 3:
             chosen["MASK_SPLIT"] = 0  # in 168 registers its second loop of exponentials spilled 16 bytes
+        if given.get("ds_stmatrix") is None and not chosen["DQ_ATOMICS"]:
+            chosen["DS_STMATRIX"] = 0  # the dQ pass: no dSᵀ stored for a dQ product here
+        if given.get("prep_early") is None and dp == 128 and (softcap or window):
+            chosen["PREP_EARLY"] = 0  # the variants' masks and tanh beside 16 more registers: 4-44 bytes spilled
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
         if chosen["DS_GUARD"] and not guard_fits:
