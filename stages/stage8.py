@@ -176,8 +176,8 @@ BEFORE_PRODUCER = {
 #     within the rounds' spread at D 128 S 8192 (H200, same rounds, bf16; dK and dV bit-equal;
 #     experiments/backward_step_overheads).
 #   D 128: PREP_EARLY 1 on (lse read into registers before the products, not after the wait for Sᵀ):
-#     with DS_STMATRIX 1.038x at D 128 S 1024 full, 1.009x and 1.002x at S 8192 full and causal (the
-#     rounds spread 3-6% there). D 64 off: 0.987-1.000x; PREP_EARLY 2 (δ too) 0.95-0.99x; and D 64 with
+#     1.031x alone at D 128 S 1024 full; on top of DS_STMATRIX 1.005x there and 1.003x and 1.006x at
+#     S 8192 full and causal (whose rounds spread 4-16%: unresolved). D 64 off: 0.987-1.000x; PREP_EARLY 2 (δ too) 0.95-0.99x; and D 64 with
 #     OVERLAP, now beside the producer, 0.985-0.993x (same probe).
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1,

@@ -93,8 +93,8 @@
 //     columns of lse read into registers (8-byte pairs) and the step's first query row worked out
 //     (a division) before the products are issued, instead of after the wait for Sᵀ, whose latency
 //     then sat between the product and the exponentials. PREP_EARLY 2: δ's 16 columns too, read
-//     once Sᵀ is in, ready for dS when dPᵀ is. The price: 16 (32) registers live across the products;
-//     at D 128 PREP_EARLY 2 spills (NVRTC 13.0).
+//     once Sᵀ is in, ready for dS when dPᵀ is. The price: lse's 16 registers live across the products
+//     (PREP_EARLY 2: δ's 16 more, from the wait for Sᵀ on); at D 128 PREP_EARLY 2 spills (NVRTC 13.0).
 //   MASK_SPLIT 1 (the builds without SOFTCAP): a step whose tile neither the causal diagonal nor a
 //     window's edge cuts computes its exponentials without the per-score compares and selects
 //     (two instructions a score, every step, even without a mask); the tiles that an edge cuts
@@ -579,7 +579,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (OVERLAP) wgmma_wait<1>();  // Sᵀ is done; dPᵀ may still be running
         else wgmma_wait<0>();
         fence_registers(s);
-        if (PREP_EARLY == 2) {  // δ: read now, ready when dPᵀ is (16 registers fewer across the products)
+        if (PREP_EARLY == 2) {  // δ: read now, ready when dPᵀ is (not live across Sᵀ's product, as lse is)
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const float2 d = *reinterpret_cast<const float2*>(&sm.delta[buf][8 * j + 2 * i4]);
