@@ -177,8 +177,9 @@ BEFORE_PRODUCER = {
 #     experiments/backward_step_overheads).
 #   D 128: PREP_EARLY 1 on (lse read into registers before the products, not after the wait for Sᵀ):
 #     1.031x alone at D 128 S 1024 full; on top of DS_STMATRIX 1.005x there and 1.003x and 1.006x at
-#     S 8192 full and causal (whose rounds spread 4-16%: unresolved). D 64 off: 0.987-1.000x; PREP_EARLY 2 (δ too) 0.95-0.99x; and D 64 with
-#     OVERLAP, now beside the producer, 0.985-0.993x (same probe).
+#     S 8192 full and causal (whose rounds spread 4-16%: unresolved). D 64 off: 0.987-1.000x;
+#     PREP_EARLY 2 (δ too) 0.95-0.99x; and D 64 with OVERLAP, now beside the producer, 0.985-0.993x
+#     (same probe).
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1,
          "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1, "LONGEST_FIRST": 1, "DS_STMATRIX": 1},
