@@ -89,24 +89,25 @@ def ab_line(label: str, t: dict, a, b) -> str:
 
 
 def ab_rows(rows, builds_of, rounds: int = 7, exact=lambda D: True) -> bool:
-    """An experiment's A/B over rows (B, H, S, D, causal; bf16, stage 6's forward): each row's builds
+    """An experiment's A/B over rows (B, H, S, D, causal[, dtype]; bf16 unless named; stage 6's forward): each row's builds
     (builds_of(D): {name: switches}, the first the baseline) checked against float64 on a slice before
     and after timing, their dK and dV compared bit for bit with the baseline's (for switches that
     change no sum's order; exact(D) False: dV only), and timed in the same rounds with SDPA's default
     backward; one ab_line per other build. Returns whether every check passed."""
     ok = True
-    print(f"{'row (bf16): other build':34s} {'base':>10s} {'other':>10s} {'b/o':>6s} {'SDPA':>9s} {'S/b':>8s} "
-          f"{'S/o':>8s}  rounds (base | other)", flush=True)
-    for B, H, S, D, causal in rows:
+    print(f"{'row (bf16 unless fp16): other build':34s} {'base':>10s} {'other':>10s} {'b/o':>6s} {'SDPA':>9s} "
+          f"{'S/b':>8s} {'S/o':>8s}  rounds (base | other)", flush=True)
+    for B, H, S, D, causal, *rest in rows:
+        dtype = rest[0] if rest else torch.bfloat16
         builds = builds_of(D)
         base = next(iter(builds))
         seed = torch.randint(0, 2**31 - 1, ()).item()
 
         def passes(seed):  # every build's gradients on a slice (check), before and after timing
             return all(c.passed for kw in builds.values()
-                       for c in check(B, H, S, D, causal, torch.bfloat16, seed, stage6, **kw).values())
+                       for c in check(B, H, S, D, causal, dtype, seed, stage6, **kw).values())
         ok &= passes(seed)
-        q, k, v = make_qkv(B, H, S, D, dtype=torch.bfloat16, seed=seed)
+        q, k, v = make_qkv(B, H, S, D, dtype=dtype, seed=seed)
         dout = torch.randn_like(q)
         out, lse = forward_with_lse(q, k, v, causal, stage6)
         g = {name: stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, **kw) for name, kw in builds.items()}
@@ -114,7 +115,8 @@ def ab_rows(rows, builds_of, rounds: int = 7, exact=lambda D: True) -> bool:
         ok &= same
         t = time_builds(q, k, v, out, dout, lse, causal, builds, rounds=rounds)
         for name in list(builds)[1:]:
-            print(ab_line(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}: {name}", t, base, name)
+            print(ab_line(f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}{' fp16' if dtype == torch.float16 else ''}: "
+                          f"{name}", t, base, name)
                   + ("" if same else "  dK/dV DIFFER"), flush=True)
         del q, k, v, dout, out, lse, g
         ok &= passes(seed + 1)

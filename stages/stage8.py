@@ -64,7 +64,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
             "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1), "LONGEST_FIRST": (0, 1),
-            "DS_STMATRIX": (0, 1), "PREP_EARLY": (0, 1, 2)}
+            "DS_STMATRIX": (0, 1), "PREP_EARLY": (0, 1, 2, 3), "KV_REGS": (0, 1, 2)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -107,7 +107,7 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               once Sᵀ is in (D 64: at D 128 that spills).
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT", "SCALE_AT_END", "EPILOGUE_SMEM", "LONGEST_FIRST",
-                  "DS_STMATRIX", "PREP_EARLY")
+                  "DS_STMATRIX", "PREP_EARLY", "KV_REGS")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -138,10 +138,12 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-         "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0, "PREP_EARLY": 0},
+         "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0, "PREP_EARLY": 0,
+         "KV_REGS": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
-          "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0, "PREP_EARLY": 0},
+          "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0, "PREP_EARLY": 0,
+          "KV_REGS": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -355,6 +357,9 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if chosen["PREP_EARLY"] == 2 and head_dim != 64:
             raise ValueError("prep_early=2 keeps δ in registers across dPᵀ too: at D 96, 128 and 256 that spills "
                              "(prep_early=1 reads lse alone early)")
+        if chosen["KV_REGS"] and head_dim != 64:
+            raise ValueError("kv_regs holds K (2) or K and V (1) in registers, 16 or 32 a thread at D 64: at D 96 "
+                             "and 128 K alone spills 112-144 bytes beside dK's and dV's accumulators")
         if chosen["DS_STMATRIX"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("ds_stmatrix=1 stores the dSᵀ of the dK/dV kernel's dQ product: it needs dq_atomics=1")
         if chosen["DQ_TURNS"] and not turns_fit:

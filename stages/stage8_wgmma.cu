@@ -197,6 +197,9 @@
 #ifndef PREP_EARLY
 #define PREP_EARLY 0
 #endif
+#ifndef KV_REGS
+#define KV_REGS 0
+#endif
 #ifndef SCALE_AT_END
 #define SCALE_AT_END 0
 #endif
@@ -258,6 +261,7 @@ static_assert(!DS_GUARD || (DQ_ATOMICS && DQ_ALL_KEYS && WARPGROUPS == 2),
 static_assert(!DS_GUARD || D == 64 || DQ_SPLITS_D, "DS_GUARD: one dQ product per warpgroup and step (its arrival)");
 static_assert(!DK_LAST || (DQ_ATOMICS && !DQ_EARLY && (DQ_SPLITS_D || ATOMS == 1)),
               "DK_LAST: dK after this kernel's dQ product, one dQ product per turn (D 128's halves, or D 64)");
+static_assert(!KV_REGS || D == 64, "KV_REGS: K (and V) in registers, 16 (32) a thread at D 64 (at D 128 K alone spills)");
 static_assert(!PRODUCER || (TMA_LOADS && DQ_BULK && BLOCKS_PER_SM == 1),
               "PRODUCER issues the TMA loads and the bulk reductions (TMA_LOADS, DQ_BULK), two dQ buffers");
 // The block: the warpgroups that multiply (threads 0 … KEY_THREADS − 1, as without a producer),
@@ -360,6 +364,14 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[32], unsigned long long a
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
                  " wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES " " WG_R32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
                  : WG_F32(d) : "l"(a), "l"(b), "r"(accumulate));
+}
+// d (+)= A·Bᵀ for one 16-column k-step: A (64 rows × 16) in registers, in pack_a's layout, and B
+// K-major in shared memory (KV_REGS: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with K and V held in registers).
+__device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[32], const unsigned (&a)[4], unsigned long long b, int accumulate) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES " " WG_R32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : WG_F32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 // Four 8×8 tiles of 16-bit elements from registers to shared memory (sm_90's stmatrix): register j
 // of lane t holds row t / 4, elements 2(t % 4) and 2(t % 4) + 1, of tile j (an accumulator fragment,
@@ -533,6 +545,21 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #pragma unroll
     for (int i = 0; i < DKV / 2; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
     const int key0 = nw + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
+#if KV_REGS
+    // K and V of this warpgroup's 64 keys, the A operands of Sᵀ and dPᵀ, read into registers once
+    // for the whole block: k-step kk's register j holds key row 16·warp + g + 8·(j % 2), columns
+    // 16kk + 8·(j / 2) + 2·i4 and + 1 (pack_a's layout). The products then read only Q and dO from
+    // shared memory, half the bytes they read with both operands there.
+    unsigned kf[D / 16][4], vf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int at = sw<KEYS>(kw + 16 * warp + g + 8 * (j % 2), 16 * kk + 8 * (j / 2) + 2 * i4);
+            kf[kk][j] = *reinterpret_cast<const unsigned*>(&sm.k[0][0][0] + at);
+            if (KV_REGS == 1) vf[kk][j] = *reinterpret_cast<const unsigned*>(&sm.v[0][0][0] + at);
+        }
+#endif
 
 #if DS_GUARD
     // Two warpgroups that both read all of dSᵀ every step (D 128): each arrives once for a step
@@ -556,15 +583,17 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // into registers, and m0 worked out, before the products are issued: the empty asm keeps the
         // compiler from sinking m0's division below the wait for Sᵀ (it moves arithmetic freely
         // across the asm statements that wait). PREP_EARLY 2: δ too, once Sᵀ is in.
+        // PREP_EARLY 3: the same reads and m0 after the products are issued, before the wait for Sᵀ.
         float lse_r[16], delta_r[16];
-        if (PREP_EARLY) {
+        auto prep = [&] {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const float2 l = *reinterpret_cast<const float2*>(&sm.lse[buf][8 * j + 2 * i4]);
                 lse_r[2 * j] = l.x, lse_r[2 * j + 1] = l.y;
             }
             asm volatile("" : "+r"(m0));
-        }
+        };
+        if (PREP_EARLY == 1 || PREP_EARLY == 2) prep();
         // score element i's query column: 8·(i / 4) + 2·i4 + i % 2
         auto lse_at = [&](int i) { return PREP_EARLY ? lse_r[2 * (i / 4) + i % 2] : sm.lse[buf][8 * (i / 4) + 2 * i4 + i % 2]; };
         auto delta_at = [&](int i) { return PREP_EARLY == 2 ? delta_r[2 * (i / 4) + i % 2] : sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]; };
@@ -572,10 +601,24 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), a commit group each.
         float s[32], dp[32];
         wgmma_fence();
+#if KV_REGS
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) wgmma_rs_kmajor(s, kf[kk], kmajor(&sm.q[buf][0][0][0]) + k_step<ROWS>(kk), kk > 0);
+        wgmma_commit();
+        if (KV_REGS == 1) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_rs_kmajor(dp, vf[kk], kmajor(&sm.dout[buf][0][0][0]) + k_step<ROWS>(kk), kk > 0);
+        } else {
+            issue_rows_d<KEYS>(dp, kmajor(&sm.v[0][kw][0]), kmajor(&sm.dout[buf][0][0][0]));
+        }
+        wgmma_commit();
+#else
         issue_rows_d<KEYS>(s, kmajor(&sm.k[0][kw][0]), kmajor(&sm.q[buf][0][0][0]));
         wgmma_commit();
         issue_rows_d<KEYS>(dp, kmajor(&sm.v[0][kw][0]), kmajor(&sm.dout[buf][0][0][0]));
         wgmma_commit();
+#endif
+        if (PREP_EARLY == 3) prep();
         if (OVERLAP) wgmma_wait<1>();  // Sᵀ is done; dPᵀ may still be running
         else wgmma_wait<0>();
         fence_registers(s);

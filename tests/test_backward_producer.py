@@ -61,7 +61,12 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
                                                               {"prep_early": 2}),
              (128, torch.bfloat16, 2, {}, {"prep_early": 1}), (128, torch.float16, 2, {"window": True}, {"prep_early": 1}),
              (64, torch.bfloat16, 2, {}, {"prep_early": 2, "ds_stmatrix": 1}),
-             (128, torch.bfloat16, 2, {}, {"prep_early": 1, "ds_stmatrix": 1})])
+             (128, torch.bfloat16, 2, {}, {"prep_early": 1, "ds_stmatrix": 1}),
+             (64, torch.bfloat16, 2, {}, {"kv_regs": 1}), (64, torch.float16, 2, {"softcap": 2, "window": True},
+                                                             {"kv_regs": 1}),
+             (64, torch.bfloat16, 1, {}, {"kv_regs": 1}), (64, torch.float16, 2, {}, {"kv_regs": 2}),
+             (64, torch.bfloat16, 2, {}, {"kv_regs": 1, "prep_early": 3}),
+             (128, torch.bfloat16, 2, {}, {"prep_early": 3}), (128, torch.float16, 2, {"window": True}, {"prep_early": 3})])
 _build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
                        ).rstrip("-")
 # setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
@@ -191,6 +196,33 @@ def test_prep_early_config():
         stage8.config(64, None, 0, 1, ds_stmatrix=1)
 
 
+def test_kv_regs_config():
+    """KV_REGS (K, or K and V, held in registers for Sᵀ and dPᵀ) is a D 64 switch a call may flip,
+    changing no other define; refused at the head dims where K alone spills (96, 128) or where two
+    warpgroups split D (256). PREP_EARLY 3 likewise at D 64 and 128."""
+    base = dict(stage8.config(64, wgmma=1, kv_regs=0, prep_early=0)["defines"])
+    for value in (1, 2):
+        assert dict(stage8.config(64, wgmma=1, kv_regs=value, prep_early=0)["defines"]) == {**base, "KV_REGS": value}
+    assert dict(stage8.config(64, wgmma=1, kv_regs=0, prep_early=3)["defines"]) == {**base, "PREP_EARLY": 3}
+    for D in (96, 128, 256):
+        with pytest.raises(ValueError, match="kv_regs"):
+            stage8.config(D, wgmma=1, kv_regs=1)
+        with pytest.raises(ValueError, match="kv_regs"):
+            stage8.config(D, wgmma=1, kv_regs=2)
+
+
+def test_kv_regs_products():
+    """Offline (NVRTC, no GPU): with KV_REGS 1 the dK/dV kernel's Sᵀ and dPᵀ products read their A
+    operand (K, V) from registers — 2·D/16 wgmmas with a register A and a K-major B, where the build
+    without it has none (its register-A wgmmas are dV's and dK's, whose B is transposed); with
+    KV_REGS 2, Sᵀ's alone (D/16)."""
+    def register_a_kmajor(kv_regs):
+        built = stage8.compile_for("sm_90a", torch.bfloat16, 64, kv_regs=kv_regs)
+        text = sass.function_text(sass.sass_text(built["attention_backward"].cubin), "attention_backward")
+        return len(re.findall(r"HGMMA\.\S+ R\d+, R\d+, gdesc\[UR\d+\](?!\.tnsp)", text))
+    assert [register_a_kmajor(v) for v in (0, 1, 2)] == [0, 8, 4]
+
+
 def test_ds_stmatrix_stores():
     """Offline (NVRTC, no GPU): with DS_STMATRIX a warp of the dK/dV kernel stores its dSᵀ of a step by
     four stmatrix (STSM, one per 16 queries) and sixteen fewer 4-byte shared stores; without it, none."""
@@ -309,7 +341,8 @@ def test_producer_with_other_switches(shape, switches, seed):
 SWITCH_CASES = [("dk_last", {}), ("dk_last", {"warpgroups": 1, "dq_turns": 0}), ("mask_split", {}),
                 ("scale_at_end", {}), ("epilogue_smem", {}), ("epilogue_smem", {"warpgroups": 1, "dq_turns": 0}),
                 ("ds_stmatrix", {}), ("ds_stmatrix", {"overlap": 1, "warpgroups": 1, "dq_turns": 0}),
-                ("prep_early", {}), ("prep_early=2", {})]
+                ("prep_early", {}), ("prep_early=2", {}), ("prep_early=3", {}), ("kv_regs", {}), ("kv_regs=2", {}),
+                ("kv_regs", {"warpgroups": 1, "dq_turns": 0})]
 
 
 @gpu
@@ -323,9 +356,9 @@ def test_one_switch_matches_reference(shape, window, case, seed):
     off, with the causal masks and with windows (stage 6's forward with the same window)."""
     switch, others = case
     switch, _, value = switch.partition("=")
-    if (others or value == "2") and shape[5] != 64:
-        pytest.skip("one warpgroup with DK_LAST, or prep_early=2: D 64 (at D 128 DK_LAST makes two dQ products a "
-                    "step with one warpgroup; prep_early=2 spills)")
+    if (others or value == "2" or switch == "kv_regs") and shape[5] != 64:
+        pytest.skip("one warpgroup with DK_LAST, prep_early=2 or kv_regs: D 64 (at D 128 DK_LAST makes two dQ "
+                    "products a step with one warpgroup; prep_early=2 and kv_regs spill)")
     B, H, Hk, Sq, Sk, D, causal = shape
     q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=torch.bfloat16, seed=seed)
     dout = torch.randn_like(q)
