@@ -351,10 +351,12 @@ GUARD_SCALE_LABEL = GUARD_LABEL + ", the scale at the end"  # D 64's waterfall: 
 DK_LAST_LABEL = "WGMMA, dK's product last"
 NO_MASK_SPLIT_LABEL = "WGMMA, the stage's build without the mask split"  # MASK_SPLIT, LONGEST_FIRST and those after off
 HEAD_BY_HEAD_LABEL = "WGMMA, the stage's build head by head"  # LONGEST_FIRST (causal calls only) and those after off
-# the stage's build without DS_STMATRIX (dSᵀ by stmatrix) and PREP_EARLY (lse read before the waits); then at
-# D 128, where PREP_EARLY is on, the build without it alone
+# the stage's build without DS_STMATRIX (dSᵀ by stmatrix), PREP_EARLY (lse read before the wait for Sᵀ) and
+# KV_REGS (K and V in registers); then at D 128, where PREP_EARLY is on, the build without it alone, and at
+# D 64 the build without KV_REGS and PREP_EARLY 3 (lse read while the products run), which only won together
 NO_STMATRIX_LABEL = "WGMMA, the stage's build with dSᵀ stored 4 bytes a store"
 NO_PREP_EARLY_LABEL = "WGMMA, the stage's build with lse read after the wait"
+NO_KV_REGS_LABEL = "WGMMA, the stage's build with K and V read from shared memory"
 # SCALE_AT_END (the softmax scale on dK and dQ once, not on dS): on in D 64's build; at D 128, where
 # it is off, the build with it
 SCALE_AT_END_LABEL = "WGMMA, the scale at the end"

@@ -104,7 +104,9 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               instead of sixteen 4-byte stores.
 #   PREP_EARLY  a step's lse (the thread's 16 columns) read into registers and its first query row
 #               worked out before Sᵀ and dPᵀ are issued, not after the wait for Sᵀ; 2: δ's too, read
-#               once Sᵀ is in (D 64: at D 128 that spills).
+#               once Sᵀ is in (D 64: at D 128 that spills); 3: as 1, but after the products are issued.
+#   KV_REGS     (D 64) K and V (1), or K alone (2), read into registers once per block, the A operands
+#               of Sᵀ and dPᵀ, which then read only Q and dO from shared memory.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT", "SCALE_AT_END", "EPILOGUE_SMEM", "LONGEST_FIRST",
                   "DS_STMATRIX", "PREP_EARLY", "KV_REGS")
@@ -182,9 +184,15 @@ BEFORE_PRODUCER = {
 #     S 8192 full and causal (whose rounds spread 4-16%: unresolved). D 64 off: 0.987-1.000x;
 #     PREP_EARLY 2 (δ too) 0.95-0.99x; and D 64 with OVERLAP, now beside the producer, 0.985-0.993x
 #     (same probe).
+#   D 64: KV_REGS 1 and PREP_EARLY 3 on, together (K and V held in registers as the A operands of Sᵀ and
+#     dPᵀ, which then read only Q and dO from shared memory; lse read while the products run): 1.007-1.023x
+#     the build without them at four S 2048 rows (bf16 and fp16, full and causal), 1.011x and 1.007x at
+#     S 512 (H200, same rounds; dK and dV bit-equal; experiments/backward_kv_regs). Either alone did less:
+#     KV_REGS 1 0.992-1.010x, KV_REGS 2 (K alone) 0.977-1.005x, PREP_EARLY 3 0.973-0.998x. At D 128 K
+#     alone spills (112-144 bytes), and PREP_EARLY 3 ran 0.988-1.020x PREP_EARLY 1's build.
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1,
-         "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1, "LONGEST_FIRST": 1, "DS_STMATRIX": 1},
+         "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1, "LONGEST_FIRST": 1, "DS_STMATRIX": 1, "KV_REGS": 1, "PREP_EARLY": 3},
     128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1, "LONGEST_FIRST": 1,
           "DS_STMATRIX": 1, "PREP_EARLY": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's

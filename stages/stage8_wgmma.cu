@@ -95,6 +95,11 @@
 //     then sat between the product and the exponentials. PREP_EARLY 2: δ's 16 columns too, read
 //     once Sᵀ is in, ready for dS when dPᵀ is. The price: lse's 16 registers live across the products
 //     (PREP_EARLY 2: δ's 16 more, from the wait for Sᵀ on); at D 128 PREP_EARLY 2 spills (NVRTC 13.0).
+//     PREP_EARLY 3: the same reads and division after the products are issued, before the wait.
+//   KV_REGS 1 (D 64): K and V of the warpgroup's 64 keys read into registers once per block (32 a
+//     thread), the A operands of Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ. With both operands in shared memory a
+//     64 × 64 × 16 wgmma reads 4 KB, as much as shared memory delivers while the tensor core makes
+//     it; from registers it reads Q's or dO's 2 KB. KV_REGS 2: K alone. At D 128 K alone spills.
 //   MASK_SPLIT 1 (the builds without SOFTCAP): a step whose tile neither the causal diagonal nor a
 //     window's edge cuts computes its exponentials without the per-score compares and selects
 //     (two instructions a score, every step, even without a mask); the tiles that an edge cuts
