@@ -345,6 +345,14 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen["MASK_SPLIT"] = 0  # in 168 registers its second loop of exponentials spilled 16 bytes
         if given.get("ds_stmatrix") is None and not chosen["DQ_ATOMICS"]:
             chosen["DS_STMATRIX"] = 0  # the dQ pass: no dSᵀ stored for a dQ product here
+        # KV_REGS: only where the kernel makes dQ and loads by TMA. Without a dQ product, ptxas (NVRTC 13.0)
+        # gave K's and V's registers to other values inside the loop (tests/test_backward_producer.py,
+        # test_kv_regs_registers_stay); with cp.async loads, K and V are read before they land
+        kv_fits = chosen["DQ_ATOMICS"] and chosen["TMA_LOADS"]
+        if given.get("kv_regs") is None and (not kv_fits or chosen["BLOCKS_PER_SM"] == 3):
+            chosen["KV_REGS"] = 0  # (three blocks per SM: 168 registers, where K and V spill 164 bytes)
+        if given.get("prep_early") is None and chosen["BLOCKS_PER_SM"] == 3:
+            chosen["PREP_EARLY"] = 0
         if given.get("prep_early") is None and dp == 128 and (softcap or window):
             chosen["PREP_EARLY"] = 0  # the variants' masks and tanh beside 16 more registers: 4-44 bytes spilled
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
@@ -365,6 +373,9 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if chosen["PREP_EARLY"] == 2 and head_dim != 64:
             raise ValueError("prep_early=2 keeps δ in registers across dPᵀ too: at D 96, 128 and 256 that spills "
                              "(prep_early=1 reads lse alone early)")
+        if chosen["KV_REGS"] and not kv_fits:
+            raise ValueError("kv_regs holds K and V in registers in the build that makes dQ in this kernel and loads "
+                             "by TMA: it needs dq_atomics=1 and tma_loads=1")
         if chosen["KV_REGS"] and head_dim != 64:
             raise ValueError("kv_regs holds K (2) or K and V (1) in registers, 16 or 32 a thread at D 64: at D 96 "
                              "and 128 K alone spills 112-144 bytes beside dK's and dV's accumulators")

@@ -223,6 +223,52 @@ def test_kv_regs_products():
     assert [register_a_kmajor(v) for v in (0, 1, 2)] == [0, 8, 4]
 
 
+def _kmajor_a_written_in_loop(text: str) -> list[str]:
+    """SASS lines inside the loop that issues the wgmmas with a register A operand and a K-major B
+    (Sᵀ and dPᵀ under KV_REGS) which write one of those A registers: K and V must stay in them
+    from one step to the next. The loop: the shortest backward branch around those wgmmas."""
+    ins = [(int(m.group(1), 16), " ".join(m.group(2).split())) for m in
+           re.finditer(r"/\*([0-9a-f]{4,5})\*/\s+([^;]*);", text)]
+    kmajor = [(a, t) for a, t in ins if re.match(r"HGMMA\.\S+ R\d+, R\d+, gdesc\[UR\d+\](?!\.tnsp)", t)]
+    regs = {int(re.match(r"HGMMA\.\S+ R\d+, R(\d+)", t).group(1)) + i for _, t in kmajor for i in range(4)}
+    first, last = min(a for a, _ in kmajor), max(a for a, _ in kmajor)
+    loops = [(int(m.group(1), 16), a) for a, t in ins if (m := re.search(r"\bBRA (?:\S+, )?0x([0-9a-f]+)", t))
+             and int(m.group(1), 16) <= first and a >= last]
+    head, tail = min(loops, key=lambda loop: loop[1] - loop[0])
+    written = []
+    for a, t in ins:
+        m = re.match(r"(?:@!?U?P\w+ )?([A-Z][A-Z0-9_.]*) R(\d+)\b", t)
+        if head <= a <= tail and m and not m.group(1).startswith(("HGMMA", "ST", "RED", "ATOM", "ISETP", "FSETP")):
+            width = 4 if ".128" in m.group(1) else 2 if ".64" in m.group(1) else 1
+            if {int(m.group(2)) + i for i in range(width)} & regs:
+                written.append(f"{a:04x} {t}")
+    return written
+
+
+def test_kv_regs_registers_stay():
+    """Offline (NVRTC, no GPU): in every KV_REGS build the config allows (the stage's D 64 build, with
+    the variants, one warpgroup, the overlap, dQ by vector reductions), no instruction of the step
+    loop writes the registers that hold K and V for Sᵀ and dPᵀ. In the dQ pass's build ptxas did
+    (it gave them to Pᵀ and dSᵀ after the first step: wrong gradients), so config() leaves KV_REGS
+    off there; the check finds that build's writes, so it can fail."""
+    def written(**kw):
+        built = stage8.compile_for("sm_90a", kw.pop("dtype", torch.bfloat16), 64, **kw)
+        return _kmajor_a_written_in_loop(sass.function_text(sass.sass_text(built["attention_backward"].cubin),
+                                                            "attention_backward"))
+    for kw in ({}, {"dtype": torch.float16, "softcap": 2, "window": True}, {"warpgroups": 1, "dq_turns": 0},
+               {"overlap": 1}, {"dq_bulk": 0, "producer": 0}):
+        assert written(**kw) == [], kw
+    from lib import nvrtc  # the dQ pass's build with KV_REGS forced on, past config()
+    defines = {**dict(stage8.config(64, wgmma=1, dq_atomics=0)["defines"]), "KV_REGS": 1}
+    forced = nvrtc.compile_stage(stage8.WGMMA_SOURCE, arch="sm_90a", dtype=torch.bfloat16, head_dim=64, defines=defines)
+    assert _kmajor_a_written_in_loop(sass.function_text(sass.sass_text(forced.cubin), "attention_backward"))
+    with pytest.raises(ValueError, match="kv_regs"):
+        stage8.config(64, wgmma=1, dq_atomics=0, kv_regs=1)
+    with pytest.raises(ValueError, match="kv_regs"):
+        stage8.config(64, wgmma=1, tma_loads=0, producer=0, kv_regs=1)
+    assert dict(stage8.config(64, wgmma=1, dq_atomics=0)["defines"])["KV_REGS"] == 0
+
+
 def test_ds_stmatrix_stores():
     """Offline (NVRTC, no GPU): with DS_STMATRIX a warp of the dK/dV kernel stores its dSᵀ of a step by
     four stmatrix (STSM, one per 16 queries) and sixteen fewer 4-byte shared stores; without it, none."""
