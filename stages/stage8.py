@@ -353,8 +353,9 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen["KV_REGS"] = 0  # (three blocks per SM: 168 registers, where K and V spill 164 bytes)
         if given.get("prep_early") is None and chosen["BLOCKS_PER_SM"] == 3:
             chosen["PREP_EARLY"] = 0
-        if given.get("prep_early") is None and dp == 128 and (softcap or window):
-            chosen["PREP_EARLY"] = 0  # the variants' masks and tanh beside 16 more registers: 4-44 bytes spilled
+        if given.get("prep_early") is None and dp == 128 and (softcap or window or chosen["WARPGROUPS"] == 1):
+            chosen["PREP_EARLY"] = 0  # the variants' masks and tanh, or one warpgroup's dQ over all of D,
+            # beside 16 more registers: 4-80 bytes spilled
         if chosen["DS_GUARD"] and not chosen["DQ_ATOMICS"]:
             raise ValueError("ds_guard=1 orders the dSᵀ store of the dK/dV kernel's dQ product: it needs dq_atomics=1")
         if chosen["DS_GUARD"] and not guard_fits:
