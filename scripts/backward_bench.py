@@ -125,6 +125,17 @@ def ab_rows(rows, builds_of, rounds: int = 7, exact=lambda D: True) -> bool:
     return ok
 
 
+def ab_probe(doc: str, rows, builds_of) -> int:
+    """An experiment probe's main (experiments/backward_*/probe.py): --rounds (default 9), exit 2
+    off an H100/H200, else ab_rows(rows, builds_of) and 0 when every check passed."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=9)
+    a = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        ap.exit(2, f"{ap.prog}: times stage 8's Hopper build (sm_90a), so it needs an H100 or H200 and none was found\n")
+    return 0 if ab_rows(rows, builds_of, a.rounds) else 1
+
+
 # The WGMMA build's combinations that --variants times: (label, switches). Warpgroups × how dQ
 # is summed × how Q and dO are loaded, then the stage's build with its overlap switch flipped.
 _DQ = {(0, 0): "dQ pass", (1, 0): "dQ by red", (1, 1): "dQ by bulk reduction"}

@@ -7,14 +7,13 @@ checked against float64 before and after timing, dK and dV compared bit for bit
 
     python3 experiments/backward_kv_regs/probe.py [--rounds 9]
 """
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[2] / "scripts")]
-from backward_bench import ab_rows  # noqa: E402
+from backward_bench import ab_probe  # noqa: E402
 
 # (B, H, S, D, causal[, dtype]): the backward record's D 64 rows in both dtypes, the training map's
 # shortest D 64 rows, a long D 64 row; then D 128 rows for PREP_EARLY 3
@@ -30,14 +29,5 @@ BUILDS = {  # the first is the stage's build (its switches unsaid)
 }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=9)
-    a = ap.parse_args()
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        ap.exit(2, f"{ap.prog}: times stage 8's Hopper build (sm_90a), so it needs an H100 or H200 and none was found\n")
-    return 0 if ab_rows(ROWS, lambda D: BUILDS[D], a.rounds) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(ab_probe(__doc__, ROWS, lambda D: BUILDS[D]))

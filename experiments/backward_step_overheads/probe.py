@@ -6,14 +6,11 @@ compared bit for bit (scripts/backward_bench.py's ab_rows).
 
     python3 experiments/backward_step_overheads/probe.py [--rounds 9]
 """
-import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[2] / "scripts")]
-from backward_bench import ab_rows  # noqa: E402
+from backward_bench import ab_probe  # noqa: E402
 
 # (B, H, S, D, causal): the backward record's four rows, then the training map's shortest D 64 rows
 ROWS = [(16, 16, 2048, 64, False), (16, 16, 2048, 64, True), (4, 16, 8192, 128, False), (4, 16, 8192, 128, True),
@@ -28,14 +25,5 @@ BUILDS = {  # the first is the stage's build (its switches unsaid)
 # of PREP_EARLY: 0.981-0.994x the stage's build (that form: git show d31ad79:experiments/backward_step_overheads/probe.py).
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=9)
-    a = ap.parse_args()
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        ap.exit(2, f"{ap.prog}: times stage 8's Hopper build (sm_90a), so it needs an H100 or H200 and none was found\n")
-    return 0 if ab_rows(ROWS, lambda D: BUILDS[D], a.rounds) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(ab_probe(__doc__, ROWS, lambda D: BUILDS[D]))
