@@ -345,8 +345,8 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen["MASK_SPLIT"] = 0  # in 168 registers its second loop of exponentials spilled 16 bytes
         if given.get("ds_stmatrix") is None and not chosen["DQ_ATOMICS"]:
             chosen["DS_STMATRIX"] = 0  # the dQ pass: no dSᵀ stored for a dQ product here
-        # KV_REGS: only where the kernel makes dQ and loads by TMA. Without a dQ product, ptxas (NVRTC 13.0)
-        # gave K's and V's registers to other values inside the loop (tests/test_backward_producer.py,
+        # KV_REGS: only where the kernel makes dQ and loads by TMA. Without a dQ product the SASS (NVRTC 13.0)
+        # writes K's and V's registers inside the loop, keeping no copy (tests/test_backward_producer.py,
         # test_kv_regs_registers_stay); with cp.async loads, K and V are read before they land
         kv_fits = chosen["DQ_ATOMICS"] and chosen["TMA_LOADS"]
         if given.get("kv_regs") is None and (not kv_fits or chosen["BLOCKS_PER_SM"] == 3):

@@ -248,7 +248,7 @@ def _kmajor_a_written_in_loop(text: str) -> list[str]:
 def test_kv_regs_registers_stay():
     """Offline (NVRTC, no GPU): in every KV_REGS build the config allows (the stage's D 64 build, with
     the variants, one warpgroup, the overlap, dQ by vector reductions), no instruction of the step
-    loop writes the registers that hold K and V for Sᵀ and dPᵀ. In the dQ pass's build ptxas did
+    loop writes the registers that hold K and V for Sᵀ and dPᵀ. In the dQ pass's build the compiled loop did
     (it gave them to Pᵀ and dSᵀ after the first step: wrong gradients), so config() leaves KV_REGS
     off there; the check finds that build's writes, so it can fail."""
     def written(**kw):
