@@ -554,7 +554,8 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     // K and V of this warpgroup's 64 keys, the A operands of Sᵀ and dPᵀ, read into registers once
     // for the whole block: k-step kk's register j holds key row 16·warp + g + 8·(j % 2), columns
     // 16kk + 8·(j / 2) + 2·i4 and + 1 (pack_a's layout). The products then read only Q and dO from
-    // shared memory, half the bytes they read with both operands there.
+    // shared memory, half the bytes they read with both operands there. Only with TMA_LOADS (config()
+    // says why): there the barrier above has seen K's and V's copies land.
     unsigned kf[D / 16][4], vf[D / 16][4];
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
