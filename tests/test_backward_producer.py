@@ -211,6 +211,10 @@ def test_kv_regs_config():
             stage8.config(D, wgmma=1, kv_regs=2)
 
 
+# A wgmma with a register A operand and a K-major B (no .tnspB): Sᵀ and dPᵀ under KV_REGS
+KMAJOR_REG_A = r"HGMMA\.\S+ R\d+, R(\d+), gdesc\[UR\d+\](?!\.tnsp)"
+
+
 def test_kv_regs_products():
     """Offline (NVRTC, no GPU): with KV_REGS 1 the dK/dV kernel's Sᵀ and dPᵀ products read their A
     operand (K, V) from registers — 2·D/16 wgmmas with a register A and a K-major B, where the build
@@ -219,7 +223,7 @@ def test_kv_regs_products():
     def register_a_kmajor(kv_regs):
         built = stage8.compile_for("sm_90a", torch.bfloat16, 64, kv_regs=kv_regs)
         text = sass.function_text(sass.sass_text(built["attention_backward"].cubin), "attention_backward")
-        return len(re.findall(r"HGMMA\.\S+ R\d+, R\d+, gdesc\[UR\d+\](?!\.tnsp)", text))
+        return len(re.findall(KMAJOR_REG_A, text))
     assert [register_a_kmajor(v) for v in (0, 1, 2)] == [0, 8, 4]
 
 
@@ -229,8 +233,8 @@ def _kmajor_a_written_in_loop(text: str) -> list[str]:
     from one step to the next. The loop: the shortest backward branch around those wgmmas."""
     ins = [(int(m.group(1), 16), " ".join(m.group(2).split())) for m in
            re.finditer(r"/\*([0-9a-f]{4,5})\*/\s+([^;]*);", text)]
-    kmajor = [(a, t) for a, t in ins if re.match(r"HGMMA\.\S+ R\d+, R\d+, gdesc\[UR\d+\](?!\.tnsp)", t)]
-    regs = {int(re.match(r"HGMMA\.\S+ R\d+, R(\d+)", t).group(1)) + i for _, t in kmajor for i in range(4)}
+    kmajor = [(a, m) for a, t in ins if (m := re.match(KMAJOR_REG_A, t))]
+    regs = {int(m.group(1)) + i for _, m in kmajor for i in range(4)}
     first, last = min(a for a, _ in kmajor), max(a for a, _ in kmajor)
     loops = [(int(m.group(1), 16), a) for a, t in ins if (m := re.search(r"\bBRA (?:\S+, )?0x([0-9a-f]+)", t))
              and int(m.group(1), 16) <= first and a >= last]
@@ -247,7 +251,7 @@ def _kmajor_a_written_in_loop(text: str) -> list[str]:
 
 def test_kv_regs_registers_stay():
     """Offline (NVRTC, no GPU): in every KV_REGS build the config allows (the stage's D 64 build, with
-    the variants, one warpgroup, the overlap, dQ by vector reductions), no instruction of the step
+    the variants, one warpgroup, the overlap, dQ by vector reductions, K alone), no instruction of the step
     loop writes the registers that hold K and V for Sᵀ and dPᵀ. In the dQ pass's build the compiled loop did
     (it gave them to Pᵀ and dSᵀ after the first step: wrong gradients), so config() leaves KV_REGS
     off there; the check finds that build's writes, so it can fail."""
@@ -256,7 +260,7 @@ def test_kv_regs_registers_stay():
         return _kmajor_a_written_in_loop(sass.function_text(sass.sass_text(built["attention_backward"].cubin),
                                                             "attention_backward"))
     for kw in ({}, {"dtype": torch.float16, "softcap": 2, "window": True}, {"warpgroups": 1, "dq_turns": 0},
-               {"overlap": 1}, {"dq_bulk": 0, "producer": 0}):
+               {"overlap": 1}, {"dq_bulk": 0, "producer": 0}, {"kv_regs": 2}):
         assert written(**kw) == [], kw
     from lib import nvrtc  # the dQ pass's build with KV_REGS forced on, past config()
     defines = {**dict(stage8.config(64, wgmma=1, dq_atomics=0)["defines"]), "KV_REGS": 1}
