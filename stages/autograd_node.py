@@ -274,8 +274,8 @@ def _make_plan(q, k, v, causal, scale, key):
                     [(K["map"], 0), (K["map"], 1)] + slots("q", "k", "v", "dout", "lse2", "delta", "acc", "dk", "dv")
                     + shape_args)
     plan.add_launch("postprocess", int(p.post.handle), *configs[2], slots("acc", "dq") + post_args)
-    plan.encode_map(0, q0, stage8.DQ_ROWS)  # stage 8's tensor_map(q, DQ_ROWS)
-    plan.encode_map(1, dout, stage8.DQ_ROWS)  # ... and tensor_map(dout, DQ_ROWS), for the plan's dO layout
+    plan.encode_map(0, q0, p.rows)  # stage 8's tensor_map(q, p.rows): boxes of a step's query rows
+    plan.encode_map(1, dout, p.rows)  # ... and tensor_map(dout, p.rows), for the plan's dO layout
     _kernels[key] = (p.pre, p.main, p.post)
     return plan
 

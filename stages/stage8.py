@@ -64,7 +64,7 @@ CHOICES = [(64, 64), (64, 32), (128, 64), (128, 32)]
 SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUPS": (1, 2), "DQ_BULK": (0, 1),
             "TMA_LOADS": (0, 1), "DQ_TURNS": (0, 1), "DQ_EARLY": (0, 1), "BLOCKS_PER_SM": (1, 3), "PRODUCER": (0, 1),
             "DS_GUARD": (0, 1), "DK_LAST": (0, 1), "MASK_SPLIT": (0, 1), "SCALE_AT_END": (0, 1), "EPILOGUE_SMEM": (0, 1), "LONGEST_FIRST": (0, 1),
-            "DS_STMATRIX": (0, 1), "PREP_EARLY": (0, 1, 2, 3), "KV_REGS": (0, 1, 2)}
+            "DS_STMATRIX": (0, 1), "PREP_EARLY": (0, 1, 2, 3), "KV_REGS": (0, 1, 2), "ROWS80": (0, 1)}
 # WGMMA 1: the same kernels with every product a warpgroup's wgmma (stages/stage8_wgmma.cu,
 # sm_90a only: the build on an H100); 0: mma.sync (stages/stage8.cu, any GPU from sm_80). The
 # WGMMA build has fixed 64-row tiles and switches of its own (stages/stage8_wgmma.cu says how
@@ -107,9 +107,12 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               once Sᵀ is in (D 64: at D 128 that spills); 3: as 1, but after the products are issued.
 #   KV_REGS     (D 64) K and V (1), or K alone (2), read into registers once per block, the A operands
 #               of Sᵀ and dPᵀ, which then read only Q and dO from shared memory.
+#   ROWS80      (D 96/128: two warpgroups splitting dQ's columns, the producer, DK_LAST; no variants)
+#               80 queries a step instead of 64, FlashAttention-3's full-attention tile: dQᵀ = Kᵀ·dSᵀ,
+#               one buffer of dQ tiles; K's and V's reads and dQ's product per score 4/5 of 64's.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT", "SCALE_AT_END", "EPILOGUE_SMEM", "LONGEST_FIRST",
-                  "DS_STMATRIX", "PREP_EARLY", "KV_REGS")
+                  "DS_STMATRIX", "PREP_EARLY", "KV_REGS", "ROWS80")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
 # (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
 # shapes):
@@ -141,11 +144,11 @@ BEFORE_PRODUCER = {
     64: {"OVERLAP": 0, "WARPGROUPS": 1, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
          "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
          "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0, "PREP_EARLY": 0,
-         "KV_REGS": 0},
+         "KV_REGS": 0, "ROWS80": 0},
     128: {"OVERLAP": 1, "WARPGROUPS": 2, "DQ_ATOMICS": 1, "DQ_BULK": 1, "TMA_LOADS": 1, "DQ_TURNS": 0, "DQ_EARLY": 0,
           "BLOCKS_PER_SM": 1, "PRODUCER": 0, "DS_GUARD": 0, "DK_LAST": 0,
           "MASK_SPLIT": 0, "SCALE_AT_END": 0, "EPILOGUE_SMEM": 0, "LONGEST_FIRST": 0, "DS_STMATRIX": 0, "PREP_EARLY": 0,
-          "KV_REGS": 0},
+          "KV_REGS": 0, "ROWS80": 0},
 }
 #   Both: DS_GUARD on. One shared-memory buffer holds both warpgroups' dSᵀ, and a warpgroup's store
 #     of the next step's may otherwise overtake the other's dQ product still reading this step's
@@ -395,17 +398,30 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if chosen["PRODUCER"] and not producer_fits:
             raise ValueError("producer=1 issues the TMA loads and the dQ bulk reductions: it needs tma_loads=1 "
                              "and dq_bulk=1 (with dq_atomics=1), and blocks_per_sm=1")
+        rows80_fits = (dp == 128 and head_dim <= 128 and chosen["WARPGROUPS"] == 2 and chosen["DQ_BULK"]
+                       and chosen["PRODUCER"] and not softcap and not window)
+        if chosen["ROWS80"] and not rows80_fits:
+            raise ValueError("rows80=1 takes D 96 or 128's two warpgroups with dq_bulk=1 and producer=1, "
+                             "without softcap or window")
+        if chosen["ROWS80"]:  # Sᵀ's and dPᵀ's 80 registers beside dK's and dV's 128: no room for these
+            for name in ("DK_LAST", "PREP_EARLY"):
+                if given.get(name.lower()) is None:
+                    chosen[name] = 0
+                elif chosen[name]:
+                    raise ValueError(f"rows80=1 with {name.lower()}={chosen[name]}: ptxas serializes the wgmma "
+                                     "(C7512, too few registers); leave it unsaid or 0")
         wgs, atomics, r = chosen["WARPGROUPS"], chosen["DQ_ATOMICS"], WGMMA_ROWS
-        dq_buffers = 1 if chosen["BLOCKS_PER_SM"] == 3 else 2  # the kernel's DQ_BUFFERS
+        qr = 80 if chosen["ROWS80"] else r  # the kernel's QR: queries per step
+        dq_buffers = 1 if chosen["BLOCKS_PER_SM"] == 3 or chosen["ROWS80"] else 2  # the kernel's DQ_BUFFERS
         keys = r if head_dim > 128 else r * wgs  # D 256: the two warpgroups share 64 keys
         dq_tiles = wgs * (1 if dp // 64 == wgs else dp // 64)  # the kernel's DQ_TILES per warpgroup
-        # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics), one or
-        # two buffers of each warpgroup's float32 dQ tiles (bulk), lse and δ, four mbarriers
-        # (the producer: two more per dQ buffer and warpgroup)
-        smem = ((2 * keys + 4 * r) * dp * 2 + (keys * r * 2 if atomics else 0)
-                + (dq_buffers * dq_tiles * r * 64 * 4 if chosen["DQ_BULK"] else 0)
-                + 4 * r * 4 + 32 + (2 * dq_buffers * wgs * 8 if chosen["PRODUCER"] else 0) + 1024)
-        return {"block_n": keys, "block_m": r, "threads": 128 * (wgs + chosen["PRODUCER"]), "dq_atomics": atomics, "wgmma": 1,
+        # K and V of the block's keys, two Q and two dO tiles, dSᵀ (with the atomics; ROWS80: two
+        # 64-query atoms), one or two buffers of each warpgroup's float32 dQ tiles (bulk), lse and
+        # δ, four mbarriers (the producer: two more per dQ buffer and warpgroup)
+        smem = ((2 * keys + 4 * qr) * dp * 2 + (keys * r * 2 * (1 + chosen["ROWS80"]) if atomics else 0)
+                + (dq_buffers * dq_tiles * qr * 64 * 4 if chosen["DQ_BULK"] else 0)
+                + 4 * qr * 4 + 32 + (2 * dq_buffers * wgs * 8 if chosen["PRODUCER"] else 0) + 1024)
+        return {"block_n": keys, "block_m": qr, "threads": 128 * (wgs + chosen["PRODUCER"]), "dq_atomics": atomics, "wgmma": 1,
                 "dq_bulk": chosen["DQ_BULK"], "tma_loads": chosen["TMA_LOADS"],
                 "smem": smem, "dq_smem": 0 if atomics else 6 * r * dp * 2 + 1024,
                 "defines": tuple(sorted(chosen.items())) + variant_defines, "variants": bool(variant_defines)}
@@ -457,30 +473,37 @@ def _kernels(dtype, head_dim: int, cfg_key: tuple) -> dict:
 def _preprocess_kernel(dtype, head_dim: int, part: str = "preprocess"):
     """The kernel of the pass before the main ones (or, part="postprocess", of the pass after
     them), loaded once."""
-    src = PREPROCESS_SOURCE if part == "preprocess" else POSTPROCESS_SOURCE
+    src = PREPROCESS_SOURCE if part == "preprocess" else POSTPROCESS_SOURCE  # (both postprocesses: one file)
     return nvrtc.stage_kernels(src, (f"attention_backward_{part}",), dtype, head_dim)[f"attention_backward_{part}"]
 
 
-def postprocess(acc: torch.Tensor, Sq: int, dtype, head_dim: int | None = None, scale: float = 1.0) -> torch.Tensor:
+def postprocess(acc: torch.Tensor, Sq: int, dtype, head_dim: int | None = None, scale: float = 1.0,
+                rows: int = WGMMA_ROWS) -> torch.Tensor:
     """The [B, H, sq_pad, DP] float32 dQ the bulk reductions summed (tiles in the accumulators'
-    order, tiles_in_order says how) as a new contiguous [B, H, Sq, D] tensor of `dtype`: one
-    kernel (stages/stage8_postprocess.cu), one pass, times `scale`. D: head_dim (default DP, the
-    tiles' width; D 96's tiles are 128 wide)."""
+    order, tiles_in_order says how; rows=80: ROWS80's tiles of dQᵀ) as a new contiguous [B, H, Sq, D]
+    tensor of `dtype`: one kernel (stages/stage8_postprocess.cu), one pass, times `scale`. D:
+    head_dim (default DP, the tiles' width; D 96's tiles are 128 wide)."""
     B, H, sq_pad, dp = acc.shape
     D = head_dim or dp
     dq = torch.empty((B, H, Sq, D), dtype=dtype, device=acc.device)
-    kernel, cfg, args = _post_launch(B, H, Sq, sq_pad, D, dtype, scale)
+    kernel, cfg, args = _post_launch(B, H, Sq, sq_pad, D, dtype, scale, rows)
     nvrtc.launch_prepared(kernel, cfg, (acc.data_ptr(), dq.data_ptr(), *args))
     return dq
 
 
-def _post_launch(B, H, Sq, sq_pad, D, dtype, scale: float = 1.0) -> tuple:
+def _post_launch(B, H, Sq, sq_pad, D, dtype, scale: float = 1.0, rows: int = WGMMA_ROWS) -> tuple:
     """The postprocess's kernel, launch configuration and scalar arguments (scale: what dQ's sum is
-    multiplied by, the softmax scale where the main kernel left it out: SCALE_AT_END)."""
-    pieces = B * H * sq_pad // 2 * tile_width(D) // 8  # a thread's: 8 columns of two rows of the float32 sum
+    multiplied by, the softmax scale where the main kernel left it out: SCALE_AT_END; rows: the
+    main kernel's queries per step, 64, or ROWS80's 80, whose tiles hold dQᵀ)."""
+    if rows == 80:  # a thread's: two query rows × 16 columns
+        pieces = B * H * sq_pad // 2 * tile_width(D) // 16
+        part = "postprocess_rows80"
+    else:  # a thread's: 8 columns of two rows of the float32 sum
+        pieces = B * H * sq_pad // 2 * tile_width(D) // 8
+        part = "postprocess"
     nvrtc.check_grid_x("stage 8 (postprocess)", -(-pieces // 256))
-    return (_preprocess_kernel(dtype, D, "postprocess"), nvrtc.launch_config((-(-pieces // 256), 1, 1), (256, 1, 1)),
-            (np.int32(Sq), np.int32(sq_pad // 64), np.int64(pieces), np.float32(scale)))
+    return (_preprocess_kernel(dtype, D, part), nvrtc.launch_config((-(-pieces // 256), 1, 1), (256, 1, 1)),
+            (np.int32(Sq), np.int32(sq_pad // rows), np.int64(pieces), np.float32(scale)))
 
 
 def preprocess(out, dout, lse, sq_pad: int, dq_zero: torch.Tensor | None = None):
@@ -660,7 +683,8 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     p.wgmma_acc = bool(p.atomics and cfg["wgmma"])
     # The WGMMA build's atomics add whole 64-row blocks: its float32 dQ has sq_pad rows, zeroed
     # by the preprocess; the mma.sync build's has Sq.
-    p.sq_pad = (Sq + DQ_ROWS - 1) // DQ_ROWS * DQ_ROWS  # whole blocks of either kernel's rows
+    p.rows = cfg["block_m"] if cfg["wgmma"] else DQ_ROWS  # queries per step (ROWS80: 80) or dQ block
+    p.sq_pad = (Sq + p.rows - 1) // p.rows * p.rows  # whole blocks of either kernel's rows
     p.rows_pad = B * H * p.sq_pad  # δ's and lse·log2 e's elements each, in the workspace (_run)
     p.acc_at = 2 * p.rows_pad
     p.acc_shape = (B, H, p.sq_pad, tile_width(D)) if p.wgmma_acc else (B, H, Sq, D)
@@ -680,14 +704,15 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
                     *nvrtc.layout_args(q), *nvrtc.layout_args(k), *nvrtc.layout_args(v), *nvrtc.layout_args(dout_l))
     if kernel_variants:  # VARIANT_PARAMS: cap_mul, cap_log2, win_left, win_right
         p.shape_args += variant_args(variants, scale, Sq, Sk)
-    p.tma = bool(cfg.get("tma_loads"))  # the copy engine's descriptions of q and dout: boxes of 64 rows
-    p.maps = (tensor_map(q, DQ_ROWS), tensor_map(dout_l, DQ_ROWS)) if p.tma else ()
+    p.tma = bool(cfg.get("tma_loads"))  # the copy engine's descriptions of q and dout: boxes of a step's rows
+    p.maps = (tensor_map(q, p.rows), tensor_map(dout_l, p.rows)) if p.tma else ()
     p.map_ptrs = [q.data_ptr(), dout_l.data_ptr()]  # where the maps point now (_run retargets them)
     p.pre, p.pre_config, p.pre_args = _pre_launch(out_l, dout_l, p.sq_pad)
     p.dq_kernel = p.dq_config = p.post = p.post_config = p.post_args = None
     if p.bulk:
         p.post, p.post_config, p.post_args = _post_launch(B, H, Sq, p.sq_pad, D, q.dtype,
-                                                          scale if dict(cfg["defines"])["SCALE_AT_END"] else 1.0)
+                                                          scale if dict(cfg["defines"])["SCALE_AT_END"] else 1.0,
+                                                          p.rows)
     elif not p.atomics:
         n_dq_blocks = (Sq + DQ_ROWS - 1) // DQ_ROWS * B * H
         nvrtc.check_grid_x("stage 8 (dQ pass)", n_dq_blocks)
@@ -771,14 +796,21 @@ def _run_padded(p: _Launch, q, k, v, out, dout, lse, want_delta=False):
     return tuple(t[..., :D].contiguous() for t in g[:3]) + tuple(g[3:])
 
 
-def tiles_in_order(acc: torch.Tensor, dtype=None) -> torch.Tensor:
+def tiles_in_order(acc: torch.Tensor, dtype=None, rows: int = WGMMA_ROWS) -> torch.Tensor:
     """The [B, H, Sq_pad, D] float32 dQ that the bulk reductions (DQ_BULK) summed, tile by tile
     in the accumulators' order, as rows and columns, in `dtype` (default acc's), in one copy: the
     PyTorch statement of what postprocess() does in a kernel, and its tests' reference.
     Each 64 × 64 tile (query block, 64-column block) holds thread t's elements 4n … 4n + 3 at
     (128n + t)·4; t = 32w + 4g + i4 holds rows 16w + g and + 8 (jh), columns 8n + 2·i4 and + 1
-    (jl): element 4n + 2·jh + jl."""
+    (jl): element 4n + 2·jh + jl. rows=80 (ROWS80): each tile is 64 columns × 80 rows of dQᵀ,
+    n < 10, 16w + g (+ 8) its columns and 8n + 2·i4 (+ 1) its rows."""
     B, H, S, D = acc.shape
+    if rows == 80:
+        t = acc.view(B * H, S // 80, D // 64, 10, 4, 8, 4, 2, 2)  # bh, qb, atom, n, w, g, i4, jh, jl
+        ordered = torch.empty((B, H, S, D), dtype=dtype or acc.dtype, device=acc.device)
+        ordered.view(B * H, S // 80, 10, 4, 2, D // 64, 4, 2, 8).copy_(  # bh, qb, n, i4, jl | atom, w, jh, g
+            t.permute(0, 1, 3, 6, 8, 2, 4, 7, 5))
+        return ordered
     t = acc.view(B * H, S // 64, D // 64, 8, 4, 8, 4, 2, 2)  # bh, qb, atom, n, w, g, i4, jh, jl
     ordered = torch.empty((B, H, S, D), dtype=dtype or acc.dtype, device=acc.device)
     ordered.view(B * H, S // 64, 4, 2, 8, D // 64, 8, 4, 2).copy_(  # bh, qb, w, jh, g | atom, n, i4, jl

@@ -120,6 +120,15 @@
 //     block j of every head in a section starts before block j + 1 of any: sections of a power
 //     of two of heads whose Q, dO and float32 dQ fit 40 MB of L2 (FlashAttention-3's causal
 //     scheduler). No block's sums change; dQ's float32 additions come in another order.
+//   ROWS80 1 (D 96/128: two warpgroups splitting dQ's columns, the producer; no variants): 80 queries a
+//     step instead of 64, FlashAttention-3's full-attention tile at D 128. Per score, K and V are read
+//     from shared memory, and dQ's product reads K, 4/5 as often. 80 queries are no 64-row wgmma, so dQ is
+//     made transposed, dQᵀ = Kᵀ·dSᵀ (FlashAttention-3's dQ_swapAB): 64 columns of D × 80 queries, dSᵀ
+//     the B operand, its queries 64-79 in a second 64-query atom (a 16-wide wgmma reads them); its
+//     tiles go to a postprocess of their own. Shared memory holds one buffer of dQ tiles, not two.
+//     Sᵀ and dPᵀ take 40 registers a thread each, beside dK's and dV's 128: dV is issued after dS,
+//     not before (Pᵀ's 20 registers are not live beside dS's), and DK_LAST and PREP_EARLY stay off;
+//     with either, ptxas serializes the wgmma (C7512).
 // Not here (FlashAttention-3 has it): the next query block's Sᵀ and dPᵀ issued before this block's
 // dK is waited for; tried with DK_LAST, slower at D 64 and spilled at D 128 (experiments/backward_dk_last).
 //
@@ -205,6 +214,9 @@
 #ifndef KV_REGS
 #define KV_REGS 0
 #endif
+#ifndef ROWS80
+#define ROWS80 0
+#endif
 #ifndef SCALE_AT_END
 #define SCALE_AT_END 0
 #endif
@@ -247,6 +259,9 @@ constexpr int DP = (D + 63) / 64 * 64;  // the tiles' (D 96: 128, columns 96-127
 constexpr int ATOMS = DP / 64;  // 64-column atoms of a tile
 constexpr int ROWS = 64;        // keys per warpgroup, queries per step; queries per dQ block, keys per tile
 constexpr int THREADS = 128;    // one warpgroup
+constexpr int QR = ROWS80 ? 80 : ROWS;  // the dK/dV kernel's queries per step (ROWS80: FlashAttention-3's 80)
+constexpr int DS_PARTS = ROWS80 ? 2 : 1;  // dSᵀ's 64-query atoms (ROWS80: queries 64-79 in a second one)
+constexpr bool DV_EARLY = OVERLAP && !ROWS80;  // dV issued before dS is computed (ROWS80: after, see there)
 constexpr bool SPLIT_D = D > 128;  // two warpgroups share 64 keys, each with half of D (above)
 constexpr int DKV = SPLIT_D ? DP / 2 : DP;     // the columns of dK and dV a warpgroup holds
 constexpr int KEYS = SPLIT_D ? ROWS : ROWS * WARPGROUPS;  // keys per dK/dV block
@@ -267,6 +282,8 @@ static_assert(!DS_GUARD || D == 64 || DQ_SPLITS_D, "DS_GUARD: one dQ product per
 static_assert(!DK_LAST || (DQ_ATOMICS && !DQ_EARLY && (DQ_SPLITS_D || ATOMS == 1)),
               "DK_LAST: dK after this kernel's dQ product, one dQ product per turn (D 128's halves, or D 64)");
 static_assert(!KV_REGS || D == 64, "KV_REGS: K (and V) in registers, 16 (32) a thread at D 64 (at D 128 K alone spills)");
+static_assert(!ROWS80 || (DP == 128 && DQ_SPLITS_D && PRODUCER && !SOFTCAP && !WINDOW),
+              "ROWS80: D 96/128's two warpgroups splitting dQ's columns, with the producer, no variants");
 static_assert(!PRODUCER || (TMA_LOADS && DQ_BULK && BLOCKS_PER_SM == 1),
               "PRODUCER issues the TMA loads and the bulk reductions (TMA_LOADS, DQ_BULK), two dQ buffers");
 // The block: the warpgroups that multiply (threads 0 … KEY_THREADS − 1, as without a producer),
@@ -280,7 +297,7 @@ constexpr int LOADER = PRODUCER ? KEY_THREADS : 0;  // the thread that issues th
 #if DQ_BULK
 constexpr int DQ_TILES = DQ_SPLITS_D ? 1 : ATOMS;  // 64 × 64 partial dQ tiles per warpgroup and step
 #endif
-constexpr int DQ_BUFFERS = BLOCKS_PER_SM == 3 ? 1 : 2;  // of DQ_BULK's tiles: step it writes while step it − 1's are read out
+constexpr int DQ_BUFFERS = BLOCKS_PER_SM == 3 || ROWS80 ? 1 : 2;  // of DQ_BULK's tiles: step it writes while step it − 1's are read out
 
 // Element offset of (row, col) in a [ATOMS][R][64] tile, 128-byte swizzle.
 template <int R>
@@ -312,18 +329,19 @@ __device__ __forceinline__ unsigned long long kmajor(const void* tile) { return 
 template <int R>
 __device__ __forceinline__ unsigned long long mnmajor(const void* tile) { return smem_desc(tile, R * 128); }
 
-// 64 rows × 64 columns of A·Bᵀ over D (both K-major, A in a tile of RA rows): the scores, or dP.
-template <int RA = ROWS>
-__device__ __forceinline__ void issue_rows_d(float (&acc)[32], unsigned long long a, unsigned long long b) {
+// 64 rows × N columns of A·Bᵀ over D (both K-major, A in a tile of RA rows, B of N): the scores, or dP.
+template <int RA = ROWS, int N = ROWS>
+__device__ __forceinline__ void issue_rows_d(float (&acc)[N / 2], unsigned long long a, unsigned long long b) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) Wgmma<64>::ss(acc, a + k_step<RA>(kk), b + k_step<ROWS>(kk), kk > 0);
+    for (int kk = 0; kk < D / 16; ++kk) Wgmma<N>::ss(acc, a + k_step<RA>(kk), b + k_step<N>(kk), kk > 0);
 }
 // Accumulator element i of thread t in warp w: row 16w + t/4 + 8·((i / 2) % 2), column
 // 8·(i / 4) + 2·(t % 4) + i % 2. Four of them per 8 columns, so k-step t of the next product
 // (16 columns) is elements 8t … 8t + 7, packed two by two.
-__device__ __forceinline__ void pack_a(unsigned (&a)[ROWS / 16][4], const float (&acc)[32]) {
+template <int T>
+__device__ __forceinline__ void pack_a(unsigned (&a)[T][4], const float (&acc)[8 * T]) {
 #pragma unroll
-    for (int t = 0; t < ROWS / 16; ++t) {
+    for (int t = 0; t < T; ++t) {
         a[t][0] = pack2(acc[8 * t], acc[8 * t + 1]);
         a[t][1] = pack2(acc[8 * t + 2], acc[8 * t + 3]);
         a[t][2] = pack2(acc[8 * t + 4], acc[8 * t + 5]);
@@ -334,16 +352,18 @@ __device__ __forceinline__ void pack_a(unsigned (&a)[ROWS / 16][4], const float 
 struct KeySmem {  // the dK/dV kernel's shared memory (1024-byte aligned members)
     elem_t k[ATOMS][KEYS][64];
     elem_t v[ATOMS][KEYS][64];
-    elem_t q[2][ATOMS][ROWS][64];
-    elem_t dout[2][ATOMS][ROWS][64];
+    elem_t q[2][ATOMS][QR][64];
+    elem_t dout[2][ATOMS][QR][64];
 #if DQ_ATOMICS
-    elem_t ds[KEYS][64];  // dSᵀ of the step: keys × 64 queries, the A operand of dS·K (MN-major)
+    // dSᵀ of the step: keys × 64 queries, the A operand of dS·K (MN-major); ROWS80: keys × 80 queries,
+    // the B operand of dQᵀ = Kᵀ·dSᵀ, queries 64-79 in the first 16 columns of a second atom
+    elem_t ds[DS_PARTS][KEYS][64];
 #endif
 #if DQ_BULK
-    float dq[DQ_BUFFERS][WARPGROUPS][DQ_TILES][64 * 64];  // each warpgroup's partial dQ, in accumulator order
+    float dq[DQ_BUFFERS][WARPGROUPS][DQ_TILES][64 * QR];  // each warpgroup's partial dQ, in accumulator order
 #endif
-    float lse[2][ROWS];
-    float delta[2][ROWS];
+    float lse[2][QR];
+    float delta[2][QR];
     unsigned long long full[2], empty[2];  // TMA_LOADS: each buffer's mbarriers
 #if PRODUCER
     unsigned long long dq_full[DQ_BUFFERS][WARPGROUPS], dq_empty[DQ_BUFFERS][WARPGROUPS];  // each dQ buffer's
@@ -370,6 +390,22 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[32], unsigned long long a
                  " wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES " " WG_R32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
                  : WG_F32(d) : "l"(a), "l"(b), "r"(accumulate));
 }
+// d (+)= (the 64 × 16 MN-major A) · (the 16 × 16 MN-major B): ROWS80's dQᵀ for queries 64-79.
+__device__ __forceinline__ void wgmma_ss_tt16(float (&d)[8], unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n16k16" WGMMA_TYPES " {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 1, 1;\n}\n"
+                 : WG_F4(d, 0), WG_F4(d, 4) : "l"(a), "l"(b), "r"(accumulate));
+}
+// Sᵀ and dPᵀ with 80 queries (ROWS80): 64 keys × 80, 40 accumulators a thread, both operands K-major.
+template <> struct Wgmma<80> {
+    static __device__ __forceinline__ void ss(float (&d)[40], unsigned long long a, unsigned long long b, int accumulate) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %42, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n80k16" WGMMA_TYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
+                     "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, "
+                     "%29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, 0, 0;\n}\n"
+                     : WG_F32(d), WG_F4(d, 32), WG_F4(d, 36) : "l"(a), "l"(b), "r"(accumulate));
+    }
+};
 // d (+)= A·Bᵀ for one 16-column k-step: A (64 rows × 16) in registers, in pack_a's layout, and B
 // K-major in shared memory (KV_REGS: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with K and V held in registers).
 __device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[32], const unsigned (&a)[4], unsigned long long b, int accumulate) {
@@ -446,7 +482,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     v += b * v_batch + hk * v_head;
 
     const int diag = causal_diagonal(causal, Sq, Sk);
-    const int n_q_blocks = (Sq + ROWS - 1) / ROWS;
+    const int n_q_blocks = (Sq + QR - 1) / QR;
 #if WINDOW
     // query q sees keys q + lo_off … q + hi_off (win_left, win_right finite: the host clamps an
     // unbounded side to reach every key). The block's keys n0 … n_end − 1 are seen by queries
@@ -454,33 +490,33 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
     const int hi_off = causal ? min(diag, Sk - Sq + win_right) : Sk - Sq + win_right;
     const int lo_off = Sk - Sq - win_left;
     const int q_end = min(Sq, min(n0 + KEYS, Sk) - lo_off);  // one past the last query that sees a key
-    const int first = min(n_q_blocks, max(0, n0 - hi_off) / ROWS);
-    const int per_head = max(0, (max(0, q_end) + ROWS - 1) / ROWS - first);
+    const int first = min(n_q_blocks, max(0, n0 - hi_off) / QR);
+    const int per_head = max(0, (max(0, q_end) + QR - 1) / QR - first);
 #else
-    const int first = causal ? min(n_q_blocks, max(0, n0 - diag) / ROWS) : 0;
+    const int first = causal ? min(n_q_blocks, max(0, n0 - diag) / QR) : 0;
     const int per_head = n_q_blocks - first;
 #endif
     const int n_iter = per_head * group;
     auto head_of = [&](int it) { return hk * group + it / per_head; };
-    auto m0_of = [&](int it) { return (first + it % per_head) * ROWS; };
+    auto m0_of = [&](int it) { return (first + it % per_head) * QR; };
     auto issue = [&](int it) {  // Q, dO, lse and δ of step it into buffer it % 2 (TMA_LOADS: thread LOADER alone)
         const int h = head_of(it), m0 = m0_of(it), buf = it % 2;
 #if TMA_LOADS
-        mbar_arrive_expect_bytes(&sm.full[buf], 2 * ROWS * DP * 2 + 2 * ROWS * 4);  // whole boxes, zero-filled ones too
+        mbar_arrive_expect_bytes(&sm.full[buf], 2 * QR * DP * 2 + 2 * QR * 4);  // whole boxes, zero-filled ones too
 #pragma unroll
         for (int a = 0; a < ATOMS; ++a) {  // rows past Sq arrive as zeros
             tma_load_4d(&sm.q[buf][a][0][0], &q_map, &sm.full[buf], 64 * a, m0, h, b);
             tma_load_4d(&sm.dout[buf][a][0][0], &dout_map, &sm.full[buf], 64 * a, m0, h, b);
         }
         const size_t row = ((size_t)b * H + h) * Sq_pad + m0;
-        bulk_load(&sm.lse[buf][0], lse2 + row, ROWS * 4, &sm.full[buf]);
-        bulk_load(&sm.delta[buf][0], delta + row, ROWS * 4, &sm.full[buf]);
+        bulk_load(&sm.lse[buf][0], lse2 + row, QR * 4, &sm.full[buf]);
+        bulk_load(&sm.delta[buf][0], delta + row, QR * 4, &sm.full[buf]);
 #else
-        copy_tile<ROWS, KEY_THREADS>(&sm.q[buf][0][0][0], q + b * q_batch + h * q_head, m0, Sq, q_row);
-        copy_tile<ROWS, KEY_THREADS>(&sm.dout[buf][0][0][0], dout + b * o_batch + h * o_head, m0, Sq, o_row);
+        copy_tile<QR, KEY_THREADS>(&sm.q[buf][0][0][0], q + b * q_batch + h * q_head, m0, Sq, q_row);
+        copy_tile<QR, KEY_THREADS>(&sm.dout[buf][0][0][0], dout + b * o_batch + h * o_head, m0, Sq, o_row);
         const size_t row = ((size_t)b * H + h) * Sq_pad + m0;
-        if (tid < ROWS / 4) cp_async_16(&sm.lse[buf][4 * tid], lse2 + row + 4 * tid, 16);
-        else if (tid < ROWS / 2) cp_async_16(&sm.delta[buf][4 * (tid - ROWS / 4)], delta + row + 4 * (tid - ROWS / 4), 16);
+        if (tid < QR / 4) cp_async_16(&sm.lse[buf][4 * tid], lse2 + row + 4 * tid, 16);
+        else if (tid < QR / 2) cp_async_16(&sm.delta[buf][4 * (tid - QR / 4)], delta + row + 4 * (tid - QR / 4), 16);
 #endif
     };
     if (!PRODUCER || tid < KEY_THREADS) {
@@ -526,11 +562,14 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             for (int it = DQ_TURNS ? w : 0; it < n_iter; it += DQ_TURNS ? 2 : 1, ++u) {
                 const int slot = u % DQ_BUFFERS;
                 mbar_wait(&sm.dq_full[slot][w], (u / DQ_BUFFERS) % 2);  // the warpgroup's stores
-                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0_of(it) / ROWS) * DP * ROWS;
+                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / QR) + m0_of(it) / QR) * DP * QR;
                 for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : DP); c += 64)
-                    bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[slot][w][(c - c0) / 64], 64 * ROWS * 4);
+                    bulk_reduce_add(dst + (c / 64) * 64 * QR, sm.dq[slot][w][(c - c0) / 64], 64 * QR * 4);
                 bulk_commit();
-                if (u > 0) {  // turn u − 1's tiles read out (turn u's may still be): its buffer is free
+                if (DQ_BUFFERS == 1) {  // ROWS80's one buffer: free once this turn's tiles are read out
+                    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+                    mbar_arrive(&sm.dq_empty[0][w]);
+                } else if (u > 0) {  // turn u − 1's tiles read out (turn u's may still be): its buffer is free
                     bulk_wait_read_buffers();
                     mbar_arrive(&sm.dq_empty[(u - 1) % DQ_BUFFERS][w]);
                 }
@@ -590,10 +629,10 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // compiler from sinking m0's division below the wait for Sᵀ (it moves arithmetic freely
         // across the asm statements that wait). PREP_EARLY 2: δ too, once Sᵀ is in.
         // PREP_EARLY 3: the same reads and m0 after the products are issued, before the wait for Sᵀ.
-        float lse_r[16], delta_r[16];
+        float lse_r[QR / 4], delta_r[QR / 4];
         auto prep = [&] {
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
+            for (int j = 0; j < QR / 8; ++j) {
                 const float2 l = *reinterpret_cast<const float2*>(&sm.lse[buf][8 * j + 2 * i4]);
                 lse_r[2 * j] = l.x, lse_r[2 * j + 1] = l.y;
             }
@@ -605,23 +644,23 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         auto delta_at = [&](int i) { return PREP_EARLY == 2 ? delta_r[2 * (i / 4) + i % 2] : sm.delta[buf][8 * (i / 4) + 2 * i4 + i % 2]; };
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries each), a commit group each.
-        float s[32], dp[32];
+        float s[QR / 2], dp[QR / 2];
         wgmma_fence();
 #if KV_REGS
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) wgmma_rs_kmajor(s, kf[kk], kmajor(&sm.q[buf][0][0][0]) + k_step<ROWS>(kk), kk > 0);
+        for (int kk = 0; kk < D / 16; ++kk) wgmma_rs_kmajor(s, kf[kk], kmajor(&sm.q[buf][0][0][0]) + k_step<QR>(kk), kk > 0);
         wgmma_commit();
         if (KV_REGS == 1) {
 #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_rs_kmajor(dp, vf[kk], kmajor(&sm.dout[buf][0][0][0]) + k_step<ROWS>(kk), kk > 0);
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_rs_kmajor(dp, vf[kk], kmajor(&sm.dout[buf][0][0][0]) + k_step<QR>(kk), kk > 0);
         } else {
-            issue_rows_d<KEYS>(dp, kmajor(&sm.v[0][kw][0]), kmajor(&sm.dout[buf][0][0][0]));
+            issue_rows_d<KEYS, QR>(dp, kmajor(&sm.v[0][kw][0]), kmajor(&sm.dout[buf][0][0][0]));
         }
         wgmma_commit();
 #else
-        issue_rows_d<KEYS>(s, kmajor(&sm.k[0][kw][0]), kmajor(&sm.q[buf][0][0][0]));
+        issue_rows_d<KEYS, QR>(s, kmajor(&sm.k[0][kw][0]), kmajor(&sm.q[buf][0][0][0]));
         wgmma_commit();
-        issue_rows_d<KEYS>(dp, kmajor(&sm.v[0][kw][0]), kmajor(&sm.dout[buf][0][0][0]));
+        issue_rows_d<KEYS, QR>(dp, kmajor(&sm.v[0][kw][0]), kmajor(&sm.dout[buf][0][0][0]));
         wgmma_commit();
 #endif
         if (PREP_EARLY == 3) prep();
@@ -630,7 +669,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         fence_registers(s);
         if (PREP_EARLY == 2) {  // δ: read now, ready when dPᵀ is (not live across Sᵀ's product, as lse is)
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
+            for (int j = 0; j < QR / 8; ++j) {
                 const float2 d = *reinterpret_cast<const float2*>(&sm.delta[buf][8 * j + 2 * i4]);
                 delta_r[2 * j] = d.x, delta_r[2 * j + 1] = d.y;
             }
@@ -641,17 +680,17 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         // a tile cut by a row's window edge (or the causal diagonal within it) masks per score:
         // key − query > hi_off or < lo_off, i.e. (over, under below) over + 8·hh − c > 0 or
         // under + 8·hh − c < 0, c = 8·(i / 4) + i % 2 known at compile time
-        const bool straddles = nw + ROWS - 1 > m0 + hi_off || nw < m0 + ROWS - 1 + lo_off;
+        const bool straddles = nw + ROWS - 1 > m0 + hi_off || nw < m0 + QR - 1 + lo_off;
         const int over = key0 - m0 - 2 * i4 - hi_off, under = key0 - m0 - 2 * i4 - lo_off;
 #else
         const bool straddles = causal && m0 + diag < nw + ROWS - 1;
 #endif
-        unsigned pa[ROWS / 16][4], dsa[ROWS / 16][4];
+        unsigned pa[QR / 16][4], dsa[QR / 16][4];
 #if SOFTCAP
         // t = tanh(S / c) per score, P from the capped score; the 16-bit P of dV's product packed
         // two by two (pack_a's layout), s[i] keeping P·(1 − t²) for dS.
 #pragma unroll
-        for (int i = 0; i < 32; i += 2) {
+        for (int i = 0; i < QR / 2; i += 2) {
             float p2[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
@@ -673,12 +712,12 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #if MASK_SPLIT
         if (!straddles) {  // no edge cuts the tile: no compares
 #pragma unroll
-            for (int i = 0; i < 32; ++i)
+            for (int i = 0; i < QR / 2; ++i)
                 s[i] = fast_exp2(fmaf(s[i], scale_log2, -lse_at(i)));
         } else
 #endif
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
+        for (int i = 0; i < QR / 2; ++i) {
             const int col = 8 * (i / 4) + 2 * i4 + i % 2;
             float p = fast_exp2(fmaf(s[i], scale_log2, -lse_at(i)));
 #if WINDOW
@@ -693,28 +732,30 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #endif
         // dV += Pᵀ·dO (64 keys × D over the 64 queries, dO MN-major): with OVERLAP issued now, to
         // run under dPᵀ's end and the dS below.
-        if (OVERLAP) {
+        if (DV_EARLY) {
             wgmma_fence();
 #pragma unroll
-            for (int t = 0; t < ROWS / 16; ++t)
-                Wgmma<DKV>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][cw / 64][0][0]) + row_step(t), 1);
+            for (int t = 0; t < QR / 16; ++t)
+                Wgmma<DKV>::rs(dv_acc, pa[t], mnmajor<QR>(&sm.dout[buf][cw / 64][0][0]) + row_step(t), 1);
             wgmma_commit();
             wgmma_wait<1>();  // dPᵀ is done (groups complete in order); dV may still be running
+        } else if (OVERLAP) {
+            wgmma_wait<0>();  // ROWS80: dPᵀ, with dV issued after dS (Pᵀ's registers not live beside dS's)
         }
         fence_registers(dp);
         // dSᵀ = Pᵀ ∘ (dPᵀ − δ)·scale (SOFTCAP: s holds Pᵀ ∘ (1 − t²); SCALE_AT_END: without the scale)
         const float ds_scale = SCALE_AT_END ? 1.0f : scale;
 #pragma unroll
-        for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - delta_at(i)) * ds_scale;
+        for (int i = 0; i < QR / 2; ++i) dp[i] = s[i] * (dp[i] - delta_at(i)) * ds_scale;
         pack_a(dsa, dp);
 
         // dK += dSᵀ·Q (Q MN-major), and without OVERLAP dV here too. (DK_LAST: dK after dQ, below.)
-        auto issue_dk = [&](int t) { Wgmma<DKV>::rs(dk_acc, dsa[t], mnmajor<ROWS>(&sm.q[buf][cw / 64][0][0]) + row_step(t), 1); };
-        if (!OVERLAP || !DK_LAST) {
+        auto issue_dk = [&](int t) { Wgmma<DKV>::rs(dk_acc, dsa[t], mnmajor<QR>(&sm.q[buf][cw / 64][0][0]) + row_step(t), 1); };
+        if (!DV_EARLY || !DK_LAST) {
             wgmma_fence();
 #pragma unroll
-            for (int t = 0; t < ROWS / 16; ++t) {
-                if (!OVERLAP) Wgmma<DKV>::rs(dv_acc, pa[t], mnmajor<ROWS>(&sm.dout[buf][cw / 64][0][0]) + row_step(t), 1);
+            for (int t = 0; t < QR / 16; ++t) {
+                if (!DV_EARLY) Wgmma<DKV>::rs(dv_acc, pa[t], mnmajor<QR>(&sm.dout[buf][cw / 64][0][0]) + row_step(t), 1);
                 if (!DK_LAST) issue_dk(t);
             }
             wgmma_commit();
@@ -726,16 +767,18 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (DQ_TURNS ? it > 0 && it % 2 == wg : true) named_bar_sync(4 + wg, 2 * THREADS);
 #endif
         // dSᵀ to shared memory, rows ROWS·wg + 16·warp + g (+ 8): dsa[t][j] holds queries
-        // 16t + 8·(j / 2) + 2·i4 and + 1 of row + 8·(j % 2) (pack_a's layout).
+        // 16t + 8·(j / 2) + 2·i4 and + 1 of row + 8·(j % 2) (pack_a's layout). ROWS80: k-step 4
+        // (queries 64-79) goes to the second atom, as k-step 0 to the first.
 #if DS_STMATRIX
         {
             // tile j of k-step t: rows 8·(j % 2) …, queries 16t + 8·(j / 2) …, one 16-byte chunk of
             // each row (chunk 2t + j / 2 at (2t + j / 2) ^ row % 8); lane l gives tile l / 8's row l % 8
             const int lr = lane % 8 + 8 * ((lane / 8) % 2);
-            const unsigned row_addr = smem_u32(&sm.ds[ROWS * wg + 16 * warp + lr][0]);
+            const unsigned row_addr = smem_u32(&sm.ds[0][ROWS * wg + 16 * warp + lr][0]);
 #pragma unroll
-            for (int t = 0; t < ROWS / 16; ++t)
-                stmatrix_x4(row_addr + (((2 * t + lane / 16) ^ (lane % 8)) * 16), dsa[t][0], dsa[t][1], dsa[t][2], dsa[t][3]);
+            for (int t = 0; t < QR / 16; ++t)
+                stmatrix_x4(row_addr + (t / 4) * KEYS * 128 + (((2 * (t % 4) + lane / 16) ^ (lane % 8)) * 16),
+                            dsa[t][0], dsa[t][1], dsa[t][2], dsa[t][3]);
         }
 #elif PRODUCER
         {
@@ -745,19 +788,20 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             // (ptxas spilled). The empty asm hides g's value, so the compiler cannot hoist them.
             int gx = g;
             asm volatile("" : "+r"(gx));
-            elem_t* const ds_row = &sm.ds[0][0] + (ROWS * wg + 16 * warp + g) * 64 + 2 * i4;
+            elem_t* const ds_row = &sm.ds[0][0][0] + (ROWS * wg + 16 * warp + g) * 64 + 2 * i4;
 #pragma unroll
-            for (int t = 0; t < ROWS / 16; ++t)
+            for (int t = 0; t < QR / 16; ++t)
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
-                    *reinterpret_cast<unsigned*>(ds_row + 8 * 64 * (j % 2) + (((2 * t + j / 2) ^ gx) * 8)) = dsa[t][j];
+                    *reinterpret_cast<unsigned*>(ds_row + (t / 4) * KEYS * 64 + 8 * 64 * (j % 2) +
+                                                 (((2 * (t % 4) + j / 2) ^ gx) * 8)) = dsa[t][j];
         }
 #else
 #pragma unroll
-        for (int t = 0; t < ROWS / 16; ++t)
+        for (int t = 0; t < QR / 16; ++t)
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-                *reinterpret_cast<unsigned*>(&sm.ds[0][0] + sw<KEYS>(ROWS * wg + 16 * warp + g + 8 * (j % 2),
+                *reinterpret_cast<unsigned*>(&sm.ds[0][0][0] + sw<KEYS>(ROWS * wg + 16 * warp + g + 8 * (j % 2),
                                                                      16 * t + 8 * (j / 2) + 2 * i4)) = dsa[t][j];
 #endif
         fence_proxy_async();  // these stores, visible to wgmma
@@ -789,22 +833,31 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #endif
 #pragma unroll
         for (int c = c0; dq_turn && c < (DQ_SPLITS_D ? c0 + 64 : DP); c += 64) {
-            float dq[32];
+            float dq[32], dq16[8];  // ROWS80: dQᵀ, columns c … c + 63 of D × queries 0-63 and 64-79
             wgmma_fence();
 #pragma unroll
-            for (int t = 0; t < DQ_STEPS; ++t)
-                wgmma_ss_tt(dq, mnmajor<KEYS>(&sm.ds[k0][0]) + row_step(t),
-                            mnmajor<KEYS>(&sm.k[c / 64][k0][0]) + row_step(t), t > 0);
+            for (int t = 0; t < DQ_STEPS; ++t) {
+                if (ROWS80) {  // dQᵀ = Kᵀ·dSᵀ (FlashAttention-3's dQ_swapAB): 80 queries are no 64-row wgmma
+                    wgmma_ss_tt(dq, mnmajor<KEYS>(&sm.k[c / 64][k0][0]) + row_step(t),
+                                mnmajor<KEYS>(&sm.ds[0][k0][0]) + row_step(t), t > 0);
+                    wgmma_ss_tt16(dq16, mnmajor<KEYS>(&sm.k[c / 64][k0][0]) + row_step(t),
+                                  mnmajor<KEYS>(&sm.ds[1][k0][0]) + row_step(t), t > 0);
+                } else {
+                    wgmma_ss_tt(dq, mnmajor<KEYS>(&sm.ds[0][k0][0]) + row_step(t),
+                                mnmajor<KEYS>(&sm.k[c / 64][k0][0]) + row_step(t), t > 0);
+                }
+            }
             wgmma_commit();
             if (DK_LAST) {  // dK queued behind dQ; wait for dQ alone (and dV, before it)
 #pragma unroll
-                for (int t = 0; t < ROWS / 16; ++t) issue_dk(t);
+                for (int t = 0; t < QR / 16; ++t) issue_dk(t);
                 wgmma_commit();
                 wgmma_wait<1>();
             } else {
                 wgmma_wait<0>();
             }
             fence_registers(dq);
+            if (ROWS80) fence_registers(dq16);
 #if DS_GUARD
             // This product has read sm.ds: the other warpgroup may store its next dSᵀ (DS_GUARD;
             // the loop makes one product here, D 64's or this warpgroup's half of D 128's). Before
@@ -814,7 +867,8 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
 #endif
 #if DQ_BULK
             // Thread t's elements 4n … 4n + 3 at (128n + t)·4 of the tile: a warp's stores are 512
-            // contiguous bytes. The launcher's postprocess reads this order back.
+            // contiguous bytes. The launcher's postprocess reads this order back. (ROWS80: dQᵀ's
+            // elements, n = 8, 9 from dq16; the tile is 64 columns of D × 80 queries.)
             float* const tile = sm.dq[dq_buf][wg][(c - c0) / 64];
 #if PRODUCER
             // the copy engine has read this buffer's tiles of two turns ago out
@@ -824,6 +878,12 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             for (int n = 0; n < 8; ++n)
                 *reinterpret_cast<float4*>(tile + (128 * n + tid % THREADS) * 4) =
                     make_float4(dq[4 * n], dq[4 * n + 1], dq[4 * n + 2], dq[4 * n + 3]);
+            if (ROWS80) {
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+                    *reinterpret_cast<float4*>(tile + (128 * (8 + n) + tid % THREADS) * 4) =
+                        make_float4(dq16[4 * n], dq16[4 * n + 1], dq16[4 * n + 2], dq16[4 * n + 3]);
+            }
 #else
             // dq element i: row 16·warp + g + 8·((i / 2) % 2), column c + 8·(i / 4) + 2·i4 + i % 2.
 #pragma unroll
@@ -834,7 +894,7 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
         if (DK_LAST && !dq_turn) {  // DQ_TURNS: the other warpgroup's turn at dQ; dK alone
             wgmma_fence();
 #pragma unroll
-            for (int t = 0; t < ROWS / 16; ++t) issue_dk(t);
+            for (int t = 0; t < QR / 16; ++t) issue_dk(t);
             wgmma_commit();
         }
 #if DQ_BULK
@@ -846,10 +906,10 @@ attention_backward(TMA_MAPS const elem_t* q, const elem_t* k, const elem_t* v, c
             named_bar_sync(1 + wg, THREADS);         // the whole warpgroup's
             if (tid % THREADS == 0) {
                 // dQ tile (bh, query block, 64-column block): 4,096 floats from dq_accum + 4096 × its index
-                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / ROWS) + m0 / ROWS) * DP * ROWS;
+                float* const dst = dq_accum + (((size_t)b * H + head_of(it)) * (Sq_pad / QR) + m0 / QR) * DP * QR;
 #pragma unroll
                 for (int c = c0; c < (DQ_SPLITS_D ? c0 + 64 : DP); c += 64)
-                    bulk_reduce_add(dst + (c / 64) * 64 * ROWS, sm.dq[dq_buf][wg][(c - c0) / 64], 64 * ROWS * 4);
+                    bulk_reduce_add(dst + (c / 64) * 64 * QR, sm.dq[dq_buf][wg][(c - c0) / 64], 64 * QR * 4);
                 bulk_commit();
             }
 #endif

@@ -331,6 +331,20 @@ def test_postprocess_matches_tiles_in_order(D, seed):
     assert torch.equal(got, stage8.tiles_in_order(acc * scale, torch.bfloat16)[:, :, :Sq, :D])
 
 
+@gpu
+@pytest.mark.parametrize("D", [96, 128])
+@pytest.mark.parametrize("Sq", [77, 160, 239])
+def test_postprocess_matches_tiles_in_order_rows80(D, Sq, seed):
+    """The same for ROWS80's tiles of dQᵀ (80 query rows each), padding rows dropped, with a scale."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    B, H, sq_pad = 2, 3, -(-Sq // 80) * 80
+    acc = torch.randn(B, H, sq_pad, stage8.tile_width(D), device="cuda", generator=gen)
+    scale = D ** -0.5
+    got = stage8.postprocess(acc, Sq, torch.float16, head_dim=D, scale=scale, rows=80)
+    want = stage8.tiles_in_order(acc * scale, torch.float16, rows=80)[:, :, :Sq, :D]
+    assert got.shape == (B, H, Sq, D) and got.is_contiguous() and torch.equal(got, want)
+
+
 def test_backward_table_shows_the_dtype_when_the_record_has_both(monkeypatch):
     """A record made with --dtype both (bf16 rows, then fp16 rows) gets a dtype column in the
     notebook's table, and its fp16 rows (no variants timed) stay out of the variants table."""
@@ -408,6 +422,26 @@ def test_bulk_tiles_back_in_order():
                             row, col = 64 * qb + 16 * w + g + 8 * (j // 2), 64 * atom + 8 * n + 2 * i4 + j % 2
                             acc[base + (128 * n + t) * 4 + j] = want[bh // H, bh % H, row, col]
     assert torch.equal(stage8.tiles_in_order(acc.reshape(B, H, S, D)), want)
+
+
+def test_bulk_tiles_back_in_order_rows80():
+    """The same for ROWS80's tiles, 64 columns of D × 80 query rows each, which hold dQᵀ: thread t
+    = 32w + 4g + i4 puts element i = 4n + j (n < 10) — column 16w + g + 8·(j / 2) of the tile's 64,
+    row 8n + 2·i4 + j % 2 of its 80 — at (128n + t)·4 + j."""
+    B, H, S, D = 1, 2, 160, 128
+    want = torch.randn(B, H, S, D)
+    acc = torch.empty(B * H * S * D)
+    for bh in range(B * H):
+        for qb in range(S // 80):
+            for atom in range(D // 64):
+                base = ((bh * (S // 80) + qb) * (D // 64) + atom) * 64 * 80
+                for t in range(128):
+                    w, g, i4 = t // 32, t % 32 // 4, t % 4
+                    for n in range(10):
+                        for j in range(4):
+                            row, col = 80 * qb + 8 * n + 2 * i4 + j % 2, 64 * atom + 16 * w + g + 8 * (j // 2)
+                            acc[base + (128 * n + t) * 4 + j] = want[bh // H, bh % H, row, col]
+    assert torch.equal(stage8.tiles_in_order(acc.reshape(B, H, S, D), rows=80), want)
 
 
 @gpu

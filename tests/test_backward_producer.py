@@ -35,6 +35,10 @@ SM_SMEM = 233472  # 228 KB of shared memory an SM, 1 KB of it reserved per block
 VARIANT_DEFINES = [{}, {"softcap": 1}, {"softcap": 2}, {"window": True}, {"softcap": 2, "window": True}]
 
 
+# ROWS80 (80 queries a step) with the switches that fit it in 240 registers without serializing wgmma
+ROWS80 = {"rows80": 1, "dk_last": 0, "prep_early": 0}
+
+
 def _runs_the_producer(D, v):
     var = Variants(softcap=30.0 if v.get("softcap") else None, window=(8, 0) if v.get("window") else None,
                    softcap_build=v.get("softcap", 0))
@@ -66,7 +70,8 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
                                                              {"kv_regs": 1}),
              (64, torch.bfloat16, 1, {}, {"kv_regs": 1}), (64, torch.float16, 2, {}, {"kv_regs": 2}),
              (64, torch.bfloat16, 2, {}, {"kv_regs": 1, "prep_early": 3}),
-             (128, torch.bfloat16, 2, {}, {"prep_early": 3}), (128, torch.float16, 2, {"window": True}, {"prep_early": 3})])
+             (128, torch.bfloat16, 2, {}, {"prep_early": 3}), (128, torch.float16, 2, {"window": True}, {"prep_early": 3}),
+             (128, torch.bfloat16, 2, {}, ROWS80), (128, torch.float16, 2, {}, ROWS80)])
 _build_id = lambda b: (f"D{b[0]}-{str(b[1])[6:]}-wg{b[2]}-" + "-".join(f"{k}{int(v)}" for k, v in {**b[3], **b[4]}.items())  # noqa: E731
                        ).rstrip("-")
 # setmaxnreg's counts (stages/stage8_wgmma.cu): the producer's, the consumers' per (warpgroups, D)
@@ -213,6 +218,24 @@ def test_kv_regs_config():
 
 # A wgmma with a register A operand and a K-major B (no .tnspB): Sᵀ and dPᵀ under KV_REGS
 KMAJOR_REG_A = r"HGMMA\.\S+ R\d+, R(\d+), gdesc\[UR\d+\](?!\.tnsp)"
+
+
+def test_rows80_config():
+    """rows80=1: 80 queries a step, one buffer of dQ tiles (shared memory within an SM's), the
+    dSᵀ buffer's second atom; refused where its dQᵀ product does not fit (D 64, one warpgroup, no
+    producer, the variants)."""
+    base = stage8.config(128, wgmma=1, dk_last=0, prep_early=0)
+    cfg = stage8.config(128, wgmma=1, **ROWS80)
+    assert dict(cfg["defines"]) == {**dict(base["defines"]), "ROWS80": 1}
+    assert cfg["block_m"] == 80 and base["block_m"] == 64 and cfg["smem"] <= SM_SMEM - 1024
+    assert stage8.config(96, wgmma=1, **ROWS80)["block_m"] == 80
+    assert stage8.config(128, wgmma=1, rows80=1) == cfg  # DK_LAST and PREP_EARLY off unless said
+    for bad in ({"warpgroups": 1}, {"producer": 0}, {"dq_atomics": 0}, {"softcap": 1}, {"window": True},
+                {"dk_last": 1}, {"prep_early": 1}):
+        with pytest.raises(ValueError, match="rows80"):
+            stage8.config(128, wgmma=1, **{**ROWS80, **bad})
+    with pytest.raises(ValueError, match="rows80"):
+        stage8.config(64, wgmma=1, rows80=1)
 
 
 def test_kv_regs_products():
@@ -434,6 +457,22 @@ def test_epilogue_smem_other_head_dims(shape, seed):
     lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
     out = stage6.attention(q, k, v, causal=causal, lse=lse)
     _one_switch(q, k, v, out, dout, lse, causal, {"epilogue_smem": 1}, {"epilogue_smem": 0}, f"{shape} seed {seed}")
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[5] in (96, 128)]
+                         + [(2, 4, 2, 333, 517, 128, False), (1, 6, 3, 1000, 777, 96, False),
+                            (2, 8, 2, 2100, 1100, 128, "bottom_right"), (1, 2, 2, 80, 80, 128, True)], ids=str)
+def test_rows80_matches_reference(shape, dtype, seed):
+    """ROWS80 (80 queries a step, dQᵀ = Kᵀ·dSᵀ, its own postprocess): gradients by the rule against
+    float64 at row counts that are and are not multiples of 80, with grouped heads and both causal
+    alignments (its sums run in another order than 64 rows', so nothing is compared bit for bit)."""
+    causal = shape[6]
+    q, k, v, out, dout, lse = _inputs(shape, dtype, seed)
+    grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, **ROWS80)
+    _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal), f"{shape} {dtype} seed {seed}")
 
 
 @gpu
