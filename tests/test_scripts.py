@@ -167,7 +167,9 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["experiments/backward_fp16_data/probe.py"], "needs an H100 or H200 and none was found"),
     (["experiments/backward_step_overheads/probe.py"], "needs an H100 or H200 and none was found"),
     (["experiments/backward_kv_regs/probe.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/backward_rows80/probe.py"], "needs an H100 or H200 and none was found"),
     (["experiments/train_step_rounds/probe_start.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/train_step_rounds/probe_phases.py"], "needs an H100 or H200 and none was found"),
 ])
 def test_gpu_scripts_say_what_is_wrong_without_a_traceback(args, message, run_script):
     before = _tree_digest(ROOT / "results")
