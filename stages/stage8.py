@@ -598,7 +598,7 @@ class _Launch:
     backward with the same layout every time, and building these anew cost host time while the
     GPU waited (experiments/train_step_host)."""
 
-    __slots__ = ("shape", "k_shape", "empty", "pad", "atomics", "bulk", "wgmma_acc", "sq_pad", "tma", "copy_out",
+    __slots__ = ("shape", "k_shape", "empty", "pad", "atomics", "bulk", "wgmma_acc", "sq_pad", "rows", "tma", "copy_out",
                  "rows_pad", "acc_at", "acc_shape", "work_floats",
                  "copy_dout", "lse_ready", "main", "main_config", "dq_kernel", "dq_config", "shape_args",
                  "pre", "pre_config", "pre_args", "post", "post_config", "post_args", "maps", "map_ptrs", "call")
