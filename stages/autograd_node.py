@@ -18,7 +18,14 @@ moves) and holds:
 - the node: `attach(out, q, k, v, lse, plan)` makes the output's grad_fn a C++ node that saves
   q, k, v, the output and lse and whose backward allocates, retargets the maps when q or dO moved
   and makes three `cuLaunchKernel` calls on the current stream, binding the device's primary
-  context first (the engine's thread may have none bound: issue 48's crash).
+  context first (the engine's thread may have none bound: issue 48's crash);
+- stage 6's forward too, where its plan for the layout is one plain launch (no split keys, no
+  packed heads): `forward(plan, q, k, v)` allocates the output and lse, retargets the forward's
+  maps (q, k, v, the output) when they moved, launches stage 6's kernel on the plan's stream and
+  attaches the node, without stage 6's Python (`FORWARD_REASONS` says per layout why not;
+  FA_NODE_FORWARD=0, read at each call, keeps stage 6's Python call). Its kernel, grid and
+  arguments are those stage 6's own plan gave its launch for the layout (found by making that
+  call once, `_add_forward`); on another stream than the plan's, stage 6's Python call runs.
 
 Which path a call takes (`route` says it in words):
   - the node when gradients are wanted and: forward 6, no `options` (stage 6's measuring
@@ -48,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lib import nvrtc
+from lib import inputs, nvrtc
 from stages import stage6, stage8
 
 SOURCE = Path(__file__).with_name("stage8_node.cpp")
@@ -65,6 +72,11 @@ _extension = None
 def enabled() -> bool:
     """False when FA_AUTOGRAD_NODE=0 forces the Python autograd.Function (read at each call)."""
     return os.environ.get("FA_AUTOGRAD_NODE", "1").strip() != "0"
+
+
+def forward_in_cpp() -> bool:
+    """False when FA_NODE_FORWARD=0 keeps stage 6's forward in Python (read at each call)."""
+    return os.environ.get("FA_NODE_FORWARD", "1").strip() != "0"
 
 
 def build_directory() -> Path:
@@ -136,6 +148,7 @@ def _building(where: Path):
 _MISSING = object()
 _plans: dict = {}    # layout key -> the C++ plan, or None where the Python Function runs
 REASONS: dict = {}   # layout key -> why that layout takes the Python Function
+FORWARD_REASONS: dict = {}  # layout key with a plan -> "C++", or why its forward is stage 6's Python call
 _kernels: dict = {}  # layout key -> stage 8's kernel objects, kept alive beside their handles
 
 
@@ -154,6 +167,10 @@ def attention(q, k, v, causal, scale):
     plan = _plan(q, k, v, causal, scale)
     if plan is None or (q.data_ptr() | k.data_ptr() | v.data_ptr()) % stage8.INFO.align_bytes:
         return None
+    if forward_in_cpp() and not inputs._poison:  # (poisoned outputs: lib.inputs.poison_outputs' tests)
+        out = _extension.forward(plan, q, k, v)
+        if out is not None:
+            return out
     B, H, Sq, _ = q.shape
     lse = q.new_empty((B, H, Sq), dtype=torch.float32)
     torch._C._set_grad_enabled(False)  # as in an autograd.Function's forward (grad mode was on: gradients wanted)
@@ -202,6 +219,7 @@ def _plan(q, k, v, causal, scale):
         if len(_plans) > 1024:
             _plans.clear()
             REASONS.clear()
+            FORWARD_REASONS.clear()
             _kernels.clear()
         plan = _plans[key] = _make_plan(q, k, v, causal, scale, key)
     return plan
@@ -276,8 +294,60 @@ def _make_plan(q, k, v, causal, scale, key):
     plan.add_launch("postprocess", int(p.post.handle), *configs[2], slots("acc", "dq") + post_args)
     plan.encode_map(0, q0, p.rows)  # stage 8's tensor_map(q, p.rows): boxes of a step's query rows
     plan.encode_map(1, dout, p.rows)  # ... and tensor_map(dout, p.rows), for the plan's dO layout
-    _kernels[key] = (p.pre, p.main, p.post)
+    kernels = [p.pre, p.main, p.post]
+    FORWARD_REASONS[key] = _add_forward(plan, ext, q0, k0, v0, causal, scale, kernels)
+    _kernels[key] = tuple(kernels)
     return plan
+
+
+def _add_forward(plan, ext, q, k, v, causal, scale, kernels: list) -> str:
+    """Stage 6's forward of this layout added to the C++ plan (a launch named "forward", the maps of
+    q, k, v and the output): the kernel stage 6 runs for attention(q, k, v, causal=, scale=, lse=),
+    found by running that call once and keeping the plan its launch was given. Then a step's
+    forward allocates, retargets and launches in C++, without stage 6's Python (its host time is
+    what the training map's short rows wait on in slow spells: experiments/train_step_rounds,
+    probe_phases). Returns "C++" (its kernel appended to `kernels`, kept alive beside the handle), or
+    why the forward stays stage 6's Python call."""
+    B, H, Sq, _ = q.shape
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+    given, launch = [], stage6._launch
+
+    def keep(plan6, *a, **kw):
+        given.append(plan6)
+        return launch(plan6, *a, **kw)
+    stage6._launch = keep  # this thread is making the node's plan; stage 6's own plan is found once
+    try:
+        with torch.no_grad():
+            out = stage6.attention(q, k, v, causal=causal, scale=scale, lse=lse)
+    except Exception as e:  # noqa: BLE001 (the Python path raises stage 6's own error)
+        return f"stage 6 refuses the layout: {type(e).__name__}: {e}"
+    finally:
+        stage6._launch = launch
+    if len(given) != 1:
+        return "stage 6 made no single launch for this layout"
+    p6 = given[0]
+    if (p6.trivial or p6.splits != 1 or p6.combine_config is not None or p6.group or p6.varlen
+            or p6.variant_args is not None or p6.max_pages is not None or p6.kv_fp8):
+        return "stage 6's plan is not one plain launch (split keys, packed heads, variants, pages or e4m3)"
+    try:
+        config = _config(p6.config)
+        args = _scalars(p6.args, ext.KINDS)
+    except (TypeError, ValueError) as e:
+        return str(e)
+    S, K = ext.SLOTS, ext.KINDS
+    zero = (K["i64"], 0)  # a null pointer
+    queue = stage6._queue(p6, q.device)  # DYNAMIC_WORK's counter for the current stream (0: none)
+    # stages/stage6.py `_launch`'s arguments, in its order: the maps of q, k, v and the output (q's
+    # where stage 6 stores without TMA), out, o_part, lse_part, the plan's scalars, timeline, the work
+    # queue, split counts, cu_q, cu_k, used_k, lse
+    words = ([(K["map"], 2), (K["map"], 3), (K["map"], 4), (K["map"], 5 if p6.o_tma else 2), (K["slot"], S["out"]),
+              zero, zero] + args + [zero, (K["i64"], queue), zero, zero, zero, zero, (K["slot"], S["lse"])])
+    plan.add_launch("forward", int(p6.kernel.handle), *config, words)
+    for i, t in enumerate((q, k, v, out)[:4 if p6.o_tma else 3]):
+        plan.encode_map(2 + i, t, p6.rows[i])
+    plan.set_forward_stream(torch.cuda.current_stream(q.device).cuda_stream)
+    kernels.append(p6.kernel)
+    return "C++"
 
 
 def _config(cfg) -> tuple:

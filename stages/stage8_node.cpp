@@ -11,7 +11,10 @@
 // the driver's cuLaunchKernel of the kernels stage 8 compiled and loaded (their handles, launch
 // configurations and scalar arguments come from stage 8's own plan, stages/stage8.py
 // `_make_launch`, once per layout: stages/autograd_node.py). The probe that measured it:
-// experiments/cpp_autograd_node.
+// experiments/cpp_autograd_node. Where it applies, stage 6's forward is launched here too (one
+// allocation each of the output and lse, the maps retargeted when moved, one cuLaunchKernel, the
+// node attached: forward() below), from stage 6's own plan for the layout: a step's forward then
+// costs the host no Python either (stages/autograd_node.py, _add_forward).
 //
 // No CUDA headers and no link to CUDA: the driver is reached through dlopen("libcuda.so.1") and
 // dlsym, and the current stream through c10's device-guard interface (DeviceGuardImplInterface::
@@ -46,6 +49,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -182,12 +186,15 @@ struct Launch {
   std::vector<std::pair<size_t, int>> slots;  // (argument, slot) filled per call
 };
 
+constexpr int kMaps = 6;
+
 struct Plan {
   Plan() {
-    // two 128-byte CUtensorMaps, 64-byte aligned as the driver wants them
-    maps_ = static_cast<uint8_t*>(std::aligned_alloc(64, 256));
+    // 128-byte CUtensorMaps, 64-byte aligned as the driver wants them: the backward's q and dO
+    // (0, 1), the forward's q, k, v and output (2-5)
+    maps_ = static_cast<uint8_t*>(std::aligned_alloc(64, 128 * kMaps));
     TORCH_CHECK(maps_ != nullptr, "out of memory");
-    std::memset(maps_, 0, 256);
+    std::memset(maps_, 0, 128 * kMaps);
   }
   ~Plan() { std::free(maps_); }
   Plan(const Plan&) = delete;
@@ -247,19 +254,49 @@ struct Plan {
           l->slots.emplace_back(i, static_cast<int>(value));
           break;
         case kMap:
-          TORCH_CHECK(value == 0 || value == 1, "map index must be 0 (q) or 1 (dO)");
+          TORCH_CHECK(value >= 0 && value < kMaps, "map index must be 0-5 (the backward's q, dO; the forward's q, k, v, o)");
           break;
         default:
           TORCH_CHECK(false, "unknown argument kind ", kind);
       }
       l->params[i] = kind == kMap ? static_cast<void*>(maps_ + 128 * value) : static_cast<void*>(&l->words[i]);
     }
-    launches_.push_back(std::move(l));
+    (name == "forward" ? forward_ : launches_).push_back(std::move(l));
+  }
+
+  // The forward's launch (add_launch named "forward") runs on this stream alone: its work queue
+  // (stage 6's DYNAMIC_WORK counter, made per stream) is the one in its arguments.
+  void set_forward_stream(int64_t stream) { forward_stream_ = reinterpret_cast<void*>(static_cast<intptr_t>(stream)); }
+  bool has_forward() const { return !forward_.empty(); }
+
+  // Stage 6's forward of q, k, v into new out and lse tensors, by the plan's forward launch on the
+  // current stream; false (nothing launched) on another stream than the plan's.
+  bool run_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) {
+    const Driver& d = driver();
+    d.require();
+    TORCH_CHECK(ctx_ != nullptr && !forward_.empty(), "stage 8's C++ autograd node (stages/stage8_node.cpp): no forward in the plan");
+    TORCH_CHECK(q.sizes() == at::IntArrayRef(q_shape_) && k.sizes() == at::IntArrayRef(k_shape_) &&
+                    v.sizes() == at::IntArrayRef(k_shape_),
+                "stage 8's C++ autograd node (stages/stage8_node.cpp): shapes differ from the plan's");
+    c10::DeviceGuard device_guard(q.device());
+    bind_context(d);
+    void* stream = current_stream(q.device());
+    if (stream != forward_stream_) return false;
+    out = at::empty(q.sizes(), q.options());  // contiguous, as lib.inputs.new_output makes it
+    lse = at::empty({q_shape_[0], q_shape_[1], q_shape_[2]}, q.options().dtype(at::kFloat));
+    const uint64_t slots[kNumSlots] = {ptr(q), ptr(k), ptr(v), 0, ptr(out), ptr(lse), 0, 0, 0, 0, 0, 0};
+    std::lock_guard<std::mutex> lock(mutex_);
+    retarget(d, 2, slots[kQ]);
+    retarget(d, 3, slots[kK]);
+    retarget(d, 4, slots[kV]);
+    retarget(d, 5, slots[kOut]);  // (a map only where stage 6 stores the output by TMA)
+    for (auto& l : forward_) launch(d, *l, slots, stream);
+    return true;
   }
 
   // A map encoded for `t` (its layout; its address until retargeted), as lib/tma.tensor_map does.
   void encode_map(int64_t index, const Tensor& t, int64_t rows) {
-    TORCH_CHECK(index == 0 || index == 1, "map index must be 0 (q) or 1 (dO)");
+    TORCH_CHECK(index >= 0 && index < kMaps, "map index must be 0-5 (the backward's q, dO; the forward's q, k, v, o)");
     const Driver& d = driver();
     d.require();
     const MapParams p = map_params(t, rows);
@@ -271,7 +308,7 @@ struct Plan {
   }
 
   pybind11::bytes map_bytes(int64_t index) const {
-    TORCH_CHECK(index == 0 || index == 1, "map index must be 0 or 1");
+    TORCH_CHECK(index >= 0 && index < kMaps, "map index must be 0-5");
     return pybind11::bytes(reinterpret_cast<const char*>(maps_ + 128 * index), 128);
   }
 
@@ -368,10 +405,11 @@ struct Plan {
   std::vector<int64_t> q_shape_, k_shape_;
   int64_t work_floats_ = 0;
   int64_t at_[3] = {0, 0, 0};  // float offsets of delta, lse·log2 e and dQ's float32 sum in the workspace
-  std::vector<std::unique_ptr<Launch>> launches_;
+  std::vector<std::unique_ptr<Launch>> launches_, forward_;
+  void* forward_stream_ = nullptr;
   uint8_t* maps_ = nullptr;
-  uint64_t map_ptrs_[2] = {0, 0};
-  bool has_map_[2] = {false, false};
+  uint64_t map_ptrs_[kMaps] = {};
+  bool has_map_[kMaps] = {};
   std::mutex mutex_;
 };
 
@@ -476,6 +514,20 @@ void attach(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v
   n->out_ = SavedVariable(out, /*is_output=*/true);  // after set_history: saved without its grad_fn (no cycle)
 }
 
+// Stage 6's forward by the plan, its output's grad_fn the node: the output, or None where the plan
+// has no forward or the current stream is not the plan's (the caller then runs stage 6's Python path).
+std::optional<Tensor> forward(std::shared_ptr<Plan> plan, const Tensor& q, const Tensor& k, const Tensor& v) {
+  TORCH_CHECK(plan != nullptr, "no plan");
+  if (!plan->has_forward()) return std::nullopt;
+  Tensor out, lse;
+  {
+    at::AutoGradMode no_graph(false);  // the kernel's outputs, before the node is attached
+    if (!plan->run_forward(q, k, v, out, lse)) return std::nullopt;
+  }
+  attach(out, q, k, v, lse, std::move(plan));
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -488,8 +540,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("encode_map", &Plan::encode_map)
       .def("map_bytes", &Plan::map_bytes)
       .def("words", &Plan::words)
-      .def("run", &Plan::run);
+      .def("run", &Plan::run)
+      .def("set_forward_stream", &Plan::set_forward_stream)
+      .def("has_forward", &Plan::has_forward);
   m.def("attach", &attach);
+  m.def("forward", &forward);
   m.def("map_params", [](const Tensor& t, int64_t rows) {
     const MapParams p = map_params(t, rows);
     return std::make_tuple(std::vector<uint64_t>(p.dims, p.dims + 4), std::vector<uint64_t>(p.strides, p.strides + 3),

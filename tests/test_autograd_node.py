@@ -149,6 +149,10 @@ def test_a_plan_attaches_the_node_and_a_misaligned_pointer_does_not(fresh_node, 
         @staticmethod
         def attach(*args):
             calls.append(("attach", args))
+
+        @staticmethod
+        def forward(*args):  # a plan without stage 6's forward in C++
+            return None
     monkeypatch.setattr(autograd_node, "_extension", Ext)
 
     def forward(q, k, v, *, causal, scale, lse):
@@ -166,6 +170,38 @@ def test_a_plan_attaches_the_node_and_a_misaligned_pointer_does_not(fresh_node, 
     odd = base[1:].view(1, 4, 20, 64).as_subclass(_OnGpu).requires_grad_()
     assert fresh_node.route(odd, k, v).startswith("python: a pointer not 16-byte aligned")
     assert fresh_node.attention(odd, k, v, False, None) is None
+
+
+def test_a_plan_with_the_forward_launches_it_in_cpp_unless_switched_off(fresh_node, monkeypatch):
+    """Where the plan holds stage 6's forward, forward(plan, q, k, v) makes the output (the node
+    attached in C++) and stage 6's Python call does not run; FA_NODE_FORWARD=0, or the extension
+    saying None (another stream), runs stage 6's Python call and attach as before."""
+    plan, made, calls = object(), torch.zeros(1, 4, 20, 64), []
+    monkeypatch.setattr(autograd_node, "_make_plan", lambda *a: plan)
+
+    class Ext:
+        answer = made
+
+        @staticmethod
+        def forward(p, q, k, v):
+            calls.append(("cpp", p, q, k, v))
+            return Ext.answer
+
+        @staticmethod
+        def attach(*args):
+            calls.append(("attach",))
+    monkeypatch.setattr(autograd_node, "_extension", Ext)
+    monkeypatch.setattr(stage6, "attention", lambda q, k, v, **kw: calls.append(("python",)) or torch.zeros(q.shape))
+    q, k, v = _inputs()
+    assert fresh_node.attention(q, k, v, False, None) is made and calls == [("cpp", plan, q, k, v)]
+    calls.clear()
+    Ext.answer = None
+    fresh_node.attention(q, k, v, False, None)
+    assert [c[0] for c in calls] == ["cpp", "python", "attach"]
+    calls.clear()
+    monkeypatch.setenv("FA_NODE_FORWARD", "0")
+    fresh_node.attention(q, k, v, False, None)
+    assert [c[0] for c in calls] == ["python", "attach"]
 
 
 def test_stages_autograd_routes_forward_6_without_options_to_the_node(monkeypatch):
@@ -341,6 +377,10 @@ def test_node_gradients_match_reference_and_the_python_function(case, seed, monk
     (out, grads, name), (out_py, grads_py, name_py) = _node_and_python(monkeypatch, *leaves, dout, causal=causal)
     assert name == autograd_node.NODE_NAME and name_py != name
     label = f"{case} seed {seed}"
+    # stage 6's forward launched in C++ (its output the same bits as stage 6's Python call's, below)
+    reasons = {r for key, r in autograd_node.FORWARD_REASONS.items()
+               if key[:6] == (leaves[0].shape, leaves[0].stride(), dtype, leaves[0].device, k.shape, leaves[1].stride())}
+    assert reasons == {"C++"}, f"{label}: {reasons}"
     for n, c in check_gradients(grads, q, k, v, dout, causal=causal).items():
         assert c.passed, f"{label}: {n} {c.summary()}"
     assert torch.equal(out, out_py), label

@@ -469,8 +469,11 @@ def test_rows80_matches_reference(shape, dtype, seed):
     """ROWS80 (80 queries a step, dQᵀ = Kᵀ·dSᵀ, its own postprocess): gradients by the rule against
     float64 at row counts that are and are not multiples of 80, with grouped heads and both causal
     alignments (its sums run in another order than 64 rows', so nothing is compared bit for bit)."""
-    causal = shape[6]
-    q, k, v, out, dout, lse = _inputs(shape, dtype, seed)
+    B, H, Hk, Sq, Sk, D, causal = shape
+    q, k, v = make_qkv(B, H, Sq, D, Sk=Sk, Hkv=Hk, dtype=dtype, seed=seed)
+    dout = torch.randn_like(q)
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device="cuda")
+    out = stage6.attention(q, k, v, causal=causal, lse=lse)  # (stage 5's forward has no D 96)
     grads = stage8.attention_backward(q, k, v, out, dout, lse, causal=causal, wgmma=1, **ROWS80)
     _assert_passes(check_gradients(grads, q, k, v, dout, causal=causal), f"{shape} {dtype} seed {seed}")
 
