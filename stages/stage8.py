@@ -380,6 +380,9 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
         if chosen["KV_REGS"] and not kv_fits:
             raise ValueError("kv_regs holds K and V in registers in the build that makes dQ in this kernel and loads "
                              "by TMA: it needs dq_atomics=1 and tma_loads=1")
+        if chosen["KV_REGS"] and chosen["BLOCKS_PER_SM"] == 3:
+            raise ValueError("kv_regs with blocks_per_sm=3: in 168 registers K and V spill 164 bytes and are "
+                             "reloaded from local memory every step; leave kv_regs unsaid or 0")
         if chosen["KV_REGS"] and head_dim != 64:
             raise ValueError("kv_regs holds K (2) or K and V (1) in registers, 16 or 32 a thread at D 64: at D 96 "
                              "and 128 K alone spills 112-144 bytes beside dK's and dV's accumulators")

@@ -220,6 +220,13 @@ def test_kv_regs_config():
 KMAJOR_REG_A = r"HGMMA\.\S+ R\d+, R(\d+), gdesc\[UR\d+\](?!\.tnsp)"
 
 
+def test_kv_regs_refused_at_three_blocks_per_sm():
+    """Three blocks per SM leave 168 registers: K and V would spill there, so kv_regs is refused."""
+    with pytest.raises(ValueError, match="blocks_per_sm=3"):
+        stage8.config(64, wgmma=1, warpgroups=1, overlap=0, producer=0, blocks_per_sm=3, kv_regs=1)
+    assert dict(stage8.config(64, wgmma=1, warpgroups=1, overlap=0, producer=0, blocks_per_sm=3)["defines"])["KV_REGS"] == 0
+
+
 def test_rows80_config():
     """rows80=1: 80 queries a step, one buffer of dQ tiles (shared memory within an SM's), the
     dSᵀ buffer's second atom; refused where its dQᵀ product does not fit (D 64, one warpgroup, no

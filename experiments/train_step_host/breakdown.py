@@ -141,6 +141,10 @@ def timeline(q, k, v, do, train):
     finally:
         stage8._backward = inner
     rows = stamps[20:]
+    if len(rows[0]) < 6:  # the C++ node (stages/autograd_node.py) runs the backward: stage8._backward never called
+        print(f"step timeline: forward {statistics.median((r[1] - r[0]) * 1e6 for r in rows):.1f} µs, whole "
+              f"{statistics.median((r[2] - r[0]) * 1e6 for r in rows):.1f} (the backward is the C++ node's: no stamps inside it)")
+        return
     main_thread = threading.get_ident()
     med = lambda f: statistics.median(f(r) * 1e6 for r in rows)  # noqa: E731
     print(f"step timeline (median µs of {len(rows)} steps; backward on the "
