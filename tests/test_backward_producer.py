@@ -172,7 +172,7 @@ def test_epilogue_smem_stores_whole_pieces():
     16-byte pieces of rows (STG.E.128: 2 tensors × 128 keys × D/8 pieces over 256 threads), where the
     accumulators' pairs take D/2 4-byte stores (2 tensors × 2 rows × D/8); dQ leaves by bulk
     reductions, so no other global store is left. The postprocess reads 64 bytes a thread and
-    stores two 16-byte pieces."""
+    stores two 16-byte pieces (ROWS80's: eight 16-byte loads, four pieces)."""
     for D in (64, 128):
         stores = {}
         for on in (0, 1):
@@ -180,8 +180,12 @@ def test_epilogue_smem_stores_whole_pieces():
             stores[on] = Counter(re.findall(r"\bSTG\S*", sass.function_text(sass.sass_text(built["attention_backward"].cubin),
                                                                               "attention_backward")))
         assert stores[0] == {"STG.E": D // 2} and stores[1] == {"STG.E.128": D // 8}, (D, stores)
-        post = Counter(re.findall(r"\b(?:LDG|STG)\S*", sass.sass_text(built["attention_backward_postprocess"].cubin)))
+        listing = sass.sass_text(built["attention_backward_postprocess"].cubin)
+        post = Counter(re.findall(r"\b(?:LDG|STG)\S*", sass.function_text(listing, "attention_backward_postprocess")))
         assert post == {"LDG.E.128.CONSTANT": 4, "STG.E.128": 2}, post
+        # ROWS80's: eight 16-byte loads a thread, two 32-byte pieces of each of two rows
+        post = Counter(re.findall(r"\b(?:LDG|STG)\S*", sass.function_text(listing, "attention_backward_postprocess_rows80")))
+        assert post == {"LDG.E.128.CONSTANT": 8, "STG.E.128": 4}, post
 
 
 def test_prep_early_config():
