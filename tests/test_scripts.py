@@ -168,6 +168,7 @@ def test_notebooks_replaced_when_every_step_passed(sandbox, tmp_path):
     (["experiments/backward_step_overheads/probe.py"], "needs an H100 or H200 and none was found"),
     (["experiments/backward_kv_regs/probe.py"], "needs an H100 or H200 and none was found"),
     (["experiments/backward_rows80/probe.py"], "needs an H100 or H200 and none was found"),
+    (["experiments/backward_d128_end_switches/probe.py"], "needs an H100 or H200 and none was found"),
     (["experiments/train_step_rounds/probe_start.py"], "needs an H100 or H200 and none was found"),
     (["experiments/train_step_rounds/probe_phases.py"], "needs an H100 or H200 and none was found"),
 ])
