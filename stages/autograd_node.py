@@ -149,7 +149,7 @@ _MISSING = object()
 _plans: dict = {}    # layout key -> the C++ plan, or None where the Python Function runs
 REASONS: dict = {}   # layout key -> why that layout takes the Python Function
 FORWARD_REASONS: dict = {}  # layout key with a plan -> "C++", or why its forward is stage 6's Python call
-_kernels: dict = {}  # layout key -> stage 8's kernel objects, kept alive beside their handles
+_kernels: dict = {}  # layout key -> stage 8's kernel objects (and stage 6's plan), kept alive beside their handles
 
 
 def _key(q, k, v, causal, scale):
@@ -306,8 +306,9 @@ def _add_forward(plan, ext, q, k, v, causal, scale, kernels: list) -> str:
     found by running that call once and keeping the plan its launch was given. Then a step's
     forward allocates, retargets and launches in C++, without stage 6's Python (its host time is
     what the training map's short rows wait on in slow spells: experiments/train_step_rounds,
-    probe_phases). Returns "C++" (its kernel appended to `kernels`, kept alive beside the handle), or
-    why the forward stays stage 6's Python call."""
+    probe_phases). Returns "C++" (stage 6's plan appended to `kernels`: its kernel and its work queue,
+    whose handle and pointer the C++ plan holds, then live as long as the node's plan, even if stage 6
+    drops its own plans), or why the forward stays stage 6's Python call."""
     B, H, Sq, _ = q.shape
     lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
     given, launch = [], stage6._launch
@@ -346,7 +347,7 @@ def _add_forward(plan, ext, q, k, v, causal, scale, kernels: list) -> str:
     for i, t in enumerate((q, k, v, out)[:4 if p6.o_tma else 3]):
         plan.encode_map(2 + i, t, p6.rows[i])
     plan.set_forward_stream(torch.cuda.current_stream(q.device).cuda_stream)
-    kernels.append(p6.kernel)
+    kernels.append(p6)
     return "C++"
 
 
