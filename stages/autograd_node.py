@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -311,10 +312,11 @@ def _add_forward(plan, ext, q, k, v, causal, scale, kernels: list) -> str:
     drops its own plans), or why the forward stays stage 6's Python call."""
     B, H, Sq, _ = q.shape
     lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
-    given, launch = [], stage6._launch
+    given, launch, me = [], stage6._launch, threading.get_ident()
 
     def keep(plan6, *a, **kw):
-        given.append(plan6)
+        if threading.get_ident() == me:  # (another thread's stage 6 call in the meantime: not this layout's)
+            given.append(plan6)
         return launch(plan6, *a, **kw)
     stage6._launch = keep  # this thread is making the node's plan; stage 6's own plan is found once
     try:

@@ -107,7 +107,7 @@ SWITCHES = {"DQ_ATOMICS": (0, 1), "WGMMA": (1, 0), "OVERLAP": (1, 0), "WARPGROUP
 #               once Sᵀ is in (D 64: at D 128 that spills); 3: as 1, but after the products are issued.
 #   KV_REGS     (D 64) K and V (1), or K alone (2), read into registers once per block, the A operands
 #               of Sᵀ and dPᵀ, which then read only Q and dO from shared memory.
-#   ROWS80      (D 96/128: two warpgroups splitting dQ's columns, the producer, DK_LAST; no variants)
+#   ROWS80      (D 96/128: two warpgroups splitting dQ's columns, the producer; DK_LAST and PREP_EARLY off; no variants)
 #               80 queries a step instead of 64, FlashAttention-3's full-attention tile: dQᵀ = Kᵀ·dSᵀ,
 #               one buffer of dQ tiles; K's and V's reads and dQ's product per score 4/5 of 64's.
 WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS", "DQ_TURNS", "DQ_EARLY",
