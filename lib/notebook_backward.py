@@ -346,7 +346,8 @@ DQ_EARLY_LABEL = "WGMMA, dQ issued before dV and dK are done"
 # EPILOGUE_SMEM, LONGEST_FIRST, DS_STMATRIX, PREP_EARLY): the producer (at D 64 with two warpgroups taking
 # turns at dQ) and the guard
 GUARD_LABEL = "WGMMA, producer warpgroup and guard"
-GUARD_SCALE_LABEL = GUARD_LABEL + ", the scale at the end"  # D 64's waterfall: that build with SCALE_AT_END
+GUARD_SCALE_LABEL = GUARD_LABEL + ", the scale at the end"  # the waterfall's next step: that build with SCALE_AT_END
+GUARD_DK_LAST_LABEL = GUARD_SCALE_LABEL + ", dK's product last"  # D 128's next: with DK_LAST too
 # DK_LAST (dK's product after dQ's): on in D 128's build; at D 64, where it is off, the build with it
 DK_LAST_LABEL = "WGMMA, dK's product last"
 NO_MASK_SPLIT_LABEL = "WGMMA, the stage's build without the mask split"  # MASK_SPLIT, LONGEST_FIRST and those after off
@@ -357,12 +358,6 @@ HEAD_BY_HEAD_LABEL = "WGMMA, the stage's build head by head"  # LONGEST_FIRST (c
 NO_STMATRIX_LABEL = "WGMMA, the stage's build with dSᵀ stored 4 bytes a store"
 NO_PREP_EARLY_LABEL = "WGMMA, the stage's build with lse read after the wait"
 NO_KV_REGS_LABEL = "WGMMA, the stage's build with K and V read from shared memory"
-# SCALE_AT_END (the softmax scale on dK and dQ once, not on dS): on in D 64's build; at D 128, where
-# it is off, the build with it
-SCALE_AT_END_LABEL = "WGMMA, the scale at the end"
-# EPILOGUE_SMEM (dK and dV through shared memory): on in D 64's build; at D 128, where it is off at the
-# record's rows (a key block walks 128 steps there), the build with it
-EPILOGUE_LABEL = "WGMMA, dK and dV through shared memory"
 DETERMINISTIC_LABEL = "WGMMA, deterministic (dQ by its own pass)"  # attention_backward(deterministic=True)
 
 

@@ -36,9 +36,9 @@ import torch  # noqa: E402
 
 from lib import results as R  # noqa: E402
 from lib.inputs import make_qkv  # noqa: E402
-from lib.notebook_backward import (DETERMINISTIC_LABEL, DK_LAST_LABEL, EPILOGUE_LABEL, GUARD_LABEL,  # noqa: E402
+from lib.notebook_backward import (DETERMINISTIC_LABEL, DK_LAST_LABEL, GUARD_DK_LAST_LABEL, GUARD_LABEL,  # noqa: E402
                                    GUARD_SCALE_LABEL, HEAD_BY_HEAD_LABEL, NO_KV_REGS_LABEL, NO_MASK_SPLIT_LABEL,
-                                   NO_PREP_EARLY_LABEL, NO_STMATRIX_LABEL, SCALE_AT_END_LABEL)
+                                   NO_PREP_EARLY_LABEL, NO_STMATRIX_LABEL)
 from lib.reference import attention_flops, check_gradients, visible_scores  # noqa: E402
 from lib.simulator import HAS_GPU  # noqa: E402
 from lib.timing import sdpa_backward_call, sdpa_call, time_interleaved  # noqa: E402
@@ -195,13 +195,11 @@ def producer_variants(D):
     issued by a warpgroup of their own, setmaxnreg) and, at D 64, with two warpgroups that
     multiply, which the producer's registers make room for (alone, and taking turns at dQ); then
     the stage's build with every switch after the guard off (DK_LAST, MASK_SPLIT, SCALE_AT_END,
-    EPILOGUE_SMEM, LONGEST_FIRST, DS_STMATRIX, PREP_EARLY: a step of the waterfall; at D 64 the next step
-    adds SCALE_AT_END), with DK_LAST flipped where it is off (D 64), without MASK_SPLIT and LONGEST_FIRST,
-    head by head (LONGEST_FIRST off), without DS_STMATRIX, PREP_EARLY and KV_REGS, at D 128 without
-    PREP_EARLY, at D 64 without KV_REGS and PREP_EARLY (the waterfall's last steps before the stage's
-    build), and with SCALE_AT_END and
-    EPILOGUE_SMEM where they are off (D 128; EPILOGUE_SMEM is on there where a key block walks few
-    steps, not at the record's S 8192)."""
+    EPILOGUE_SMEM, LONGEST_FIRST, DS_STMATRIX, PREP_EARLY: a step of the waterfall; the next step adds
+    SCALE_AT_END, at D 128 the one after it DK_LAST), with DK_LAST flipped where it is off (D 64), without
+    MASK_SPLIT and LONGEST_FIRST, head by head (LONGEST_FIRST off), without DS_STMATRIX, PREP_EARLY and
+    KV_REGS, at D 128 without PREP_EARLY, at D 64 without KV_REGS and PREP_EARLY 3 (the waterfall's last
+    steps before the stage's build)."""
     before = {"wgmma": 1, **{name.lower(): value for name, value in stage8.BEFORE_PRODUCER[D].items()}}
     out = [("WGMMA, producer warpgroup", {**before, "producer": 1})]
     if D == 64:
@@ -211,9 +209,10 @@ def producer_variants(D):
     latest = {"ds_stmatrix": 0, "prep_early": 0, "kv_regs": 0}  # the switches after LONGEST_FIRST, off until their steps
     after_guard = {"dk_last": 0, "mask_split": 0, "scale_at_end": 0, "epilogue_smem": 0, "longest_first": 0, **latest}
     out.append((GUARD_LABEL, {"wgmma": 1, **after_guard}))
-    if D == 64:  # the waterfall's next step: the scale at the end
-        out.append((GUARD_SCALE_LABEL, {"wgmma": 1, **after_guard, "scale_at_end": 1}))
-    if not stage8.WGMMA_BUILD[D]["DK_LAST"]:
+    out.append((GUARD_SCALE_LABEL, {"wgmma": 1, **after_guard, "scale_at_end": 1}))  # the waterfall's next steps
+    if stage8.WGMMA_BUILD[D]["DK_LAST"]:
+        out.append((GUARD_DK_LAST_LABEL, {"wgmma": 1, **after_guard, "scale_at_end": 1, "dk_last": 1}))
+    else:
         out.append((DK_LAST_LABEL, {"wgmma": 1, "dk_last": 1}))
     out.append((NO_MASK_SPLIT_LABEL, {"wgmma": 1, "mask_split": 0, "longest_first": 0, **latest}))
     out.append((HEAD_BY_HEAD_LABEL, {"wgmma": 1, "longest_first": 0, **latest}))
@@ -222,24 +221,21 @@ def producer_variants(D):
         out.append((NO_KV_REGS_LABEL, {"wgmma": 1, "kv_regs": 0, "prep_early": 0}))
     elif stage8.WGMMA_BUILD[D]["PREP_EARLY"]:
         out.append((NO_PREP_EARLY_LABEL, {"wgmma": 1, "prep_early": 0}))
-    if not stage8.WGMMA_BUILD[D]["SCALE_AT_END"]:
-        out.append((SCALE_AT_END_LABEL, {"wgmma": 1, "scale_at_end": 1}))
-    if not stage8.WGMMA_BUILD[D]["EPILOGUE_SMEM"]:
-        out.append((EPILOGUE_LABEL, {"wgmma": 1, "epilogue_smem": 1}))
     return out
 
 
 # The waterfall's last steps, after WGMMA_PATH's: the producer warpgroup, then at D 64 the two
 # warpgroups its registers make room for, taking turns at dQ; then the dSᵀ store's guard (DS_GUARD);
-# at D 64 the scale at the end (SCALE_AT_END), then (the stage's build without the mask split) dK and
-# dV through shared memory (EPILOGUE_SMEM), at D 128 dK's product last (DK_LAST); then MASK_SPLIT (the
-# stage's build head by head); then LONGEST_FIRST where the call's rule keeps it (stage8.longest_first:
-# causal rows only); then DS_STMATRIX; last at D 64 KV_REGS with PREP_EARLY 3, at D 128 PREP_EARLY 1
+# the scale at the end (SCALE_AT_END); at D 128 dK's product last (DK_LAST); then (the stage's build
+# without the mask split) dK and dV through shared memory (EPILOGUE_SMEM); then MASK_SPLIT (the stage's
+# build head by head); then LONGEST_FIRST where the call's rule keeps it (stage8.longest_first: causal
+# rows only); then DS_STMATRIX; last at D 64 KV_REGS with PREP_EARLY 3, at D 128 PREP_EARLY 1
 PRODUCER_PATH = {64: ["WGMMA, producer warpgroup", "WGMMA 2 warpgroups, producer warpgroup, dQ in turns",
                       GUARD_LABEL, GUARD_SCALE_LABEL, NO_MASK_SPLIT_LABEL, HEAD_BY_HEAD_LABEL, NO_STMATRIX_LABEL,
                       NO_KV_REGS_LABEL, "WGMMA, the stage's build again"],
-                 128: ["WGMMA, producer warpgroup", GUARD_LABEL, NO_MASK_SPLIT_LABEL, HEAD_BY_HEAD_LABEL,
-                       NO_STMATRIX_LABEL, NO_PREP_EARLY_LABEL, "WGMMA, the stage's build again"]}
+                 128: ["WGMMA, producer warpgroup", GUARD_LABEL, GUARD_SCALE_LABEL, GUARD_DK_LAST_LABEL,
+                       NO_MASK_SPLIT_LABEL, HEAD_BY_HEAD_LABEL, NO_STMATRIX_LABEL, NO_PREP_EARLY_LABEL,
+                       "WGMMA, the stage's build again"]}
 
 
 # --train-step: the training map -----------------------------------------------------------------

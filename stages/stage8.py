@@ -163,15 +163,18 @@ BEFORE_PRODUCER = {
 #   Both: MASK_SPLIT on (a step whose tile no mask edge cuts skips the per-score compares): 1.03-1.04x
 #     the build without it at D 64 (full, causal) and D 128 causal, 1.01-1.02x at S 512, level at D 128
 #     full (0.998x) (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_mask_split).
-#   D 64: SCALE_AT_END on (one multiply a score less every step): 1.012-1.021x the build without it at
-#     five D 64 rows, dK and dV bit-equal (the scale is 2⁻³); D 128 off: 0.988-0.998x at four rows
-#     (H200, same rounds, bf16; experiments/backward_scale_at_end).
-#   D 64: EPILOGUE_SMEM on (dK and dV leave through shared memory in whole 16-byte pieces of rows):
-#     1.015-1.064x the build without it at five rows from S 512 to S 8192, the most where a block
-#     walks fewest steps (H200, same rounds, bf16; dK and dV bit-equal; experiments/backward_epilogue).
-#     D 128 (and 96): by EPILOGUE_SMEM_STEPS, on only where a key block walks at most 16 query steps:
-#     1.06-1.11x there (S 512, S 1024 causal), 0.99x at S 2048 and S 4096 full, 0.96x at S 8192 full
-#     and level causal, which the same rounds measured but nothing here explains.
+#   Both: SCALE_AT_END on (one multiply a score less every step): 1.012-1.021x the build without it at
+#     five D 64 rows, dK and dV bit-equal (the scale is 2⁻³) (H200, same rounds, bf16;
+#     experiments/backward_scale_at_end). Both: EPILOGUE_SMEM on (dK and dV leave through shared
+#     memory in whole 16-byte pieces of rows): 1.015-1.064x the build without it at five D 64 rows
+#     from S 512 to S 8192, the most where a block walks fewest steps (experiments/backward_epilogue).
+#     At D 128 the two A/Bs that kept them off there (0.988-0.998x, and 0.96x at S 8192) were made
+#     before DK_LAST, LONGEST_FIRST, DS_STMATRIX and PREP_EARLY; on that build the two together ran
+#     1.029-1.069x the build without them at seven D 128 rows (S 2048 and 8192, full and causal,
+#     bf16 and fp16), either alone 0.990-1.056x (H200, same rounds; dV bit-equal, dK rounded apart
+#     as the scale 128^-0.5 is no power of two; experiments/backward_d128_end_switches).
+#     At D 96 and 128 EPILOGUE_SMEM is off with a softcap or without the producer: its addresses
+#     spill there, 16-24 and 4 bytes (config()).
 #   Both: LONGEST_FIRST on (causal calls without a window: key block j of every head in an L2-sized
 #     section of heads starts before block j + 1 of any, FlashAttention-3's order), except where
 #     longest_first() says: 1.01-1.21x head by head at the training map's twelve grouped-heads (4:1)
@@ -196,8 +199,8 @@ BEFORE_PRODUCER = {
 WGMMA_BUILD = {
     64: {**BEFORE_PRODUCER[64], "WARPGROUPS": 2, "DQ_TURNS": 1, "PRODUCER": 1, "DS_GUARD": 1, "MASK_SPLIT": 1,
          "SCALE_AT_END": 1, "EPILOGUE_SMEM": 1, "LONGEST_FIRST": 1, "DS_STMATRIX": 1, "KV_REGS": 1, "PREP_EARLY": 3},
-    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1, "LONGEST_FIRST": 1,
-          "DS_STMATRIX": 1, "PREP_EARLY": 1},
+    128: {**BEFORE_PRODUCER[128], "PRODUCER": 1, "DS_GUARD": 1, "DK_LAST": 1, "MASK_SPLIT": 1, "SCALE_AT_END": 1,
+          "EPILOGUE_SMEM": 1, "LONGEST_FIRST": 1, "DS_STMATRIX": 1, "PREP_EARLY": 1},
     # D 256 (issue 51): the one layout that fits. Two warpgroups share 64 keys and split D's
     # columns (a warpgroup's dK and dV over all of D would take 256 registers a thread); dQ by its
     # own pass, as there is no room in shared memory for dSᵀ and dQ tiles beside two Q and two dO
@@ -207,18 +210,6 @@ WGMMA_BUILD = {
 }
 # D 96 (Phi-3's) in D 128's tiles, columns 96-127 zero (stages/stage8_wgmma.cu, "Head dim 96"): D 128's build.
 WGMMA_BUILD[96] = WGMMA_BUILD[128]
-# D 96 and 128 turn EPILOGUE_SMEM on where a key block walks at most this many query steps (the
-# query blocks times the heads sharing its keys), unless the call says: the end of a short block
-# counts, and D 128's long blocks ran slower with it (WGMMA_BUILD's comment). Not with a softcap:
-# there its addresses spill 4-28 bytes (NVRTC 13's ptxas; the builds without a softcap spill none).
-EPILOGUE_SMEM_STEPS = 16
-
-
-def epilogue_smem(head_dim: int, Sq: int, group: int, softcap: int = 0) -> int | None:
-    """EPILOGUE_SMEM for a call that leaves it unsaid: 1 at D 96 and 128 without a softcap where a
-    key block walks at most EPILOGUE_SMEM_STEPS query steps, else None (the build's, WGMMA_BUILD)."""
-    steps = (Sq + WGMMA_ROWS - 1) // WGMMA_ROWS * group
-    return 1 if tile_width(head_dim) == 128 and not softcap and steps <= EPILOGUE_SMEM_STEPS else None
 # LONGEST_FIRST is off, unless the call says, for one K/V head per query head below this many query
 # rows: there the blocks running together share less of Q and dO in L2 across heads than head by
 # head, and the tail the order shortens is short (WGMMA_BUILD's comment).
@@ -344,6 +335,10 @@ def config(head_dim: int, tiles: tuple[int, int] | None = None, dq_atomics: int 
             chosen["DK_LAST"] = 0
         if given.get("scale_at_end") is None and chosen["DQ_ATOMICS"] and not chosen["DQ_BULK"]:
             chosen["SCALE_AT_END"] = 0  # the vector reductions' dQ has no postprocess to take the scale
+        if given.get("epilogue_smem") is None and dp == 128 and (softcap or not chosen["PRODUCER"]):
+            # D 96/128 with a softcap, or without the producer's setmaxnreg: its addresses spilled 16-24
+            # and 4 bytes (NVRTC 13)
+            chosen["EPILOGUE_SMEM"] = 0
         if given.get("mask_split") is None and chosen["BLOCKS_PER_SM"] == 3:
             chosen["MASK_SPLIT"] = 0  # in 168 registers its second loop of exponentials spilled 16 bytes
         if given.get("ds_stmatrix") is None and not chosen["DQ_ATOMICS"]:
@@ -669,8 +664,6 @@ def _make_launch(q, k, v, out, dout, lse, causal, scale, tiles, dq_atomics, wgmm
     if wgmma and dq_atomics is None and switches.get("dq_bulk") is None and not switches.get("producer"):
         # (a call that asks for the producer keeps it: variant_switches is the stage's rule)
         switches = {**switches, **variant_switches(D, variants)}
-    if wgmma and switches.get("epilogue_smem") is None:
-        switches = {**switches, "epilogue_smem": epilogue_smem(D, Sq, H // Hk, variants.softcap_build)}
     if wgmma and switches.get("longest_first") is None:
         switches = {**switches, "longest_first": longest_first(Sq, H // Hk)}
     cfg = config(D, tiles and tuple(tiles), dq_atomics, int(bool(wgmma)),

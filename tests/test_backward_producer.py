@@ -56,9 +56,9 @@ BUILDS = ([(D, dt, w, v, {}) for D in (64, 128) for dt in (torch.float16, torch.
              (128, torch.bfloat16, 2, {}, {"dk_last": 0}), (128, torch.float16, 2, {"softcap": 1}, {"dk_last": 0}),
              (64, torch.bfloat16, 2, {}, {"mask_split": 0}), (128, torch.float16, 2, {}, {"mask_split": 0}),
              (128, torch.bfloat16, 2, {"window": True}, {"mask_split": 0}),
-             (64, torch.bfloat16, 2, {}, {"epilogue_smem": 0}), (128, torch.float16, 2, {}, {"epilogue_smem": 1}),
+             (64, torch.bfloat16, 2, {}, {"epilogue_smem": 0}), (128, torch.float16, 2, {}, {"epilogue_smem": 0}),
              (64, torch.float16, 2, {"window": True}, {"epilogue_smem": 0}),
-             (128, torch.bfloat16, 2, {"window": True}, {"epilogue_smem": 1}),
+             (128, torch.bfloat16, 2, {"window": True}, {"epilogue_smem": 0}),
              (64, torch.bfloat16, 2, {}, {"ds_stmatrix": 1}), (64, torch.float16, 2, {}, {"ds_stmatrix": 1, "overlap": 1}),
              (128, torch.float16, 2, {}, {"ds_stmatrix": 1}), (64, torch.bfloat16, 1, {"window": True}, {"ds_stmatrix": 1}),
              (64, torch.bfloat16, 2, {}, {"prep_early": 2}), (64, torch.float16, 2, {"softcap": 2, "window": True},
@@ -96,8 +96,9 @@ def test_producer_config():
     TMA loads or the bulk reductions it issues, and with three blocks per SM."""
     for D in (64, 128):
         for w in (1, 2):
-            plain = stage8.config(D, wgmma=1, warpgroups=w, producer=0, dq_turns=0)
-            cfg = stage8.config(D, wgmma=1, warpgroups=w, producer=1, dq_turns=0)
+            # (EPILOGUE_SMEM named: at D 128 the build without the producer leaves it off, where it spills)
+            plain = stage8.config(D, wgmma=1, warpgroups=w, producer=0, dq_turns=0, epilogue_smem=1)
+            cfg = stage8.config(D, wgmma=1, warpgroups=w, producer=1, dq_turns=0, epilogue_smem=1)
             assert dict(cfg["defines"]) == {**dict(plain["defines"]), "PRODUCER": 1}
             assert cfg["threads"] == plain["threads"] + 128 == 128 * (w + 1)
             assert cfg["smem"] == plain["smem"] + 2 * 2 * w * 8
@@ -151,20 +152,19 @@ def test_mask_split_config():
 
 def test_epilogue_smem_config():
     """EPILOGUE_SMEM is a switch a call may flip at every head dim, changing no other define; on in
-    D 64's build; at D 96 and 128 the launcher's rule turns it on where a key block walks at most
-    EPILOGUE_SMEM_STEPS query steps (query blocks × heads per K/V head), not with a softcap, and a
-    call's word wins."""
+    the builds of D 64, 96 and 128 (not D 256's); at D 96 and 128 off with a softcap or without the
+    producer unless the call says (its addresses spilled there), and a call's word wins."""
     for D in (64, 96, 128, 256):
         flipped = dict(stage8.config(D, wgmma=1, epilogue_smem=1)["defines"])
         assert flipped == {**dict(stage8.config(D, wgmma=1, epilogue_smem=0)["defines"]), "EPILOGUE_SMEM": 1}
-    assert [stage8.WGMMA_BUILD[D]["EPILOGUE_SMEM"] for D in (64, 96, 128, 256)] == [1, 0, 0, 0]
-    steps = stage8.EPILOGUE_SMEM_STEPS
+    assert [stage8.WGMMA_BUILD[D]["EPILOGUE_SMEM"] for D in (64, 96, 128, 256)] == [1, 1, 1, 0]
     for D in (96, 128):
-        assert stage8.epilogue_smem(D, 64 * steps, 1) == 1 and stage8.epilogue_smem(D, 64 * steps - 63, 1) == 1
-        assert stage8.epilogue_smem(D, 64 * steps + 1, 1) is None
-        assert stage8.epilogue_smem(D, 64 * (steps // 4), 4) == 1 and stage8.epilogue_smem(D, 64 * steps, 4) is None
-        assert stage8.epilogue_smem(D, 512, 1, softcap=1) is None  # its addresses spilled with a softcap
-    assert stage8.epilogue_smem(64, 512, 1) is None and stage8.epilogue_smem(256, 512, 1) is None
+        for softcap in (1, 2):
+            assert dict(stage8.config(D, wgmma=1, softcap=softcap)["defines"])["EPILOGUE_SMEM"] == 0
+            assert dict(stage8.config(D, wgmma=1, softcap=softcap, epilogue_smem=1)["defines"])["EPILOGUE_SMEM"] == 1
+        assert dict(stage8.config(D, wgmma=1, window=True)["defines"])["EPILOGUE_SMEM"] == 1
+        assert dict(stage8.config(D, wgmma=1, producer=0)["defines"])["EPILOGUE_SMEM"] == 0
+    assert dict(stage8.config(64, wgmma=1, softcap=1)["defines"])["EPILOGUE_SMEM"] == 1
 
 
 def test_epilogue_smem_stores_whole_pieces():

@@ -26,17 +26,19 @@ def test_defines_only_when_on():
     """The builds without variants have exactly the defines they had (so the same SASS:
     experiments/model_variants/sass_digest_backward.py); SOFTCAP and WINDOW appear only when on, and
     change no other define but PREP_EARLY, which a variant build at D 128 leaves off (it spills there;
-    D 64's PREP_EARLY 3 and KV_REGS stay); the mma.sync build refuses them."""
+    D 64's PREP_EARLY 3 and KV_REGS stay), and at D 128 a softcap's EPILOGUE_SMEM (its addresses spill);
+    the mma.sync build refuses them."""
     for D in (64, 128):
         build = dict(stage8.config(D, wgmma=1)["defines"])
         assert not {"SOFTCAP", "WINDOW"} & set(build)
         assert set(build) == set(stage8.WGMMA_SWITCHES)
         assert build["PREP_EARLY"] == {64: 3, 128: 1}[D] and build["KV_REGS"] == (D == 64)
         plain = {**build, "PREP_EARLY": 0} if D == 128 else build  # the variant builds' other defines
-        assert dict(stage8.config(D, wgmma=1, softcap=1)["defines"]) == {**plain, "SOFTCAP": 1}
-        assert dict(stage8.config(D, wgmma=1, softcap=2)["defines"]) == {**plain, "SOFTCAP": 2}
+        capped = {**plain, "EPILOGUE_SMEM": 0} if D == 128 else plain  # and those with a softcap
+        assert dict(stage8.config(D, wgmma=1, softcap=1)["defines"]) == {**capped, "SOFTCAP": 1}
+        assert dict(stage8.config(D, wgmma=1, softcap=2)["defines"]) == {**capped, "SOFTCAP": 2}
         assert dict(stage8.config(D, wgmma=1, window=True)["defines"]) == {**plain, "WINDOW": 1}
-        assert dict(stage8.config(D, wgmma=1, softcap=2, window=True)["defines"]) == {**plain, "SOFTCAP": 2,
+        assert dict(stage8.config(D, wgmma=1, softcap=2, window=True)["defines"]) == {**capped, "SOFTCAP": 2,
                                                                                       "WINDOW": 1}
         for bad in (3, -1, 1.5):
             with pytest.raises(ValueError, match="softcap"):
