@@ -8,7 +8,7 @@ is its share of the warps' time.
 (a loop body, a work tile's prologue, an epilogue: each runs as often as the thing it does),
 the cut the stage 6 notebook reads its profile by:
 
-    python -m lib.ncu results/logs/2026-11-26-s34call2/causal512-sass.csv.gz --min-share 0.01
+    python -m lib.ncu results/logs/2026-11-26-f942a3b-h100/causal512-sass.csv.gz --min-share 0.01
 """
 from __future__ import annotations
 

@@ -97,12 +97,12 @@ def time_cuda(fn, *, warmup=2, min_runs=5, max_runs=100, budget_s=1.0, flush=Tru
 # The H100 runs long shapes at its power limit, and its clocks follow the power drawn over the last
 # stretch of time: a batch of runs that follows a callable drawing less power (SDPA's FLASH backend
 # at long shapes, twice as slow) starts at higher clocks. Measured on an H100
-# (experiments/place_in_round/place_probe.py, results/logs/2026-11-26-s44call2): at B2 H32 S8192
+# (experiments/place_in_round/place_probe.py, results/logs/2026-11-26-c3dea5d-h100): at B2 H32 S8192
 # D128 bf16, SDPA default over stage 6 was 1.12-1.19x in the three orders of a round where stage 6
 # came right after FLASH and 0.99-1.03x in the three where SDPA did; at B8 H16 S2048 D64 and B16 H32
 # S1024 D128 every order agreed within 0.4%. Until then (2026-11-26) every record timed stage 6 right
 # after FLASH. So each batch now starts after SETTLE_MS of the callable's own untimed runs: with 50 or 150
-# ms the orders no longer sorted by who follows FLASH (results/logs/2026-11-26-s44call3: 1.02-1.11x
+# ms the orders no longer sorted by who follows FLASH (results/logs/2026-11-26-5533c7f-h100: 1.02-1.11x
 # full and 1.04-1.14x causal in the six orders with 50 ms, 0.99-1.17x and 1.00-1.13x with 150 ms),
 # though at that shape separate runs of the same order still differ by up to 5% (stage 6) and 10%
 # (SDPA).

@@ -9,11 +9,11 @@ import torch
 # Tried and not kept: the maps' L2 promotion (how much the L2 fetches from memory for each copy
 # request; cuda.core's default, kept here, fetches what is asked; CUTLASS encodes its maps with 128
 # bytes). Predicted to help the streaming decoding rows, measured against none in the same rounds
-# at the recorded map's 120 rows (results/logs/2026-11-26-s42call1, experiments/l2_promotion/l2_promotion_ab.py):
-# decoding 0.978-1.021x (median 1.00x at Sq 1 and Sq 4, 128 and 256 bytes alike), prompts of
-# S <= 2048 level, and S >= 4096 slower, 0.93-1.00x with 128 bytes (median 0.98x) and 0.89-1.00x
-# with 256 (B1 H32 S16384 D128: 7,759 µs against 6,909), as if the promoted lines pushed K and V
-# tiles still to be reread out of the L2 (not profiled).
+# at the recorded map's 120 rows (results/logs/2026-11-26-3525efe-h100,
+# experiments/l2_promotion/l2_promotion_ab.py): decoding 0.978-1.021x (median 1.00x at Sq 1 and Sq
+# 4, 128 and 256 bytes alike), prompts of S <= 2048 level, and S >= 4096 slower, 0.93-1.00x with 128
+# bytes (median 0.98x) and 0.89-1.00x with 256 (B1 H32 S16384 D128: 7,759 µs against 6,909), as if
+# the promoted lines pushed K and V tiles still to be reread out of the L2 (not profiled).
 def tensor_map(t: torch.Tensor, rows: int | tuple):
     """The copy engine's description of a [B, H, S, D] tensor with its real strides: boxes of
     `rows` × 64 elements (128 bytes, the widest box a 128-byte swizzle takes), swizzled. `rows`

@@ -32,7 +32,7 @@ SOURCE = Path(__file__).with_suffix(".cu")
 # (BLOCK_Q, BLOCK_K, STAGES, WARP_Q) per head dim: the fastest of CHOICES on the H100 at
 # B16 H16 S2048 D64 and B4 H16 S8192 D128 in the sweep of 5f8d1dd (scripts/tile_sweep.py). The
 # sweep recorded at 81c4acd had (128, 32, 2, 32) 2-4% ahead at D128; in the same interleaved
-# rounds (--interleaved, results/logs/2026-11-26-s42call8) these are 1.12x faster full, level causal.
+# rounds (--interleaved, results/logs/2026-11-26-1336dc8-h100) these are 1.12x faster full, level causal.
 TILES = {64: (128, 64, 2, 32), 128: (128, 64, 2, 32)}
 CHOICES = [(64, 64, 2, 16), (128, 64, 2, 16), (128, 64, 3, 16), (128, 32, 2, 16),
            (128, 64, 2, 32), (128, 32, 2, 32), (128, 32, 3, 32), (128, 128, 2, 32)]

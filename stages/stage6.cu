@@ -601,12 +601,12 @@ struct Seqs {
 #endif
 };
 // Division by a number fixed for the launch (the splits, query blocks per head, heads, group) as a
-// multiply-high, an add and a shift (Granlund and Montgomery's magic number, exact for
-// 0 <= n < 2^31), made once per thread. A work tile's coordinates were four dependent integer
-// divisions, each ~20 instructions around a MUFU.RCP, at every work tile's start and again at its
-// end: there Nsight Compute found the consumers' warps waiting at S 512 (results/logs/2026-11-26-
-// s34call2). Making the magic takes a 64-bit division: the consumers make theirs while their first
-// Q is being copied; the producer, whose coordinates are worked out a work tile ahead, divides.
+// multiply-high, an add and a shift (Granlund and Montgomery's magic number, exact for 0 <= n < 2^31),
+// made once per thread. A work tile's coordinates were four dependent integer divisions, each ~20
+// instructions around a MUFU.RCP, at every work tile's start and again at its end: there Nsight
+// Compute found the consumers' warps waiting at S 512 (results/logs/2026-11-26-f942a3b-h100). Making
+// the magic takes a 64-bit division: the consumers make theirs while their first Q is being copied;
+// the producer, whose coordinates are worked out a work tile ahead, divides.
 struct Divisor {
     int d;
     unsigned m;

@@ -118,19 +118,19 @@ CAUSAL_QUEUE = {64: "work queue without ping-pong", 128: "+ work queue"}
 # 0.976x at S 2048 against the queue without it (the causal rule there): D64 takes the latter.
 WINDOW_SCHEDULES = {64: "work queue without ping-pong", 128: "+ persistent blocks"}
 WINDOW_TILES = {128: (128, 2, 2)}
-# Tried at the short causal prompts and not kept (results/logs/2026-11-26-s37call5; the kernel
+# Tried at the short causal prompts and not kept (results/logs/2026-11-26-b0f0259-h100; the kernel
 # change: experiments/half_last_tile/): a consumer's last key tile computed 64 keys wide where its
 # upper half is masked for its rows (consumer 0 of two at each diagonal: 20% of its tile-products
 # at S 512). Predicted 3-6% at D64 causal S 512; measured 1.01x there, 1.00-1.01x at S 1024 and
 # 1.02x at S 2048, and 0.98-0.99x at full attention, where no tile is halved but the build carries
 # the extra code. Consumer 0 finishes early, but its work tile ends with consumer 1's whole diagonal.
-# Also tried there (results/logs/2026-11-26-s40call6): the consumers taking turns at their softmax
+# Also tried there (results/logs/2026-11-26-2c45561-h100): the consumers taking turns at their softmax
 # (PINGPONG=2, as cuDNN's kernel does) on the work queue, so that one consumer's exponentials run
 # beside the other's products instead of both at once: 0.97-0.98x at D64 causal S 512, 0.96x at
 # S 1024, 0.93x full, 0.97-0.98x at D128 causal S 512; without the overlap within a warpgroup
-# (cuDNN's way) 0.95-0.98x. And (-s40call7; experiments/causal_head_groups/) the queue handing out
-# causal work longest first across groups of heads whose K and V fill a quarter of the L2 (every
-# head's heaviest query block of the group, then every head's next), for a shorter tail: Nsight
+# (cuDNN's way) 0.95-0.98x. And (2026-11-26-46e0206-h100; experiments/causal_head_groups/) the queue
+# handing out causal work longest first across groups of heads whose K and V fill a quarter of the
+# L2 (every head's heaviest query block of the group, then every head's next), for a shorter tail: Nsight
 # Compute at D64 causal S 512 had the SMs' busy cycles spread over 113-131k, about one heavy work
 # tile. Same bits; against the per-head order in the same build: +1.4% and +4.5% at D64 causal
 # S 512 and 1024 with 4 K/V heads, -3% and level with 16, -2.6% at S 2048, -2.5 to -4% at D128
@@ -209,8 +209,8 @@ def short_tiles(head_dim: int, Sk: int, schedule: str, causal: bool):
       once its next Q no longer waits for a buffer (three Q buffers, q_stages_for), the ring's
       depth is what holds the producer back, and four tiles hold all of an S 512 work tile's
       keys, so the next work tile's first K and V are copied while this one runs. Measured with
-      three Q buffers against the launch before, same rounds (results/logs/2026-11-26-s34call8,
-      -call9): full S 512 (128, 4, 3) 1.054-1.061x, S 1024 1.011-1.015x; causal S 512
+      three Q buffers against the launch before, same rounds (results/logs/2026-11-26-3a0c235-h100,
+      2026-11-26-cc922fc-h100): full S 512 (128, 4, 3) 1.054-1.061x, S 1024 1.011-1.015x; causal S 512
       (128, 4, 2) 1.037x, S 1024 1.016x; with two Q buffers the deeper ring alone was level
       (0.998-1.015x). At S 2048-4096 (not short here) the deeper rings were level (full) or
       slower (causal, against three consumers)."""
@@ -227,17 +227,17 @@ def tail_heads_for(causal: bool, queue: bool, n_heads: int, n_qb: int, sms: int,
     each head's heaviest query block first, which keeps a head's K and V in L2 while its query
     blocks run. But the last tiles handed out then include heavy ones, and the block that takes
     one finishes last while the others idle (Nsight Compute at D64 causal S 512: the SMs' busy
-    cycles spread over 113-131k, about one heavy work tile; results/logs/2026-11-26-s40call1).
+    cycles spread over 113-131k, about one heavy work tile; results/logs/2026-11-26-837362b-h100).
     Order matters only there: the last `waves`·SMs work tiles' heads are handed out longest first
     across them (every one's heaviest query block, then every one's next, ...), so the queue ends
     on the lightest tiles. Two waves: measured against the plain order in the same build, same
-    rounds, both orders (results/logs/2026-11-26-s40call9, bf16, B·S = 16k): D64 causal S 512
+    rounds, both orders (results/logs/2026-11-26-4acecf5-h100, bf16, B·S = 16k): D64 causal S 512
     1.035-1.040x, S 1024 1.052-1.057x, S 2048 1.083x; D128 S 512 1.009-1.020x, S 1024 1.025x,
     S 2048 1.028-1.030x, MHA and GQA 4:1 alike. One wave gained 1.3-5.0%; four gained more at D64
     (1.043-1.104x) but lost at D128 S 512 MHA (0.983x), whose 132 tail heads' K and V no longer
     fit the L2 beside the rest. (Longest first across groups of heads through the whole queue,
-    -s40call7 and -call8, lost up to 3% where its groups were many: each group's light tiles then
-    run together.) 0 for full attention and launches without the queue."""
+    2026-11-26-46e0206-h100 and 2026-11-26-1d97035-h100, lost up to 3% where its groups were many:
+    each group's light tiles then run together.) 0 for full attention and launches without the queue."""
     waves = TAIL_WAVES if waves is None else int(waves)
     if waves <= 0 or not causal or not queue or n_qb <= 1:
         return 0
@@ -288,22 +288,22 @@ def stores_by_tma(persistent: bool, q_stages: int, pack_gqa: bool = False, seqs:
     return persistent and q_stages >= 2 and not pack_gqa and not seqs
 
 
-# Tried and not kept (results/logs/2026-11-26-s40call1 to -call4; the changes:
-# experiments/stage6_epilogue/): the TMA-store epilogue's O written by stmatrix (four 8x8 tiles an instruction, one
-# LOP3 per address) instead of 2·D/8 4-byte stores, and O's zeroing for rows without keys moved
-# into that branch (ptxas makes it 32 selects on every work tile). Nsight Compute at D64 causal
-# S 512 had the epilogue at 191 instructions a work tile per warp and 6.5% of the consumers'
-# stall samples; predicted 1-3% there. Same bits; against the sources before, in pairs in both
-# orders: stmatrix alone 0.994-1.000x at D64 causal S 512, 0.984-0.991x at S 1024, 1.004-1.010x
-# at D64 full S 512-1024, 1.008x at D128 causal S 512; the zeroing moved 0.980-0.990x at D64
-# causal. Nor was the epilogue worth hiding (-s40call5; experiments/stage6_epilogue/): each work
-# tile's epilogue run under the next work tile's first S, issued once its last P·V is done (O / l
-# packed to 16 bits first: reading o while that S ran made ptxas serialize every wgmma,
-# C7517/C7518; a product left in flight across the work loop's back edge, C7515). Same bits,
-# sanitizers clean; predicted 3-6% at D64 causal S 512-1024 (6.5% of the stall samples in the
-# epilogue, 9.5% at a work tile's first S, both consumers waiting together); measured
-# 0.977-0.983x there, 0.95-0.99x at D128 S 512-2048. Stall samples say where warps wait, not
-# what holds the block back.
+# Tried and not kept (results/logs/2026-11-26-837362b-h100, 2026-11-26-620899b-h100,
+# 2026-11-26-7b7b641-h100 and 2026-11-26-37d9c70-h100; the changes: experiments/stage6_epilogue/):
+# the TMA-store epilogue's O written by stmatrix (four 8x8 tiles an instruction, one LOP3 per
+# address) instead of 2·D/8 4-byte stores, and O's zeroing for rows without keys moved into that
+# branch (ptxas makes it 32 selects on every work tile). Nsight Compute at D64 causal S 512 had the
+# epilogue at 191 instructions a work tile per warp and 6.5% of the consumers' stall samples;
+# predicted 1-3% there. Same bits; against the sources before, in pairs in both orders: stmatrix
+# alone 0.994-1.000x at D64 causal S 512, 0.984-0.991x at S 1024, 1.004-1.010x at D64 full S
+# 512-1024, 1.008x at D128 causal S 512; the zeroing moved 0.980-0.990x at D64 causal. Nor was the
+# epilogue worth hiding (2026-11-26-bfbb0f0-h100; experiments/stage6_epilogue/): each work tile's
+# epilogue run under the next work tile's first S, issued once its last P·V is done (O / l packed to
+# 16 bits first: reading o while that S ran made ptxas serialize every wgmma, C7517/C7518; a product
+# left in flight across the work loop's back edge, C7515). Same bits, sanitizers clean; predicted
+# 3-6% at D64 causal S 512-1024 (6.5% of the stall samples in the epilogue, 9.5% at a work tile's
+# first S, both consumers waiting together); measured 0.977-0.983x there, 0.95-0.99x at D128 S
+# 512-2048. Stall samples say where warps wait, not what holds the block back.
 # CARRY_PV where carries_pv allows it: off, except at D128 with three Q buffers (below).
 CARRY_PV_DEFAULT = False
 
@@ -312,9 +312,9 @@ def carries_pv(persistent: bool, switches: dict, consumers: int, q_stages: int, 
                head_dim: int = 64) -> bool:
     """CARRY_PV, the rule: at D128 with three Q buffers (q_stages_for's short work tiles), else
     off (CARRY_PV_DEFAULT). Once each work tile's start and end cost less (magic-number work
-    decode, f89a660), it was measured again at 9 short-prefill rows (results/logs/2026-11-26-
-    s34call5, same rounds as the launch without it): with three Q buffers at D128 it gained
-    1.029-1.036x at S 512 and causal S 1024 over the same launch with two (0.99-1.01x over three
+    decode, f89a660), it was measured again at 9 short-prefill rows (results/logs/
+    2026-11-26-94bdaa4-h100, same rounds as the launch without it): with three Q buffers at D128 it
+    gained 1.029-1.036x at S 512 and causal S 1024 over the same launch with two (0.99-1.01x over three
     without it: 261.1 against 264.2 µs full S 512, 200.1 against 203.8 causal), level at full
     S 1024; at D64 it was level or slower (0.953-1.004x), with two Q buffers too. A D128 P·V is
     twice as long as a D64 one (a 128-wide O), so the last P·V that waits alone at each work
@@ -363,9 +363,9 @@ def q_stages_for(head_dim: int, tiles, schedule: str, Sk: int, pack_gqa: bool = 
     Q is copied into the buffer work tile n − 1 used, free only once its O has left through the
     copy engine (stores_by_tma): a work tile of one to eight key tiles leaves the copy little
     time. With three it waits on tile n − 2. Measured against two in the same rounds at 9
-    short-prefill rows (results/logs/2026-11-26-s34call4 and -call5, bf16, B·S = 16k): 1.017-1.033x
-    at D128 S 512, 1.000-1.009x at D64 S 512-1024 and D128 S 1024, 0.996x at D64 causal S 2048
-    (where the rule no longer applies)."""
+    short-prefill rows (results/logs/2026-11-26-6e4cb88-h100 and 2026-11-26-94bdaa4-h100, bf16, B·S
+    = 16k): 1.017-1.033x at D128 S 512, 1.000-1.009x at D64 S 512-1024 and D128 S 1024, 0.996x at
+    D64 causal S 2048 (where the rule no longer applies)."""
     persistent = ALL_SCHEDULES[schedule]["PERSISTENT"]
     return 3 if persistent and not pack_gqa and Sk <= Q3_KEYS and fits(head_dim, tiles, 3) else None
 
@@ -376,13 +376,13 @@ def q_stages_for(head_dim: int, tiles, schedule: str, Sk: int, pack_gqa: bool = 
 # row, S 1024 and 4096 two: 11% of the rows a call computed at S 512 and 1024 were padding
 # (predicted from the count: up to that much faster there, where the others then have the SM's
 # tensor cores and exp2 unit to themselves; nothing at D128's 128-row blocks). Measured against the
-# build without, same rounds (experiments/rows_past_end/rows_past_end_ab.py, results/logs/2026-11-26-s44call1):
-# 1.024-1.035x at D64 causal S 2048-4096 (the work queue, or one block per work tile, hands the
-# time saved to other work), but level at full attention: its persistent blocks walk a fixed
-# stride of 132 work tiles, and with 3, 6 or 11 query blocks a head every SM gets the same query
-# block each time, so the lighter last blocks fall on the same SMs, which then wait. The work
-# queue took the saving there, 1.010-1.029x of as called at D64 full S 512-1024 (-s44call2); the
-# launch rule (call_schedule) does not take it yet.
+# build without, same rounds (experiments/rows_past_end/rows_past_end_ab.py,
+# results/logs/2026-11-26-daf7855-h100): 1.024-1.035x at D64 causal S 2048-4096 (the work queue, or
+# one block per work tile, hands the time saved to other work), but level at full attention: its
+# persistent blocks walk a fixed stride of 132 work tiles, and with 3, 6 or 11 query blocks a head
+# every SM gets the same query block each time, so the lighter last blocks fall on the same SMs,
+# which then wait. The work queue took the saving there, 1.010-1.029x of as called at D64 full S 512-1024
+# (2026-11-26-c3dea5d-h100); the launch rule (call_schedule) does not take it yet.
 SKIP_ROWS_PAST_END = True
 
 INFO = StageInfo(

@@ -48,7 +48,7 @@ MAX_SPLITS = 128  # key splits per work tile (split-KV); each adds a partial O r
 # What splitting costs beyond the blocks' own tiles, in key tiles: the fp32 partial rows and the
 # combine. First measured at B1 H8 S512 D64 fp16 (split in 4: 14.1 µs, results/logs/2026-11-24-
 # fd94088-call3; unsplit 13.7): about 3. Then at the 29 decode shapes of issue 21's splits
-# experiment (results/logs/2026-11-25-6ac4cb0-s33call1/splits.json, every split count at each):
+# experiment (results/logs/2026-11-25-6ac4cb0-h100/splits.json, every split count at each):
 # with 3, work of 64 blocks over 8 key tiles (B64 H8/1 Sk1024) was split in 2 and ran 8% slower
 # than unsplit; 4 leaves it whole, and changes no other choice there. Over 32 key tiles the same
 # split still ran 5-7% slower than unsplit, which this count of waves and tiles does not see.
@@ -68,7 +68,7 @@ COMBINE_IN_BLOCK_BYTES = 16 * 1024
 # Predicted about a microsecond at the short decoding rows whose partial rows exceed
 # COMBINE_IN_BLOCK_BYTES (B1 and B8 with one K/V head: 11-15 µs). Measured against the same
 # launch without PDL at the shape map's 14 decoding rows that run the combine kernel (same
-# rounds, L2 flushed, results/logs/2026-11-26-s39call4): 0.7-1.4 µs saved, 1.016-1.146x
+# rounds, L2 flushed, results/logs/2026-11-26-c95969d-h100): 0.7-1.4 µs saved, 1.016-1.146x
 # (median 1.066x).
 PDL_COMBINE = True
 # The split kernel itself launched with PDL (griddep_wait after its barriers are set up), so its
@@ -76,7 +76,7 @@ PDL_COMBINE = True
 # benchmarks, the L2 flush; in a model, the previous layer's last kernel). Predicted under a
 # microsecond, which only the shortest calls would see; measured against PDL on the combine
 # kernel only, same rounds, at 12 rows (nine decoding, the latency shape, two prefill):
-# 0.992-1.002x, median 1.000x (results/logs/2026-11-26-s39call5). Off: the kernel before it
+# 0.992-1.002x, median 1.000x (results/logs/2026-11-26-87cc4cc-h100). Off: the kernel before it
 # (here the L2 flush) does not let its dependents go early, so nothing overlaps.
 PDL_KERNEL = False
 
@@ -168,17 +168,17 @@ def shares_sms(work: int, n_splits: int, sms: int) -> bool:
     more blocks than SMs the last wave leaves SMs idle (512 work tiles on 132 SMs: 3.88 waves);
     a second block per SM streams through the first one's start and end, and halves the waves'
     rounding. cuDNN decodes so: 512 blocks of 128 threads, 2 per SM at D128 and 4 at D64, every
-    work tile resident at once (Nsight Compute, results/logs/2026-11-26-s36call2). With fewer
+    work tile resident at once (Nsight Compute, results/logs/2026-11-26-c09b29e-h100). With fewer
     blocks the GPU is not full and each SM streams for one block: the deeper ring (192 KB in
     flight at D128 against 64 KB) is what keeps its copies going. The split count stays the one
     planned for one block per SM: the second block is there to overlap, not to split finer.
-    Measured at the map's 36 Sq 1 rows against one block per SM (results/logs/2026-11-26-s36call3,
+    Measured at the map's 36 Sq 1 rows against one block per SM (results/logs/2026-11-26-e2d106f-h100,
     same rounds): at the 24 rows where this rule takes two blocks, 0.992-1.033x (median 1.02x;
     replanning the splits for twice the slots instead: 0.954-1.067x, median 1.008x); at the rows
     of 64 blocks it leaves alone, two blocks ran 0.90-0.95x (B8 H32/8 and B64 H8/1 at Sk 1024:
     64 unsplit work tiles of 8 key tiles each)."""
     return work * n_splits >= 0.8 * sms
-# Tried for the decoding rows still under SDPA and not kept (results/logs/2026-11-26-s41call1, the
+# Tried for the decoding rows still under SDPA and not kept (results/logs/2026-11-26-d8ee25e-h100, the
 # change: experiments/decode_launch/l2_prefetch_persistent_two_blocks.patch; at the map's 36 Sq 1 rows and two Sq 4
 # rows, bf16, same rounds as the launch as called): (a) the producer prefetching the key tiles up
 # to 2 or 4 past the one it loads into L2 (cp.async.bulk.prefetch.tensor, ahead of the two-deep
@@ -189,14 +189,14 @@ def shares_sms(work: int, n_splits: int, sms: int) -> bool:
 # tiles from the queue and copies the next one's Q, K and V while its consumer ends this one, so
 # no wave boundary has both of an SM's blocks starting at once): 0.963-0.998x at the 24 rows
 # where the rule takes two blocks (median 0.991x), B64 H32/8 Sk1024 D64 0.976x.
-# What is left at the two rows furthest under SDPA (Nsight Compute, results/logs/2026-11-26-
-# s41call8, clocks as the GPU sets them): at B64 H32/8 Sk1024 D64 cuDNN runs an sm80 kernel of
-# 512 blocks of 128 threads (16 query rows, 45 KB), one wave at four per SM, 49.7 µs at 2.75 TB/s,
-# against stage 6's 512 blocks of 256 threads, two per SM in 1.94 waves, 50.9 µs at 2.70 TB/s;
+# What is left at the two rows furthest under SDPA (Nsight Compute, results/logs/
+# 2026-11-26-96dd84c-h100, clocks as the GPU sets them): at B64 H32/8 Sk1024 D64 cuDNN runs an sm80
+# kernel of 512 blocks of 128 threads (16 query rows, 45 KB), one wave at four per SM, 49.7 µs at
+# 2.75 TB/s, against stage 6's 512 blocks of 256 threads, two per SM in 1.94 waves, 50.9 µs at 2.70 TB/s;
 # at B8 H32/8 Sk32768 D64 it splits the keys in four (256 blocks, and a 3.8 µs reduction kernel)
 # and reads at 3.06 TB/s, 176.1 µs, where stage 6's two splits (128 blocks, one per SM) read at
-# 2.92 TB/s, 184.6 µs. Four splits for stage 6 there measured 1.006-1.008x of two (-s36call3,
-# -s36call10).
+# 2.92 TB/s, 184.6 µs. Four splits for stage 6 there measured 1.006-1.008x of two
+# (2026-11-26-e2d106f-h100, 2026-11-26-70e26ce-h100).
 
 # Decoding blocks of one or two key tiles at D64 (few_keys_per_block): one warpgroup without a
 # producer, three per SM.
@@ -213,8 +213,8 @@ def few_keys_per_block(head_dim: int, per_split: int) -> bool:
     the next tiles while the consumer computes; a block of one or two tiles has no next tile, and
     pays for it anyway: twice the threads, setmaxnreg, and every tile handed over through a
     barrier. cuDNN's decoding blocks are 128 threads without one (Nsight Compute,
-    results/logs/2026-11-26-s36call2). Measured against the launch before, same rounds, at the
-    map's Sq 1 rows and two Sq 4 rows (results/logs/2026-11-26-s41call2): at the eight D64 rows of
+    results/logs/2026-11-26-c09b29e-h100). Measured against the launch before, same rounds, at the
+    map's Sq 1 rows and two Sq 4 rows (results/logs/2026-11-26-f8b943b-h100): at the eight D64 rows of
     one or two tiles a block 1.007-1.048x (B1 H8/1 Sk1024 1.048x, B1 H32/8 Sk4096 1.037x, B8
     H8/1 Sk1024 1.032x); with more tiles a block the producer's copies ahead win (0.85-0.99x at
     the long streaming rows, 0.90-0.92x at 64 unsplit blocks of 8 tiles); at D128 (two blocks of

@@ -104,7 +104,7 @@ constexpr int THREADS = 128 * (CONSUMERS + WARP_SPECIALIZED);
 // (take_row_sums): left to grow in the accumulator over a long row, its sums kept too few bits
 // (Hopper's FP8 wgmma keeps about 13 below the largest addend, and cuts toward zero), and
 // every P being positive those cuts added up: 9x the kernel rule's RMSE allowance at S 8192,
-// 1.4x at S 2048 (results/logs/2026-11-26-s39call1).
+// 1.4x at S 2048 (results/logs/2026-11-26-4103813-h100).
 constexpr int O_COLS = D + 8 * ROW_SUM_MMA;  // O's accumulator columns (and Vᵀ sub-tile rows)
 // Registers per thread after setmaxnreg, as in stage 6 (2 consumers: 128·24 + 256·240 = 64,512;
 // 3: 128·32 + 384·160; the work queue's producer keeps 40 with one or two consumers; a producer
@@ -662,7 +662,7 @@ attention_fp8(const __grid_constant__ CUtensorMap q_map, const __grid_constant__
     // and their log2-sum-exps, each row's share of what the whole tile would have summed, for
     // attention_fp8_combine_tail. (The combine first ran here, in the last piece to finish: that
     // build's main loop ran 1-2.6% slower even where nothing was split, results/logs/
-    // 2026-11-26-s43call2.)
+    // 2026-11-26-5580a3e-h100.)
     auto finish_piece = [&](const Work& t, float (&l)[2], const float (&m)[2], float scale_tile) {
         const size_t piece = (size_t)(t.w - tail_first) * pieces + t.split;
         const float vd = v_descale[t.b * Hk + t.hk];

@@ -22,7 +22,7 @@ kernel combining the pieces), and at D64 the row sums from P·V through a row of
 
 Status (2026-11-26): checked on an H100 (tests/test_stage7.py against lib.fp8.check_on_emulation
 and the float64 reference, compute-sanitizer clean on every launch path at small shapes; first in
-results/logs/2026-11-25-4e746b2-s33call2, last in -2026-11-26-s39call2). Held to FP8's error
+results/logs/2026-11-25-4e746b2-h100, last in 2026-11-26-429631e-h100). Held to FP8's error
 rule, so it stands outside the 16-bit harness (stages.BEYOND); scripts/fp8_bench.py --record is
 its record, with fp8_tiles and fp8_waterfall beside it.
 
@@ -54,37 +54,38 @@ ARCH = s6.ARCH  # wgmma (e4m3 too) and setmaxnreg exist only in the arch-specifi
 # the time, so a copy has less time to land.
 # Then at D128 wider key tiles: (192, 2, 2) ran 1.19x (128, 3, 2) at B4 H16 S8192 full and 1.22x
 # causal, level with 224 keys, in the same rounds (scripts/fp8_tiles.py, results/logs/
-# 2026-11-26-s38call1); at D64 160 keys ran 1.02x full and 0.98x causal: 128 stays. Timed again
-# with lib.timing's settled batches (-s44call8): (128, 3, 2) 0.997x of (192, 2, 2) full and 0.94x
-# causal, so 192 keys still win causal, and at full attention most of the 1.19x was the entries'
-# places in the round (see lib.timing.SETTLE_MS).
+# 2026-11-26-03badfd-h100); at D64 160 keys ran 1.02x full and 0.98x causal: 128 stays. Timed again
+# with lib.timing's settled batches (2026-11-26-19ecdee-h100): (128, 3, 2) 0.997x of (192, 2, 2)
+# full and 0.94x causal, so 192 keys still win causal, and at full attention most of the 1.19x was
+# the entries' places in the round (see lib.timing.SETTLE_MS).
 TILES = {64: (128, 3, 3), 128: (192, 2, 2)}
 V_IN_KERNEL_TILES = {64: (128, 3, 3), 128: (128, 3, 2)}  # the producer's transpose writes 128-key tiles
 FEW_ROWS_TILES = {64: (128, 4, 1), 128: (128, 4, 1)}
 # The launch wherever work tiles outnumber the SMs: the work queue without ping-pong, full or
-# causal. In three runs at the standard shapes (results/logs/2026-11-26-s38call3 to -call5),
-# against what stage 6's rule (call_schedule) picks: 1.034x its persistent blocks at D64 full
-# each time, 0.989-1.025x at D128 full, 1.025-1.034x its one block per work tile at D128 causal
-# S8192, and the same launch at D64 causal S2048. In e4m3 the products take half the time that
-# ping-pong's turns are there to hide, while the exponential unit, which turns do not add to,
-# sets the pace; the queue keeps causal work tiles of different lengths balanced. (In bf16 at
-# D64 causal S8192, one block per work tile beat the queue: stage6.call_schedule.)
+# causal. In three runs at the standard shapes (results/logs/2026-11-26-21a162c-h100,
+# 2026-11-26-810e2ed-h100 and 2026-11-26-68ef631-h100), against what stage 6's rule (call_schedule)
+# picks: 1.034x its persistent blocks at D64 full each time, 0.989-1.025x at D128 full, 1.025-1.034x
+# its one block per work tile at D128 causal S8192, and the same launch at D64 causal S2048. In e4m3
+# the products take half the time that ping-pong's turns are there to hide, while the exponential
+# unit, which turns do not add to, sets the pace; the queue keeps causal work tiles of different
+# lengths balanced. (In bf16 at D64 causal S8192, one block per work tile beat the queue:
+# stage6.call_schedule.)
 PERSISTENT_SCHEDULE = "work queue without ping-pong"
 # TAIL_SPLIT (stages/stage7.cu: work_item, finish_piece), per head dim, in the work queue's builds:
 # full attention's work tiles all take the same time, so the queue's last n_work mod SMs of them run
 # alone, one per SM, while every other SM idles. experiments/tail_split/queue_tail_probe.py measured
-# it (results/logs/2026-11-26-s43call3): every SM within 1% of the same pace, and 2.53% of the SM
+# it (results/logs/2026-11-26-e81cead-h100): every SM within 1% of the same pace, and 2.53% of the SM
 # time idle at the launch's end at B4 H16 S8192 D128 (4 tiles of 4,096 on 132 SMs), 3.02% at B16 H16
 # S2048 D64 (44 of 2,816). Those last tiles are split along their keys into pieces that the queue
 # hands out as SMs free up; each piece writes its rows in fp32, and a small kernel after this one
 # (attention_fp8_combine_tail, launched with PDL) combines them as stage 6's split-KV combine does.
 # Predicted 2-3% at those two shapes. Measured against the build without, rounds ordered split,
-# whole, whole, split (experiments/tail_split/tail_split_ab.py, -s43call4): 1.019x at B4 H16 S8192
-# D128 full and at B3, 1.014x causal and 1.000x at B2 H16 S8192, where nothing is split; at D64
-# 0.995x at B16 H16 S2048 full, 0.992x causal, 1.010x at B8 S4096. So on at D128 only; at D64 6 or 8
-# pieces per tail tile ran 0.995-1.000x too (-s43call7). (The first version combined in the last
-# piece to finish, inside the attention kernel: that code cost its main loop 1-2.6% everywhere,
-# -s43call2.)
+# whole, whole, split (experiments/tail_split/tail_split_ab.py, 2026-11-26-41ed404-h100): 1.019x at
+# B4 H16 S8192 D128 full and at B3, 1.014x causal and 1.000x at B2 H16 S8192, where nothing is
+# split; at D64 0.995x at B16 H16 S2048 full, 0.992x causal, 1.010x at B8 S4096. So on at D128 only;
+# at D64 6 or 8 pieces per tail tile ran 0.995-1.000x too (2026-11-26-b7a0e66-h100). (The first
+# version combined in the last piece to finish, inside the attention kernel: that code cost its main
+# loop 1-2.6% everywhere, 2026-11-26-5580a3e-h100.)
 TAIL_SPLIT = {64: False, 128: True}
 # A piece keeps at least this many key tiles: each adds its rows in fp32 (BLOCK_M × D floats)
 # for the combine to read back, which at 4 key tiles per piece is under a tenth of the piece's
@@ -104,9 +105,10 @@ def tail_pieces(n_work: int, key_tiles: int, grid: int, causal: bool) -> int:
     return max(1, min(grid // left, key_tiles // TAIL_PIECE_TILES))
 # SKIP_ROWS_PAST_END, as stage 6's (stages/stage6.py): at D64 S 2048 the last query block's third
 # consumer (rows 2048-2111) has no row and computes nothing, 1/33 of the call's rows. Measured
-# against the build without, same rounds (experiments/rows_past_end/rows_past_end_ab.py, results/logs/2026-11-26-
-# s44call1): 1.015x at B16 H16 S2048 D64, 1.034x causal; at B32 H16 S1024 (two of three consumers
-# idle) 1.034x full and 1.094x causal; the work queue hands the time saved to other work tiles.
+# against the build without, same rounds (experiments/rows_past_end/rows_past_end_ab.py, results/logs/
+# 2026-11-26-daf7855-h100): 1.015x at B16 H16 S2048 D64, 1.034x causal; at B32 H16 S1024 (two of
+# three consumers idle) 1.034x full and 1.094x causal; the work queue hands the time saved to other
+# work tiles.
 SKIP_ROWS_PAST_END = True
 # Key tiles wider than 128 (FlashAttention-3's FP8 tiles are 160 keys at D64 with three consumers,
 # 224 at D128 with two): fewer per-tile costs (barrier waits, row max and sum shuffles, the
@@ -121,25 +123,26 @@ def vt_atom(block_n: int) -> int:
 # When the softmax rescales O: 0 only in warps where a row's max grew (stage 6's default,
 # FlashAttention-4's threshold of 2^8, cannot be kept: P·2^8 must stay within e4m3's 448);
 # -1 every tile, as FlashAttention-3 does.
-# Tried and not kept (results/logs/2026-11-26-s38call5; the change: experiments/fp8_lazy_rescale/): a
+# Tried and not kept (results/logs/2026-11-26-68ef631-h100; the change: experiments/fp8_lazy_rescale/): a
 # threshold k > 0 as stage 6 keeps (a kept max exceeded by up to 2^k), with P's offset 8 - k so
-# that P stays under 448. O's rescale was 5.5-5.7% of the executed instructions (call 4's
-# profile), but k = 1, 2, 4 ran 0.98-1.01x of k = 0 in the same rounds, with 0.4-1.6% more RMSE.
+# that P stays under 448. O's rescale was 5.5-5.7% of the executed instructions (the profile
+# in 2026-11-26-810e2ed-h100), but k = 1, 2, 4 ran 0.98-1.01x of k = 0 in the same rounds, with
+# 0.4-1.6% more RMSE.
 LAZY_RESCALE = 0
 P_OFFSET_LOG2 = 8  # P cast to e4m3 as P·2^8 (FlashAttention-3's Max_offset); 0: as it is
 # ROW_SUM_MMA (stage7.cu), per head dim: the softmax's row sums from P·V itself, through a row
 # of ones under each Vᵀ tile, instead of an FADD per score. Predicted 1-4% at D64, where those
 # FADDs are 13% of the executed instructions and the exponential unit sets the pace (Nsight
-# Compute, results/logs/2026-11-26-s38call4), for 1/8 more P·V work on tensor cores busy 29% of
+# Compute, results/logs/2026-11-26-810e2ed-h100), for 1/8 more P·V work on tensor cores busy 29% of
 # the time; 0-2% at D128. Measured against the build without, same rounds (results/logs/
-# 2026-11-26-s39call1, the column then left to grow in the accumulator): 1.047x at B16 H16 S2048
+# 2026-11-26-4103813-h100, the column then left to grow in the accumulator): 1.047x at B16 H16 S2048
 # D64 full, 1.010x causal; 0.96-0.97x at B4 H16 S8192 D128 (N = 136 for 128 + 8 columns). With
-# each P·V's sums moved into l in fp32 (take_row_sums, -s39call2): 1.062x and 1.029x at D64,
-# 0.96-0.99x at D128, and 0.97x at B1 H8 S512 D64, whose blocks have one consumer each
+# each P·V's sums moved into l in fp32 (take_row_sums, 2026-11-26-429631e-h100): 1.062x and 1.029x
+# at D64, 0.96-0.99x at D128, and 0.97x at B1 H8 S512 D64, whose blocks have one consumer each
 # (FEW_ROWS_TILES): there no other warpgroup competes for the issue slots the FADDs took, and
 # the extra column only adds to each tile's latency. Hence row_sums_by_mma's rule.
 ROW_SUM_MMA = {64: True, 128: False}
-# Tried and not kept (results/logs/2026-11-26-s41call5; the change: experiments/fp8_half_max/):
+# Tried and not kept (results/logs/2026-11-26-f2f0ccc-h100; the change: experiments/fp8_half_max/):
 # each key tile's first half of columns exponentiated against the row max over that half (and
 # the tiles before) while the second half's max is reduced by its shuffles, that half then scaled
 # down by 2^(m1 - max) where the second half raised the max (a warp-uniform branch, taken in most
@@ -149,7 +152,7 @@ ROW_SUM_MMA = {64: True, 128: False}
 # S2048 D64 (full and causal), 0.912-0.935x at B4 H16 S8192 D128, 0.94x at D128 S2048 and B1 H8
 # S512 D64; stage 7's tests passed with it. The second max, its shuffles and the fix-ups cost more
 # issue slots than the wait they hide.
-# Tried and not kept (results/logs/2026-11-26-s40call1; the change: experiments/pack_in_softmax/):
+# Tried and not kept (results/logs/2026-11-26-837362b-h100; the change: experiments/pack_in_softmax/):
 # each tile's previous P·V waited for between its row maxima and its exponentials, so that P's
 # e4m3 casts interleave with the MUFU.EX2 stream (ptxas then placed a cast after every second
 # exponential) instead of following it. Predicted 2-5% at D64, where the exponential unit is 68%
@@ -162,20 +165,22 @@ ROW_SUM_MMA = {64: True, 128: False}
 # writes, instead of being launched after its end, as stage 6's split-KV combine is (PDL_COMBINE
 # there: 0.7-1.4 µs a launch). Predicted about 2 µs off the whole call from 16-bit inputs (19-20
 # µs at B1 H8 S512), nothing measurable at the large shapes. Measured against no PDL, same rounds
-# (results/logs/2026-11-26-s39call8), with each kernel letting the next go at its blocks' start:
+# (results/logs/2026-11-26-6cc0a84-h100), with each kernel letting the next go at its blocks' start:
 # 20.2 -> 17.9 µs at B1 H8 S512 (1.13x), 1.00x at D64 S2048, but 0.95x at B4 H16 S8192 D128
 # full (the attention kernel's blocks, let go at the casts' start, might hold SMs the casts still
-# needed: each kernel now lets the next go at the end of its blocks' work). Calls 9 and 10 still
-# had D128 at 0.94-0.98x, but there seven callables shared each round, and the two kernel-only
-# entries, both without PDL, differed by 3% with only their place in the round between them
-# (the board at its 700 W limit). Timed in pairs, in both orders: 1.001-1.003x with PDL at
-# D128 S8192 full and causal (-s39call11, -call12); in call 10's rounds 1.14x at B1 H8 S512.
+# needed: each kernel now lets the next go at the end of its blocks' work). The runs of
+# 2026-11-26-2446304-h100 and 2026-11-26-070df4e-h100 still had D128 at 0.94-0.98x, but there seven
+# callables shared each round, and the two kernel-only entries, both without PDL, differed by 3%
+# with only their place in the round between them (the board at its 700 W limit). Timed in pairs, in
+# both orders: 1.001-1.003x with PDL at D128 S8192 full and causal (2026-11-26-91471aa-h100,
+# 2026-11-26-8ebc472-h100); in the rounds of 2026-11-26-070df4e-h100 1.14x at B1 H8 S512.
 PDL = True
-# Tried and not kept (results/logs/2026-11-26-s37call9; the change: experiments/fp8_tree_reductions/):
-# a tile's row max and row sum as trees of 4 levels instead of one chain through 16 column
-# slices each. Nsight Compute at B4 H16 S8192 D128 (-s37call8) had 20% of the warps' stall samples
-# on those chains, but the trees ran 0.96-1.02x of the chains in the same rounds (the chains
-# faster at 5 of 6 rows): other warps issue while one waits on its chain.
+# Tried and not kept (results/logs/2026-11-26-b04e904-h100; the change:
+# experiments/fp8_tree_reductions/): a tile's row max and row sum as trees of 4 levels instead of
+# one chain through 16 column slices each. Nsight Compute at B4 H16 S8192 D128
+# (2026-11-26-fe49663-h100) had 20% of the warps' stall samples on those chains, but the trees ran
+# 0.96-1.02x of the chains in the same rounds (the chains faster at 5 of 6 rows): other warps issue
+# while one waits on its chain.
 
 
 def smem_bytes(head_dim: int, tiles, q_stages: int = 1, v_in_kernel: bool = False, row_sum_mma: bool = False) -> int:

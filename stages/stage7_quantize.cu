@@ -38,9 +38,9 @@ __device__ __forceinline__ void load8(const elem_t* p, float (&x)[8]) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = to_float(e[i]);
 }
-// The descale of slab s from its amax bits: lib.fp8.scales' amax / 448, never below 1e-12, as
-// PyTorch computes it — a float tensor divided by a Python number is multiplied by the number's
-// reciprocal (in float), which is not always the quotient's last bit (GPU call 6 of session 37).
+// The descale of slab s from its amax bits: lib.fp8.scales' amax / 448, never below 1e-12, as PyTorch
+// computes it — a float tensor divided by a Python number is multiplied by the number's reciprocal (in
+// float), which is not always the quotient's last bit (results/logs/2026-11-26-5a26bd5-h100).
 __device__ __forceinline__ float descale_of(const unsigned* amax, long long s) {
     return fmaxf(__uint_as_float(amax[s]) * (1.0f / E4M3_MAX), 1e-12f);
 }

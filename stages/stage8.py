@@ -114,7 +114,7 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
                   "BLOCKS_PER_SM", "PRODUCER", "DS_GUARD", "DK_LAST", "MASK_SPLIT", "SCALE_AT_END", "EPILOGUE_SMEM", "LONGEST_FIRST",
                   "DS_STMATRIX", "PREP_EARLY", "KV_REGS", "ROWS80")
 # The stage's WGMMA build per head dim, from the switches measured in the same rounds on the H100
-# (the backward record, results/logs/2026-11-26-s35call13/backward.log, bf16, the standard
+# (the backward record, results/logs/2026-11-26-49da751-h100/backward.log, bf16, the standard
 # shapes):
 #   D 128: two warpgroups, dQ summed by bulk reductions, TMA loads: 1.33x (full and causal) the
 #     one-warpgroup build with the dQ pass. Two warpgroups split dQ's 128 columns, so each row
@@ -126,13 +126,14 @@ WGMMA_SWITCHES = ("OVERLAP", "WARPGROUPS", "DQ_ATOMICS", "DQ_BULK", "TMA_LOADS",
 #     width) ran no faster than one, nor did they taking turns at dQ over all 128 keys
 #     (DQ_TURNS: half the additions into dQ, 0.98-1.00x).
 #   D 64 without OVERLAP: the build with it ran 0.98-0.99x of the one without at the full row
-#     and 0.995-1.00x at the causal one, in each of three records (results/logs/2026-11-26-
-#     s36call11 and s37call1). A D 64 step's products are short (64 columns), so waiting for each
-#     one separately costs about what the exponentials gain by running under them.
-#     Three blocks per SM (BLOCKS_PER_SM 3) ran 0.99x of two (s37call1); Nsight Compute then
-#     found the kernel's L2 at 78% of its peak, half of it the bulk reductions into dQ (s37call2).
+#     and 0.995-1.00x at the causal one, in each of three records (results/logs/
+#     2026-11-26-afc9f16-h100 and 2026-11-26-bb4ff6f-h100). A D 64 step's products are short (64
+#     columns), so waiting for each one separately costs about what the exponentials gain by running
+#     under them. Three blocks per SM (BLOCKS_PER_SM 3) ran 0.99x of two (2026-11-26-bb4ff6f-h100);
+#     Nsight Compute then found the kernel's L2 at 78% of its peak, half of it the bulk reductions
+#     into dQ (2026-11-26-adea0d9-h100).
 #   Both: DQ_EARLY off. The dQ product issued while dV and dK still run ran 0.98-1.03x of the
-#     build without it at the four standard rows (results/logs/2026-11-26-s36call11/backward.log),
+#     build without it at the four standard rows (results/logs/2026-11-26-afc9f16-h100/backward.log),
 #     and 1.00-1.02x of the stage's build, producer and guard included (H200, 2026-11-29,
 #     experiments/backward_dq_early/h200_1440e0e.log).
 #   Both: PRODUCER on (H200, same rounds, bf16, the standard rows; results/logs/2026-11-29-c76a9ce-

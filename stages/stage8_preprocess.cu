@@ -12,7 +12,7 @@
 // matters is how many bytes each thread has in flight: a row is D/8 threads, each loading 16
 // bytes of O and 16 of dO (8 elements) and storing 32 bytes of zeros, instead of a warp per row
 // loading 2-byte elements one at a time (which reached 61% of the H100's DRAM bandwidth at
-// B16 H16 S2048 D64 in Nsight Compute, results/logs/2026-11-26-s37call2). The launcher hands
+// B16 H16 S2048 D64 in Nsight Compute, results/logs/2026-11-26-adea0d9-h100). The launcher hands
 // it rows whose start is 16-byte aligned (a copy otherwise).
 #include "attention.cuh"
 

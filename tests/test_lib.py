@@ -861,7 +861,8 @@ def test_ncu_source_page_reading(tmp_path):
     import shutil
 
     from lib import ncu
-    path = Path(__file__).resolve().parent.parent / "results" / "logs" / "2026-11-26-s34call4" / "causal512-sass.csv.gz"
+    path = (Path(__file__).resolve().parent.parent / "results" / "logs" / "2026-11-26-6e4cb88-h100"
+            / "causal512-sass.csv.gz")
     kernels = ncu.load(path)
     assert any("attention_wgmma" in n for n in kernels) and any("cudnn" in n for n in kernels)
     # an independent count: the raw rows between the kernels' header lines

@@ -23,7 +23,8 @@ FIGURE = re.compile(r"(?<![\w.])(?:\d[\d,]*(?:\.\d+)?\s*(?:µs|us\b|ms\b|TFLOPS|
                     r"|\d+\.\d+\s*[×x](?![\w\d]))")
 SOURCED = re.compile(r"paper|datasheet|PR #|whitepaper|published|PTX ISA|vendor|Fig\. ?\d|"
                      r"arXiv|blog|README of|spec sheet|results/logs/|experiments/", re.I)
-# (a log folder's name, results/logs/2026-11-27-s46call4, is a path, not prose: allowed)
+# (a path is not prose: allowed; log folders are named by date, commit and GPU now, but a path in
+# git history, `git show <commit>:results/logs/2026-11-27-s46call4/…`, keeps the name it had then)
 SESSION = re.compile(r"\bsessions? \d+|(?<![-/\w])s\d+call\d+|\bGPU call \d+|\bcall \d+ of", re.I)
 
 

@@ -28,7 +28,7 @@ VARIANTS = [(D, dtype, sched) for D in s6.TUNED_HEAD_DIMS for dtype in s6.INFO.d
 
 # Without a GPU, every schedule, head dim and dtype in one build at least, and each head dim's
 # default schedule (conftest.compile_cases); FA_ALL_BUILDS=1 compiles all 40.
-@cpu_only  # reads ptxas's log, which NVRTC on the H100 machine has handed back empty (session 40's call 4)
+@cpu_only  # ptxas's log, which NVRTC on the H100 handed back empty (results/logs/2026-11-26-37d9c70-h100)
 @compile_cases("D,dtype,schedule", VARIANTS,
                ids=[f"D{D}-{str(dt)[6:]}-{sc.strip('+ ').replace(' ', '_')}" for D, dt, sc in VARIANTS],
                keep=lambda c: c[1] == torch.float16 and c[2] == s6.default_schedule(c[0]),
@@ -607,7 +607,7 @@ def test_decode_build_compiles_without_serializing(D, dtype):
     assert "UTMALDG.5D" in sass_text(compiled.cubin), "packed queries arrive as one 5-D box"
 
 
-@cpu_only  # reads ptxas's log, which NVRTC on the H100 machine has handed back empty (session 40's call 2)
+@cpu_only  # ptxas's log, which NVRTC on the H100 handed back empty (results/logs/2026-11-26-620899b-h100)
 @compile_cases("dtype,D", [(dtype, D) for dtype in (torch.float16, torch.bfloat16) for D in (64, 128)],
                build=lambda dtype, D: s6.compile_for(s6.ARCH, dtype, D, decode=True, tiles=s6.DECODE_SHARED_TILES[D],
                                                      blocks_per_sm=2))

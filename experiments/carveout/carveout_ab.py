@@ -7,7 +7,7 @@ its decoding build), while cuDNN's kernels ask for the most shared memory there 
 through the preferred-carveout attribute. When two kernels in a row want different splits,
 the SM must drain and re-split between them. Nsight Compute showed stage 6's decoding kernel
 at B8 H8/1 Sk1024 D64 with 19.1k cycles elapsed but about 10.6k of them with a block resident
-(results/logs/2026-11-25-s34call1), where cuDNN's two kernels each took about 4.2k cycles
+(results/logs/2026-11-25-82528f2-h100), where cuDNN's two kernels each took about 4.2k cycles
 more than their blocks ran.
 
 This times stage 6 with its kernels' preferred carveout left to the driver and set to the

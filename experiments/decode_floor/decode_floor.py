@@ -4,7 +4,7 @@ The decode rows still under SDPA after two blocks per SM are the shortest calls 
 one K/V head, 1,024 keys: 10-15 µs, 8 or 64 blocks of one key tile each). Nsight Compute found
 stage 6's one launch there elapsed 19.1k cycles with a block resident for about 10.6k of them,
 where each of cuDNN's two kernels was resident for all but about 4.2k
-(results/logs/2026-11-25-s34call1). This times, in the same interleaved rounds and with the
+(results/logs/2026-11-25-82528f2-h100). This times, in the same interleaved rounds and with the
 harness's L2 flush before each run (as every recorded row):
 
 - empty kernels (each block returns at once) launched as stage 6's decoding blocks are (256
@@ -17,7 +17,7 @@ harness's L2 flush before each run (as every recorded row):
 Predicted: the launch floors differ by well under a microsecond (the launch path does not read
 shared-memory sizes or parameter bytes for long), so the gap is in the blocks' own work; and
 without the flush stage 6 gains more than SDPA (its 69 KB of code and its maps come from DRAM
-after a flush). Measured (call 7 of session 36, results/logs/2026-11-26-s36call7/floor.log): the
+after a flush). Measured (results/logs/2026-11-26-fcdad3f-h100/floor.log): the
 first, yes (3.73-3.89 µs for every launch shape); the second, no: without the flush both sides
 gained alike (B8 H8/1 Sk1024 D64: 0.911x of SDPA either way), so the gap is in the blocks' work.
 Logs only (--out).

@@ -2,7 +2,7 @@
 
 Stage 6 decodes with one block per work tile (a K/V head's packed queries, or one split of its
 keys), a block per SM at a time (its K/V ring fills the shared memory). Issue 21's splits
-experiment (results/logs/2026-11-25-6ac4cb0-s33call1/splits.json) gives the size of a block's
+experiment (results/logs/2026-11-25-6ac4cb0-h100/splits.json) gives the size of a block's
 fixed cost: at B64 H32/8 Sk1024 D64 (512 work tiles of 8 key tiles) two splits took 77.8 µs
 against 64.0 unsplit and eight took 153.2, though the partial rows are under 1 MB: about 3.3 µs
 of an SM's time for each block added (prologue, Q and the first tiles' wait, the epilogue's
@@ -16,30 +16,31 @@ one. Predicted: the rows of many short work tiles gain most (B64 H32/8 Sk1024: u
 ~13 µs of four waves' fixed costs), long ones (Sk 32k) stay level, and with the fixed cost gone
 splitting costs little more than its partial rows, so the tail can be cut by splits.
 
-Measured (call 1 of session 36, --launch persistent): no. The persistent launch ran 0.95-1.09x
-of as called, and two splits still cost B64 H32/8 Sk1024 D64 15 µs persistent (77.2 against
-62.2). Nsight Compute then showed what cuDNN does at those rows (call 2): 512 blocks of 128
-threads, 2 per SM at D128 (86 KB of shared memory, 183 registers) and 4 per SM at D64 (45 KB,
-120 registers), so every work tile is resident at once, against stage 6's one 256-thread block
+Measured (results/logs/2026-11-26-833bb23-h100, --launch persistent): no. The persistent launch ran
+0.95-1.09x of as called, and two splits still cost B64 H32/8 Sk1024 D64 15 µs persistent (77.2 against
+62.2). Nsight Compute then showed what cuDNN does at those rows (2026-11-26-c09b29e-h100): 512
+blocks of 128 threads, 2 per SM at D128 (86 KB of shared memory, 183 registers) and 4 per SM at D64
+(45 KB, 120 registers), so every work tile is resident at once, against stage 6's one 256-thread block
 per SM (3.88 waves).
 
---launch blocks (call 3): stage 6 with two or three blocks of one consumer per SM
+--launch blocks (2026-11-26-e2d106f-h100): stage 6 with two or three blocks of one consumer per SM
 (BLOCKS_PER_SM; the K/V ring made small enough: (64, 2, 1) at D128, (128, 2, 1) and (64, 4, 1)
-at D64), each with the split count as called and the one choose() plans for them (call 3 ran
-when that was plan_splits counting every block slot; since, it keeps the count as called).
-Predicted: the rows of many work tiles (B64 H32/8, B8 H8/1 Sk1024) reach SDPA; long
-single-head rows (B1, Sk 32k) stay level. Measured (call 3): two blocks reached SDPA at B64
-H32/8 (1.02-1.03x of as called), three ran slower (0.83-0.99x), and stage 6's rule
+at D64), each with the split count as called and the one choose() plans for them
+(2026-11-26-e2d106f-h100 ran when that was plan_splits counting every block slot; since, it keeps
+the count as called). Predicted: the rows of many work tiles (B64 H32/8, B8 H8/1 Sk1024) reach SDPA; long
+single-head rows (B1, Sk 32k) stay level. Measured (2026-11-26-e2d106f-h100): two blocks reached
+SDPA at B64 H32/8 (1.02-1.03x of as called), three ran slower (0.83-0.99x), and stage 6's rule
 (shares_sms) came from it.
 
---launch rings (call 10): at the D64 Sq 1 rows where stage 6 runs two blocks per SM, their ring
-three buffers deep instead of two ((128, 3, 1): 108 KB a block, still two per SM), each with the
-split count as called and twice it. Predicted: the rows that stream most (B8-B64 at Sk 32k, at
-0.99x of SDPA) gain from the third buffer in flight, the short ones stay level. Measured (call
-10): no; the third buffer ran 0.97-1.00x of two at the same splits. Twice the splits won only at
-B8 H8/1 Sk4096 (32 splits of one key tile: 1.07x, as in call 3) and lost at most other rows.
+--launch rings (2026-11-26-70e26ce-h100): at the D64 Sq 1 rows where stage 6 runs two blocks per SM,
+their ring three buffers deep instead of two ((128, 3, 1): 108 KB a block, still two per SM), each
+with the split count as called and twice it. Predicted: the rows that stream most (B8-B64 at Sk 32k, at
+0.99x of SDPA) gain from the third buffer in flight, the short ones stay level. Measured
+(2026-11-26-70e26ce-h100): no; the third buffer ran 0.97-1.00x of two at the same splits. Twice the
+splits won only at B8 H8/1 Sk4096 (32 splits of one key tile: 1.07x, as in 2026-11-26-e2d106f-h100)
+and lost at most other rows.
 
---launch prefetch (session 41): two things that keep bytes coming at a block's edges.
+--launch prefetch (2026-11-26-d8ee25e-h100): two things that keep bytes coming at a block's edges.
 (a) The producer prefetching the key tiles up to 2 or 4 past the one it loads into L2
 (cp.async.bulk.prefetch.tensor, L2_AHEAD): a two-deep ring holds two tiles in flight, and at a
 block's start, or where an SM's other block is between work tiles, that is all the SM asks for.
@@ -49,7 +50,7 @@ no wave boundary where both blocks of an SM start at once (512 work tiles on 264
 waves, each SM's two blocks ending and starting together). Predicted: the rows of many work
 tiles that are still under SDPA (B64 H32/8 Sk1024, 0.98x at D64: about 1 µs of 60) gain 1-2%,
 the long ones stay level, the short split rows (one key tile per block) see nothing.
-Measured (2026-11-26, H100, results/logs/2026-11-26-s41call1, at d8ee25e, where stage 6 had the
+Measured (2026-11-26, H100, results/logs/2026-11-26-d8ee25e-h100, at d8ee25e, where stage 6 had the
 `l2_ahead` option and allowed persistent blocks two per SM; that change, never merged, is
 experiments/decode_launch/l2_prefetch_persistent_two_blocks.patch, and this launch runs only at
 that commit): no. The prefetch ran 0.76-1.01x of as called with 2 tiles
@@ -57,9 +58,9 @@ ahead (median 0.92x) and 0.62-1.02x with 4, worse the longer the stream (as if p
 lines were evicted before their load and read twice; not profiled); the persistent blocks
 0.96-1.00x (median 0.99x).
 
---launch no-producer (session 41): cuDNN's decoding blocks have 128 threads and no producer
+--launch no-producer (2026-11-26-f8b943b-h100): cuDNN's decoding blocks have 128 threads and no producer
 warpgroup, four per SM at D64 (45 KB each) and two at D128 (86 KB), every one of 512 work tiles
-resident at once (call 2 of session 36). Stage 6's build without warp specialization is that
+resident at once (2026-11-26-c09b29e-h100). Stage 6's build without warp specialization is that
 block: one consumer warpgroup whose first thread issues the copies (the ring refilled once a
 tile's P·V is done), no setmaxnreg, so 128 registers a thread at four blocks per SM. Variants:
 (64, 2, 1) four per SM and (128, 2, 1) three per SM at D64, (64, 2, 1) two per SM at D128, the
@@ -160,15 +161,17 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=0.3, help="seconds of timing per callable and shape")
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes (a smoke run)")
     ap.add_argument("--launch", choices=["persistent", "blocks", "rings", "prefetch", "no-producer"], default="blocks",
-                    help="persistent: the persistent packed launch (call 1); blocks: several blocks per SM "
-                         "(call 3); rings: the two-block D64 ring two or three deep (call 10); prefetch: L2 "
-                         "prefetch and persistent two-block launches (session 41, call 1); no-producer: blocks of "
-                         "one warpgroup, 2-4 per SM (call 2)")
+                    help="persistent: the persistent packed launch (2026-11-26-833bb23-h100); "
+                         "blocks: several blocks per SM (2026-11-26-e2d106f-h100); "
+                         "rings: the two-block D64 ring two or three deep (2026-11-26-70e26ce-h100); "
+                         "prefetch: L2 prefetch and persistent two-block launches "
+                         "(2026-11-26-d8ee25e-h100); no-producer: blocks of one warpgroup, 2-4 per SM "
+                         "(2026-11-26-f8b943b-h100); each a folder of results/logs/")
     a = ap.parse_args()
     if a.launch == "prefetch" and "l2_ahead" not in inspect.signature(s6.attention).parameters:
         ap.exit(2, f"{ap.prog}: --launch prefetch needs stage 6's l2_ahead option, which was not kept: run it at "
-                   "commit d8ee25e, where results/logs/2026-11-26-s41call1 was made (the change, never merged: "
-                   "experiments/decode_launch/l2_prefetch_persistent_two_blocks.patch)\n")
+                   "commit d8ee25e, where results/logs/2026-11-26-d8ee25e-h100 was made (the change, "
+                   "never merged: experiments/decode_launch/l2_prefetch_persistent_two_blocks.patch)\n")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -5,16 +5,16 @@ the sectors asked for (none, cuda.core's default and stage 6's until now), or ro
 to 64, 128 or 256 bytes. CUTLASS encodes its maps with 128 bytes, so FlashAttention-3's and
 cuDNN's Hopper kernels read with it; stage 6 never set it. The decoding rows still under SDPA
 are the ones that stream K and V at 2.7-2.9 TB/s where cuDNN reads 2.75-3.06 (Nsight Compute,
-results/logs/2026-11-26-s41call8: stage 6 waits on memory, 0.2 instructions issued per cycle per
+results/logs/2026-11-26-96dd84c-h100: stage 6 waits on memory, 0.2 instructions issued per cycle per
 scheduler), so how the L2 asks the memory for lines is a place the last percent may be.
 
 Predicted: at the streaming decoding rows (B8-B64, Sk 4k-32k), 128 or 256 bytes gain 1-3%; at the
 short rows and at prefill (K and V read once from memory, then many times from the L2) nothing
 beyond the noise. Stage 8's backward, which borrows stage 6's tensor_map, is not touched.
 
-Measured (call 1 of session 42, at 3525efe, where stage 6 had the `l2_promotion` option; the
-option was not kept, and this script runs only at that commit): no. Against none, same rounds,
-every variant checked: decoding 0.978-1.021x (median 1.00x with 128 and 256 bytes, Sq 1 and 4),
+Measured (results/logs/2026-11-26-3525efe-h100, at 3525efe, where stage 6 had the `l2_promotion`
+option; the option was not kept, and this script runs only at that commit): no. Against none, same
+rounds, every variant checked: decoding 0.978-1.021x (median 1.00x with 128 and 256 bytes, Sq 1 and 4),
 prompts of S <= 2048 0.985-1.010x, and S >= 4096 slower: 0.93-1.00x with 128 bytes (median
 0.98x), 0.89-1.00x with 256 (median 0.95x; B1 H32 S16384 D128 full 7,759 µs against 6,909).
 
@@ -73,7 +73,7 @@ def main() -> int:
     a = ap.parse_args()
     if not hasattr(s6, "L2_PROMOTIONS"):
         ap.exit(2, f"{ap.prog}: needs stage 6's l2_promotion option, which was not kept: run it at commit 3525efe, "
-                   "where session 42's call 1 did\n")
+                   "where results/logs/2026-11-26-3525efe-h100 was made\n")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         ap.exit(2, f"{ap.prog}: times stage 6 (sm_90a), so it needs an H100 or H200 and none was found\n")
     env = R.capture_env()

@@ -3,12 +3,13 @@
 lib.timing.time_interleaved runs each round's callables one after another, each a batch of runs.
 The H100 runs long shapes at its power limit, and its clocks follow the power of the last tens of
 milliseconds: a batch that follows a callable drawing less power (SDPA's FLASH backend, twice as
-slow at long shapes) may start at higher clocks. Session 43 saw stage 7's time move 7-9% with its
-place beside stage 6; session 44's call 1 saw the first place of a round ~5% faster than the other
-three at B2 H32 S8192 D128 (stage 6 against itself, experiments/rows_past_end/rows_past_end_ab.py). The recorded rows
-time stage 6 first, then SDPA default, then FLASH.
+slow at long shapes) may start at higher clocks. Stage 7's time moved 7-9% with its place
+beside stage 6 (results/logs/2026-11-26-9fc6491-h100); results/logs/2026-11-26-daf7855-h100 saw the
+first place of a round ~5% faster than the other three at B2 H32 S8192 D128 (stage 6 against itself,
+experiments/rows_past_end/rows_past_end_ab.py). The recorded rows time stage 6 first, then SDPA
+default, then FLASH.
 
-Measured (calls 2 and 3 of session 44, results/logs/2026-11-26-s44call2 and -call3, before the
+Measured (results/logs/2026-11-26-c3dea5d-h100 and 2026-11-26-5533c7f-h100, before the
 rounds rotated): yes. Without a settle, SDPA default over stage 6 at B2 H32 S8192 D128 was
 1.12-1.26x full and 1.12-1.19x causal in the three orders where stage 6 follows FLASH (across
 rounds), 0.91-1.05x where SDPA does; at B8 H16 S2048 D64 and B16 H32 S1024 D128 all six orders

@@ -1,6 +1,6 @@
 """Experiment (issue 21): short prompts in blocks of one consumer, two or three per SM.
 
-Decoding gained from two blocks per SM (stage 6's shares_sms; results/logs/2026-11-26-s36call3):
+Decoding gained from two blocks per SM (stage 6's shares_sms; results/logs/2026-11-26-e2d106f-h100):
 while one block starts or ends, the other streams. Short prompts have the same trouble in
 another form: at S 512 a work tile of 128 query rows has 1-4 key tiles, and the persistent
 launch's fixed costs per work tile (the wait for Q, the diagonal tile's masking, O's stores)
@@ -14,8 +14,8 @@ than the persistent two-consumer launch if the fixed costs per work tile are wha
 at S 2048 and full attention, slower (each block reads K and V for 64 rows instead of 128: twice
 the K/V traffic per query row, which the persistent blocks of 128-192 rows do not pay).
 
-Measured (call 6 of session 36): no, slower at every row. Blocks of one consumer ran 0.71-0.86x
-of as called at D128 and 0.74-0.99x at D64 (three per SM with 64-key tiles the best of them:
+Measured (results/logs/2026-11-26-e7d7c94-h100): no, slower at every row. Blocks of one consumer ran
+0.71-0.86x of as called at D128 and 0.74-0.99x at D64 (three per SM with 64-key tiles the best of them:
 0.93-1.00x of as called at D64 causal, 0.84-0.93x full), so stage 6 keeps its persistent
 launches for prompts.
 

@@ -14,21 +14,22 @@ Predicted: at D64 S 512-1024 up to 11% faster (a last block with one or two cons
 not free: its remaining consumers' own chain of products and exponentials sets its time, which
 the other consumers hid before), 2-3% at S 2048-4096, level at D128 and at S >= 8192.
 
-Measured (call 1 of session 44, results/logs/2026-11-26-s44call1, before lib.timing settled its
+Measured (results/logs/2026-11-26-daf7855-h100, before lib.timing settled its
 batches): stage 6 1.024-1.035x at D64 causal S 2048-4096 (work queue, one block per work tile),
 1.005-1.008x at S 8192-16384 causal; level (0.997-1.016x) at every full row, whose persistent
 blocks walk a fixed stride that gives each SM the same query block every time, and at every row
 with no idle consumer (D64 causal S 512-1024, D128). Stage 7, whose queue hands the saved time to
 other tiles: 1.015x at B16 H16 S2048 D64, 1.034x causal, 1.008x at B8 S4096, 1.034x and 1.094x at
-B32 S1024 full and causal. With --parts queue (call 2): the work queue against as called at D64
-full, 1.010-1.029x at S 512-1024, 0.994-1.000x at S 2048-8192 and 0.98x at S 16384.
+B32 S1024 full and causal. With --parts queue (2026-11-26-c3dea5d-h100): the work queue against as
+called at D64 full, 1.010-1.029x at S 512-1024, 0.994-1.000x at S 2048-8192 and 0.98x at S 16384.
 
 Stage 6: the recorded shape map's prefill rows (bf16; all of D64's, and D128's at S 512 and
 8192 as controls), the call as it is and with skip_past_end=False, each round ordered
-skip, without, without, skip (a callable's place in a round can move its time, session 43's
-call 1), SDPA default and FLASH in the same rounds; each variant checked against the float64
-reference before and after. Stage 7: issue 25's shapes and two more D64 lengths, the kernel on
-prepared e4m3 inputs, the same order, checked against lib.fp8's emulation. Logs only (--out).
+skip, without, without, skip (a callable's place in a round can move its time,
+results/logs/2026-11-26-9fc6491-h100), SDPA default and FLASH in the same rounds; each variant
+checked against the float64 reference before and after. Stage 7: issue 25's shapes and two more D64
+lengths, the kernel on prepared e4m3 inputs, the same order, checked against lib.fp8's emulation.
+Logs only (--out).
 
     python experiments/rows_past_end/rows_past_end_ab.py --out rows_past_end.json [--parts stage6 stage7]
 """

@@ -1,10 +1,10 @@
 """Probe (issue 25): where each work tile of stage 7's work queue ran, and when.
 
-Splitting the queue's last partial wave along the keys (experiments/tail_split/tail_split_ab.py, session 43) was
-predicted to save 2-3% at B4 H16 S8192 D128 (4,096 work tiles on 132 SMs: 31.03 per SM, so 4
-SMs would run a 32nd tile alone) and saved about 0.4%. The guess then: the queue hands out tiles
-as SMs free up, SMs do not all run at the same pace, and the faster ones take the extra tiles,
-so little of the last wave is idle time. This measures it.
+Splitting the queue's last partial wave along the keys (experiments/tail_split/tail_split_ab.py,
+results/logs/2026-11-26-5580a3e-h100) was predicted to save 2-3% at B4 H16 S8192 D128 (4,096 work
+tiles on 132 SMs: 31.03 per SM, so 4 SMs would run a 32nd tile alone) and saved about 0.4%. The
+guess then: the queue hands out tiles as SMs free up, SMs do not all run at the same pace, and the
+faster ones take the extra tiles, so little of the last wave is idle time. This measures it.
 
 Stage 7's kernel as it is, compiled from its source with a few lines added in this script's
 memory only (stages/stage7.cu is not changed, so no record goes stale): consumer 0's first thread
@@ -15,17 +15,17 @@ the launch's SM time was idle at its end (every SM's last store against the laun
 
     python experiments/tail_split/queue_tail_probe.py --out queue_tail.json [--shape 4 16 8192 128]
 
-Measured (call 3 of session 43, results/logs/2026-11-26-s43call3): the guess was wrong. Every SM
+Measured (results/logs/2026-11-26-e81cead-h100): the guess was wrong. Every SM
 ran at the same pace within 1% (68.9-69.9 µs per tile at B4 H16 S8192 D128, 20.1-20.5 at B16 H16
 S2048 D64), the SMs with one tile more were not faster, and the end of the launch left 2.53% of
 the SM time idle at B4 H16 S8192 D128 (128 SMs' last stores at 2,138-2,150 µs, the 4 with a 32nd
 tile at 2,207), 3.02% at B16 H16 S2048 D64, 3.05% at B2 H16 S8192 D128 and 2.79% at B3. The
 first split's build, which ran 1-2.6% slower everywhere, cost what the split saved; the second
-(its combine in a kernel of its own, call 4) ran 1.019x at B4 H16 S8192 D128 and is stage 7's
-default there (stage7.TAIL_SPLIT). This probe builds the kernel without the split (tail_split
-False): it shows the queue as it hands out whole tiles. Call 5 again: 2.54% and 2.83% idle.
-With --split (call 6, results/logs/2026-11-26-s43call6): at B4 H16 S8192 D128 the 40 pieces (7.6-9.9
-µs each) are done by 2,157 µs and the kernel ends on a whole tile at 2,176 µs against 2,239
+(its combine in a kernel of its own, 2026-11-26-41ed404-h100) ran 1.019x at B4 H16 S8192 D128 and is
+stage 7's default there (stage7.TAIL_SPLIT). This probe builds the kernel without the split (tail_split
+False): it shows the queue as it hands out whole tiles. Again in 2026-11-26-ca620d9-h100: 2.54% and
+2.83% idle. With --split (results/logs/2026-11-26-adb4d44-h100): at B4 H16 S8192 D128 the 40 pieces
+(7.6-9.9 µs each) are done by 2,157 µs and the kernel ends on a whole tile at 2,176 µs against 2,239
 without (idle at the end 1.12% against 2.60%); at B16 H16 S2048 D64 each SM gets one piece
 (6.7-9.7 µs) after its 21 whole tiles, which end between 425 and 434 µs, so the kernel ends at
 443 µs against 446: the combine kernel's launch takes that back, and D64 runs without the split.

@@ -7,7 +7,7 @@ TAIL_SPLIT (stages/stage7.cu) splits those last tiles along their keys into piec
 hands out as SMs free up; a second kernel combines them. Predicted: 2-3% at those two
 shapes; nothing at causal shapes (never split) or where the rule leaves the tail whole.
 
-Measured, first version (2026-11-26, H100, at 5580a3e, results/logs/2026-11-26-s43call2: the last
+Measured, first version (2026-11-26, H100, at 5580a3e, results/logs/2026-11-26-5580a3e-h100: the last
 piece of each tile to finish combined them, inside the attention kernel; that change, never merged,
 is experiments/tail_split/tail_split.patch, onto 9fc6491^): no. Whole over split, same rounds:
 0.979 at B4 H16 S8192 D128 full (10 pieces),
@@ -17,24 +17,24 @@ D128). The build with the split ran 1.1-2.6% slower even unsplit: its softmax's 
 instructions, but the score scale sits in a general register instead of a uniform one (the SASS,
 compared offline). Against that build, the split itself gained about 0.4% at S8192 D128 and 0.1-2% at
 the other shapes, far under the 3% the idle SMs predicted. The idle time is real:
-experiments/tail_split/queue_tail_probe.py (call 3) found every SM within 1% of the same pace per tile and
-2.5-3.1% of the SM time idle at the launch's end at these shapes. So what lost was the split
-build's own cost, not the idea.
+experiments/tail_split/queue_tail_probe.py (2026-11-26-e81cead-h100) found every SM within 1% of the
+same pace per tile and 2.5-3.1% of the SM time idle at the launch's end at these shapes. So what
+lost was the split build's own cost, not the idea.
 
-Measured, second version (call 4, at 41ed404: the pieces combined by a second kernel,
+Measured, second version (2026-11-26-41ed404-h100, at 41ed404: the pieces combined by a second kernel,
 attention_fp8_combine_tail, launched with PDL; the attention kernel's main loop then keeps the
 score scale in a uniform register as the build without does): whole over split 1.019 at B4 H16
 S8192 D128 full (10 pieces) and at B3 (3), 1.014 causal and 1.000 at B2 H16 S8192 (nothing split);
 at D64 0.995 at B16 H16 S2048 full (3), 0.992 causal, 1.010 at B8 H16 S4096 (3). Kept at D128
-(stage7.TAIL_SPLIT). With --pieces 6 8 at D64 (call 7): 0.995-1.000 for 6 and 8 pieces.
+(stage7.TAIL_SPLIT). With --pieces 6 8 at D64 (2026-11-26-b7a0e66-h100): 0.995-1.000 for 6 and 8 pieces.
 
 Each shape times stage 7's kernel on prepared e4m3 inputs (stage7.forward) as called and with
 tail_split=True and False in the same interleaved rounds, each round in the order split, whole, whole,
 split: the board runs at its power limit, and a callable's place in the round moved timings by
-7-9% at D128 when stage 6 (bf16) shared the rounds (call 1 of session 43, whose first version of
-this script timed the pair in both orders beside stage 6). Each variant's time is the geometric
-mean of its two places' medians. Stage 6 is timed in rounds of its own, after. Both variants are
-checked against lib.fp8's emulation before and after timing. Logs only (--out): nothing is
+7-9% at D128 when stage 6 (bf16) shared the rounds (results/logs/2026-11-26-9fc6491-h100, whose
+first version of this script timed the pair in both orders beside stage 6). Each variant's time is
+the geometric mean of its two places' medians. Stage 6 is timed in rounds of its own, after. Both
+variants are checked against lib.fp8's emulation before and after timing. Logs only (--out): nothing is
 recorded.
 
     python experiments/tail_split/tail_split_ab.py --out tail_split.json
