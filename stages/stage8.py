@@ -170,7 +170,7 @@ BEFORE_PRODUCER = {
 #     memory in whole 16-byte pieces of rows): 1.015-1.064x the build without it at five D 64 rows
 #     from S 512 to S 8192, the most where a block walks fewest steps (experiments/backward_epilogue).
 #     At D 128 the two A/Bs that kept them off there (0.988-0.998x, and 0.96x at S 8192) were made
-#     before DK_LAST, LONGEST_FIRST, DS_STMATRIX and PREP_EARLY; on that build the two together ran
+#     before LONGEST_FIRST, DS_STMATRIX and PREP_EARLY; on the build with those the two together ran
 #     1.029-1.069x the build without them at seven D 128 rows (S 2048 and 8192, full and causal,
 #     bf16 and fp16), either alone 0.990-1.056x (H200, same rounds; dV bit-equal, dK rounded apart
 #     as the scale 128^-0.5 is no power of two; experiments/backward_d128_end_switches).
