@@ -390,6 +390,12 @@ def bwd_speed(slow: str | None, fast: str | None, D=None, causal=None) -> list:
             if (slow is None or slow in r["variants"]) and (fast is None or fast in r["variants"])]
 
 
+
+def bwd_resolve() -> float:
+    """What the backward record's rounds resolve: the stage's build against its second timing in the
+    same rounds (STAGE_AGAIN), the largest departure from 1 over the rows, plus 0.01."""
+    return max(abs(a - 1) for a in bwd_speed(None, STAGE_AGAIN)) + 0.01
+
 def bwd_vs_sdpa(backend: str = "flash", D=None) -> list:
     """Stage 8's speed as a multiple of SDPA's backward (backend 'flash' or 'default'), every dtype."""
     return [r[f"sdpa_{backend}_us"] / r["us"] for r in bwd_rows(D)]
